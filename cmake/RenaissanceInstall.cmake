@@ -1,0 +1,1 @@
+# Install rules and the CMake package config (find_package(Renaissance)).

@@ -1,0 +1,1 @@
+#include <renaissance/blueprint/yaml.h>

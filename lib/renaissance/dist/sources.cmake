@@ -1,0 +1,1 @@
+# Sources of lib/renaissance/dist (explicit list).

@@ -1,0 +1,1 @@
+# Sources of lib/renaissance/io (explicit list).
