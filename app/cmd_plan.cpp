@@ -1,7 +1,149 @@
+// `renaissance plan`: compile a model and show the fused layer table, the region map and the totals.
 #include "commands.h"
+#include "json_writer.h"
+#include "model_options.h"
+
+#include <renaissance/plan/compiler.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
 
 namespace renaissance::app {
-void register_plan_command(CLI::App& app) { (void)app; }
+
+namespace {
+
+struct PlanOptions {
+  ModelOptions model;
+  plan::TrainConfig cfg;
+  std::string optimizer = "momentum";
+  bool no_fuse = false;
+  bool yaml = false;
+  bool json = false;
+};
+
+std::string human_bytes(std::int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+void print_text(const plan::CompiledPlan& p) {
+  const plan::ArchPlan& a = p.arch;
+  fmt::print("Model {}: input {} ({} channels{}), {} classes, amp {}, fuse {}\n", a.model_name, a.input.str_hwc(),
+             a.input_channels, a.input.c != a.input_channels ? fmt::format(", padded to {}", a.input.c) : "",
+             a.num_classes, a.amp ? "on" : "off", a.fuse ? "on" : "off");
+  fmt::print("\n{:<4} {:<28} {:<22} {:<13}    {:<13} {:>12} {:>14}\n", "#", "layer", "kind", "input", "output",
+             "parameters", "MACs");
+  for (std::size_t i = 0; i < a.layers.size(); ++i) {
+    const plan::ArchLayer& l = a.layers[i];
+    fmt::print("{:<4} {:<28} {:<22} {:<13} -> {:<13} {:>12} {:>14}{}\n", i, l.name, plan::layer_kind_name(l.kind),
+               l.in_shape.str_hwc(), l.out_shape.str_hwc(), plan::layer_parameter_count(l), plan::layer_forward_macs(l),
+               l.is_first_layer ? "  (first)" : "");
+  }
+  fmt::print("\nRegion map (tensors, bytes per variant; empty regions omitted)\n{:<22} {:>7}", "region", "tensors");
+  for (const auto& m : p.memory) fmt::print(" {:>17}", m.variant());
+  fmt::print("\n");
+  for (int r = 0; r < kNamedRegions; ++r) {
+    const Region reg = region_at(r);
+    if (p.memory[0].region_range(reg).bytes == 0 && p.memory[0].region_tensor_count(reg) == 0) continue;
+    fmt::print("{:<22} {:>7}", region_name(reg), p.memory[0].region_tensor_count(reg));
+    for (const auto& m : p.memory) fmt::print(" {:>17}", m.region_range(reg).bytes);
+    fmt::print("\n");
+  }
+  fmt::print("{:<22} {:>7}", "arena total", p.memory[0].tensors().size());
+  for (const auto& m : p.memory) fmt::print(" {:>17}", m.total_bytes());
+  fmt::print("\n\nParameters: {}   Forward: {:.3f} GMACs/image at {}x{}   Arena: {} ({} bytes, largest variant)\n",
+             a.parameter_count(), static_cast<double>(a.forward_macs()) / 1e9, a.input.h, a.input.w,
+             human_bytes(p.arena_bytes()), p.arena_bytes());
+  fmt::print("Graphs: train {} nodes, inference {} nodes   Plan hash: {:016x}\n", p.train.node_count(),
+             p.inference.node_count(), p.hash);
+}
+
+void print_json(const plan::CompiledPlan& p) {
+  const plan::ArchPlan& a = p.arch;
+  JsonWriter j;
+  j.begin_object();
+  j.kv("model", a.model_name).kv("parameters", a.parameter_count());
+  j.kv("gmacs", static_cast<double>(a.forward_macs()) / 1e9).kv("macs", a.forward_macs());
+  j.kv("arena_bytes", p.arena_bytes()).kv("amp", a.amp).kv("fuse", a.fuse).kv("num_classes", a.num_classes);
+  j.kv("optimizer", plan::optimizer_name(p.config.optimizer)).kv("ema", p.config.ema);
+  j.kv("hash", fmt::format("{:016x}", p.hash));
+  j.key("input").begin_array().value(a.input.h).value(a.input.w).value(a.input.c).end_array();
+  j.key("layers").begin_array();
+  for (const plan::ArchLayer& l : a.layers) {
+    j.begin_object().kv("name", l.name).kv("kind", plan::layer_kind_name(l.kind));
+    j.key("in").begin_array().value(l.in_shape.h).value(l.in_shape.w).value(l.in_shape.c).end_array();
+    j.key("out").begin_array().value(l.out_shape.h).value(l.out_shape.w).value(l.out_shape.c).end_array();
+    j.kv("parameters", plan::layer_parameter_count(l)).kv("macs", plan::layer_forward_macs(l));
+    j.kv("first", l.is_first_layer).end_object();
+  }
+  j.end_array();
+  j.key("variants").begin_array();
+  for (std::size_t v = 0; v < p.memory.size(); ++v) {
+    const auto& s = p.specs[v];
+    j.begin_object().kv("name", p.memory[v].variant()).kv("batch", s.batch_size);
+    j.kv("resolution", s.actual_resolution).kv("arena_bytes", p.memory[v].total_bytes()).end_object();
+  }
+  j.end_array();
+  j.key("regions").begin_array();
+  for (int r = 0; r < kNamedRegions; ++r) {
+    const Region reg = region_at(r);
+    j.begin_object().kv("region", region_name(reg)).kv("tensors", p.memory[0].region_tensor_count(reg));
+    j.key("bytes").begin_object();
+    for (const auto& m : p.memory) j.kv(m.variant(), m.region_range(reg).bytes);
+    j.end_object().end_object();
+  }
+  j.end_array();
+  j.key("graphs").begin_object().kv("train_nodes", static_cast<std::int64_t>(p.train.node_count()));
+  j.kv("inference_nodes", static_cast<std::int64_t>(p.inference.node_count())).end_object();
+  j.end_object();
+  std::puts(j.str().c_str());
+}
+
+}  // namespace
+
+void register_plan_command(CLI::App& app) {
+  auto opt = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand("plan", "Compile a model and print its layer table, region map and totals");
+  opt->model.add_to(*cmd);
+  cmd->add_option("--batch", opt->cfg.batch, "Batch size")->capture_default_str();
+  cmd->add_flag("--amp", opt->cfg.amp, "Mixed precision (FP16 activations, fused layers)");
+  cmd->add_flag("--no-fuse", opt->no_fuse, "With --amp: keep blocks as plain layers");
+  cmd->add_option("--optimizer", opt->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")->capture_default_str();
+  cmd->add_flag("--ema", opt->cfg.ema, "Keep an exponential moving average of the weights");
+  cmd->add_option("--dataset-size", opt->cfg.dataset_size, "Training samples (sizes the last partial batch)")
+      ->capture_default_str();
+  cmd->add_option("--val-size", opt->cfg.val_size, "Validation samples")->capture_default_str();
+  cmd->add_option("--start-resolution", opt->cfg.start_resolution, "Progressive resize: first resolution");
+  cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
+  cmd->add_flag("--json", opt->json, "Print the report as JSON");
+  cmd->callback([opt] {
+    const blueprint::BluePrint bp = opt->model.load();
+    plan::BuildOptions bo;
+    bo.amp = opt->cfg.amp;
+    bo.fuse = opt->cfg.amp && !opt->no_fuse;
+    bo.num_classes = opt->model.classes;
+    bo.resolution = opt->model.resolution;
+    const plan::ArchPlan arch = plan::ArchPlan::build(bp, bo);
+    if (opt->yaml) {
+      std::fputs(arch.to_yaml().c_str(), stdout);
+      return;
+    }
+    opt->cfg.optimizer = plan::optimizer_from_name(opt->optimizer);
+    const plan::CompiledPlan compiled = plan::Compiler::compile(arch, opt->cfg);
+    if (opt->json)
+      print_json(compiled);
+    else
+      print_text(compiled);
+  });
+}
+
 }  // namespace renaissance::app

@@ -1,0 +1,24 @@
+// Options every command that builds a model shares: --model NAME | --model-file F.yaml, --resolution, --classes.
+#pragma once
+
+#include <renaissance/blueprint/blueprint.h>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace renaissance::app {
+
+struct ModelOptions {
+  std::string model = "fmnist_cnn";
+  std::string model_file;
+  std::int64_t resolution = 0;
+  std::int64_t classes = 0;
+
+  void add_to(CLI::App& cmd);
+  /// The zoo model or the YAML file; errors name the model or file.
+  blueprint::BluePrint load() const;
+};
+
+}  // namespace renaissance::app

@@ -1,0 +1,60 @@
+// What the compiler is asked to plan: the training configuration and the six variants derived from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace renaissance::plan {
+
+enum class OptimizerKind : std::uint8_t { SGD, MOMENTUM, NESTEROV, ADAM, ADAMW, LARS };
+const char* optimizer_name(OptimizerKind k);
+OptimizerKind optimizer_from_name(const std::string& s);  ///< "sgd", "momentum", ... ; throws listing them
+bool optimizer_has_m(OptimizerKind k);  ///< momentum/Nesterov/Adam/AdamW/LARS
+bool optimizer_has_v(OptimizerKind k);  ///< Adam/AdamW
+bool optimizer_has_n(OptimizerKind k);  ///< LARS
+
+/// One variant's shape parameters (DESIGN §4).
+struct CompileSpec {
+  bool amp_enabled = false;
+  std::int64_t max_sample_resolution = 0;
+  std::int64_t actual_resolution = 0;
+  std::int64_t batch_size = 0;
+  std::int64_t num_color_channels = 0;
+  bool freeze_first_layer = false;
+  friend bool operator==(const CompileSpec& a, const CompileSpec& b) {
+    return a.amp_enabled == b.amp_enabled && a.max_sample_resolution == b.max_sample_resolution &&
+           a.actual_resolution == b.actual_resolution && a.batch_size == b.batch_size &&
+           a.num_color_channels == b.num_color_channels && a.freeze_first_layer == b.freeze_first_layer;
+  }
+};
+
+enum class Variant : std::uint8_t { TRAIN_BASE, TRAIN_LAST, TRAIN_LOWRES, TRAIN_LOWRES_LAST, VAL_BASE, VAL_LAST };
+constexpr int kVariants = 6;
+const char* variant_name(Variant v);  ///< "train_base", ...
+constexpr bool is_train_variant(Variant v) { return static_cast<int>(v) < 4; }
+
+/// The training configuration the variants come from.
+struct TrainConfig {
+  std::int64_t dataset_size = 60000;
+  std::int64_t batch = 256;
+  std::int64_t start_resolution = 0;  ///< progressive resize starts here; 0 = end_resolution
+  std::int64_t end_resolution = 0;    ///< 0 = the model's resolution
+  std::int64_t val_size = 10000;
+  std::int64_t val_batch = 0;  ///< 0 = batch
+  OptimizerKind optimizer = OptimizerKind::MOMENTUM;
+  bool ema = false;
+  bool amp = false;
+  bool freeze_first_layer = false;
+  friend bool operator==(const TrainConfig& a, const TrainConfig& b) {
+    return a.dataset_size == b.dataset_size && a.batch == b.batch && a.start_resolution == b.start_resolution &&
+           a.end_resolution == b.end_resolution && a.val_size == b.val_size && a.val_batch == b.val_batch &&
+           a.optimizer == b.optimizer && a.ema == b.ema && a.amp == b.amp && a.freeze_first_layer == b.freeze_first_layer;
+  }
+};
+
+/// The six specs, in Variant order. `model_resolution` fills end_resolution = 0; channels = data buffer channels.
+std::vector<CompileSpec> derive_variant_specs(const TrainConfig& cfg, std::int64_t model_resolution,
+                                              std::int64_t channels);
+
+}  // namespace renaissance::plan

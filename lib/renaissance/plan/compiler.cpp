@@ -1,0 +1,623 @@
+// The compiler's five phases (DESIGN §4): derive shapes, max slots, memory plans, graphs, sharing.
+#include <renaissance/core/error.h>
+#include <renaissance/plan/compiler.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+
+namespace renaissance::plan {
+
+namespace {
+
+constexpr int kData = -1;  // feature key of the data buffer
+
+std::string full_name(const LoweredLayer& l, const std::string& local) { return l.layer.name + "." + local; }
+
+bool is_fused_owner(const ArchPlan& arch, int owner) {
+  return owner >= 0 && is_fused(arch.layers[static_cast<std::size_t>(owner)].kind);
+}
+
+/// Forward data chain over the lowered layers: which feature each layer reads and writes.
+struct Chain {
+  std::vector<int> x, x2, y;  // feature keys (index of the owning lowered layer, or kData)
+};
+
+Chain forward_chain(const std::vector<LoweredLayer>& layers) {
+  const LayerRegistry& reg = LayerRegistry::instance();
+  Chain c;
+  const std::size_t n = layers.size();
+  c.x.assign(n, kData);
+  c.x2.assign(n, kData);
+  c.y.assign(n, kData);
+  struct Open {
+    int block_in, shortcut_out;
+  };
+  std::vector<Open> open;
+  int cur = kData;
+  for (std::size_t i = 0; i < n; ++i) {
+    const LayerKind k = layers[i].layer.kind;
+    c.x[i] = cur;
+    if (k == LayerKind::Add2Start) {
+      open.push_back({cur, kData});
+    } else if (k == LayerKind::Add2ShortcutEnd) {
+      open.back().shortcut_out = cur;
+      cur = open.back().block_in;
+    } else if (k == LayerKind::Add2End) {
+      c.x2[i] = open.back().shortcut_out;
+      open.pop_back();
+      cur = static_cast<int>(i);
+    } else if (!reg.get(k).pass_through) {
+      cur = static_cast<int>(i);
+    }
+    c.y[i] = cur;
+  }
+  return c;
+}
+
+/// Everything graph building needs, shared by the phases below.
+struct Build {
+  const ArchPlan& arch;
+  const TrainConfig& cfg;
+  std::vector<Compiler::VariantTensors>& vt;  // per variant
+  std::vector<MemoryPlan>& plans;
+  const std::vector<LoweredLayer>& layers;   // variant 0's shapes
+  Chain chain;
+  BaselineIds base;
+  std::vector<LayerIds> ids;                 // per lowered layer (x/y filled per data buffer at emission)
+  std::vector<TensorId> feature;             // per lowered layer: its "y" tensor or kNoTensor
+  std::size_t first_end = 0;                 // lowered layers [0, first_end) are the first ArchLayer
+  int grad_slots = 0;
+
+  DType act() const { return cfg.amp ? DType::F16 : DType::F32; }
+  TensorId feat(int key, TensorId data) const { return key == kData ? data : feature[static_cast<std::size_t>(key)]; }
+
+  LayerIds layer_ids(std::size_t i, TensorId data) const {
+    LayerIds l = ids[i];
+    l.x = feat(chain.x[i], data);
+    l.x2 = chain.x2[i] == kData ? kNoTensor : feat(chain.x2[i], data);
+    l.y = feature[i] != kNoTensor ? feature[i] : l.x;
+    return l;
+  }
+};
+
+// ---- gradient slots -------------------------------------------------------------------------
+
+/// The backward walk: assigns each feature's gradient to one of <= 4 reusable slots (reference-counted,
+/// so both branches of a residual add share dy without a copy) and emits the backward nodes.
+class GradWalker {
+ public:
+  GradWalker(Build& b, bool emit) : m_b(b), m_emit(emit) {}
+
+  int max_slots() const { return m_max_used; }
+
+  // Backward of lowered layers [begin, end) in reverse; `data` is the data buffer for the first layer.
+  void run(std::size_t begin, std::size_t end, TensorId data, std::vector<std::pair<int, Node>>* out) {
+    const LayerRegistry& reg = LayerRegistry::instance();
+    for (std::size_t ii = end; ii-- > begin;) {
+      const LoweredLayer& L = m_b.layers[ii];
+      const LayerKind k = L.layer.kind;
+      const int i = static_cast<int>(ii);
+      const BuildFlags flags{m_b.cfg.amp, false};
+      if (k == LayerKind::Add2End) {
+        if (!has(i)) continue;
+        const TensorId dy = view(i);
+        for (int key : {m_b.chain.x[ii], m_b.chain.x2[ii]}) {
+          if (key == kData) continue;  // a residual add straight off the data buffer has nothing to feed
+          if (has(key)) {
+            const TensorId dst = unshare(key, L.owner, out);
+            push(out, L.owner, tag(compute_node(OpKind::ACCUMULATE, {dy}, {dst}), L));
+          } else {
+            share(key, i);
+          }
+        }
+        release(i);
+        continue;
+      }
+      const LayerDescriptor& d = reg.get(k);
+      const bool loss = k == LayerKind::SoftmaxCE;
+      if (d.pass_through && !loss) continue;
+      if (!loss && !has(i)) continue;  // nothing downstream needs this layer's gradient
+      const TensorId dy = loss ? kNoTensor : view(i);
+      const int xk = m_b.chain.x[ii];
+      TensorId dx = kNoTensor;
+      bool acc = false;
+      if (xk != kData) {
+        if (has(xk)) {
+          dx = unshare(xk, L.owner, out);
+          acc = true;
+        } else {
+          dx = fresh(xk);
+        }
+      }
+      if (m_emit)
+        for (Node& n : d.build_backward(L.layer, m_b.layer_ids(ii, data), dy, dx, acc, flags)) push(out, L.owner, n);
+      if (!loss) release(i);
+    }
+  }
+
+ private:
+  bool has(int key) const { return m_slot_of.count(key) > 0; }
+  TensorId view(int key) const { return m_emit ? m_view_of.at(key) : kNoTensor; }
+
+  int alloc_slot() {
+    for (int s = 0; s < kMaxGradSlots; ++s)
+      if (m_ref[static_cast<std::size_t>(s)] == 0) {
+        m_max_used = std::max(m_max_used, s + 1);
+        return s;
+      }
+    RN_FAIL("the backward pass needs more than {} live gradient slots (hint: nested residual branches)",
+            kMaxGradSlots);
+  }
+
+  TensorId make_view(int key, int slot) {
+    if (!m_emit) return kNoTensor;
+    // Views are named per (feature, slot): the A and B first-layer walks reuse the same views.
+    const TensorId fid = m_b.feature[static_cast<std::size_t>(key)];
+    const std::string name = fmt::format("{}.grad@{}", m_b.plans[0].tensor(fid).name, slot);
+    if (const TensorId id = m_b.plans[0].find(name); id != kNoTensor) return id;
+    TensorId id = kNoTensor;
+    for (MemoryPlan& plan : m_b.plans) {
+      const DTensor& f = plan.tensor(fid);
+      id = plan.alias_grad_slot(name, slot, f.shape, f.dtype);
+    }
+    return id;
+  }
+
+  TensorId fresh(int key) {
+    const int s = alloc_slot();
+    m_ref[static_cast<std::size_t>(s)] = 1;
+    m_slot_of[key] = s;
+    return m_view_of[key] = make_view(key, s);
+  }
+
+  void share(int key, int from) {
+    const int s = m_slot_of.at(from);
+    ++m_ref[static_cast<std::size_t>(s)];
+    m_slot_of[key] = s;
+    m_view_of[key] = make_view(key, s);
+  }
+
+  // Before accumulating into a key's gradient, make sure no other live key shares its slot.
+  TensorId unshare(int key, int owner, std::vector<std::pair<int, Node>>* out) {
+    const int s = m_slot_of.at(key);
+    if (m_ref[static_cast<std::size_t>(s)] == 1) return view(key);
+    const TensorId old = view(key);
+    --m_ref[static_cast<std::size_t>(s)];
+    const TensorId now = fresh(key);
+    push(out, owner, compute_node(OpKind::COPY, {old}, {now}));
+    return now;
+  }
+
+  void release(int key) {
+    const int s = m_slot_of.at(key);
+    --m_ref[static_cast<std::size_t>(s)];
+    m_slot_of.erase(key);
+    m_view_of.erase(key);
+  }
+
+  Node tag(Node n, const LoweredLayer& L) const {
+    n.layer_kind = L.layer.kind;
+    return n;
+  }
+  void push(std::vector<std::pair<int, Node>>* out, int owner, Node n) {
+    if (m_emit && out) out->emplace_back(owner, std::move(n));
+  }
+
+  Build& m_b;
+  bool m_emit;
+  std::map<int, int> m_slot_of;
+  std::map<int, TensorId> m_view_of;
+  std::array<int, kMaxGradSlots> m_ref{};
+  int m_max_used = 0;
+};
+
+// ---- node grouping ------------------------------------------------------------------------------
+
+/// Wraps consecutive nodes of one fused layer into a single FUSED_* node carrying them as sub-nodes.
+std::vector<Node> group(const ArchPlan& arch, std::vector<std::pair<int, Node>> nodes, OpKind fused_op) {
+  std::vector<Node> out;
+  for (std::size_t i = 0; i < nodes.size();) {
+    const int owner = nodes[i].first;
+    if (!is_fused_owner(arch, owner)) {
+      nodes[i].second.layer_index = owner;
+      out.push_back(std::move(nodes[i].second));
+      ++i;
+      continue;
+    }
+    const ArchLayer& L = arch.layers[static_cast<std::size_t>(owner)];
+    Node f = compute_node(fused_op, {}, {}, L.params);
+    f.layer_kind = L.kind;
+    f.layer_index = owner;
+    for (; i < nodes.size() && nodes[i].first == owner; ++i) {
+      Node& s = nodes[i].second;
+      s.layer_index = owner;
+      for (TensorId t : s.inputs)
+        if (t != kNoTensor && std::find(f.inputs.begin(), f.inputs.end(), t) == f.inputs.end()) f.inputs.push_back(t);
+      for (TensorId t : s.outputs)
+        if (t != kNoTensor && std::find(f.outputs.begin(), f.outputs.end(), t) == f.outputs.end()) f.outputs.push_back(t);
+      f.sub.push_back(std::move(s));
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+void add_all(ComputationGraph& g, GraphId id, std::vector<Node> nodes) {
+  for (Node& n : nodes) g.add(id, std::move(n));
+}
+
+}  // namespace
+
+// ---- phases ---------------------------------------------------------------------------------------
+
+std::vector<LoweredLayer> Compiler::lower(const ArchPlan& arch) {
+  std::vector<LoweredLayer> out;
+  for (std::size_t i = 0; i < arch.layers.size(); ++i)
+    for (ArchLayer& part : lower_layer(arch.layers[i])) out.push_back({std::move(part), static_cast<int>(i)});
+  return out;
+}
+
+std::vector<Compiler::VariantTensors> Compiler::derive_all_shapes(const std::vector<LoweredLayer>& lowered,
+                                                                  const std::vector<CompileSpec>& specs,
+                                                                  const ArchPlan& arch) {
+  const LayerRegistry& reg = LayerRegistry::instance();
+  std::vector<VariantTensors> all;
+  for (std::size_t v = 0; v < specs.size(); ++v) {
+    const CompileSpec& s = specs[v];
+    const std::string ctx = fmt::format("variant '{}' (batch {}, {}x{})", variant_name(static_cast<Variant>(v)),
+                                        s.batch_size, s.actual_resolution, s.actual_resolution);
+    VariantTensors vt;
+    std::vector<ArchLayer> layers;
+    for (const LoweredLayer& l : lowered) layers.push_back(l.layer);
+    try {
+      steps::infer_shapes(layers, Shape{s.batch_size, s.actual_resolution, s.actual_resolution, arch.input.c});
+    } catch (const Error& e) {
+      throw e.with_context(ctx);
+    }
+    InferContext ictx{s.amp_enabled, s.amp_enabled ? DType::F16 : DType::F32, false};
+    for (std::size_t i = 0; i < lowered.size(); ++i) {
+      vt.layers.push_back({layers[i], lowered[i].owner});
+      ictx.first_layer = layers[i].is_first_layer;
+      vt.tensors.push_back(reg.get(layers[i].kind).infer_tensors(layers[i], layers[i].in_shape, layers[i].out_shape, ictx));
+    }
+    all.push_back(std::move(vt));
+  }
+  // Cross-variant consistency: one topology, so the same tensors (shapes may differ).
+  for (std::size_t v = 1; v < all.size(); ++v)
+    for (std::size_t i = 0; i < lowered.size(); ++i) {
+      const LayerTensors& a = all[0].tensors[i];
+      const LayerTensors& b = all[v].tensors[i];
+      const std::string ctx = fmt::format("layer '{}', variant '{}'", lowered[i].layer.name,
+                                          variant_name(static_cast<Variant>(v)));
+      RN_CHECK_CTX(a.params.size() == b.params.size() && a.tensors.size() == b.tensors.size(), ctx,
+                   "tensor count differs from train_base ({}+{} vs {}+{})", a.params.size(), a.tensors.size(),
+                   b.params.size(), b.tensors.size());
+      for (std::size_t t = 0; t < a.params.size(); ++t)
+        RN_CHECK_CTX(a.params[t].name == b.params[t].name && a.params[t].kind == b.params[t].kind &&
+                         a.params[t].shape == b.params[t].shape,
+                     ctx, "parameter '{}' differs from train_base", a.params[t].name);
+      for (std::size_t t = 0; t < a.tensors.size(); ++t)
+        RN_CHECK_CTX(a.tensors[t].name == b.tensors[t].name && a.tensors[t].region == b.tensors[t].region &&
+                         a.tensors[t].dtype == b.tensors[t].dtype,
+                     ctx, "tensor '{}' differs from train_base in name, region or dtype", a.tensors[t].name);
+    }
+  return all;
+}
+
+CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
+  RN_CHECK(arch.amp == cfg.amp, "the arch plan was built with amp={} but the training config says amp={}", arch.amp,
+           cfg.amp);
+  RN_CHECK(!arch.layers.empty() && arch.layers.back().kind == LayerKind::SoftmaxCE,
+           "the arch plan must end in SoftmaxCE (build it with ArchPlan::build)");
+  CompiledPlan out;
+  out.arch = arch;
+  out.config = cfg;
+  out.specs = derive_variant_specs(cfg, arch.input.h, arch.input.c);
+  const std::vector<LoweredLayer> lowered = lower(arch);
+
+  // Phase 1: shapes and tensors per variant.
+  std::vector<VariantTensors> vt = derive_all_shapes(lowered, out.specs, arch);
+
+  // Phase 2: max slot per (layer, tensor) over variants.
+  const std::size_t nv = vt.size();
+  auto max_slot = [&](std::size_t layer, std::size_t t) {
+    std::int64_t m = 0;
+    for (std::size_t v = 0; v < nv; ++v) {
+      const TensorDesc& d = vt[v].tensors[layer].tensors[t];
+      m = std::max(m, compute_slot_bytes(d.shape, d.dtype, d.region));
+    }
+    return m;
+  };
+
+  // Phase 3: memory plans, allocated in the same order with the same slots, so ids and offsets agree.
+  out.memory.clear();
+  for (std::size_t v = 0; v < nv; ++v) out.memory.emplace_back(variant_name(static_cast<Variant>(v)));
+  const DType act = cfg.amp ? DType::F16 : DType::F32;
+  auto each = [&](auto&& fn) {
+    TensorId id = kNoTensor;
+    for (std::size_t v = 0; v < nv; ++v) {
+      const TensorId got = fn(out.memory[v], out.specs[v], v);
+      RN_CHECK(v == 0 || got == id, "internal: tensor ids diverge between variants");
+      id = got;
+    }
+    return id;
+  };
+  auto baseline = [&](Region r, const char* name, auto shape_of, DType t) {
+    std::int64_t slot = 0;
+    for (std::size_t v = 0; v < nv; ++v) slot = std::max(slot, compute_slot_bytes(shape_of(out.specs[v]), t, r));
+    return each([&](MemoryPlan& p, const CompileSpec& s, std::size_t) { return p.alloc_other(r, name, shape_of(s), t, slot); });
+  };
+  const std::int64_t C = arch.input.c;
+  auto batch_vec = [](const CompileSpec& s) { return Shape{s.batch_size, 1, 1, 1}; };
+  auto data_shape = [C](const CompileSpec& s) { return Shape{s.batch_size, s.actual_resolution, s.actual_resolution, C}; };
+  auto fixed = [](std::int64_t c) { return [c](const CompileSpec&) { return Shape{1, 1, 1, c}; }; };
+  BaselineIds& B = out.baseline;
+  B.labels_a = baseline(Region::I_A_LABEL, "input.a.labels", batch_vec, DType::I32);
+  B.data_a = baseline(Region::I_A_DATA, "input.a.data", data_shape, act);
+  B.labels_b = baseline(Region::I_B_LABEL, "input.b.labels", batch_vec, DType::I32);
+  B.data_b = baseline(Region::I_B_DATA, "input.b.data", data_shape, act);
+  B.hyper = baseline(Region::S_SCALAR_FP32, "scalars.hyper", fixed(kHyperSlots), DType::F32);
+  B.loss_scale = baseline(Region::S_SCALAR_FP32, "scalars.loss_scale", fixed(kLossScaleSlots), DType::F32);
+  B.nan_flag = baseline(Region::S_SCALAR_INT32, "scalars.nan_flag", fixed(1), DType::I32);
+  B.step = baseline(Region::S_SCALAR_INT32, "scalars.step", fixed(2), DType::I32);
+  B.labels = baseline(Region::T_TEMP_INT32, "labels", batch_vec, DType::I32);
+  B.result = baseline(Region::R_RESULT, "result.step", fixed(kResultSlots), DType::F32);
+  B.predicted = baseline(Region::R_PREDICTED_LABEL, "result.predicted", batch_vec, DType::I32);
+  B.accumulated = baseline(Region::R_RESULT_ACCUMULATED, "result.accumulated", fixed(kResultSlots), DType::F32);
+
+  Build b{arch, cfg, vt, out.memory, vt[0].layers, forward_chain(vt[0].layers), B, {}, {}, 0, 0};
+  b.ids.resize(lowered.size());
+  b.feature.assign(lowered.size(), kNoTensor);
+  const bool twin_amp = cfg.amp;
+  for (std::size_t i = 0; i < lowered.size(); ++i) {
+    const LoweredLayer& L = vt[0].layers[i];
+    LayerIds& ids = b.ids[i];
+    ids.labels = B.labels;
+    ids.hyper = B.hyper;
+    ids.loss_scale = B.loss_scale;
+    ids.result = B.result;
+    for (const ParamDesc& p : vt[0].tensors[i].params) {
+      const std::string n = full_name(L, p.name);
+      ParamIds pi;
+      pi.kind = p.kind;
+      auto one = [&](auto alloc, const std::string& name) {
+        return each([&](MemoryPlan& mp, const CompileSpec&, std::size_t) { return (mp.*alloc)(p.kind, name, p.shape); });
+      };
+      pi.master = one(&MemoryPlan::alloc_master, n);
+      pi.grad = one(&MemoryPlan::alloc_grad, n + ".grad");
+      if (twin_amp && has_fp16_twin(p.kind)) {
+        pi.compute = one(&MemoryPlan::alloc_compute_weight, n + ".fp16");
+        pi.grad16 = one(&MemoryPlan::alloc_grad_fp16, n + ".grad16");
+      }
+      if (cfg.ema) {
+        pi.ema = one(&MemoryPlan::alloc_ema, n + ".ema");
+        if (twin_amp && has_fp16_twin(p.kind)) pi.ema16 = one(&MemoryPlan::alloc_ema_fp16, n + ".ema16");
+      }
+      if (optimizer_has_m(cfg.optimizer)) pi.m = one(&MemoryPlan::alloc_momentum, n + ".m");
+      if (optimizer_has_v(cfg.optimizer)) pi.v = one(&MemoryPlan::alloc_second_moment, n + ".v");
+      if (optimizer_has_n(cfg.optimizer) && has_fp16_twin(p.kind))
+        pi.norm = each([&](MemoryPlan& mp, const CompileSpec&, std::size_t) { return mp.alloc_lars_norm(p.kind, n + ".norm"); });
+      ids.p[p.name] = pi;
+    }
+    for (std::size_t t = 0; t < vt[0].tensors[i].tensors.size(); ++t) {
+      const std::int64_t slot = max_slot(i, t);
+      const TensorDesc& d0 = vt[0].tensors[i].tensors[t];
+      const TensorId id = each([&](MemoryPlan& mp, const CompileSpec&, std::size_t v) {
+        const TensorDesc& d = vt[v].tensors[i].tensors[t];
+        const std::string n = full_name(L, d.name);
+        const RegionFamily f = region_family(d.region);
+        if (d.region == Region::F_FEATURE_FP32 || d.region == Region::F_FEATURE_FP16)
+          return mp.alloc_feature(n, d.shape, d.dtype, slot);
+        if (f == RegionFamily::B) return mp.alloc_bn_stat(d.region, n, d.shape.c);
+        return mp.alloc_other(d.region, n, d.shape, d.dtype, slot);
+      });
+      ids.t[d0.name] = id;
+      if (d0.name == "y") b.feature[i] = id;
+    }
+  }
+  // The first ArchLayer's lowered parts run in FIRST_LAYER_* (they read the A or B data buffer).
+  while (b.first_end < lowered.size() && vt[0].layers[b.first_end].owner == 0) ++b.first_end;
+  {
+    const std::size_t sm = lowered.size() - 1;
+    b.ids[sm].x = b.feat(b.chain.x[sm], B.data_a);
+    B.logits = b.ids[sm].x;
+  }
+
+  // Phase 4a: a dry backward walk counts the gradient slots; they are sized by the largest feature.
+  const bool train_first = !cfg.freeze_first_layer;
+  {
+    GradWalker dry(b, false);
+    dry.run(b.first_end, lowered.size(), B.data_a, nullptr);
+    if (train_first) dry.run(0, b.first_end, B.data_a, nullptr);
+    b.grad_slots = dry.max_slots();
+  }
+  std::int64_t grad_slot_bytes = 0;
+  std::size_t largest = 0;
+  for (std::size_t v = 0; v < nv; ++v)
+    for (std::size_t i = 0; i < lowered.size(); ++i)
+      if (b.feature[i] != kNoTensor) {
+        const DTensor& f = out.memory[v].tensor(b.feature[i]);
+        const std::int64_t s = compute_slot_bytes(f.shape, f.dtype, act == DType::F16 ? Region::F_GRAD_SLOT_FP16 : Region::F_GRAD_SLOT_FP32);
+        if (s > grad_slot_bytes) {
+          grad_slot_bytes = s;
+          largest = i;
+        }
+      }
+  for (int s = 0; s < b.grad_slots; ++s)
+    each([&](MemoryPlan& mp, const CompileSpec&, std::size_t) {
+      return mp.alloc_grad_slot(s, mp.tensor(b.feature[largest]).shape, act, grad_slot_bytes);
+    });
+
+  // Phase 4b: the train graph.
+  ComputationGraph& T = out.train;
+  const bool amp = cfg.amp;
+  const BuildFlags train_flags{amp, false};
+  const LayerRegistry& reg = LayerRegistry::instance();
+  auto forward = [&](std::size_t begin, std::size_t end, TensorId data, bool inference, bool ema) {
+    std::vector<std::pair<int, Node>> nodes;
+    for (std::size_t i = begin; i < end; ++i) {
+      const LoweredLayer& L = vt[0].layers[i];
+      const LayerDescriptor& d = reg.get(L.layer.kind);
+      const LayerIds ids = b.layer_ids(i, data);
+      const BuildFlags f{amp, ema};
+      for (Node& n : inference ? d.build_inference(L.layer, ids, f) : d.build_forward(L.layer, ids, f))
+        nodes.emplace_back(L.owner, std::move(n));
+    }
+    return group(arch, std::move(nodes), inference ? OpKind::FUSED_INFER : OpKind::FUSED_FWD);
+  };
+  const RegionRange g_all{Region::G_BN_BIAS, Region::G_DEEP_CONV};
+  const RegionRange g16_all{Region::G_FC_WEIGHT_FP16, Region::G_DEEP_CONV_FP16};
+  const RegionRange in_a{Region::I_A_LABEL, Region::I_A_DATA}, in_b{Region::I_B_LABEL, Region::I_B_DATA};
+
+  T.add(GraphId::TRANSFER_A, range_node(RangeOp::H2D_COPY, {}, {in_a}));
+  T.add(GraphId::TRANSFER_B, range_node(RangeOp::H2D_COPY, {}, {in_b}));
+  for (auto [gid, labels, data] : {std::tuple{GraphId::FIRST_LAYER_FWD_A, B.labels_a, B.data_a},
+                                   std::tuple{GraphId::FIRST_LAYER_FWD_B, B.labels_b, B.data_b}}) {
+    T.add(gid, compute_node(OpKind::COPY, {labels}, {B.labels}));
+    add_all(T, gid, forward(0, b.first_end, data, false, false));
+  }
+  add_all(T, GraphId::DEEP_FWD_BWD, forward(b.first_end, lowered.size(), B.data_a, false, false));
+  GradWalker walker(b, true);
+  {
+    std::vector<std::pair<int, Node>> nodes;
+    walker.run(b.first_end, lowered.size(), B.data_a, &nodes);
+    add_all(T, GraphId::DEEP_FWD_BWD, group(arch, std::move(nodes), OpKind::FUSED_BWD));
+  }
+  if (train_first)
+    for (auto [gid, data] : {std::pair{GraphId::FIRST_LAYER_BWD_A, B.data_a}, std::pair{GraphId::FIRST_LAYER_BWD_B, B.data_b}}) {
+      GradWalker w = walker;  // the same gradient state for both data buffers
+      std::vector<std::pair<int, Node>> nodes;
+      w.run(0, b.first_end, data, &nodes);
+      add_all(T, gid, group(arch, std::move(nodes), OpKind::FUSED_BWD));
+    }
+  (void)train_flags;
+
+  T.add(GraphId::ZERO_GRAD, range_node(RangeOp::CLEAR, {}, {g_all}));
+  if (amp) {
+    T.add(GraphId::ZERO_GRAD, range_node(RangeOp::CLEAR, {}, {g16_all}));
+    T.add(GraphId::CAST_G16_TO_G, range_node(RangeOp::CAST_F16_TO_F32, {g16_all}, {{Region::G_FC_WEIGHT, Region::G_DEEP_CONV}}));
+  }
+  T.add(GraphId::DEEP_COMM, range_node(RangeOp::ALLREDUCE_MEAN, {kGradBucketDeep}, {kGradBucketDeep}));
+  T.add(GraphId::FIRST_COMM, range_node(RangeOp::ALLREDUCE_MEAN, {kGradBucketFirst}, {kGradBucketFirst}));
+  T.add(GraphId::NAN_CHECK_AND_GRAD_SCALING, range_node(RangeOp::NAN_CHECK, {g_all}, {}, {B.nan_flag}));
+  if (amp) {
+    T.add(GraphId::NAN_CHECK_AND_GRAD_SCALING, range_node(RangeOp::GRAD_SCALE, {g_all}, {g_all}, {B.loss_scale, B.nan_flag}));
+    T.add(GraphId::NAN_CHECK_AND_GRAD_SCALING, range_node(RangeOp::LOSS_SCALE_UPDATE, {}, {}, {B.loss_scale, B.nan_flag}));
+  }
+  const RegionRange b_next{Region::B_NEXT_MEAN, Region::B_NEXT_VAR}, b_prev{Region::B_PREV_MEAN, Region::B_PREV_VAR};
+  T.add(GraphId::STATS_COMM, range_node(RangeOp::BN_STATS_ALLREDUCE, {b_next}, {b_next}));
+  T.add(GraphId::UPDATE_STATS, range_node(RangeOp::BN_RUNNING_UPDATE, {b_next}, {b_prev}, {B.hyper}));
+
+  // Optimizer: one range op for the bias/BN block (no weight decay) and one for the weight block.
+  const RegionRange w_bias{Region::W_BN_BIAS, Region::W_FC_BIAS}, w_weight{Region::W_FC_WEIGHT, Region::W_DEEP_CONV};
+  const RegionRange g_bias{Region::G_BN_BIAS, Region::G_FC_BIAS}, g_weight{Region::G_FC_WEIGHT, Region::G_DEEP_CONV};
+  const RegionRange m_bias{Region::M_BN_BIAS, Region::M_FC_BIAS}, m_weight{Region::M_FC_WEIGHT, Region::M_DEEP_CONV};
+  const RegionRange v_bias{Region::V_BN_BIAS, Region::V_FC_BIAS}, v_weight{Region::V_FC_WEIGHT, Region::V_DEEP_CONV};
+  const RegionRange n_weight{Region::N_FC_WEIGHT, Region::N_DEEP_CONV};
+  auto opt = [&](RangeOp op, std::vector<RegionRange> in, std::vector<RegionRange> outr, bool wd) {
+    Node n = range_node(op, std::move(in), std::move(outr), {B.hyper, B.nan_flag});
+    n.apply_weight_decay = wd;
+    return n;
+  };
+  switch (cfg.optimizer) {
+    case OptimizerKind::SGD:
+      T.add(GraphId::OPTIMIZER, opt(RangeOp::SGD_UPDATE, {w_bias, g_bias}, {w_bias}, false));
+      T.add(GraphId::OPTIMIZER, opt(RangeOp::SGD_UPDATE, {w_weight, g_weight}, {w_weight}, true));
+      break;
+    case OptimizerKind::MOMENTUM:
+    case OptimizerKind::NESTEROV: {
+      const RangeOp op = cfg.optimizer == OptimizerKind::MOMENTUM ? RangeOp::MOMENTUM_UPDATE : RangeOp::NESTEROV_UPDATE;
+      T.add(GraphId::OPTIMIZER, opt(op, {w_bias, g_bias, m_bias}, {w_bias, m_bias}, false));
+      T.add(GraphId::OPTIMIZER, opt(op, {w_weight, g_weight, m_weight}, {w_weight, m_weight}, true));
+      break;
+    }
+    case OptimizerKind::ADAM:
+    case OptimizerKind::ADAMW: {
+      const RangeOp op = cfg.optimizer == OptimizerKind::ADAM ? RangeOp::ADAM_UPDATE : RangeOp::ADAMW_UPDATE;
+      T.add(GraphId::OPTIMIZER, opt(op, {w_bias, g_bias, m_bias, v_bias}, {w_bias, m_bias, v_bias}, false));
+      T.add(GraphId::OPTIMIZER, opt(op, {w_weight, g_weight, m_weight, v_weight}, {w_weight, m_weight, v_weight}, true));
+      break;
+    }
+    case OptimizerKind::LARS:
+      T.add(GraphId::LARS_NORM_OPT, opt(RangeOp::LARS_NORMS, {w_weight, g_weight}, {n_weight}, true));
+      T.add(GraphId::LARS_BIAS_OPT, opt(RangeOp::MOMENTUM_UPDATE, {w_bias, g_bias, m_bias}, {w_bias, m_bias}, false));
+      T.add(GraphId::LARS_WEIGHT_OPT,
+            opt(RangeOp::LARS_UPDATE, {w_weight, g_weight, m_weight, n_weight}, {w_weight, m_weight}, true));
+      break;
+  }
+  if (amp)
+    T.add(GraphId::CAST_W_TO_A, range_node(RangeOp::CAST_F32_TO_F16, {{Region::W_FC_WEIGHT, Region::W_DEEP_CONV}},
+                                           {{Region::A_FC_WEIGHT, Region::A_DEEP_CONV}}));
+  const RegionRange w_all{Region::W_BN_BIAS, Region::W_DEEP_CONV}, e_all{Region::E_BN_BIAS, Region::E_DEEP_CONV};
+  if (cfg.ema) {
+    T.add(GraphId::EMA_UPDATE, range_node(RangeOp::EMA_UPDATE, {w_all}, {e_all}, {B.hyper, B.nan_flag}));
+    T.add(GraphId::EMA_SWITCH, range_node(RangeOp::EMA_SWITCH, {e_all}, {w_all}));
+  }
+  const RegionRange r_step{Region::R_RESULT, Region::R_RESULT};
+  const RegionRange r_acc{Region::R_RESULT_ACCUMULATED, Region::R_RESULT_ACCUMULATED};
+  auto metrics = [&](ComputationGraph& g, GraphId gid, TensorId labels) {
+    g.add(gid, compute_node(OpKind::METRICS, {B.logits, labels}, {B.result, B.predicted}));
+    g.add(gid, range_node(RangeOp::METRIC_ACCUMULATE, {r_step}, {r_acc}));
+  };
+  metrics(T, GraphId::ACCUM_METRICS_TRAIN, B.labels);
+  T.add(GraphId::TRAIN_RESULT_COMM, range_node(RangeOp::ALLREDUCE_SUM, {r_acc}, {r_acc}));
+  T.add(GraphId::CLEAR_METRICS, range_node(RangeOp::CLEAR, {}, {r_acc}));
+
+  // Phase 4c: the inference graph (validation variants have only this one).
+  ComputationGraph& I = out.inference;
+  I.add(GraphId::TRANSFER_A, range_node(RangeOp::H2D_COPY, {}, {in_a}));
+  I.add(GraphId::TRANSFER_B, range_node(RangeOp::H2D_COPY, {}, {in_b}));
+  for (auto [gid, labels, data, ema] : {std::tuple{GraphId::INF_MAIN_A, B.labels_a, B.data_a, false},
+                                        std::tuple{GraphId::INF_MAIN_B, B.labels_b, B.data_b, false},
+                                        std::tuple{GraphId::INF_EMA_A, B.labels_a, B.data_a, true},
+                                        std::tuple{GraphId::INF_EMA_B, B.labels_b, B.data_b, true}}) {
+    if (ema && !cfg.ema) continue;
+    I.add(gid, compute_node(OpKind::COPY, {labels}, {B.labels}));
+    add_all(I, gid, forward(0, lowered.size(), data, true, ema));
+  }
+  if (cfg.ema && amp)
+    I.add(GraphId::CAST_E_TO_E16, range_node(RangeOp::CAST_F32_TO_F16, {{Region::E_FC_WEIGHT, Region::E_DEEP_CONV}},
+                                             {{Region::E_FC_WEIGHT_FP16, Region::E_DEEP_CONV_FP16}}));
+  metrics(I, GraphId::ACCUM_METRICS_VAL_A, B.labels_a);
+  metrics(I, GraphId::ACCUM_METRICS_VAL_B, B.labels_b);
+  I.add(GraphId::VAL_RESULT_COMM, range_node(RangeOp::ALLREDUCE_SUM, {r_acc}, {r_acc}));
+  I.add(GraphId::CLEAR_METRICS, range_node(RangeOp::CLEAR, {}, {r_acc}));
+  // UPDATE_BN_INF_PARAMS stays empty until BN is folded into the next conv (W_EQ_* regions, DESIGN §11).
+
+  // Phase 5: finalize every variant and check that they share one layout.
+  for (MemoryPlan& p : out.memory) p.finalize();
+  for (std::size_t v = 1; v < nv; ++v) {
+    const auto& a = out.memory[0].tensors();
+    const auto& c = out.memory[v].tensors();
+    RN_CHECK(a.size() == c.size(), "internal: variant '{}' has {} tensors, train_base {}", out.memory[v].variant(),
+             c.size(), a.size());
+    for (std::size_t t = 0; t < a.size(); ++t)
+      RN_CHECK(a[t].offset == c[t].offset && a[t].name == c[t].name && a[t].slot_bytes == c[t].slot_bytes,
+               "internal: tensor '{}' has offset {} in train_base but {} in '{}'", a[t].name, a[t].offset, c[t].offset,
+               out.memory[v].variant());
+  }
+  out.hash = content_hash(out);
+  return out;
+}
+
+std::int64_t CompiledPlan::arena_bytes() const {
+  std::int64_t m = 0;
+  for (const MemoryPlan& p : memory) m = std::max(m, p.total_bytes());
+  return m;
+}
+
+bool operator==(const CompiledPlan& a, const CompiledPlan& b) {
+  auto same_base = [](const BaselineIds& x, const BaselineIds& y) {
+    return x.labels_a == y.labels_a && x.data_a == y.data_a && x.labels_b == y.labels_b && x.data_b == y.data_b &&
+           x.hyper == y.hyper && x.loss_scale == y.loss_scale && x.nan_flag == y.nan_flag && x.step == y.step &&
+           x.labels == y.labels && x.result == y.result && x.predicted == y.predicted &&
+           x.accumulated == y.accumulated && x.logits == y.logits;
+  };
+  return a.arch == b.arch && a.config == b.config && a.specs == b.specs && a.memory == b.memory && a.train == b.train &&
+         a.inference == b.inference && same_base(a.baseline, b.baseline) && a.hash == b.hash;
+}
+
+}  // namespace renaissance::plan

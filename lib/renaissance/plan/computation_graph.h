@@ -1,0 +1,109 @@
+// ComputationGraph: COMPUTE and RANGE nodes bucketed by GraphId (DESIGN §6). Nodes hold no shapes:
+// a node's tensor ids resolve through the variant's MemoryPlan, so one graph serves every variant.
+#pragma once
+
+#include <renaissance/core/dtensor.h>
+#include <renaissance/core/region.h>
+#include <renaissance/plan/arch_plan.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace renaissance::plan {
+
+#define RN_GRAPH_IDS(X)                                                                            \
+  X(TRANSFER_A) X(TRANSFER_B) X(FIRST_LAYER_FWD_A) X(FIRST_LAYER_FWD_B) X(DEEP_FWD_BWD) X(ZERO_GRAD) \
+  X(FIRST_LAYER_BWD_A) X(FIRST_LAYER_BWD_B) X(FIRST_COMM) X(DEEP_COMM) X(CAST_W_TO_A)               \
+  X(CAST_G16_TO_G) X(CAST_E_TO_E16) X(NAN_CHECK_AND_GRAD_SCALING) X(STATS_COMM) X(UPDATE_STATS)     \
+  X(OPTIMIZER) X(EMA_UPDATE) X(INF_MAIN_A) X(INF_MAIN_B) X(INF_EMA_A) X(INF_EMA_B)                  \
+  X(ACCUM_METRICS_TRAIN) X(ACCUM_METRICS_VAL_A) X(ACCUM_METRICS_VAL_B) X(TRAIN_RESULT_COMM)         \
+  X(VAL_RESULT_COMM) X(CLEAR_METRICS) X(LARS_NORM_OPT) X(LARS_BIAS_OPT) X(LARS_WEIGHT_OPT)          \
+  X(UPDATE_BN_INF_PARAMS) X(EMA_SWITCH)
+
+enum class GraphId : std::uint8_t {
+#define RN_GID_ENUM(name) name,
+  RN_GRAPH_IDS(RN_GID_ENUM)
+#undef RN_GID_ENUM
+  COUNT
+};
+constexpr int kGraphIds = static_cast<int>(GraphId::COUNT);
+static_assert(kGraphIds == 33, "DESIGN §6 has 33 GraphId buckets");
+const char* graph_id_name(GraphId g);
+
+/// COMPUTE ops: one per layer pass. Fused layers use FUSED_* with their plain decomposition as sub-nodes.
+#define RN_OP_KINDS(X)                                                                                    \
+  X(CONV_FWD) X(CONV_BWD_DATA) X(CONV_BWD_FILTER) X(BN_FWD_TRAIN) X(BN_FWD_INFER) X(BN_BWD) X(RELU_FWD)    \
+  X(RELU_BWD) X(TANH_FWD) X(TANH_BWD) X(MAXPOOL_FWD) X(MAXPOOL_BWD) X(GAP_FWD) X(GAP_BWD) X(FLATTEN_FWD)   \
+  X(FLATTEN_BWD) X(FC_FWD) X(FC_BWD_DATA) X(FC_BWD_WEIGHT) X(SOFTMAX_CE_FWD) X(SOFTMAX_CE_BWD)             \
+  X(CHANNEL_PAD_FWD) X(CHANNEL_PAD_BWD) X(ADD2_FWD) X(COPY) X(ACCUMULATE) X(METRICS) X(FUSED_FWD)         \
+  X(FUSED_BWD) X(FUSED_INFER)
+enum class OpKind : std::uint8_t {
+#define RN_OP_ENUM(name) name,
+  RN_OP_KINDS(RN_OP_ENUM)
+#undef RN_OP_ENUM
+  COUNT
+};
+const char* op_kind_name(OpKind k);
+
+/// RANGE ops: one kernel over a whole region range, however many layers the model has.
+#define RN_RANGE_OPS(X)                                                                                    \
+  X(H2D_COPY) X(CLEAR) X(D2D_COPY) X(CAST_F32_TO_F16) X(CAST_F16_TO_F32) X(SGD_UPDATE) X(MOMENTUM_UPDATE)   \
+  X(NESTEROV_UPDATE) X(ADAM_UPDATE) X(ADAMW_UPDATE) X(LARS_NORMS) X(LARS_UPDATE) X(EMA_UPDATE)             \
+  X(EMA_SWITCH) X(BN_STATS_ALLREDUCE) X(BN_RUNNING_UPDATE) X(ALLREDUCE_MEAN) X(ALLREDUCE_SUM) X(NAN_CHECK) \
+  X(GRAD_SCALE) X(LOSS_SCALE_UPDATE) X(METRIC_ACCUMULATE)
+enum class RangeOp : std::uint8_t {
+#define RN_ROP_ENUM(name) name,
+  RN_RANGE_OPS(RN_ROP_ENUM)
+#undef RN_ROP_ENUM
+  COUNT
+};
+const char* range_op_name(RangeOp k);
+
+enum class NodeType : std::uint8_t { COMPUTE, RANGE };
+
+struct Node {
+  NodeType type = NodeType::COMPUTE;
+  // COMPUTE
+  OpKind op = OpKind::COPY;
+  LayerKind layer_kind = LayerKind::Identity;  ///< the layer this node belongs to (fused kind for FUSED_*)
+  std::int32_t layer_index = -1;               ///< index into ArchPlan::layers, -1 for none
+  LayerParams params;
+  bool accumulate = false;  ///< outputs are added to (dx of a residual branch, weight gradients)
+  std::vector<TensorId> inputs, outputs;
+  std::vector<Node> sub;  ///< FUSED_*: the plain decomposition, which the CPU backend runs
+  // RANGE
+  RangeOp range_op = RangeOp::CLEAR;
+  std::vector<RegionRange> input_ranges, output_ranges;
+  bool apply_weight_decay = false;  ///< optimizer on the weight block (true) or the bias/BN block (false)
+
+  friend bool operator==(const Node& a, const Node& b);
+  friend bool operator!=(const Node& a, const Node& b) { return !(a == b); }
+};
+
+class ComputationGraph {
+ public:
+  explicit ComputationGraph(std::string name = {}) : m_name(std::move(name)) {}
+  void add(GraphId g, Node n) { m_buckets[static_cast<std::size_t>(g)].push_back(std::move(n)); }
+  const std::vector<Node>& bucket(GraphId g) const { return m_buckets[static_cast<std::size_t>(g)]; }
+  std::vector<Node>& mutable_bucket(GraphId g) { return m_buckets[static_cast<std::size_t>(g)]; }
+  bool has(GraphId g) const { return !bucket(g).empty(); }
+  std::size_t node_count() const;
+  const std::string& name() const { return m_name; }
+  friend bool operator==(const ComputationGraph& a, const ComputationGraph& b) {
+    return a.m_name == b.m_name && a.m_buckets == b.m_buckets;
+  }
+  friend bool operator!=(const ComputationGraph& a, const ComputationGraph& b) { return !(a == b); }
+
+ private:
+  std::string m_name;
+  std::array<std::vector<Node>, kGraphIds> m_buckets;
+};
+
+// Node builders.
+Node compute_node(OpKind op, std::vector<TensorId> in, std::vector<TensorId> out, LayerParams params = NoParams{});
+Node range_node(RangeOp op, std::vector<RegionRange> in, std::vector<RegionRange> out,
+                std::vector<TensorId> scalar_inputs = {});
+
+}  // namespace renaissance::plan

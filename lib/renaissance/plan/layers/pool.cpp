@@ -1,0 +1,60 @@
+// Max-pool (argmax saved for backward), global average pool, flatten (a compacting copy).
+#include <renaissance/plan/layer_descriptor.h>
+
+namespace renaissance::plan {
+
+namespace {
+TensorDesc feature(const Shape& s, const InferContext& ctx) {
+  return {"y", s, ctx.act, ctx.act == DType::F16 ? Region::F_FEATURE_FP16 : Region::F_FEATURE_FP32};
+}
+
+LayerDescriptor simple(LayerKind kind, OpKind fwd_op, OpKind bwd_op) {
+  LayerDescriptor d;
+  d.kind = kind;
+  d.infer_tensors = [](const ArchLayer&, const Shape&, const Shape& out, const InferContext& ctx) {
+    return LayerTensors{{}, {feature(out, ctx)}};
+  };
+  auto fwd = [fwd_op](const ArchLayer& l, const LayerIds& ids, const BuildFlags&) {
+    return std::vector<Node>{layer_node(fwd_op, l, {ids.x}, {ids.y})};
+  };
+  d.build_forward = fwd;
+  d.build_inference = fwd;
+  d.build_backward = [bwd_op](const ArchLayer& l, const LayerIds& ids, TensorId dy, TensorId dx, bool acc,
+                              const BuildFlags&) {
+    std::vector<Node> v;
+    if (dx == kNoTensor) return v;
+    Node n = layer_node(bwd_op, l, {dy}, {dx});
+    n.accumulate = acc;
+    v.push_back(n);
+    return v;
+  };
+  return d;
+}
+}  // namespace
+
+void register_pool_layers(LayerRegistry& r) {
+  LayerDescriptor mp;
+  mp.kind = LayerKind::MaxPool;
+  mp.infer_tensors = [](const ArchLayer&, const Shape&, const Shape& out, const InferContext& ctx) {
+    return LayerTensors{{}, {feature(out, ctx), {"argmax", out, DType::I32, Region::T_TEMP_INT32}}};
+  };
+  auto fwd = [](const ArchLayer& l, const LayerIds& ids, const BuildFlags&) {
+    return std::vector<Node>{layer_node(OpKind::MAXPOOL_FWD, l, {ids.x}, {ids.y, ids.tensor("argmax")})};
+  };
+  mp.build_forward = fwd;
+  mp.build_inference = fwd;
+  mp.build_backward = [](const ArchLayer& l, const LayerIds& ids, TensorId dy, TensorId dx, bool acc,
+                         const BuildFlags&) {
+    std::vector<Node> v;
+    if (dx == kNoTensor) return v;
+    Node n = layer_node(OpKind::MAXPOOL_BWD, l, {dy, ids.tensor("argmax")}, {dx});
+    n.accumulate = acc;
+    v.push_back(n);
+    return v;
+  };
+  r.add(std::move(mp));
+  r.add(simple(LayerKind::Gap, OpKind::GAP_FWD, OpKind::GAP_BWD));
+  r.add(simple(LayerKind::Flatten, OpKind::FLATTEN_FWD, OpKind::FLATTEN_BWD));
+}
+
+}  // namespace renaissance::plan
