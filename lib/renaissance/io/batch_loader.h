@@ -1,0 +1,85 @@
+// BatchLoader: reads batch k+1 from a DatasetFile on a background thread while the caller consumes batch k,
+// into two host buffers (A/B, like the I_A_*/I_B_* input regions they are copied into).
+#pragma once
+
+#include <renaissance/io/dataset.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace renaissance::io {
+
+/// One batch, valid until the next call to next() (or the loader's destruction).
+struct Batch {
+  const std::uint8_t* images = nullptr;  // [count, H, W, C]
+  const std::int32_t* labels = nullptr;  // [count]
+  std::int64_t count = 0;
+  std::int64_t index = 0;           // batch number within the epoch
+  std::int64_t first_position = 0;  // position in `order` of the first sample (= index * batch_size)
+};
+
+/// Runs on the loader thread on each freshly read batch (augmentation). `first_position` is the position in the
+/// epoch order of images[0], so a counter-based RNG keyed by (seed, epoch, position) is independent of threads.
+using BatchTransform =
+    std::function<void(std::uint8_t* images, std::int32_t* labels, std::int64_t count, std::int64_t first_position)>;
+
+/// Caller-owned buffers (e.g. pinned host memory for H2D); each must hold batch_size samples.
+struct BatchBuffers {
+  std::uint8_t* images[2] = {nullptr, nullptr};
+  std::int32_t* labels[2] = {nullptr, nullptr};
+};
+
+class BatchLoader {
+ public:
+  /// `order` lists the sample indices of the epoch in the order to deliver them (the caller shuffles, so the
+  /// sequence is deterministic). `file` must outlive the loader. The thread starts reading at once.
+  BatchLoader(const DatasetFile& file, Split split, std::int64_t batch_size, std::vector<std::int64_t> order,
+              BatchTransform transform = {}, std::optional<BatchBuffers> buffers = std::nullopt);
+  /// Stops the thread after the read in flight (if any) and joins it; safe mid-epoch.
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  /// The next batch, or nullopt after the last one (a partial last batch is returned, never dropped). Releases
+  /// the previous batch's buffer to the loader. An exception raised on the loader thread (read error, transform)
+  /// is rethrown here, for the batch it happened in and every call after it.
+  std::optional<Batch> next();
+
+  std::int64_t num_batches() const { return m_num_batches; }
+  std::int64_t batch_size() const { return m_batch_size; }
+
+ private:
+  void run();
+  void fill(int slot, std::int64_t batch);
+
+  const DatasetFile& m_file;
+  const Split m_split;
+  const std::int64_t m_batch_size;
+  const std::vector<std::int64_t> m_order;
+  const BatchTransform m_transform;
+  const std::int64_t m_num_batches;
+  const std::int64_t m_sample_bytes;
+
+  std::vector<std::uint8_t> m_own_images[2];
+  std::vector<std::int32_t> m_own_labels[2];
+  std::uint8_t* m_images[2];
+  std::int32_t* m_labels[2];
+
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  std::int64_t m_ready_batch[2] = {-1, -1};  // batch index whose data sits in slot s, -1: slot free
+  std::int64_t m_consumed = 0;               // batches handed out by next()
+  bool m_holding = false;                    // the caller still holds batch m_consumed - 1
+  std::int64_t m_error_batch = -1;           // batch whose read failed
+  std::exception_ptr m_error;
+  bool m_stop = false;
+  std::thread m_thread;
+};
+
+}  // namespace renaissance::io

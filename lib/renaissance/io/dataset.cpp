@@ -1,0 +1,739 @@
+#include <renaissance/io/dataset.h>
+
+#include <renaissance/io/hdf5_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+
+#include <unistd.h>
+
+namespace renaissance::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kRecreateHint =
+    "re-create the file with `renaissance data import ...` or `renaissance data synthetic`";
+
+std::string ds_ctx(const std::string& path, Split s, const char* name) {
+  return fmt::format("{}: dataset '/{}/{}'", path, split_name(s), name);
+}
+
+H5Handle own(hid_t id, H5Handle::CloseFn close) { return H5Handle(id, close); }
+
+std::string describe_type(hid_t t) {
+  const H5T_class_t cls = H5Tget_class(t);
+  const size_t bits = H5Tget_size(t) * 8;
+  switch (cls) {
+    case H5T_INTEGER: return fmt::format("{}int{}", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", bits);
+    case H5T_FLOAT: return fmt::format("float{}", bits);
+    case H5T_STRING: return "string";
+    default: return fmt::format("HDF5 type class {}", static_cast<int>(cls));
+  }
+}
+
+// ---- attributes ----------------------------------------------------------------------------------------------
+
+H5Handle vlen_string_type() {
+  H5Handle t(H5_CHECK(H5Tcopy(H5T_C_S1), "HDF5", "copying the string type"), H5Tclose);
+  H5_CHECK(H5Tset_size(t, H5T_VARIABLE), "HDF5", "making a variable-length string type");
+  H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8), "HDF5", "setting UTF-8");
+  return t;
+}
+
+void write_string_attr(hid_t loc, const char* name, const std::string& value, const std::string& ctx) {
+  H5Handle type = vlen_string_type();
+  H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), ctx, "creating a scalar dataspace"), H5Sclose);
+  H5Handle attr(
+      H5_CHECK(H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT), ctx, "creating attribute '{}'", name),
+      H5Aclose);
+  const char* p = value.c_str();
+  H5_CHECK(H5Awrite(attr, type, &p), ctx, "writing attribute '{}'", name);
+}
+
+void write_string_array_attr(hid_t loc, const char* name, const std::vector<std::string>& values,
+                             const std::string& ctx) {
+  H5Handle type = vlen_string_type();
+  const hsize_t n = values.size();
+  H5Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr), ctx, "creating a dataspace"), H5Sclose);
+  H5Handle attr(
+      H5_CHECK(H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT), ctx, "creating attribute '{}'", name),
+      H5Aclose);
+  std::vector<const char*> ptrs;
+  for (const auto& v : values) ptrs.push_back(v.c_str());
+  H5_CHECK(H5Awrite(attr, type, ptrs.data()), ctx, "writing attribute '{}'", name);
+}
+
+void write_int_attr(hid_t loc, const char* name, int value, const std::string& ctx) {
+  H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), ctx, "creating a scalar dataspace"), H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(loc, name, H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
+                         "creating attribute '{}'", name),
+                H5Aclose);
+  H5_CHECK(H5Awrite(attr, H5T_NATIVE_INT, &value), ctx, "writing attribute '{}'", name);
+}
+
+void write_float_array_attr(hid_t loc, const char* name, const std::vector<float>& values, const std::string& ctx) {
+  const hsize_t n = values.size();
+  H5Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr), ctx, "creating a dataspace"), H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(loc, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
+                         "creating attribute '{}'", name),
+                H5Aclose);
+  H5_CHECK(H5Awrite(attr, H5T_NATIVE_FLOAT, values.data()), ctx, "writing attribute '{}'", name);
+}
+
+struct OpenAttr {
+  H5Handle attr, type, space;
+  hssize_t npoints = 0;
+};
+
+OpenAttr open_attr(hid_t loc, const char* name, const std::string& ctx, bool required = true) {
+  OpenAttr a;
+  const htri_t exists = H5_CHECK(H5Aexists(loc, name), ctx, "looking for attribute '{}'", name);
+  if (!exists) {
+    if (!required) return a;
+    RN_IO_FAIL(ctx, std::string("expected a Renaissance dataset; ") + kRecreateHint, "missing root attribute '{}'",
+               name);
+  }
+  a.attr = own(H5_CHECK(H5Aopen(loc, name, H5P_DEFAULT), ctx, "opening attribute '{}'", name), H5Aclose);
+  a.type = own(H5_CHECK(H5Aget_type(a.attr), ctx, "reading the type of attribute '{}'", name), H5Tclose);
+  a.space = own(H5_CHECK(H5Aget_space(a.attr), ctx, "reading the shape of attribute '{}'", name), H5Sclose);
+  a.npoints = H5_CHECK(H5Sget_simple_extent_npoints(a.space), ctx, "reading the size of attribute '{}'", name);
+  return a;
+}
+
+std::vector<std::string> read_strings(const OpenAttr& a, const char* name, const std::string& ctx) {
+  if (H5Tget_class(a.type) != H5T_STRING)
+    RN_IO_FAIL(ctx, kRecreateHint, "attribute '{}' has type {}, expected string", name, describe_type(a.type));
+  const size_t n = static_cast<size_t>(a.npoints);
+  std::vector<std::string> out;
+  if (H5_CHECK(H5Tis_variable_str(a.type), ctx, "inspecting attribute '{}'", name) > 0) {
+    H5Handle mt = vlen_string_type();
+    H5_CHECK(H5Tset_cset(mt, H5Tget_cset(a.type)), ctx, "matching the character set of '{}'", name);
+    std::vector<char*> ptrs(n, nullptr);
+    H5_CHECK(H5Aread(a.attr, mt, ptrs.data()), ctx, "reading attribute '{}'", name);
+    for (char* p : ptrs) out.emplace_back(p ? p : "");
+#if H5_VERSION_GE(1, 12, 0)
+    H5Treclaim(mt, a.space, H5P_DEFAULT, ptrs.data());
+#else
+    H5Dvlen_reclaim(mt, a.space, H5P_DEFAULT, ptrs.data());
+#endif
+  } else {
+    const size_t sz = H5Tget_size(a.type);
+    std::vector<char> buf(n * sz + 1, '\0');
+    H5_CHECK(H5Aread(a.attr, a.type, buf.data()), ctx, "reading attribute '{}'", name);
+    for (size_t i = 0; i < n; ++i) {
+      std::string s(buf.data() + i * sz, sz);
+      s.erase(std::find(s.begin(), s.end(), '\0'), s.end());  // NULTERM / NULLPAD
+      while (!s.empty() && s.back() == ' ') s.pop_back();     // SPACEPAD
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+long long read_int_attr(hid_t loc, const char* name, const std::string& ctx) {
+  OpenAttr a = open_attr(loc, name, ctx);
+  if (H5Tget_class(a.type) != H5T_INTEGER || a.npoints != 1)
+    RN_IO_FAIL(ctx, kRecreateHint, "attribute '{}' is {} with {} element(s), expected one integer", name,
+               describe_type(a.type), a.npoints);
+  long long v = 0;
+  H5_CHECK(H5Aread(a.attr, H5T_NATIVE_LLONG, &v), ctx, "reading attribute '{}'", name);
+  return v;
+}
+
+std::vector<float> read_float_array_attr(hid_t loc, const char* name, hssize_t expected, const std::string& ctx) {
+  OpenAttr a = open_attr(loc, name, ctx);
+  if (H5Tget_class(a.type) != H5T_FLOAT)
+    RN_IO_FAIL(ctx, kRecreateHint, "attribute '{}' has type {}, expected float", name, describe_type(a.type));
+  if (a.npoints != expected)
+    RN_IO_FAIL(ctx, kRecreateHint, "attribute '{}' has {} element(s), expected {} (one per channel)", name, a.npoints,
+               expected);
+  std::vector<float> v(static_cast<size_t>(expected));
+  H5_CHECK(H5Aread(a.attr, H5T_NATIVE_FLOAT, v.data()), ctx, "reading attribute '{}'", name);
+  return v;
+}
+
+// ---- hyperslab I/O -------------------------------------------------------------------------------------------
+
+/// Selects rows [start, start+count) along dimension 0 of `ds` and reads or writes them from/to `buf`.
+void rows_io(bool write, hid_t ds, hid_t mem_type, std::int64_t start, std::int64_t count, void* buf,
+             const std::string& ctx, const std::string& what) {
+  H5Handle fspace(H5_CHECK(H5Dget_space(ds), ctx, "reading the dataspace"), H5Sclose);
+  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(fspace), ctx, "reading the rank");
+  hsize_t dims[H5S_MAX_RANK], off[H5S_MAX_RANK] = {0};
+  H5_CHECK(H5Sget_simple_extent_dims(fspace, dims, nullptr), ctx, "reading the dimensions");
+  off[0] = static_cast<hsize_t>(start);
+  dims[0] = static_cast<hsize_t>(count);
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off, nullptr, dims, nullptr), ctx, "selecting {}", what);
+  H5Handle mspace(H5_CHECK(H5Screate_simple(rank, dims, nullptr), ctx, "creating a memory dataspace"), H5Sclose);
+  if (write)
+    H5_CHECK(H5Dwrite(ds, mem_type, mspace, fspace, H5P_DEFAULT, buf), ctx, "writing {}", what);
+  else
+    H5_CHECK(H5Dread(ds, mem_type, mspace, fspace, H5P_DEFAULT, buf), ctx, "reading {}", what);
+}
+
+std::string rows_what(std::int64_t start, std::int64_t count, std::int64_t chunk) {
+  if (count == 1)
+    return chunk > 0 ? fmt::format("sample {} (chunk {})", start, start / chunk) : fmt::format("sample {}", start);
+  if (chunk > 0 && start / chunk == (start + count - 1) / chunk)
+    return fmt::format("samples [{}, {}) (chunk {})", start, start + count, start / chunk);
+  if (chunk > 0)
+    return fmt::format("samples [{}, {}) (chunks {}..{})", start, start + count, start / chunk,
+                       (start + count - 1) / chunk);
+  return fmt::format("samples [{}, {})", start, start + count);
+}
+
+std::int64_t auto_chunk_samples(std::int64_t sample_bytes) {
+  const std::int64_t target = 1 << 20;
+  return std::clamp<std::int64_t>(target / std::max<std::int64_t>(sample_bytes, 1), 1, 256);
+}
+
+}  // namespace
+
+const char* split_name(Split s) { return s == Split::train ? "train" : "val"; }
+
+Split parse_split(const std::string& s) {
+  if (s == "train") return Split::train;
+  if (s == "val") return Split::val;
+  RN_FAIL("unknown split '{}' (known: train, val)", s);
+}
+
+// ================================================ DatasetWriter ================================================
+
+struct DatasetWriter::Impl {
+  std::string path, tmp_path;
+  std::int64_t h = 0, w = 0, c = 0;
+  int num_classes = 0;
+  DatasetWriterOptions options;
+  std::vector<std::string> class_names;
+  H5Handle file;
+  H5Handle groups[2];
+  H5Handle images[2], labels[2];
+  std::int64_t counts[2] = {0, 0};
+  std::vector<std::uint64_t> sum, sumsq;  // train pixel sums per channel: exact, so mean/std are reproducible
+  bool finished = false;
+
+  void close_all() noexcept {
+    for (int s = 0; s < 2; ++s) {
+      images[s].reset();
+      labels[s].reset();
+      groups[s].reset();
+    }
+    file.reset();
+  }
+  // Also runs when the constructor throws half-way, so the cleanup lives here, not in ~DatasetWriter.
+  ~Impl() {
+    const auto lock = hdf5_lock();
+    close_all();
+    if (!finished && !tmp_path.empty()) {
+      std::error_code ec;
+      fs::remove(tmp_path, ec);  // never leave a half-written file behind
+    }
+  }
+};
+
+DatasetWriter::DatasetWriter(std::string path, std::int64_t height, std::int64_t width, std::int64_t channels,
+                             int num_classes, DatasetWriterOptions options)
+    : m_impl(std::make_unique<Impl>()) {
+  const auto lock = hdf5_lock();
+  hdf5_init();
+  Impl& m = *m_impl;
+  m.path = std::move(path);
+  m.h = height;
+  m.w = width;
+  m.c = channels;
+  m.num_classes = num_classes;
+  m.options = options;
+  RN_CHECK_CTX(height > 0 && width > 0 && channels > 0, m.path, "image shape {}x{}x{} must be positive", height, width,
+               channels);
+  RN_CHECK_CTX(num_classes >= 1, m.path, "num_classes must be >= 1, got {}", num_classes);
+  RN_CHECK_CTX(options.deflate_level >= 0 && options.deflate_level <= 9, m.path, "deflate level {} not in 0..9",
+               options.deflate_level);
+  RN_CHECK_CTX(options.chunk_samples >= 0, m.path, "chunk_samples must be >= 0, got {}", options.chunk_samples);
+  const std::int64_t chunk =
+      options.chunk_samples > 0 ? options.chunk_samples : auto_chunk_samples(height * width * channels);
+  m.sum.assign(channels, 0);
+  m.sumsq.assign(channels, 0);
+
+  const fs::path target(m.path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir))
+    RN_IO_FAIL(m.path, "create the directory first", "output directory '{}' does not exist", dir.string());
+  // Same directory as the target so that the final rename is atomic (no cross-file-system copy).
+  m.tmp_path = fmt::format("{}.tmp-{}", m.path, static_cast<long>(getpid()));
+
+  H5Handle fapl(make_file_access_plist(), H5Pclose);
+  // STRONG: closing the file closes every object, so finish() really releases it before the rename.
+  H5_CHECK(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), m.path, "setting the close degree");
+  m.file = own(H5_CHECK(H5Fcreate(m.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), m.path,
+                        "creating temporary file '{}'", m.tmp_path),
+               H5Fclose);
+
+  for (Split s : kAllSplits) {
+    const int si = static_cast<int>(s);
+    const std::string gctx = fmt::format("{}: group '/{}'", m.path, split_name(s));
+    m.groups[si] = own(
+        H5_CHECK(H5Gcreate2(m.file, split_name(s), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), gctx, "creating the group"),
+        H5Gclose);
+    {
+      const std::string ctx = ds_ctx(m.path, s, "images");
+      const hsize_t dims[4] = {0, hsize_t(height), hsize_t(width), hsize_t(channels)};
+      const hsize_t maxdims[4] = {H5S_UNLIMITED, hsize_t(height), hsize_t(width), hsize_t(channels)};
+      const hsize_t cdims[4] = {hsize_t(chunk), hsize_t(height), hsize_t(width), hsize_t(channels)};
+      H5Handle space(H5_CHECK(H5Screate_simple(4, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
+      H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+      H5_CHECK(H5Pset_chunk(dcpl, 4, cdims), ctx, "setting chunks of {} samples", chunk);
+      if (options.deflate_level > 0) H5_CHECK(H5Pset_deflate(dcpl, options.deflate_level), ctx, "enabling deflate");
+      // After deflate: the checksum covers the bytes on disk, so a flipped byte is reported as corruption
+      // instead of surfacing as a confusing inflate error (or not at all).
+      H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
+      m.images[si] =
+          own(H5_CHECK(H5Dcreate2(m.groups[si], "images", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), ctx,
+                       "creating the dataset"),
+              H5Dclose);
+    }
+    {
+      const std::string ctx = ds_ctx(m.path, s, "labels");
+      const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, cdims[1] = {4096};
+      H5Handle space(H5_CHECK(H5Screate_simple(1, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
+      H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+      H5_CHECK(H5Pset_chunk(dcpl, 1, cdims), ctx, "setting chunks");
+      if (options.deflate_level > 0) H5_CHECK(H5Pset_deflate(dcpl, options.deflate_level), ctx, "enabling deflate");
+      H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
+      m.labels[si] =
+          own(H5_CHECK(H5Dcreate2(m.groups[si], "labels", H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), ctx,
+                       "creating the dataset"),
+              H5Dclose);
+    }
+  }
+}
+
+DatasetWriter::~DatasetWriter() = default;
+
+void DatasetWriter::set_class_names(std::vector<std::string> names) {
+  RN_CHECK_CTX(names.empty() || static_cast<int>(names.size()) == m_impl->num_classes, m_impl->path,
+               "{} class names given for {} classes", names.size(), m_impl->num_classes);
+  m_impl->class_names = std::move(names);
+}
+
+std::int64_t DatasetWriter::count(Split split) const { return m_impl->counts[static_cast<int>(split)]; }
+
+void DatasetWriter::append(Split split, const std::uint8_t* images, const std::int32_t* labels, std::int64_t count) {
+  const auto lock = hdf5_lock();
+  Impl& m = *m_impl;
+  const int si = static_cast<int>(split);
+  RN_CHECK_CTX(!m.finished, m.path, "append after finish()");
+  RN_CHECK_CTX(count >= 0, m.path, "negative sample count {}", count);
+  if (count == 0) return;
+  RN_CHECK_CTX(images && labels, m.path, "append: null images or labels");
+  const std::int64_t base = m.counts[si];
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (labels[i] < 0 || labels[i] >= m.num_classes)
+      RN_IO_FAIL(ds_ctx(m.path, split, "labels"), "check --classes against the source labels",
+                 "label {} of sample {} is outside [0, {})", labels[i], base + i, m.num_classes);
+  }
+  {
+    const std::string ctx = ds_ctx(m.path, split, "images");
+    const hsize_t dims[4] = {hsize_t(base + count), hsize_t(m.h), hsize_t(m.w), hsize_t(m.c)};
+    H5_CHECK(H5Dset_extent(m.images[si], dims), ctx, "growing to {} samples", base + count);
+    rows_io(true, m.images[si], H5T_NATIVE_UINT8, base, count, const_cast<std::uint8_t*>(images), ctx,
+            rows_what(base, count, 0));
+  }
+  {
+    const std::string ctx = ds_ctx(m.path, split, "labels");
+    const hsize_t dims[1] = {hsize_t(base + count)};
+    H5_CHECK(H5Dset_extent(m.labels[si], dims), ctx, "growing to {} samples", base + count);
+    rows_io(true, m.labels[si], H5T_NATIVE_INT32, base, count, const_cast<std::int32_t*>(labels), ctx,
+            rows_what(base, count, 0));
+  }
+  if (split == Split::train) {
+    const std::int64_t pixels = count * m.h * m.w;
+    for (std::int64_t p = 0; p < pixels; ++p) {
+      const std::uint8_t* px = images + p * m.c;
+      for (std::int64_t ch = 0; ch < m.c; ++ch) {
+        m.sum[ch] += px[ch];
+        m.sumsq[ch] += std::uint64_t(px[ch]) * px[ch];
+      }
+    }
+  }
+  m.counts[si] = base + count;
+}
+
+void DatasetWriter::finish() {
+  const auto lock = hdf5_lock();
+  Impl& m = *m_impl;
+  RN_CHECK_CTX(!m.finished, m.path, "finish() called twice");
+  if (m.counts[0] == 0) RN_IO_FAIL(m.path, "append training samples before finish()", "the train split is empty");
+  const std::string& ctx = m.path;
+  const long double n = static_cast<long double>(m.counts[0]) * m.h * m.w;
+  std::vector<float> mean(m.c), stddev(m.c);
+  for (std::int64_t ch = 0; ch < m.c; ++ch) {
+    const long double mu = m.sum[ch] / n;
+    const long double var = std::max<long double>(m.sumsq[ch] / n - mu * mu, 0.0L);
+    mean[ch] = static_cast<float>(mu / 255.0L);
+    stddev[ch] = static_cast<float>(std::sqrt(var) / 255.0L);
+  }
+  write_string_attr(m.file, "format", kDatasetFormat, ctx);
+  write_int_attr(m.file, "version", kDatasetVersion, ctx);
+  write_int_attr(m.file, "num_classes", m.num_classes, ctx);
+  write_float_array_attr(m.file, "mean", mean, ctx);
+  write_float_array_attr(m.file, "std", stddev, ctx);
+  if (!m.class_names.empty()) write_string_array_attr(m.file, "class_names", m.class_names, ctx);
+
+  for (int s = 0; s < 2; ++s) {
+    m.images[s].reset();
+    m.labels[s].reset();
+    m.groups[s].reset();
+  }
+  H5_CHECK(H5Fflush(m.file, H5F_SCOPE_GLOBAL), ctx, "flushing '{}'", m.tmp_path);
+  if (m.file.reset() < 0) RN_IO_FAIL(ctx, "is the disk full?", "closing temporary file '{}' failed", m.tmp_path);
+  std::error_code ec;
+  fs::rename(m.tmp_path, m.path, ec);
+  if (ec)
+    RN_IO_FAIL(ctx, "check permissions of the output directory", "renaming '{}' failed: {}", m.tmp_path, ec.message());
+  m.finished = true;
+}
+
+// ================================================= DatasetFile =================================================
+
+struct DatasetFile::Impl {
+  std::string path;
+  int version = 0;
+  int num_classes = 0;
+  std::vector<float> mean, stddev;
+  std::vector<std::string> class_names;
+  H5Handle file;
+  H5Handle images[2], labels[2];
+  SplitInfo info[2];
+  ~Impl() {
+    const auto lock = hdf5_lock();  // closing handles is HDF5 use too
+    for (int s = 0; s < 2; ++s) {
+      images[s].reset();
+      labels[s].reset();
+    }
+    file.reset();
+  }
+};
+
+namespace {
+
+H5Handle open_dataset(hid_t file, const std::string& path, Split s, const char* name) {
+  const std::string ctx = ds_ctx(path, s, name);
+  const std::string link = fmt::format("/{}/{}", split_name(s), name);
+  if (!H5_CHECK(H5Lexists(file, link.c_str(), H5P_DEFAULT), ctx, "looking for the dataset"))
+    RN_IO_FAIL(fmt::format("{}: group '/{}'", path, split_name(s)), kRecreateHint, "missing dataset '{}'", link);
+  return own(H5_CHECK(H5Dopen2(file, link.c_str(), H5P_DEFAULT), ctx, "opening the dataset"), H5Dclose);
+}
+
+/// Reopens a chunked dataset with a chunk cache sized for shuffled access. A shuffled epoch reads one sample of a
+/// chunk at a time; unless the chunk stays cached, every sample costs a whole chunk's read, checksum and inflate
+/// (chunk_samples-fold amplification). A split that fits the budget is therefore cached whole (each chunk inflated
+/// once per process, memcpy afterwards); a larger one keeps a few chunks, enough for sorted batch reads.
+H5Handle reopen_with_cache(hid_t file, H5Handle ds, const std::string& link, std::int64_t count,
+                           std::int64_t chunk_samples, std::int64_t sample_bytes, std::int64_t budget,
+                           const std::string& ctx) {
+  if (chunk_samples <= 0 || count <= 0) return ds;
+  const std::int64_t chunk_bytes = chunk_samples * sample_bytes;
+  const std::int64_t nchunks = (count + chunk_samples - 1) / chunk_samples;
+  const std::int64_t total = nchunks * chunk_bytes;
+  size_t nbytes = 0, nslots = 521;
+  if (total <= budget) {
+    nbytes = static_cast<size_t>(total + chunk_bytes);
+    // Only dimension 0 is chunked, so HDF5's slot hash is chunk number % nslots: no collisions (evictions) here.
+    nslots = static_cast<size_t>(std::max<std::int64_t>(nchunks + 1, 521));
+  } else {
+    nbytes = static_cast<size_t>(std::max<std::int64_t>(4 * chunk_bytes, 1 << 20));
+  }
+  H5Handle dapl(H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS), ctx, "creating access properties"), H5Pclose);
+  H5_CHECK(H5Pset_chunk_cache(dapl, nslots, nbytes, 1.0), ctx, "sizing the chunk cache");
+  ds.reset();
+  return own(H5_CHECK(H5Dopen2(file, link.c_str(), dapl), ctx, "opening the dataset"), H5Dclose);
+}
+
+void read_storage(hid_t ds, SplitInfo& info, const std::string& ctx) {
+  H5Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx, "reading the creation properties"), H5Pclose);
+  if (H5Pget_layout(dcpl) == H5D_CHUNKED) {
+    hsize_t cdims[4] = {0};
+    H5_CHECK(H5Pget_chunk(dcpl, 4, cdims), ctx, "reading the chunk shape");
+    info.chunk_samples = static_cast<std::int64_t>(cdims[0]);
+  }
+  const int nf = H5_CHECK(H5Pget_nfilters(dcpl), ctx, "reading the filters");
+  for (int i = 0; i < nf; ++i) {
+    unsigned flags = 0, cd[8] = {0}, config = 0;
+    size_t ncd = 8;
+    char name[64] = {0};
+    const H5Z_filter_t f =
+        H5_CHECK(H5Pget_filter2(dcpl, i, &flags, &ncd, cd, sizeof(name), name, &config), ctx, "reading filter {}", i);
+    if (f == H5Z_FILTER_DEFLATE) info.deflate_level = ncd > 0 ? static_cast<int>(cd[0]) : 1;
+    if (f == H5Z_FILTER_FLETCHER32) info.fletcher32 = true;
+  }
+}
+
+}  // namespace
+
+DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m_impl(std::make_unique<Impl>()) {
+  const auto lock = hdf5_lock();
+  hdf5_init();
+  Impl& m = *m_impl;
+  m.path = path;
+  if (cache_budget < 0) {
+    const char* env = std::getenv("RENAISSANCE_DATASET_CACHE_MB");
+    cache_budget = std::int64_t(1024) << 20;
+    if (env && *env) {
+      char* end = nullptr;
+      const long long mb = std::strtoll(env, &end, 10);
+      RN_CHECK_CTX(end && *end == '\0' && mb >= 0, "RENAISSANCE_DATASET_CACHE_MB",
+                   "'{}' is not a non-negative number of MiB", env);
+      cache_budget = static_cast<std::int64_t>(mb) << 20;
+    }
+  }
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    RN_IO_FAIL(path, "check the path; create a dataset with `renaissance data import fashion-mnist --out FILE`",
+               "dataset file not found");
+  if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .h5 file, not its directory", "is a directory");
+
+  H5Handle fapl(make_file_access_plist(), H5Pclose);
+#if H5_VERSION_GE(1, 12, 0)
+  const htri_t is_h5 = H5Fis_accessible(path.c_str(), fapl);
+#else
+  const htri_t is_h5 = H5Fis_hdf5(path.c_str());
+#endif
+  if (is_h5 == 0) RN_IO_FAIL(path, "expected an HDF5 dataset written by `renaissance data import`", "not an HDF5 file");
+  if (is_h5 < 0) detail::throw_h5_error(__FILE__, __LINE__, path, "checking the file signature");
+  m.file = own(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, "opening the file"), H5Fclose);
+
+  const std::vector<std::string> format = read_strings(open_attr(m.file, "format", path), "format", path);
+  if (format.size() != 1 || format[0] != kDatasetFormat)
+    RN_IO_FAIL(path, "this is not a Renaissance dataset; create one with `renaissance data import`",
+               "format attribute is '{}', expected '{}'", format.empty() ? "" : format[0], kDatasetFormat);
+  const long long version = read_int_attr(m.file, "version", path);
+  if (version != kDatasetVersion)
+    RN_IO_FAIL(path, "upgrade Renaissance or re-import the dataset with this version",
+               "unsupported dataset version {} (this build reads version {})", version, kDatasetVersion);
+  m.version = static_cast<int>(version);
+  const long long classes = read_int_attr(m.file, "num_classes", path);
+  if (classes < 1 || classes > (1LL << 30))
+    RN_IO_FAIL(path, kRecreateHint, "attribute 'num_classes' = {} is not a positive class count", classes);
+  m.num_classes = static_cast<int>(classes);
+
+  for (Split s : kAllSplits) {
+    const int si = static_cast<int>(s);
+    const std::string gctx = fmt::format("{}: group '/{}'", path, split_name(s));
+    const std::string group = fmt::format("/{}", split_name(s));
+    if (!H5_CHECK(H5Lexists(m.file, group.c_str(), H5P_DEFAULT), gctx, "looking for the group"))
+      RN_IO_FAIL(path, kRecreateHint, "missing group '{}'", group);
+    SplitInfo& info = m.info[si];
+
+    const std::string ictx = ds_ctx(path, s, "images");
+    m.images[si] = open_dataset(m.file, path, s, "images");
+    {
+      H5Handle type(H5_CHECK(H5Dget_type(m.images[si]), ictx, "reading the type"), H5Tclose);
+      if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 || H5Tget_sign(type) != H5T_SGN_NONE)
+        RN_IO_FAIL(ictx, kRecreateHint, "images have type {}, expected uint8", describe_type(type));
+      H5Handle space(H5_CHECK(H5Dget_space(m.images[si]), ictx, "reading the dataspace"), H5Sclose);
+      const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), ictx, "reading the rank");
+      if (rank != 4) RN_IO_FAIL(ictx, kRecreateHint, "images have rank {}, expected 4 [N,H,W,C]", rank);
+      hsize_t dims[4];
+      H5_CHECK(H5Sget_simple_extent_dims(space, dims, nullptr), ictx, "reading the dimensions");
+      info.count = std::int64_t(dims[0]);
+      info.height = std::int64_t(dims[1]);
+      info.width = std::int64_t(dims[2]);
+      info.channels = std::int64_t(dims[3]);
+      if (info.sample_bytes() <= 0)
+        RN_IO_FAIL(ictx, kRecreateHint, "images have an empty sample shape {}x{}x{}", dims[1], dims[2], dims[3]);
+      read_storage(m.images[si], info, ictx);
+      m.images[si] = reopen_with_cache(m.file, std::move(m.images[si]), fmt::format("/{}/images", split_name(s)),
+                                       info.count, info.chunk_samples, info.sample_bytes(), cache_budget, ictx);
+    }
+
+    const std::string lctx = ds_ctx(path, s, "labels");
+    m.labels[si] = open_dataset(m.file, path, s, "labels");
+    {
+      H5Handle type(H5_CHECK(H5Dget_type(m.labels[si]), lctx, "reading the type"), H5Tclose);
+      if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 4 || H5Tget_sign(type) != H5T_SGN_2)
+        RN_IO_FAIL(lctx, kRecreateHint, "labels have type {}, expected int32", describe_type(type));
+      H5Handle space(H5_CHECK(H5Dget_space(m.labels[si]), lctx, "reading the dataspace"), H5Sclose);
+      const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), lctx, "reading the rank");
+      if (rank != 1) RN_IO_FAIL(lctx, kRecreateHint, "labels have rank {}, expected 1 [N]", rank);
+      hsize_t n = 0;
+      H5_CHECK(H5Sget_simple_extent_dims(space, &n, nullptr), lctx, "reading the dimensions");
+      if (std::int64_t(n) != info.count) RN_IO_FAIL(lctx, kRecreateHint, "{} labels for {} images", n, info.count);
+      SplitInfo linfo;
+      read_storage(m.labels[si], linfo, lctx);
+      // Labels are small: always cached whole (budget -1 = unlimited).
+      m.labels[si] =
+          reopen_with_cache(m.file, std::move(m.labels[si]), fmt::format("/{}/labels", split_name(s)), info.count,
+                            linfo.chunk_samples, 4, std::numeric_limits<std::int64_t>::max(), lctx);
+    }
+  }
+  const SplitInfo& t = m.info[0];
+  const SplitInfo& v = m.info[1];
+  if (t.height != v.height || t.width != v.width || t.channels != v.channels)
+    RN_IO_FAIL(path, kRecreateHint, "train images are {}x{}x{} but val images are {}x{}x{}", t.height, t.width,
+               t.channels, v.height, v.width, v.channels);
+
+  m.mean = read_float_array_attr(m.file, "mean", t.channels, path);
+  m.stddev = read_float_array_attr(m.file, "std", t.channels, path);
+  OpenAttr names = open_attr(m.file, "class_names", path, /*required=*/false);
+  if (names.attr.valid()) {
+    m.class_names = read_strings(names, "class_names", path);
+    if (static_cast<int>(m.class_names.size()) != m.num_classes)
+      RN_IO_FAIL(path, kRecreateHint, "attribute 'class_names' has {} entries for num_classes = {}",
+                 m.class_names.size(), m.num_classes);
+  }
+}
+
+DatasetFile::~DatasetFile() = default;
+DatasetFile::DatasetFile(DatasetFile&&) noexcept = default;
+DatasetFile& DatasetFile::operator=(DatasetFile&&) noexcept = default;
+
+const std::string& DatasetFile::path() const { return m_impl->path; }
+int DatasetFile::version() const { return m_impl->version; }
+int DatasetFile::num_classes() const { return m_impl->num_classes; }
+const std::vector<float>& DatasetFile::mean() const { return m_impl->mean; }
+const std::vector<float>& DatasetFile::stddev() const { return m_impl->stddev; }
+const std::vector<std::string>& DatasetFile::class_names() const { return m_impl->class_names; }
+const SplitInfo& DatasetFile::info(Split split) const { return m_impl->info[static_cast<int>(split)]; }
+std::int64_t DatasetFile::sample_bytes() const { return m_impl->info[0].sample_bytes(); }
+
+void DatasetFile::read(Split split, std::int64_t start, std::int64_t count, std::uint8_t* images,
+                       std::int32_t* labels) const {
+  const auto lock = hdf5_lock();
+  hdf5_init();
+  const Impl& m = *m_impl;
+  const int si = static_cast<int>(split);
+  const SplitInfo& info = m.info[si];
+  if (start < 0 || count < 0 || start + count > info.count)
+    RN_IO_FAIL(ds_ctx(m.path, split, "images"), "indices run from 0 to the split size - 1",
+               "samples [{}, {}) out of range: the split has {} samples", start, start + count, info.count);
+  if (count == 0) return;
+  if (images)
+    rows_io(false, m.images[si], H5T_NATIVE_UINT8, start, count, images, ds_ctx(m.path, split, "images"),
+            rows_what(start, count, info.chunk_samples));
+  if (labels)
+    rows_io(false, m.labels[si], H5T_NATIVE_INT32, start, count, labels, ds_ctx(m.path, split, "labels"),
+            rows_what(start, count, 0));
+}
+
+void DatasetFile::read_indices(Split split, const std::vector<std::int64_t>& idx, std::uint8_t* images,
+                               std::int32_t* labels) const {
+  const Impl& m = *m_impl;
+  const SplitInfo& info = m.info[static_cast<int>(split)];
+  const size_t n = idx.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (idx[i] < 0 || idx[i] >= info.count)
+      RN_IO_FAIL(ds_ctx(m.path, split, "images"), "indices run from 0 to the split size - 1",
+                 "index idx[{}] = {} out of range: the split has {} samples", i, idx[i], info.count);
+  }
+  if (n == 0) return;
+  const std::int64_t sb = info.sample_bytes();
+  // Sorted by index is sorted by chunk: each chunk is visited once per batch, while it is hot in the cache.
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return idx[a] < idx[b]; });
+  // Caps the staging buffer when a long run arrives in an order that cannot be read in place.
+  const std::int64_t max_run = std::max<std::int64_t>(1, (64 << 20) / sb);
+  std::vector<std::uint8_t> stage_images;
+  std::vector<std::int32_t> stage_labels;
+
+  // One hyperslab read per run of consecutive indices. (A single read of the union of the runs was measured
+  // ~50x slower with HDF5 1.10: irregular selections take a slow path.)
+  size_t i = 0;
+  while (i < n) {
+    const std::int64_t first = idx[order[i]];
+    std::int64_t last = first;
+    size_t j = i;
+    bool in_place = true;  // distinct, and the output positions are consecutive too: read straight into them
+    while (j + 1 < n) {
+      const std::int64_t next = idx[order[j + 1]];
+      if (next != last && (next != last + 1 || next - first >= max_run)) break;
+      if (next == last || order[j + 1] != order[j] + 1) in_place = false;
+      last = next;
+      ++j;
+    }
+    const std::int64_t run = last - first + 1;
+    if (in_place) {
+      read(split, first, run, images ? images + order[i] * sb : nullptr, labels ? labels + order[i] : nullptr);
+    } else {
+      if (images) stage_images.resize(static_cast<size_t>(run * sb));
+      if (labels) stage_labels.resize(static_cast<size_t>(run));
+      read(split, first, run, images ? stage_images.data() : nullptr, labels ? stage_labels.data() : nullptr);
+      for (size_t k = i; k <= j; ++k) {
+        const std::int64_t r = idx[order[k]] - first;
+        if (images) std::memcpy(images + order[k] * sb, stage_images.data() + r * sb, static_cast<size_t>(sb));
+        if (labels) labels[order[k]] = stage_labels[static_cast<size_t>(r)];
+      }
+    }
+    i = j + 1;
+  }
+}
+
+namespace {
+template <typename F>
+void for_each_label_block(const DatasetFile& f, Split split, F&& fn) {
+  const std::int64_t n = f.size(split);
+  const std::int64_t block = 1 << 20;
+  std::vector<std::int32_t> buf;
+  for (std::int64_t start = 0; start < n; start += block) {
+    const std::int64_t count = std::min(block, n - start);
+    buf.resize(static_cast<size_t>(count));
+    f.read(split, start, count, nullptr, buf.data());
+    fn(start, buf);
+  }
+}
+}  // namespace
+
+void DatasetFile::validate_labels(Split split) const {
+  const int k = m_impl->num_classes;
+  for_each_label_block(*this, split, [&](std::int64_t start, const std::vector<std::int32_t>& buf) {
+    for (size_t i = 0; i < buf.size(); ++i) {
+      if (buf[i] < 0 || buf[i] >= k)
+        RN_IO_FAIL(ds_ctx(m_impl->path, split, "labels"),
+                   "labels must match the num_classes attribute; re-import with the right --classes",
+                   "label {} at index {} is outside [0, {})", buf[i], start + std::int64_t(i), k);
+    }
+  });
+}
+
+void DatasetFile::validate_labels() const {
+  for (Split s : kAllSplits) validate_labels(s);
+}
+
+void DatasetFile::verify(Split split) const {
+  validate_labels(split);
+  const SplitInfo& info = m_impl->info[static_cast<int>(split)];
+  // Whole chunks per read, ~64 MiB at a time, so each chunk is decompressed and checked exactly once.
+  const std::int64_t chunk = std::max<std::int64_t>(info.chunk_samples, 1);
+  const std::int64_t block = std::max<std::int64_t>(1, (64 << 20) / (chunk * info.sample_bytes())) * chunk;
+  std::vector<std::uint8_t> buf;
+  for (std::int64_t start = 0; start < info.count; start += block) {
+    const std::int64_t count = std::min(block, info.count - start);
+    buf.resize(static_cast<size_t>(count * info.sample_bytes()));
+    try {
+      read(split, start, count, buf.data(), nullptr);
+    } catch (const Error&) {
+      // Name the bad chunk, not the 64 MiB block: re-read the block one chunk at a time.
+      for (std::int64_t c = start; c < start + count; c += chunk)
+        read(split, c, std::min(chunk, start + count - c), buf.data(), nullptr);
+      throw;
+    }
+  }
+}
+
+std::vector<std::int64_t> DatasetFile::label_histogram(Split split) const {
+  std::vector<std::int64_t> hist(static_cast<size_t>(m_impl->num_classes), 0);
+  for_each_label_block(*this, split, [&](std::int64_t, const std::vector<std::int32_t>& buf) {
+    for (std::int32_t l : buf)
+      if (l >= 0 && l < m_impl->num_classes) ++hist[static_cast<size_t>(l)];
+  });
+  return hist;
+}
+
+}  // namespace renaissance::io

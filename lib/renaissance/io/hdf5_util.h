@@ -1,0 +1,97 @@
+// Thin layer over the HDF5 C API: RAII handles, failures turned into renaissance::Error, and the
+// process-wide settings (no error-stack printing, file locking off) every HDF5 user of ours needs.
+#pragma once
+
+#include <renaissance/core/error.h>
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace renaissance::io {
+
+/// Call before the first HDF5 call in every thread (cheap after the first time): silences HDF5's own
+/// error printing (per thread in thread-safe builds, hence per thread) and turns file locking off
+/// (env HDF5_USE_FILE_LOCKING=FALSE unless the user set it), which NFS/Lustre/GPFS need.
+void hdf5_init();
+
+/// Serialises HDF5 use inside this process when the library is not thread-safe (Spack's hdf5 defaults to
+/// ~threadsafe): hold it around every HDF5 call sequence that may run beside another thread's (the BatchLoader
+/// thread reads while the main thread writes a checkpoint). A no-op lock with a thread-safe HDF5.
+std::unique_lock<std::recursive_mutex> hdf5_lock();
+
+/// A file-access property list with file locking off (unless the user's env asks for it).
+hid_t make_file_access_plist();
+
+/// The HDF5 error stack of this thread as one line (innermost cause first), then cleared.
+/// Empty when the stack is empty.
+std::string hdf5_error_text();
+
+/// True when the last failure text says a filter (Fletcher32) detected corrupt data.
+bool is_checksum_failure(const std::string& hdf5_text);
+
+/// Owns one hid_t and closes it with the matching H5*close; movable, not copyable.
+class H5Handle {
+ public:
+  using CloseFn = herr_t (*)(hid_t);
+  H5Handle() = default;
+  H5Handle(hid_t id, CloseFn close) : m_id(id), m_close(close) {}
+  ~H5Handle() { reset(); }
+  H5Handle(H5Handle&& o) noexcept : m_id(std::exchange(o.m_id, H5I_INVALID_HID)), m_close(o.m_close) {}
+  H5Handle& operator=(H5Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      m_id = std::exchange(o.m_id, H5I_INVALID_HID);
+      m_close = o.m_close;
+    }
+    return *this;
+  }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+
+  hid_t get() const { return m_id; }
+  operator hid_t() const { return m_id; }  // NOLINT: handles are passed straight to the C API
+  bool valid() const { return m_id >= 0; }
+  /// Closes now; a failed close is reported through the return value (destructors must not throw).
+  herr_t reset() noexcept {
+    herr_t r = 0;
+    if (m_id >= 0 && m_close) r = m_close(m_id);
+    m_id = H5I_INVALID_HID;
+    if (r < 0) H5Eclear2(H5E_DEFAULT);
+    return r;
+  }
+
+ private:
+  hid_t m_id = H5I_INVALID_HID;
+  CloseFn m_close = nullptr;
+};
+
+namespace detail {
+/// Throws an Error "<what>: <HDF5 error stack>" with `context` (file/dataset) and a hint.
+[[noreturn]] void throw_h5_error(const char* file, int line, const std::string& context, const std::string& what,
+                                 std::string hint = {});
+/// Throws an Error with a hint (RN_FAIL_CTX has none).
+[[noreturn]] void throw_hinted(const char* file, int line, const std::string& context, std::string message,
+                               std::string hint);
+}  // namespace detail
+
+}  // namespace renaissance::io
+
+/// H5_CHECK(expr, context, fmt, args...): evaluates an HDF5 call; a negative result (every hid_t, herr_t and
+/// htri_t failure) throws renaissance::Error naming the context (file, dataset) plus HDF5's own reason.
+/// Yields the call's value, so `hid_t d = H5_CHECK(H5Dopen2(...), ctx, "opening")` works.
+#define H5_CHECK(expr, ctx, ...)                                                                        \
+  ([&]() {                                                                                              \
+    auto rn_h5_result_ = (expr);                                                                        \
+    if (rn_h5_result_ < 0)                                                                              \
+      ::renaissance::io::detail::throw_h5_error(__FILE__, __LINE__, (ctx), ::fmt::format(__VA_ARGS__)); \
+    return rn_h5_result_;                                                                               \
+  }())
+
+/// RN_IO_FAIL(context, hint, fmt, args...): throw an Error with context and hint.
+#define RN_IO_FAIL(ctx, hint, ...) \
+  ::renaissance::io::detail::throw_hinted(__FILE__, __LINE__, (ctx), ::fmt::format(__VA_ARGS__), (hint))

@@ -1,0 +1,163 @@
+#include <renaissance/core/error.h>
+#include <renaissance/io/hdf5_util.h>
+#include <renaissance/io/weights.h>
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+namespace renaissance::io {
+
+namespace {
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& ctx) {
+  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()), ctx, "string type");
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
+                         "create attribute '{}'", name),
+                H5Aclose);
+  H5_CHECK(H5Awrite(attr, type, value.empty() ? "" : value.c_str()), ctx, "write attribute '{}'", name);
+}
+
+std::string read_string_attr(hid_t obj, const std::string& name, const std::string& ctx) {
+  H5Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), ctx, "open attribute '{}'", name), H5Aclose);
+  H5Handle type(H5_CHECK(H5Aget_type(attr), ctx, "attribute '{}' type", name), H5Tclose);
+  RN_CHECK_CTX(H5Tget_class(type) == H5T_STRING, ctx, "attribute '{}' is not a string", name);
+  std::string out;
+  if (H5Tis_variable_str(type) > 0) {
+    char* s = nullptr;
+    H5_CHECK(H5Aread(attr, type, &s), ctx, "read attribute '{}'", name);
+    out = s ? s : "";
+    H5free_memory(s);
+  } else {
+    const std::size_t n = H5Tget_size(type);
+    std::string buf(n, '\0');
+    H5_CHECK(H5Aread(attr, type, buf.data()), ctx, "read attribute '{}'", name);
+    out = buf.substr(0, buf.find('\0'));
+  }
+  return out;
+}
+
+}  // namespace
+
+const NamedTensor* WeightsFile::find(const std::string& group, const std::string& name) const {
+  for (const NamedTensor& t : tensors)
+    if (t.group == group && t.name == name) return &t;
+  return nullptr;
+}
+
+void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors,
+                   const std::map<std::string, std::string>& attributes) {
+  hdf5_init();
+  auto lock = hdf5_lock();
+  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
+  try {
+    H5Handle fapl(make_file_access_plist(), H5Pclose);
+    H5Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), tmp, "create"), H5Fclose);
+    write_string_attr(file, "format", kWeightsFormat, tmp);
+    write_string_attr(file, "version", std::to_string(kWeightsVersion), tmp);
+    for (const auto& [k, v] : attributes) write_string_attr(file, k, v, tmp);
+    std::map<std::string, H5Handle> groups;
+    for (const NamedTensor& t : tensors) {
+      const std::string ctx = fmt::format("{}: /{}/{}", path, t.group, t.name);
+      RN_CHECK_CTX(static_cast<std::int64_t>(t.values.size()) == t.shape.elems(), ctx, "{} values for shape {}",
+                   t.values.size(), t.shape.str());
+      auto g = groups.find(t.group);
+      if (g == groups.end())
+        g = groups.emplace(t.group, H5Handle(H5_CHECK(H5Gcreate2(file, t.group.c_str(), H5P_DEFAULT, H5P_DEFAULT,
+                                                                  H5P_DEFAULT),
+                                                       ctx, "create group"),
+                                             H5Gclose))
+                .first;
+      const hsize_t dims[4] = {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h),
+                               static_cast<hsize_t>(t.shape.w), static_cast<hsize_t>(t.shape.c)};
+      H5Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
+      H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5_CHECK(H5Pset_chunk(dcpl, 4, dims), ctx, "chunking");
+      H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "checksum filter");  // corruption is detected on read
+      H5Handle ds(H5_CHECK(H5Dcreate2(g->second, t.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                           ctx, "create dataset"),
+                  H5Dclose);
+      H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.values.data()), ctx, "write");
+    }
+    groups.clear();
+    H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush");
+    file.reset();
+    fsync_path(tmp, false);
+    std::filesystem::rename(tmp, path);
+    const auto dir = std::filesystem::absolute(path).parent_path();
+    fsync_path(dir.string(), true);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+}
+
+WeightsFile read_weights(const std::string& path) {
+  hdf5_init();
+  auto lock = hdf5_lock();
+  RN_CHECK_CTX(std::filesystem::exists(path), path, "no such file");
+  H5Handle fapl(make_file_access_plist(), H5Pclose);
+  H5Handle file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, "open (not an HDF5 file, or truncated?)"),
+                H5Fclose);
+  WeightsFile out;
+  const std::string format = read_string_attr(file, "format", path);
+  RN_CHECK_CTX(format == kWeightsFormat, path, "format is '{}', not '{}'", format, kWeightsFormat);
+  const std::string version = read_string_attr(file, "version", path);
+  RN_CHECK_CTX(version == std::to_string(kWeightsVersion), path, "unsupported weights version {}", version);
+  // Attributes: every string attribute of the root.
+  H5O_info_t info;
+#if H5_VERSION_GE(1, 12, 0)
+  H5_CHECK(H5Oget_info3(file, &info, H5O_INFO_NUM_ATTRS), path, "root info");
+#else
+  H5_CHECK(H5Oget_info2(file, &info, H5O_INFO_NUM_ATTRS), path, "root info");
+#endif
+  for (hsize_t i = 0; i < info.num_attrs; ++i) {
+    char name[256];
+    H5_CHECK(H5Aget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT), path,
+             "attribute name");
+    out.attributes[name] = read_string_attr(file, name, path);
+  }
+  for (const char* group : {"params", "bn", "ema"}) {
+    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) continue;
+    H5Handle g(H5_CHECK(H5Gopen2(file, group, H5P_DEFAULT), path, "open group /{}", group), H5Gclose);
+    H5G_info_t gi;
+    H5_CHECK(H5Gget_info(g, &gi), path, "group /{}", group);
+    for (hsize_t i = 0; i < gi.nlinks; ++i) {
+      char name[512];
+      H5_CHECK(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT), path,
+               "name in /{}", group);
+      const std::string ctx = fmt::format("{}: /{}/{}", path, group, name);
+      H5Handle ds(H5_CHECK(H5Dopen2(g, name, H5P_DEFAULT), ctx, "open"), H5Dclose);
+      H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "dataspace"), H5Sclose);
+      hsize_t dims[4] = {0, 0, 0, 0};
+      RN_CHECK_CTX(H5Sget_simple_extent_ndims(space) == 4, ctx, "tensor must have rank 4 (n, h, w, c)");
+      H5Sget_simple_extent_dims(space, dims, nullptr);
+      NamedTensor t;
+      t.group = group;
+      t.name = name;
+      t.shape = Shape{static_cast<std::int64_t>(dims[0]), static_cast<std::int64_t>(dims[1]),
+                      static_cast<std::int64_t>(dims[2]), static_cast<std::int64_t>(dims[3])};
+      t.values.resize(static_cast<std::size_t>(t.shape.elems()));
+      H5_CHECK(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.values.data()), ctx,
+               "read (checksum mismatch or truncated file?)");
+      out.tensors.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+}  // namespace renaissance::io

@@ -1,0 +1,176 @@
+// `renaissance data ...` through the real executable: exit codes and messages as a user sees them.
+#include "io_test_util.h"
+
+#include <renaissance/io/importers.h>
+
+#include <gmock/gmock.h>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <sstream>
+
+namespace renaissance::io {
+namespace {
+
+using namespace renaissance::io::testing;
+using ::testing::HasSubstr;
+
+struct CliResult {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class DataCli : public ::testing::Test {
+ protected:
+  CliResult run(const std::string& args) {
+    const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+    const std::string cmd = fmt::format("'{}' {} > '{}' 2> '{}'", RENAISSANCE_CLI, args, out, err);
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    fs::remove(out);
+    fs::remove(err);
+    return r;
+  }
+  /// The command must fail (exit != 0) with one clean error line naming `must_name`.
+  CliResult expect_failure(const std::string& args, const std::string& must_name) {
+    CliResult r = run(args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_THAT(r.err, HasSubstr("renaissance: error: "));
+    EXPECT_THAT(r.err, HasSubstr(must_name));
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("HDF5-DIAG"))) << "HDF5 printed its own error stack";
+    return r;
+  }
+  TempDir dir;
+};
+
+TEST_F(DataCli, SyntheticThenInspect) {
+  const std::string path = dir.file("syn.h5");
+  CliResult r =
+      run(fmt::format("data synthetic --out '{}' --train 300 --val 40 --shape 8,6,3 --classes 4 --seed 5", path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("train 300, val 40"));
+
+  r = run(fmt::format("data inspect '{}'", path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("renaissance-dataset version 1"));
+  EXPECT_THAT(r.out, HasSubstr("num_classes: 4"));
+  EXPECT_THAT(r.out, HasSubstr("/train: images uint8 [300, 8, 6, 3], labels int32 [300]"));
+  EXPECT_THAT(r.out, HasSubstr("/val: images uint8 [40, 8, 6, 3]"));
+  EXPECT_THAT(r.out, HasSubstr("fletcher32"));
+  EXPECT_THAT(r.out, HasSubstr("every chunk verified"));
+
+  r = run(fmt::format("data inspect --json '{}'", path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"valid\": true"));
+  EXPECT_THAT(r.out, HasSubstr("\"train\": {\"count\": 300, \"shape\": [300, 8, 6, 3]"));
+  EXPECT_THAT(r.out, HasSubstr("\"fletcher32\": true"));
+
+  // Same seed, same bytes: the library reads both identically.
+  const std::string again = dir.file("syn2.h5");
+  ASSERT_EQ(
+      run(fmt::format("data synthetic --out '{}' --train 300 --val 40 --shape 8,6,3 --classes 4 --seed 5", again)).rc,
+      0);
+  const DatasetFile a(path), b(again);
+  std::vector<std::uint8_t> ia(300 * a.sample_bytes()), ib(ia.size());
+  a.read(Split::train, 0, 300, ia.data(), nullptr);
+  b.read(Split::train, 0, 300, ib.data(), nullptr);
+  EXPECT_EQ(ia, ib);
+}
+
+TEST_F(DataCli, ImportIdx) {
+  const std::vector<std::string> names = {"ti.gz", "tl.gz", "vi.gz", "vl.gz"};
+  write_bytes(dir.file(names[0]), idx_images_bytes(30, 4, 4, 1), true);
+  write_bytes(dir.file(names[1]), idx_labels_bytes(30, 3, 0), true);
+  write_bytes(dir.file(names[2]), idx_images_bytes(6, 4, 4, 2), true);
+  write_bytes(dir.file(names[3]), idx_labels_bytes(6, 3, 0), true);
+  const std::string out = dir.file("idx.h5");
+  const std::string args = fmt::format(
+      "data import idx --train-images '{}' --train-labels '{}' --val-images '{}' --val-labels '{}' --classes 3 "
+      "--out '{}'",
+      dir.file(names[0]), dir.file(names[1]), dir.file(names[2]), dir.file(names[3]), out);
+  CliResult r = run(args);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(DatasetFile(out).size(Split::train), 30);
+
+  // Swapped labels/images of val: the message names the file and its magic number.
+  const std::string bad = fmt::format(
+      "data import idx --train-images '{}' --train-labels '{}' --val-images '{}' --val-labels '{}' --classes 3 "
+      "--out '{}'",
+      dir.file(names[0]), dir.file(names[1]), dir.file(names[3]), dir.file(names[2]), dir.file("bad.h5"));
+  r = expect_failure(bad, dir.file(names[3]));
+  EXPECT_THAT(r.err, HasSubstr("magic"));
+  EXPECT_FALSE(fs::exists(dir.file("bad.h5")));
+}
+
+TEST_F(DataCli, InspectRejectsBadFiles) {
+  expect_failure(fmt::format("data inspect '{}'", dir.file("missing.h5")), dir.file("missing.h5"));
+
+  const std::string noth5 = dir.file("text.h5");
+  std::ofstream(noth5) << "hello";
+  expect_failure(fmt::format("data inspect '{}'", noth5), "not an HDF5 file");
+
+  const std::string wrong = dir.file("wrong.h5");
+  write_small(wrong);
+  set_string_attr(wrong, "format", "something-else");
+  expect_failure(fmt::format("data inspect '{}'", wrong), "format attribute is 'something-else'");
+
+  const std::string labels = dir.file("labels.h5");
+  write_small(labels);
+  set_int_attr(labels, "num_classes", 4);
+  delete_attr(labels, "class_names");
+  CliResult r = expect_failure(fmt::format("data inspect '{}'", labels), "label 7 at index 1");
+  EXPECT_THAT(r.err, HasSubstr(labels + ": dataset '/train/labels'"));
+  r = expect_failure(fmt::format("data inspect --json '{}'", labels), "label 7 at index 1");
+  EXPECT_THAT(r.out, HasSubstr("\"valid\": false"));
+
+  const std::string corrupt = dir.file("corrupt.h5");
+  write_small(corrupt);
+  corrupt_chunk(corrupt, "/val/images", 1);
+  r = expect_failure(fmt::format("data inspect '{}'", corrupt), corrupt + ": dataset '/val/images'");
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("[Cc]hecksum|Fletcher32"));
+  EXPECT_THAT(r.err, HasSubstr("samples [7, 13) (chunk 1)"));
+  EXPECT_EQ(run(fmt::format("data inspect --quick '{}'", corrupt)).rc, 0) << "--quick skips the image chunks";
+
+  const std::string truncated = dir.file("truncated.h5");
+  write_small(truncated);
+  truncate_file(truncated, 0.5);
+  expect_failure(fmt::format("data inspect '{}'", truncated), "truncated");
+}
+
+TEST_F(DataCli, UsageErrors) {
+  CliResult r =
+      run(fmt::format("data synthetic --out '{}' --train 5 --val 1 --shape 8,8 --classes 2", dir.file("x.h5")));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("--shape"));
+  r = run(fmt::format("data import fashion-mnist --out '{}' --src '{}'", dir.file("x.h5"), dir.file("none")));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr(dir.file("none")));
+  EXPECT_NE(run("data").rc, 0);
+}
+
+TEST_F(DataCli, ImportFashionMnist) {
+  if (!fs::exists(fs::path(kFashionMnistDir) / "train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST not found in " << kFashionMnistDir;
+  const std::string out = dir.file("fm.h5");
+  CliResult r = run(fmt::format("data import fashion-mnist --out '{}'", out));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("train 60000, val 10000 samples of 28x28x1, 10 classes"));
+  r = run(fmt::format("data inspect '{}'", out));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Ankle boot"));
+  EXPECT_THAT(r.out, HasSubstr("9 (Ankle boot): 6000"));
+}
+
+}  // namespace
+}  // namespace renaissance::io
