@@ -539,14 +539,16 @@ void merge_blocks(Layers& layers) {
     BlockParams bpar;
     if (main_len == 8 && post_relu &&
         kinds_are(layers, m, {K::Conv, K::Bn2d, K::Relu, K::Conv, K::Bn2d, K::Relu, K::Conv, K::Bn2d}) &&
-        is_conv(layers[m], 1, 1, false) && is_conv(layers[m + 3], 3, -1, false) && is_conv(layers[m + 6], 1, 1, false)) {
+        is_conv(layers[m], 1, 1, false) && is_conv(layers[m + 3], 3, -1, false) &&
+        is_conv(layers[m + 6], 1, 1, false) && layers[m + 3].out_shape.c == layers[m].out_shape.c) {  // Bottleneck's 3×3 is mid -> mid
       const std::int64_t st = layers[m + 3].conv().stride;
       if ((identity && st == 1) || (projection && st == stride)) {
         fused = identity ? K::BottleneckIdentity : K::BottleneckProjection;
         bpar = {layers[m].out_shape.c, out.c, st};
       }
     } else if (main_len == 5 && post_relu && kinds_are(layers, m, {K::Conv, K::Bn2d, K::Relu, K::Conv, K::Bn2d}) &&
-               is_conv(layers[m], 3, -1, false) && is_conv(layers[m + 3], 3, 1, false)) {
+               is_conv(layers[m], 3, -1, false) && is_conv(layers[m + 3], 3, 1, false) &&
+               layers[m].out_shape.c == out.c) {  // BasicBlock's first 3×3 is in -> out (mid = out)
       const std::int64_t st = layers[m].conv().stride;
       if ((identity && st == 1) || (projection && st == stride)) {
         fused = identity ? K::BasicBlockIdentity : K::BasicBlockProjection;

@@ -38,12 +38,16 @@ void emit_shape(YAML::Emitter& out, const Shape& s) {
 }
 
 std::string where(const YAML::Node& n, const std::string& source) {
+  if (!n.IsDefined()) return source;  // a missing map (e.g. no 'params'): Mark() would throw
   const YAML::Mark m = n.Mark();
   return m.is_null() ? source : fmt::format("{}:{}", source, m.line + 1);
 }
 
 template <typename T>
 T get(const YAML::Node& parent, const char* key, const std::string& source, const std::string& path) {
+  // A missing parent (e.g. no 'params') is an invalid node: indexing it would throw a yaml-cpp exception.
+  RN_CHECK_CTX(parent.IsDefined() && parent.IsMap(), where(parent, source),
+               "{}: missing or not a map (needs field '{}')", path, key);
   const YAML::Node n = parent[key];
   RN_CHECK_CTX(n.IsDefined() && !n.IsNull(), where(parent, source), "{}: missing field '{}'", path, key);
   try {
@@ -183,7 +187,7 @@ ArchPlan ArchPlan::from_yaml(const std::string& text, const std::string& source)
     }
     l.in_shape = read_shape(n, "in", source, path);
     l.out_shape = read_shape(n, "out", source, path);
-    l.is_first_layer = n["first"].IsDefined() && n["first"].as<bool>();
+    l.is_first_layer = n["first"].IsDefined() && get<bool>(n, "first", source, path);
     plan.layers.push_back(std::move(l));
   }
   return plan;

@@ -1,0 +1,186 @@
+// `renaissance plan` end to end: the real executable, its output and its exit codes.
+#include <renaissance/plan/arch_plan.h>
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+fs::path temp_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("renaissance_test_cli_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+/// Runs `renaissance <args>` from the source tree, capturing stdout and stderr separately.
+Result run(const std::string& args) {
+  const fs::path out = temp_dir() / "stdout.txt", err = temp_dir() / "stderr.txt";
+  const std::string cmd = "cd '" + std::string(RENAISSANCE_SOURCE_DIR) + "' && '" + RENAISSANCE_CLI + "' " + args +
+                          " >'" + out.string() + "' 2>'" + err.string() + "'";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+fs::path write_file(const std::string& name, const std::string& text) {
+  const fs::path p = temp_dir() / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+/// The number after "key": in a JSON text (the first occurrence: top-level keys come first in our report).
+double json_number(const std::string& json, const std::string& key) {
+  const std::string k = "\"" + key + "\"";
+  const auto at = json.find(k);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no key " << k;
+    return -1;
+  }
+  auto p = json.find(':', at + k.size());
+  return std::strtod(json.c_str() + p + 1, nullptr);
+}
+
+void expect_contains(const std::string& text, const std::string& what) {
+  EXPECT_NE(text.find(what), std::string::npos) << "'" << what << "' not in:\n" << text.substr(0, 3000);
+}
+
+}  // namespace
+
+TEST(CliPlan, Resnet50Json) {
+  const Result r = run("plan --model resnet50 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json_number(r.out, "parameters"), 25557032.0);
+  EXPECT_NEAR(json_number(r.out, "gmacs"), 4.09, 0.01);
+  EXPECT_GT(json_number(r.out, "arena_bytes"), 0.0);
+  expect_contains(r.out, "\"layers\"");
+  expect_contains(r.out, "\"regions\"");
+  expect_contains(r.out, "\"W_DEEP_CONV\"");
+  expect_contains(r.out, "\"kind\":\"Add2End\"");  // not fused without --amp
+  EXPECT_EQ(r.out.front(), '{');
+  EXPECT_EQ(r.out.substr(r.out.find_last_not_of("\n"), 1), "}");
+}
+
+TEST(CliPlan, Resnet50AmpJsonSameFigures) {
+  const Result r = run("plan --model resnet50 --amp --optimizer adamw --ema --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json_number(r.out, "parameters"), 25557032.0);
+  EXPECT_NEAR(json_number(r.out, "gmacs"), 4.09, 0.01);
+  expect_contains(r.out, "\"amp\":true");
+  expect_contains(r.out, "\"kind\":\"BottleneckProjection\"");
+}
+
+TEST(CliPlan, TextOutput) {
+  const Result r = run("plan --model fmnist_cnn");
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_contains(r.out, "Parameters: 87274");
+  // the layer table: header and one row per layer
+  expect_contains(r.out, "parameters");
+  expect_contains(r.out, "MACs");
+  expect_contains(r.out, "28x28x1");
+  expect_contains(r.out, "SoftmaxCE");
+  expect_contains(r.out, "Flatten");
+  expect_contains(r.out, "Region map");
+  expect_contains(r.out, "W_FIRST_CONV");
+  expect_contains(r.out, "(first)");
+}
+
+TEST(CliPlan, YamlParsesBack) {
+  for (const std::string& args :
+       {std::string("plan --model resnet18 --yaml"), std::string("plan --model mobilenet_v2 --amp --yaml")}) {
+    SCOPED_TRACE(args);
+    const Result r = run(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    renaissance::plan::ArchPlan p;
+    ASSERT_NO_THROW(p = renaissance::plan::ArchPlan::from_yaml(r.out, "stdout"));
+    EXPECT_EQ(p.to_yaml(), r.out);
+    EXPECT_EQ(p.parameter_count(), args.find("resnet18") != std::string::npos ? 11689512 : 3504872);
+  }
+}
+
+TEST(CliPlan, ModelFile) {
+  const Result r = run("plan --model-file models/tiny_resnet.yaml --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_contains(r.out, "\"model\":\"tiny_resnet\"");
+  // stem 3·16·9 + 32; res1 2·(16·16·9 + 32); res2 16·32·9 + 64 + 32·32·9 + 64 + 16·32 + 64;
+  // res3 32·64·9 + 128 + 64·64·9 + 128 + 32·64 + 128; fc 64·10 + 10
+  const double want = (432 + 32) + 2 * (2304 + 32) + (4608 + 64 + 9216 + 64 + 512 + 64) +
+                      (18432 + 128 + 36864 + 128 + 2048 + 128) + 650;
+  EXPECT_EQ(json_number(r.out, "parameters"), want);
+  const Result t = run("plan --model-file models/tiny_resnet.yaml --amp");
+  ASSERT_EQ(t.code, 0) << t.err;
+  expect_contains(t.out, "BasicBlockIdentity");
+  expect_contains(t.out, "BasicBlockProjection");
+}
+
+TEST(CliPlan, Failures) {
+  {
+    const Result r = run("plan --model resnet5");
+    EXPECT_NE(r.code, 0);
+    expect_contains(r.err, "resnet5");
+    expect_contains(r.err, "unknown");
+    expect_contains(r.err, "resnet50");  // the known names are listed
+  }
+  {
+    const fs::path f = write_file("malformed.yaml", "name: m\ninput: [8, 8, 3]\nlayers:\n  - conv: {out: 4, k: 3\n");
+    const Result r = run("plan --model-file '" + f.string() + "'");
+    EXPECT_NE(r.code, 0);
+    expect_contains(r.err, "malformed.yaml");
+  }
+  {
+    const fs::path f = write_file("negative.yaml",
+                                  "name: neg\ninput: [8, 8, 3]\nlayers:\n  - conv: {out: 8, k: 3}\n"
+                                  "  - conv: {out: -16, k: 3}\n  - gap_fc: {out: 2}\n  - softmax_ce: {classes: 2}\n");
+    const Result r = run("plan --model-file '" + f.string() + "'");
+    EXPECT_NE(r.code, 0);
+    expect_contains(r.err, "negative.yaml");
+    expect_contains(r.err, "layers[1]");
+    expect_contains(r.err, "out");
+  }
+  {
+    const fs::path f = write_file("add2.yaml",
+                                  "name: bad_add\ninput: [8, 8, 3]\nlayers:\n  - conv: {out: 8, k: 3, pad: 1}\n"
+                                  "  - add2:\n      name: res\n      main:\n        - conv: {out: 16, k: 3, pad: 1}\n"
+                                  "        - bn\n      shortcut: []\n  - gap_fc: {out: 2}\n"
+                                  "  - softmax_ce: {classes: 2}\n");
+    const Result r = run("plan --model-file '" + f.string() + "'");
+    EXPECT_NE(r.code, 0);
+    expect_contains(r.err, "bad_add");
+    expect_contains(r.err, "res");
+    expect_contains(r.err, "add2 branches disagree");
+  }
+  {
+    const Result r = run("plan --model resnet18 --optimizer adagrad");
+    EXPECT_NE(r.code, 0);
+    expect_contains(r.err, "adagrad");
+  }
+}
