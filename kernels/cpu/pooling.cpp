@@ -1,0 +1,135 @@
+#include <kernels/cpu/pooling.h>
+
+#include <kernels/cpu/thread_pool.h>
+#include <renaissance/core/error.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace renaissance::cpu {
+
+namespace {
+
+void check_pool(const Shape& xs, const Shape& ys, const Pool2dParams& p, const char* what) {
+  RN_CHECK(xs.valid(), "{}: input shape {} is empty", what, xs.str());
+  const Shape expect = maxpool2d_output_shape(xs, p);
+  RN_CHECK(ys == expect, "{}: output shape {} does not match input {} with kernel {}x{} stride {}x{} pad {}x{} ({})",
+           what, ys.str(), xs.str(), p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, expect.str());
+}
+
+// The window maxima of output row (n, oy) into out/idx (ow × c each), first maximum wins.
+void max_row(const float* x, const Shape& xs, const Shape& ys, const Pool2dParams& p, std::int64_t n, std::int64_t oy,
+             float* out, std::int32_t* idx) {
+  const std::int64_t c = xs.c;
+  for (std::int64_t ox = 0; ox < ys.w; ++ox) {
+    float* best = out + ox * c;
+    std::int32_t* arg = idx + ox * c;
+    for (std::int64_t j = 0; j < c; ++j) {
+      best[j] = -std::numeric_limits<float>::infinity();
+      arg[j] = -1;
+    }
+    for (std::int64_t ky = 0; ky < p.kernel_h; ++ky) {
+      const std::int64_t iy = oy * p.stride_h - p.pad_h + ky;
+      if (iy < 0 || iy >= xs.h) continue;
+      for (std::int64_t kx = 0; kx < p.kernel_w; ++kx) {
+        const std::int64_t ix = ox * p.stride_w - p.pad_w + kx;
+        if (ix < 0 || ix >= xs.w) continue;
+        const float* in = x + ((n * xs.h + iy) * xs.w + ix) * c;
+        const auto pos = static_cast<std::int32_t>(iy * xs.w + ix);
+        for (std::int64_t j = 0; j < c; ++j) {
+          const bool take = in[j] > best[j] || arg[j] < 0;  // the first in-range value always counts (NaN too)
+          best[j] = take ? in[j] : best[j];
+          arg[j] = take ? pos : arg[j];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Shape maxpool2d_output_shape(const Shape& x, const Pool2dParams& p) {
+  RN_CHECK(p.kernel_h > 0 && p.kernel_w > 0 && p.stride_h > 0 && p.stride_w > 0,
+           "maxpool2d: invalid kernel {}x{} / stride {}x{}", p.kernel_h, p.kernel_w, p.stride_h, p.stride_w);
+  RN_CHECK(p.pad_h >= 0 && p.pad_w >= 0 && 2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w,
+           "maxpool2d: padding {}x{} must be at most half the kernel {}x{}", p.pad_h, p.pad_w, p.kernel_h, p.kernel_w);
+  const std::int64_t hp = x.h + 2 * p.pad_h, wp = x.w + 2 * p.pad_w;
+  RN_CHECK(hp >= p.kernel_h && wp >= p.kernel_w, "maxpool2d: kernel {}x{} larger than padded input {}x{}", p.kernel_h,
+           p.kernel_w, hp, wp);
+  return Shape{x.n, (hp - p.kernel_h) / p.stride_h + 1, (wp - p.kernel_w) / p.stride_w + 1, x.c};
+}
+
+void maxpool2d_forward(const float* x, const Shape& xs, float* y, const Shape& ys, const Pool2dParams& p,
+                       std::int32_t* argmax) {
+  check_pool(xs, ys, p, "maxpool2d_forward");
+  const std::int64_t row = ys.w * ys.c;
+  parallel_for(0, ys.n * ys.h, 1, [&](std::int64_t b, std::int64_t e) {
+    std::vector<std::int32_t> local(argmax ? 0 : static_cast<std::size_t>(row));
+    for (std::int64_t nr = b; nr < e; ++nr) {
+      std::int32_t* idx = argmax ? argmax + nr * row : local.data();
+      max_row(x, xs, ys, p, nr / ys.h, nr % ys.h, y + nr * row, idx);
+    }
+  });
+}
+
+void maxpool2d_backward(const float* dy, const Shape& ys, const float* x, const std::int32_t* argmax, float* dx,
+                        const Shape& xs, const Pool2dParams& p, bool accumulate) {
+  check_pool(xs, ys, p, "maxpool2d_backward");
+  RN_CHECK(argmax || x, "maxpool2d_backward: needs the argmax indices or the forward input");
+  const std::int64_t c = xs.c, row = ys.w * c, plane = xs.h * xs.w;
+  // One sample per piece: overlapping windows scatter into the same dx, so each sample's dx is owned by
+  // one thread and filled in a fixed order.
+  parallel_for(0, xs.n, 1, [&](std::int64_t b, std::int64_t e) {
+    std::vector<float> best(argmax ? 0 : static_cast<std::size_t>(row));
+    std::vector<std::int32_t> local(argmax ? 0 : static_cast<std::size_t>(row));
+    for (std::int64_t n = b; n < e; ++n) {
+      float* dxn = dx + n * plane * c;
+      if (!accumulate) std::memset(dxn, 0, sizeof(float) * plane * c);
+      for (std::int64_t oy = 0; oy < ys.h; ++oy) {
+        const std::int64_t nr = n * ys.h + oy;
+        const std::int32_t* idx = argmax ? argmax + nr * row : local.data();
+        if (!argmax) max_row(x, xs, ys, p, n, oy, best.data(), local.data());
+        const float* g = dy + nr * row;
+        for (std::int64_t ox = 0; ox < ys.w; ++ox)
+          for (std::int64_t j = 0; j < c; ++j) {
+            const std::int32_t pos = idx[ox * c + j];
+            dxn[pos * c + j] += g[ox * c + j];
+          }
+      }
+    }
+  });
+}
+
+void global_avgpool_forward(const float* x, const Shape& xs, float* y) {
+  RN_CHECK(xs.valid(), "global_avgpool_forward: input shape {} is empty", xs.str());
+  const std::int64_t hw = xs.h * xs.w, c = xs.c;
+  const auto count = static_cast<float>(hw);
+  parallel_for(0, xs.n, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t n = b; n < e; ++n) {
+      float* out = y + n * c;
+      for (std::int64_t j = 0; j < c; ++j) out[j] = 0.0f;
+      for (std::int64_t i = 0; i < hw; ++i) {
+        const float* in = x + (n * hw + i) * c;
+        for (std::int64_t j = 0; j < c; ++j) out[j] += in[j];
+      }
+      for (std::int64_t j = 0; j < c; ++j) out[j] /= count;
+    }
+  });
+}
+
+void global_avgpool_backward(const float* dy, float* dx, const Shape& xs, bool accumulate) {
+  RN_CHECK(xs.valid(), "global_avgpool_backward: input shape {} is empty", xs.str());
+  const std::int64_t hw = xs.h * xs.w, c = xs.c;
+  const auto count = static_cast<float>(hw);
+  parallel_for(0, xs.n * hw, std::max<std::int64_t>(1, 16384 / c), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      const float* g = dy + (r / hw) * c;
+      float* d = dx + r * c;
+      for (std::int64_t j = 0; j < c; ++j) d[j] = accumulate ? d[j] + g[j] / count : g[j] / count;
+    }
+  });
+}
+
+}  // namespace renaissance::cpu

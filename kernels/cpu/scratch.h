@@ -1,0 +1,43 @@
+// Scratch memory of the CPU kernels: 64-byte aligned buffers that are reused across calls, so a training
+// step allocates nothing once it has run once. Internal to kernels/cpu.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+
+namespace renaissance::cpu::detail {
+
+/// An owned, 64-byte aligned float buffer that only grows (contents are not kept on growth).
+class AlignedBuffer {
+ public:
+  float* get(std::size_t count) {
+    if (count > m_capacity) {
+      // Round up so that a slowly growing request does not reallocate each call.
+      const std::size_t bytes = ((count * sizeof(float) + 4095) / 4096) * 4096;
+      m_data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      if (!m_data) throw std::bad_alloc();
+      m_capacity = bytes / sizeof(float);
+    }
+    return m_data.get();
+  }
+  float* data() const { return m_data.get(); }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> m_data;
+  std::size_t m_capacity = 0;
+};
+
+/// Per-thread scratch slots; each kernel level uses its own slot so nested users never share one.
+enum class ScratchSlot : int { PackA = 0, PackB, PackEdge, Col, Partial, Count };
+
+/// `count` floats of this thread's scratch slot (valid until the next call with the same slot).
+inline float* scratch(ScratchSlot slot, std::size_t count) {
+  thread_local AlignedBuffer buffers[static_cast<int>(ScratchSlot::Count)];
+  return buffers[static_cast<int>(slot)].get(count);
+}
+
+}  // namespace renaissance::cpu::detail

@@ -1,0 +1,165 @@
+#include <kernels/cpu/thread_pool.h>
+
+#include <renaissance/core/error.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define RN_CPU_RELAX() _mm_pause()
+#else
+#define RN_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace renaissance::cpu {
+
+namespace {
+
+// Set on pool threads and on a caller while it runs chunks: a nested parallel_for runs inline.
+thread_local bool t_inside_pool = false;
+
+// Kernels come back to back within a training step; a worker that just finished one spins this long
+// before sleeping, so the next call does not pay a condition-variable wake-up (~20-50 us).
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+template <class Pred>
+bool spin_until(Pred pred) {
+  const auto until = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 1;; ++i) {
+    if (pred()) return true;
+    RN_CPU_RELAX();
+    if ((i & 255) == 0 && std::chrono::steady_clock::now() > until) return pred();
+  }
+}
+
+int default_thread_count() {
+  if (const char* env = std::getenv("RENAISSANCE_CPU_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::mutex& global_pool_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::unique_ptr<ThreadPool>& global_pool() {
+  static std::unique_ptr<ThreadPool> pool;
+  return pool;
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  RN_CHECK(num_threads >= 0, "ThreadPool: thread count {} is negative", num_threads);
+  const int n = num_threads == 0 ? default_thread_count() : num_threads;
+  m_workers.reserve(static_cast<std::size_t>(n - 1));
+  for (int i = 1; i < n; ++i) m_workers.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_stop = true;
+    m_generation.fetch_add(1, std::memory_order_release);
+  }
+  m_work_cv.notify_all();
+  for (auto& t : m_workers) t.join();
+}
+
+void ThreadPool::run_chunks() {
+  for (;;) {
+    const std::int64_t b = m_next.fetch_add(m_chunk, std::memory_order_relaxed);
+    if (b >= m_end) return;
+    try {
+      (*m_fn)(b, std::min(b + m_chunk, m_end));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(m_error_mutex);
+      if (!m_error) m_error = std::current_exception();
+    }
+  }
+}
+
+void ThreadPool::worker_loop() {
+  t_inside_pool = true;
+  std::uint64_t seen = 0;
+  for (;;) {
+    if (!spin_until([&] { return m_generation.load(std::memory_order_acquire) != seen; })) {
+      std::unique_lock<std::mutex> lock(m_mutex);
+      m_work_cv.wait(lock, [&] { return m_generation.load(std::memory_order_acquire) != seen; });
+    }
+    seen = m_generation.load(std::memory_order_acquire);
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      if (m_stop) return;
+    }
+    // Join, then check that the job is still open (seq_cst on both sides, Dekker style): either the
+    // caller sees this worker in m_active, or this worker sees the job closed and leaves it alone. A job
+    // found open may already be the next one; its fields were published before it opened.
+    m_active.fetch_add(1);
+    if (m_open.load()) run_chunks();
+    if (m_active.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      m_done_cv.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain, const RangeFn& fn) {
+  if (end <= begin) return;
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t n = end - begin;
+  if (m_workers.empty() || t_inside_pool || n <= grain) {
+    fn(begin, end);
+    return;
+  }
+  std::lock_guard<std::mutex> call_lock(m_call_mutex);
+  // Several chunks per thread balance uneven pieces; chunk size never changes results (file comment).
+  const std::int64_t target_chunks = static_cast<std::int64_t>(size()) * 4;
+  m_chunk = std::max(grain, (n + target_chunks - 1) / target_chunks);
+  m_fn = &fn;
+  m_end = end;
+  m_next.store(begin, std::memory_order_relaxed);
+  m_error = nullptr;
+  m_open.store(true);
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_generation.fetch_add(1, std::memory_order_release);
+  }
+  m_work_cv.notify_all();
+
+  t_inside_pool = true;
+  run_chunks();
+  t_inside_pool = false;
+
+  m_open.store(false);
+  if (!spin_until([&] { return m_active.load() == 0; })) {
+    std::unique_lock<std::mutex> lock(m_mutex);
+    m_done_cv.wait(lock, [&] { return m_active.load() == 0; });
+  }
+  m_fn = nullptr;
+  if (m_error) std::rethrow_exception(m_error);
+}
+
+ThreadPool& thread_pool() {
+  std::lock_guard<std::mutex> lock(global_pool_mutex());
+  auto& pool = global_pool();
+  if (!pool) pool = std::make_unique<ThreadPool>(0);
+  return *pool;
+}
+
+void set_num_threads(int num_threads) {
+  std::lock_guard<std::mutex> lock(global_pool_mutex());
+  auto& pool = global_pool();
+  pool.reset();
+  pool = std::make_unique<ThreadPool>(num_threads);
+}
+
+int num_threads() { return thread_pool().size(); }
+
+}  // namespace renaissance::cpu

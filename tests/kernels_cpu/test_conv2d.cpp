@@ -1,0 +1,221 @@
+// conv2d forward against a double reference, gradients against central differences of that reference,
+// accumulate flags, XNNPACK against the GEMM path, and large shapes that cross every blocking boundary.
+#include <kernels/cpu/conv2d.h>
+#include <kernels/cpu/gemm.h>
+#include <renaissance/core/error.h>
+
+#include "kernel_test_util.h"
+
+namespace renaissance::cpu::test {
+namespace {
+
+struct ConvCase {
+  Shape xs;
+  std::int64_t cout;
+  Conv2dParams p;
+  bool bias;
+  const char* name;
+};
+
+// Odd sizes on purpose; Conv2dParams = {kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, groups}.
+const ConvCase kCases[] = {
+    {{3, 7, 5, 3}, 4, {3, 3, 1, 1, 1, 1, 1}, true, "3x3_s1_p1"},
+    {{3, 7, 5, 3}, 4, {3, 3, 2, 2, 1, 1, 1}, true, "3x3_s2_p1"},
+    {{3, 7, 5, 4}, 6, {3, 3, 2, 2, 1, 1, 2}, true, "3x3_groups2_s2"},
+    {{3, 7, 5, 4}, 4, {3, 3, 1, 1, 1, 1, 4}, false, "depthwise_s1"},
+    {{3, 7, 5, 4}, 8, {3, 3, 2, 2, 1, 1, 4}, true, "depthwise_mult2_s2"},
+    {{3, 7, 5, 5}, 7, {1, 1, 1, 1, 0, 0, 1}, true, "1x1_s1"},
+    {{3, 7, 5, 5}, 7, {1, 1, 2, 2, 0, 0, 1}, false, "1x1_s2"},
+    {{2, 6, 7, 3}, 5, {3, 2, 2, 1, 1, 0, 1}, true, "3x2_s21_p10"},
+    {{2, 5, 5, 6}, 6, {1, 1, 1, 1, 0, 0, 3}, true, "1x1_groups3"},
+    {{2, 7, 5, 2}, 3, {5, 5, 1, 1, 2, 2, 1}, true, "5x5_p2"},
+    {{2, 8, 8, 1}, 4, {3, 3, 1, 1, 0, 0, 1}, true, "1channel_nopad"},
+};
+
+struct ConvData {
+  Shape xs, ys;
+  Vec x, w, b;
+  std::int64_t wn;
+};
+
+ConvData make_data(const ConvCase& cs, std::uint32_t seed) {
+  ConvData d;
+  d.xs = cs.xs;
+  d.ys = conv2d_output_shape(cs.xs, cs.cout, cs.p);
+  d.wn = conv2d_weight_elems(cs.xs.c, cs.cout, cs.p);
+  d.x = random_vec(static_cast<std::size_t>(d.xs.elems()), seed);
+  d.w = random_vec(static_cast<std::size_t>(d.wn), seed + 1);
+  d.b = random_vec(static_cast<std::size_t>(cs.cout), seed + 2);
+  return d;
+}
+
+// x with 16 spare bytes after its end, as the arena's slots have.
+Vec padded(const Vec& v) {
+  Vec p(v.size() + 4, 0.0f);
+  std::copy(v.begin(), v.end(), p.begin());
+  return p;
+}
+
+Vec run_forward(const ConvCase& cs, const ConvData& d, Conv2dAlgo algo) {
+  const Vec xp = padded(d.x);
+  Vec y(static_cast<std::size_t>(d.ys.elems()));
+  conv2d_forward(xp.data(), d.xs, d.w.data(), cs.bias ? d.b.data() : nullptr, y.data(), d.ys, cs.p, algo);
+  return y;
+}
+
+class Conv2dCases : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(Conv2dCases, ForwardMatchesReference) {
+  const ConvCase& cs = GetParam();
+  const ConvData d = make_data(cs, 21);
+  const DVec db = to_double(d.b);
+  const DVec ref = conv_ref(to_double(d.x), d.xs, to_double(d.w), cs.bias ? &db : nullptr, d.ys, cs.p);
+  expect_close(run_forward(cs, d, Conv2dAlgo::Gemm), ref, 1e-5, std::string(cs.name) + " gemm");
+  expect_close(run_forward(cs, d, Conv2dAlgo::Auto), ref, 1e-5, std::string(cs.name) + " auto");
+  if (xnnpack_available())
+    expect_close(run_forward(cs, d, Conv2dAlgo::Xnnpack), ref, 1e-5, std::string(cs.name) + " xnnpack");
+}
+
+TEST_P(Conv2dCases, GradientsMatchFiniteDifferences) {
+  const ConvCase& cs = GetParam();
+  const ConvData d = make_data(cs, 31);
+  const Vec r = random_vec(static_cast<std::size_t>(d.ys.elems()), 41);  // L = Σ y·r, so dy = r
+  const DVec rd = to_double(r), xd = to_double(d.x), wd = to_double(d.w), bd = to_double(d.b);
+  const DVec* bp = cs.bias ? &bd : nullptr;
+
+  Vec dx(d.x.size()), dw(d.w.size()), db(d.b.size());
+  conv2d_backward_data(r.data(), d.ys, d.w.data(), dx.data(), d.xs, cs.p, false, Conv2dAlgo::Gemm);
+  conv2d_backward_filter(d.x.data(), d.xs, r.data(), d.ys, dw.data(), cs.bias ? db.data() : nullptr, cs.p, false);
+
+  const auto loss_x = [&](const DVec& v) { return dot(conv_ref(v, d.xs, wd, bp, d.ys, cs.p), rd); };
+  const auto loss_w = [&](const DVec& v) { return dot(conv_ref(xd, d.xs, v, bp, d.ys, cs.p), rd); };
+  const auto loss_b = [&](const DVec& v) { return dot(conv_ref(xd, d.xs, wd, &v, d.ys, cs.p), rd); };
+  const DVec num_dx = numeric_grad(loss_x, xd);
+  expect_grad(dx, num_dx, 1e-4, std::string(cs.name) + " dx");
+  if (xnnpack_available()) {
+    const Vec rp = padded(r);
+    Vec dx_xnn(d.x.size());
+    conv2d_backward_data(rp.data(), d.ys, d.w.data(), dx_xnn.data(), d.xs, cs.p, false, Conv2dAlgo::Xnnpack);
+    expect_grad(dx_xnn, num_dx, 1e-4, std::string(cs.name) + " dx xnnpack");
+  }
+  expect_grad(dw, numeric_grad(loss_w, wd), 1e-4, std::string(cs.name) + " dw");
+  if (cs.bias) expect_grad(db, numeric_grad(loss_b, bd), 1e-4, std::string(cs.name) + " db");
+}
+
+TEST_P(Conv2dCases, AccumulateAddsIntoOutputs) {
+  const ConvCase& cs = GetParam();
+  const ConvData d = make_data(cs, 51);
+  const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 52);
+  Vec dx(d.x.size()), dw(d.w.size()), db(d.b.size());
+  conv2d_backward_data(dy.data(), d.ys, d.w.data(), dx.data(), d.xs, cs.p, false, Conv2dAlgo::Gemm);
+  conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, dw.data(), db.data(), cs.p, false);
+  const Vec px = random_vec(dx.size(), 53), pw = random_vec(dw.size(), 54), pb = random_vec(db.size(), 55);
+  Vec ax = px, aw = pw, ab = pb;
+  conv2d_backward_data(dy.data(), d.ys, d.w.data(), ax.data(), d.xs, cs.p, true, Conv2dAlgo::Gemm);
+  conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, aw.data(), ab.data(), cs.p, true);
+  auto sum = [](const Vec& a, const Vec& b) {
+    DVec s(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) s[i] = static_cast<double>(a[i]) + b[i];
+    return s;
+  };
+  expect_close(ax, sum(px, dx), 1e-6, std::string(cs.name) + " dx accumulate");
+  if (xnnpack_available()) {
+    const Vec dyp = padded(dy);
+    Vec axx = px;
+    conv2d_backward_data(dyp.data(), d.ys, d.w.data(), axx.data(), d.xs, cs.p, true, Conv2dAlgo::Xnnpack);
+    expect_close(axx, sum(px, dx), 1e-5, std::string(cs.name) + " dx accumulate xnnpack");
+  }
+  expect_close(aw, sum(pw, dw), 1e-6, std::string(cs.name) + " dw accumulate");
+  expect_close(ab, sum(pb, db), 1e-6, std::string(cs.name) + " db accumulate");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Conv2dCases, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Shapes large enough to cross the GEMM's K blocks, the im2col row chunks and the weight-gradient
+// reduction steps; checked against the double adjoints (finite differences would take too long).
+TEST(Conv2dLarge, ForwardAndBackwardMatchReference) {
+  const ConvCase cases[] = {
+      {{2, 24, 24, 64}, 40, {3, 3, 1, 1, 1, 1, 1}, true, "3x3_k576"},
+      {{3, 17, 15, 48}, 70, {3, 3, 2, 2, 1, 1, 1}, true, "3x3_s2_n70"},
+      {{2, 30, 30, 20}, 24, {1, 1, 1, 1, 0, 0, 1}, true, "1x1_rows1800"},
+      {{2, 20, 20, 96}, 96, {3, 3, 1, 1, 1, 1, 96}, true, "depthwise_c96"},
+  };
+  for (const ConvCase& cs : cases) {
+    const ConvData d = make_data(cs, 61);
+    const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 62);
+    const DVec bd = to_double(d.b);
+    const DVec ref = conv_ref(to_double(d.x), d.xs, to_double(d.w), &bd, d.ys, cs.p);
+    expect_close(run_forward(cs, d, Conv2dAlgo::Gemm), ref, 1e-5, std::string(cs.name) + " forward");
+    // XNNPACK sums its 576-term dot products in another order (observed 1.04e-5).
+    if (xnnpack_available())
+      expect_close(run_forward(cs, d, Conv2dAlgo::Xnnpack), ref, 3e-5, std::string(cs.name) + " xnnpack");
+    DVec rdx, rdw, rdb;
+    conv_backward_ref(to_double(d.x), d.xs, to_double(d.w), to_double(dy), d.ys, cs.p, rdx, rdw, rdb);
+    Vec dx(d.x.size()), dw(d.w.size()), db(d.b.size());
+    conv2d_backward_data(dy.data(), d.ys, d.w.data(), dx.data(), d.xs, cs.p, false, Conv2dAlgo::Gemm);
+    conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, dw.data(), db.data(), cs.p, false);
+    // dw and db sum thousands of terms of size ~1 in FP32.
+    expect_close(dx, rdx, 1e-5, std::string(cs.name) + " dx");
+    if (xnnpack_available()) {
+      const Vec dyp = padded(dy);
+      Vec dxx(d.x.size());
+      conv2d_backward_data(dyp.data(), d.ys, d.w.data(), dxx.data(), d.xs, cs.p, false, Conv2dAlgo::Xnnpack);
+      expect_close(dxx, rdx, 3e-5, std::string(cs.name) + " dx xnnpack");
+    }
+    expect_close(dw, rdw, 2e-5, std::string(cs.name) + " dw");
+    expect_close(db, rdb, 2e-5, std::string(cs.name) + " db");
+  }
+}
+
+TEST(Conv2dXnnpack, CachedOperatorSeesNewWeights) {
+  if (!xnnpack_available()) GTEST_SKIP() << "built without XNNPACK";
+  const ConvCase cs{{2, 9, 9, 8}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "cache"};
+  ConvData d = make_data(cs, 71);
+  const Vec first = run_forward(cs, d, Conv2dAlgo::Xnnpack);
+  EXPECT_EQ(run_forward(cs, d, Conv2dAlgo::Xnnpack), first);  // same weights: reused operator
+  for (auto& v : d.w) v *= -0.5f;  // same pointer, new values (a training step)
+  const DVec bd = to_double(d.b);
+  expect_close(run_forward(cs, d, Conv2dAlgo::Xnnpack),
+               conv_ref(to_double(d.x), d.xs, to_double(d.w), &bd, d.ys, cs.p), 1e-5, "after weight update");
+  // Two layers of one shape (other weight buffers) alternate without mixing up their operators.
+  ConvData other = make_data(cs, 72);
+  for (int round = 0; round < 3; ++round)
+    for (const ConvData* layer : {&d, &other}) {
+      const DVec lb = to_double(layer->b);
+      expect_close(run_forward(cs, *layer, Conv2dAlgo::Xnnpack),
+                   conv_ref(to_double(layer->x), layer->xs, to_double(layer->w), &lb, layer->ys, cs.p), 1e-5,
+                   "alternating layers");
+    }
+}
+
+TEST(Conv2dBackends, OpenBlasGemmPathMatchesReference) {
+  if (!openblas_available()) GTEST_SKIP() << "built without OpenBLAS";
+  const GemmBackend before = gemm_backend();
+  set_gemm_backend(GemmBackend::OpenBlas);
+  const ConvCase cs{{3, 11, 9, 24}, 20, {3, 3, 2, 2, 1, 1, 1}, true, "openblas"};
+  const ConvData d = make_data(cs, 81);
+  const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 82);
+  const DVec bd = to_double(d.b);
+  const Vec y = run_forward(cs, d, Conv2dAlgo::Gemm);
+  DVec rdx, rdw, rdb;
+  conv_backward_ref(to_double(d.x), d.xs, to_double(d.w), to_double(dy), d.ys, cs.p, rdx, rdw, rdb);
+  Vec dx(d.x.size()), dw(d.w.size()), db(d.b.size());
+  conv2d_backward_data(dy.data(), d.ys, d.w.data(), dx.data(), d.xs, cs.p, false, Conv2dAlgo::Gemm);
+  conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, dw.data(), db.data(), cs.p, false);
+  set_gemm_backend(before);
+  expect_close(y, conv_ref(to_double(d.x), d.xs, to_double(d.w), &bd, d.ys, cs.p), 1e-5, "openblas forward");
+  expect_close(dx, rdx, 1e-5, "openblas dx");
+  expect_close(dw, rdw, 2e-5, "openblas dw");
+}
+
+TEST(Conv2dChecks, RejectsMismatchedShapes) {
+  const Conv2dParams p{3, 3, 1, 1, 1, 1, 1};
+  Vec x(2 * 5 * 5 * 3), w(4 * 9 * 3), y(2 * 5 * 5 * 4);
+  EXPECT_THROW(conv2d_forward(x.data(), {2, 5, 5, 3}, w.data(), nullptr, y.data(), {2, 4, 5, 4}, p), Error);
+  EXPECT_THROW(conv2d_output_shape({2, 5, 5, 3}, 4, Conv2dParams{3, 3, 1, 1, 1, 1, 2}), Error);
+  EXPECT_THROW(conv2d_output_shape({2, 2, 2, 3}, 4, Conv2dParams{5, 5, 1, 1, 0, 0, 1}), Error);
+}
+
+}  // namespace
+}  // namespace renaissance::cpu::test

@@ -1,0 +1,86 @@
+// ReLU, tanh, add2 and channel padding: forward against the definition, gradients against central
+// differences (ReLU kinks skipped), accumulate flags.
+#include <kernels/cpu/elementwise.h>
+
+#include "kernel_test_util.h"
+
+namespace renaissance::cpu::test {
+namespace {
+
+constexpr std::size_t kN = 3 * 7 * 5 * 3;
+
+TEST(Relu, ForwardAndGradient) {
+  const Vec x = random_vec(kN, 1), r = random_vec(kN, 2);
+  Vec y(kN), dx(kN);
+  relu_forward(x.data(), y.data(), kN);
+  DVec ref(kN);
+  for (std::size_t i = 0; i < kN; ++i) ref[i] = std::max(0.0, static_cast<double>(x[i]));
+  expect_close(y, ref, 0.0, "relu forward");
+  relu_backward(y.data(), r.data(), dx.data(), kN, false);
+  const auto loss = [&](const DVec& v) {
+    double s = 0.0;
+    for (std::size_t i = 0; i < kN; ++i) s += std::max(0.0, v[i]) * r[i];
+    return s;
+  };
+  expect_grad(dx, numeric_grad(loss, to_double(x)), 1e-6, "relu dx",
+              [&](std::size_t i) { return std::abs(x[i]) < 1e-3f; });  // the kink at 0
+  Vec acc = r;
+  relu_backward(y.data(), r.data(), acc.data(), kN, true);
+  for (std::size_t i = 0; i < kN; ++i) ASSERT_EQ(acc[i], r[i] + dx[i]);
+  // In place (dx aliases dy), as the runtime does.
+  Vec inplace = r;
+  relu_backward(y.data(), inplace.data(), inplace.data(), kN, false);
+  EXPECT_EQ(inplace, dx);
+}
+
+TEST(Tanh, ForwardAndGradient) {
+  const Vec x = random_vec(kN, 3, -3.0f, 3.0f), r = random_vec(kN, 4);
+  Vec y(kN), dx(kN);
+  tanh_forward(x.data(), y.data(), kN);
+  DVec ref(kN);
+  for (std::size_t i = 0; i < kN; ++i) ref[i] = std::tanh(static_cast<double>(x[i]));
+  expect_close(y, ref, 1e-6, "tanh forward");
+  tanh_backward(y.data(), r.data(), dx.data(), kN, false);
+  const auto loss = [&](const DVec& v) {
+    double s = 0.0;
+    for (std::size_t i = 0; i < kN; ++i) s += std::tanh(v[i]) * r[i];
+    return s;
+  };
+  expect_grad(dx, numeric_grad(loss, to_double(x)), 1e-5, "tanh dx");
+  Vec acc = r;
+  tanh_backward(y.data(), r.data(), acc.data(), kN, true);
+  for (std::size_t i = 0; i < kN; ++i) ASSERT_EQ(acc[i], r[i] + dx[i]);
+}
+
+TEST(Add2, Forward) {
+  const Vec a = random_vec(kN, 5), b = random_vec(kN, 6);
+  Vec y(kN);
+  add2_forward(a.data(), b.data(), y.data(), kN);
+  for (std::size_t i = 0; i < kN; ++i) ASSERT_EQ(y[i], a[i] + b[i]);
+}
+
+TEST(ChannelPad, ForwardAndBackward) {
+  const std::int64_t rows = 3 * 7 * 5, c = 3, c_out = 8;
+  const Vec x = random_vec(rows * c, 7);
+  Vec y(rows * c_out, 99.0f);
+  channel_pad_forward(x.data(), rows, c, c_out, y.data());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < c_out; ++j) ASSERT_EQ(y[r * c_out + j], j < c ? x[r * c + j] : 0.0f);
+  // Backward is the adjoint: <pad(x), dy> = <x, unpad(dy)>.
+  const Vec dy = random_vec(rows * c_out, 8);
+  Vec dx(rows * c);
+  channel_pad_backward(dy.data(), rows, c_out, c, dx.data(), false);
+  const auto loss = [&](const DVec& v) {
+    double s = 0.0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < c; ++j) s += v[r * c + j] * dy[r * c_out + j];
+    return s;
+  };
+  expect_grad(dx, numeric_grad(loss, to_double(x)), 1e-6, "channel pad dx");
+  Vec acc = x;
+  channel_pad_backward(dy.data(), rows, c_out, c, acc.data(), true);
+  for (std::int64_t i = 0; i < rows * c; ++i) ASSERT_EQ(acc[i], x[i] + dx[i]);
+}
+
+}  // namespace
+}  // namespace renaissance::cpu::test
