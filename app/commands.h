@@ -8,4 +8,6 @@ class App;
 namespace renaissance::app {
 void register_plan_command(CLI::App& app);
 void register_data_command(CLI::App& app);
+void register_train_command(CLI::App& app);
+void register_eval_command(CLI::App& app);
 }  // namespace renaissance::app

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "renaissance 0.1.0");
   renaissance::app::register_plan_command(app);
   renaissance::app::register_data_command(app);
+  renaissance::app::register_train_command(app);
+  renaissance::app::register_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

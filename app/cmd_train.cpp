@@ -1,0 +1,229 @@
+// `renaissance train`: train a model on an HDF5 dataset through the static plan.
+#include "commands.h"
+#include "json_writer.h"
+#include "model_options.h"
+#include "run_config.h"
+
+#include <renaissance/core/error.h>
+#include <renaissance/io/dataset.h>
+#include <renaissance/io/importers.h>
+#include <renaissance/runtime/trainer.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+namespace renaissance::app {
+
+namespace {
+
+constexpr const char* kDefaultData = "data/fashion-mnist.h5";
+
+struct TrainCli {
+  ModelOptions model;
+  runtime::TrainOptions t;
+  std::string data = kDefaultData;
+  std::string optimizer = "nesterov";
+  std::string schedule = "onecycle";
+  std::string device = "auto";
+  std::string metrics;
+  std::string config;
+  std::string save;
+  bool no_flip = false;
+  bool no_validate = false;
+};
+
+/// Progress: a bar with images/s and ETA on a terminal, one line per epoch otherwise (Slurm logs).
+class Progress {
+ public:
+  explicit Progress(std::int64_t epochs) : m_epochs(epochs), m_tty(isatty(fileno(stdout)) != 0) {}
+  void step(std::int64_t epoch, std::int64_t batch, std::int64_t batches, double ips) {
+    if (!m_tty) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (batch != batches && now - m_last < std::chrono::milliseconds(200)) return;
+    m_last = now;
+    const int width = 30;
+    const int done = static_cast<int>(width * batch / std::max<std::int64_t>(batches, 1));
+    const double eta = ips > 0 ? static_cast<double>(batches - batch) * (m_batch_images > 0 ? m_batch_images : 1) / ips : 0;
+    std::printf("\repoch %lld/%lld [%s%s] %lld/%lld  %8.0f img/s  ETA %3.0fs ", static_cast<long long>(epoch),
+                static_cast<long long>(m_epochs), std::string(static_cast<std::size_t>(done), '#').c_str(),
+                std::string(static_cast<std::size_t>(width - done), '.').c_str(), static_cast<long long>(batch),
+                static_cast<long long>(batches), ips, eta);
+    std::fflush(stdout);
+  }
+  void epoch(const runtime::EpochMetrics& m) {
+    if (m_tty) std::printf("\r%*s\r", 100, "");
+    std::string ema = m.ema_val_top1 >= 0 ? fmt::format("  ema_top1 {:.4f}", m.ema_val_top1) : "";
+    const std::string val = m_validate ? fmt::format("  val_loss {:.4f}  val_top1 {:.4f}  val_top5 {:.4f}{}", m.val_loss,
+                                                     m.val_top1, m.val_top5, ema)
+                                       : std::string("  (no validation)");
+    std::printf("epoch %lld/%lld  step %lld  train_loss %.4f  train_top1 %.4f%s  %.0f img/s  %.1fs\n",
+                static_cast<long long>(m.epoch), static_cast<long long>(m_epochs), static_cast<long long>(m.step),
+                m.train_loss, m.train_top1, val.c_str(), m.images_per_s, m.seconds);
+    std::fflush(stdout);
+  }
+  std::int64_t m_batch_images = 0;
+  bool m_validate = true;
+
+ private:
+  std::int64_t m_epochs;
+  bool m_tty;
+  std::chrono::steady_clock::time_point m_last{};
+};
+
+std::string metrics_json(const runtime::EpochMetrics& m, bool validated) {
+  JsonWriter j;
+  j.begin_object().kv("epoch", m.epoch).kv("step", m.step).kv("train_loss", m.train_loss);
+  j.kv("train_top1", m.train_top1);
+  if (validated) j.kv("val_loss", m.val_loss).kv("val_top1", m.val_top1).kv("val_top5", m.val_top5);
+  if (m.ema_val_top1 >= 0) j.kv("ema_val_top1", m.ema_val_top1);
+  j.kv("images_per_s", m.images_per_s).kv("seconds", m.seconds).kv("lr", m.lr).kv("loss_scale", m.loss_scale);
+  j.end_object();
+  return j.str();
+}
+
+void ensure_default_data(const std::string& path) {
+  if (path != kDefaultData || std::filesystem::exists(path)) return;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::printf("importing Fashion-MNIST from %s into %s\n", io::kFashionMnistDir, path.c_str());
+  io::import_fashion_mnist(path);
+}
+
+void run_train(TrainCli& c) {
+  RN_CHECK(c.device == "cpu" || c.device == "auto" || c.device == "cuda", "--device must be cpu, cuda or auto, got '{}'",
+           c.device);
+  RN_CHECK(c.device != "cuda", "--device cuda: this build trains on the CPU only (the CUDA backend is issue 4)");
+  c.t.optimizer = plan::optimizer_from_name(c.optimizer);
+  c.t.schedule = runtime::schedule_from_name(c.schedule);
+  c.t.augmentation.horizontal_flip = !c.no_flip;
+  c.t.validate = !c.no_validate;
+  RN_CHECK(c.t.epochs >= 1, "--epochs must be >= 1, got {}", c.t.epochs);
+  RN_CHECK(c.t.batch >= 1, "--batch must be >= 1, got {}", c.t.batch);
+  ensure_default_data(c.data);
+  c.t.data_path = c.data;
+  const blueprint::BluePrint bp = c.model.load();
+  runtime::Trainer trainer(bp, c.t);
+  std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs, batch %lld, %s, lr %g (%s)\n",
+              bp.name.c_str(), c.data.c_str(), static_cast<long long>(trainer.plan().arch.parameter_count()),
+              static_cast<double>(trainer.plan().arena_bytes()) / (1 << 20), static_cast<long long>(c.t.epochs),
+              static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str());
+  std::fflush(stdout);
+  std::unique_ptr<std::ofstream> metrics;
+  if (!c.metrics.empty()) {
+    metrics = std::make_unique<std::ofstream>(c.metrics, std::ios::trunc);
+    RN_CHECK_CTX(metrics->good(), c.metrics, "cannot open the metrics file for writing");
+  }
+  Progress progress(c.t.epochs);
+  progress.m_batch_images = c.t.batch;
+  progress.m_validate = c.t.validate;
+  runtime::TrainObserver obs;
+  obs.on_step = [&](std::int64_t e, std::int64_t b, std::int64_t n, double ips) { progress.step(e, b, n, ips); };
+  obs.on_epoch = [&](const runtime::EpochMetrics& m) {
+    progress.epoch(m);
+    if (metrics) *metrics << metrics_json(m, c.t.validate) << "\n" << std::flush;
+  };
+  const auto history = trainer.run(obs);
+  if (!history.empty() && c.t.validate)
+    std::printf("done: %lld steps, val_top1 %.4f\n", static_cast<long long>(trainer.steps()), history.back().val_top1);
+  else
+    std::printf("done: %lld steps\n", static_cast<long long>(trainer.steps()));
+  if (!c.save.empty()) {
+    trainer.save_weights(c.save);
+    std::printf("weights saved to %s\n", c.save.c_str());
+  }
+}
+
+struct EvalCli {
+  ModelOptions model;
+  std::string data = kDefaultData;
+  std::string weights;
+  std::int64_t batch = 256;
+  bool amp = false;
+  bool ema = false;
+  bool json = false;
+};
+
+void run_eval(const EvalCli& c) {
+  runtime::TrainOptions t;
+  t.data_path = c.data;
+  t.batch = c.batch;
+  t.amp = c.amp;
+  t.ema = c.ema;
+  t.epochs = 1;
+  const blueprint::BluePrint bp = c.model.load();
+  runtime::Trainer trainer(bp, t);
+  trainer.load_weights(c.weights);
+  const runtime::EpochMetrics m = trainer.evaluate(c.ema);
+  if (c.json) {
+    JsonWriter j;
+    j.begin_object().kv("model", bp.name).kv("data", c.data).kv("weights", c.weights).kv("ema", c.ema);
+    j.kv("val_loss", m.val_loss).kv("val_top1", m.val_top1).kv("val_top5", m.val_top5).end_object();
+    std::puts(j.str().c_str());
+  } else {
+    std::printf("%s on %s (val split) with %s%s: loss %.4f  top1 %.4f  top5 %.4f\n", bp.name.c_str(), c.data.c_str(),
+                c.weights.c_str(), c.ema ? " (EMA)" : "", m.val_loss, m.val_top1, m.val_top5);
+  }
+}
+
+}  // namespace
+
+void register_train_command(CLI::App& app) {
+  auto c = std::make_shared<TrainCli>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a model (default: fmnist_cnn on Fashion-MNIST)");
+  c->model.add_to(*cmd);
+  cmd->add_option("--data", c->data, "HDF5 dataset (renaissance data import ...); the default is imported if missing")
+      ->capture_default_str();
+  cmd->add_option("--epochs", c->t.epochs, "Epochs")->capture_default_str();
+  cmd->add_option("--batch", c->t.batch, "Global batch size")->capture_default_str();
+  cmd->add_option("--val-batch", c->t.val_batch, "Validation batch size (0: --batch)");
+  cmd->add_option("--optimizer", c->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")->capture_default_str();
+  cmd->add_option("--lr", c->t.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--momentum", c->t.momentum, "Momentum (SGD family, LARS)")->capture_default_str();
+  cmd->add_option("--weight-decay", c->t.weight_decay, "Weight decay (not on BN/bias)")->capture_default_str();
+  cmd->add_option("--schedule", c->schedule, "constant|step|cosine|onecycle")->capture_default_str();
+  cmd->add_option("--warmup-epochs", c->t.warmup_epochs, "Linear warm-up (constant/step/cosine)");
+  cmd->add_option("--step-epochs", c->t.step_epochs, "step schedule: decay every N epochs");
+  cmd->add_option("--label-smoothing", c->t.label_smoothing, "Label smoothing")->capture_default_str();
+  cmd->add_option("--seed", c->t.seed, "Seed of initialisation, order and augmentation")->capture_default_str();
+  cmd->add_flag("--ema", c->t.ema, "Keep an EMA of the weights and validate on it too");
+  cmd->add_option("--ema-decay", c->t.ema_decay, "EMA decay")->capture_default_str();
+  cmd->add_flag("--amp", c->t.amp, "FP16 storage with FP32 masters and dynamic loss scaling");
+  cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
+  cmd->add_option("--max-steps", c->t.max_steps, "Stop after N optimizer steps");
+  cmd->add_option("--metrics", c->metrics, "Write one JSON object per epoch to this JSONL file");
+  cmd->add_option("--crop-padding", c->t.augmentation.crop_padding, "Random crop with this zero padding (0: off)")
+      ->capture_default_str();
+  cmd->add_flag("--no-flip", c->no_flip, "No random horizontal flips");
+  cmd->add_option("--start-resolution", c->t.start_resolution, "Progressive resize: train the first epochs at this size");
+  cmd->add_option("--lowres-epochs", c->t.lowres_epochs, "Progressive resize: epochs at --start-resolution");
+  cmd->add_flag("--no-validate", c->no_validate, "Skip validation after each epoch");
+  cmd->add_option("--save", c->save, "Write the trained weights (HDF5: /params, /bn, /ema) to this file");
+  cmd->add_option("--config", c->config, "run.yaml: any of these options as keys (the command line wins)");
+  cmd->callback([c, cmd] {
+    if (!c->config.empty()) apply_run_config(*cmd, c->config);
+    run_train(*c);
+  });
+}
+
+void register_eval_command(CLI::App& app) {
+  auto c = std::make_shared<EvalCli>();
+  CLI::App* cmd = app.add_subcommand("eval", "Score trained weights on a dataset's validation split");
+  c->model.add_to(*cmd);
+  cmd->add_option("--data", c->data, "HDF5 dataset")->capture_default_str();
+  cmd->add_option("--weights", c->weights, "Weights file written by `renaissance train --save`")->required();
+  cmd->add_option("--batch", c->batch, "Batch size")->capture_default_str();
+  cmd->add_flag("--amp", c->amp, "Evaluate in FP16 (FP32 accumulation)");
+  cmd->add_flag("--ema", c->ema, "Evaluate the EMA weights");
+  cmd->add_flag("--json", c->json, "Print the result as JSON");
+  cmd->callback([c] { run_eval(*c); });
+}
+
+}  // namespace renaissance::app

@@ -1,0 +1,35 @@
+#include <renaissance/core/error.h>
+#include <renaissance/runtime/arena_keeper.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace renaissance::runtime {
+
+namespace {
+std::atomic<std::int64_t> g_allocations{0};
+}
+
+const char* backend_name(Backend b) { return b == Backend::CPU ? "cpu" : "cuda"; }
+
+ArenaKeeper::ArenaKeeper(Backend backend, std::int64_t bytes) : m_backend(backend), m_bytes(bytes) {
+  RN_CHECK(bytes > 0, "arena size must be positive, got {}", bytes);
+  RN_CHECK(backend == Backend::CPU, "the {} backend's arena is not available in this build", backend_name(backend));
+  const std::size_t n = static_cast<std::size_t>((bytes + 255) / 256 * 256);
+  void* p = std::aligned_alloc(256, n);
+  if (!p)
+    throw Error(fmt::format("cannot allocate the {:.2f} GiB arena", static_cast<double>(bytes) / (1 << 30)), "arena",
+                "reduce --batch or the resolution; `renaissance plan` shows the arena size");
+  // Zeroed: padding bytes of every slot must stay zero so whole-range ops (NaN check, optimizers) see zeros.
+  std::memset(p, 0, n);
+  m_base = static_cast<std::byte*>(p);
+  ++g_allocations;
+}
+
+ArenaKeeper::~ArenaKeeper() { std::free(m_base); }
+
+std::int64_t ArenaKeeper::allocation_count() { return g_allocations.load(); }
+
+}  // namespace renaissance::runtime

@@ -1,0 +1,458 @@
+// The CPU backend's kernel table: each entry adapts one plan node to the FP32 CPU kernels in kernels/cpu.
+// AMP plans store FP16: inputs are widened into scratch, outputs narrowed back, so the same FP32 kernels
+// serve both (FP32 arithmetic, FP16 storage) and fused kinds run as their plain sub-nodes.
+#include <renaissance/core/error.h>
+#include <renaissance/plan/compiler.h>
+#include <renaissance/runtime/executor.h>
+
+#include <kernels/cpu/batchnorm.h>
+#include <kernels/cpu/conv2d.h>
+#include <kernels/cpu/elementwise.h>
+#include <kernels/cpu/fully_connected.h>
+#include <kernels/cpu/half.h>
+#include <kernels/cpu/metrics.h>
+#include <kernels/cpu/optimizer.h>
+#include <kernels/cpu/pooling.h>
+#include <kernels/cpu/range_ops.h>
+#include <kernels/cpu/softmax_ce.h>
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+
+namespace renaissance::runtime {
+
+using plan::OpKind;
+using plan::RangeOp;
+
+namespace {
+
+// ---- FP16 storage around FP32 kernels ------------------------------------------------------------
+
+/// Scratch buffers reused across nodes (ops run one at a time on the calling thread).
+class Scratch {
+ public:
+  float* get(std::int64_t n) {
+    if (m_next == m_buffers.size()) m_buffers.emplace_back();
+    std::vector<float>& b = m_buffers[m_next++];
+    if (b.size() < static_cast<std::size_t>(n)) b.resize(static_cast<std::size_t>(n));
+    return b.data();
+  }
+  void reset() { m_next = 0; }
+
+ private:
+  std::deque<std::vector<float>> m_buffers;
+  std::size_t m_next = 0;
+};
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+/// An FP32 view of an input tensor (a widened copy when it is stored as FP16).
+const float* f32_in(const TensorView& t) {
+  if (!t) return nullptr;
+  if (t.dtype == DType::F32) return t.as<const float>();
+  RN_CHECK(t.dtype == DType::F16, "a float kernel got a {} tensor", dtype_name(t.dtype));
+  float* s = scratch().get(t.elems());
+  cpu::range_cast_f16_to_f32(t.as<const std::uint16_t>(), s, t.elems());
+  return s;
+}
+
+/// An FP32 output: direct for FP32, else a scratch buffer narrowed back to FP16 when the op is done.
+class F32Out {
+ public:
+  F32Out(const TensorView& t, bool preload) : m_t(t) {
+    if (!t) return;
+    if (t.dtype == DType::F32) {
+      m_p = t.as<float>();
+      return;
+    }
+    RN_CHECK(t.dtype == DType::F16, "a float kernel writes a {} tensor", dtype_name(t.dtype));
+    m_p = scratch().get(t.elems());
+    if (preload) cpu::range_cast_f16_to_f32(t.as<const std::uint16_t>(), m_p, t.elems());
+  }
+  ~F32Out() {
+    if (m_t && m_t.dtype == DType::F16) cpu::range_cast_f32_to_f16(m_p, m_t.as<std::uint16_t>(), m_t.elems());
+  }
+  F32Out(const F32Out&) = delete;
+  F32Out& operator=(const F32Out&) = delete;
+  float* get() const { return m_p; }
+
+ private:
+  TensorView m_t;
+  float* m_p = nullptr;
+};
+
+const float* hyper_of(const TensorView& t) { return t.as<const float>(); }
+
+cpu::Conv2dParams conv_params(const plan::Node& n) {
+  const plan::ConvParams& p = std::get<plan::ConvParams>(n.params);
+  cpu::Conv2dParams c;
+  c.kernel_h = c.kernel_w = static_cast<int>(p.k);
+  c.stride_h = c.stride_w = static_cast<int>(p.stride);
+  c.pad_h = c.pad_w = static_cast<int>(p.pad);
+  c.groups = static_cast<int>(p.groups);
+  return c;
+}
+
+cpu::Pool2dParams pool_params(const plan::Node& n) {
+  const plan::PoolParams& p = std::get<plan::PoolParams>(n.params);
+  cpu::Pool2dParams c;
+  c.kernel_h = c.kernel_w = static_cast<int>(p.k);
+  c.stride_h = c.stride_w = static_cast<int>(p.stride);
+  c.pad_h = c.pad_w = static_cast<int>(p.pad);
+  return c;
+}
+
+/// Runs `fn` with per-node scratch released afterwards.
+template <typename F>
+OpFn op(F fn) {
+  return [fn](const ResolvedNode& r, ExecEnv& env) {
+    scratch().reset();
+    fn(r, env);
+  };
+}
+
+void add_into(float* dst, const float* src, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// ---- COMPUTE ops ------------------------------------------------------------------------------------
+
+void register_compute(KernelTable& t) {
+  t.add_compute(OpKind::CONV_FWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* x = f32_in(r.in[0]);
+                  const float* w = f32_in(r.in[1]);
+                  const float* b = r.in.size() > 2 ? f32_in(r.in[2]) : nullptr;
+                  F32Out y(r.out[0], false);
+                  cpu::conv2d_forward(x, r.in[0].shape, w, b, y.get(), r.out[0].shape, conv_params(*r.node));
+                }));
+  t.add_compute(OpKind::CONV_BWD_DATA, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* dy = f32_in(r.in[0]);
+                  const float* w = f32_in(r.in[1]);
+                  F32Out dx(r.out[0], r.node->accumulate);
+                  cpu::conv2d_backward_data(dy, r.in[0].shape, w, dx.get(), r.out[0].shape, conv_params(*r.node),
+                                            r.node->accumulate);
+                }));
+  t.add_compute(OpKind::CONV_BWD_FILTER, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* x = f32_in(r.in[0]);
+                  const float* dy = f32_in(r.in[1]);
+                  F32Out dw(r.out[0], r.node->accumulate);
+                  F32Out db(r.out.size() > 1 ? r.out[1] : TensorView{}, r.node->accumulate);
+                  cpu::conv2d_backward_filter(x, r.in[0].shape, dy, r.in[1].shape, dw.get(), db.get(),
+                                              conv_params(*r.node), r.node->accumulate);
+                }));
+  t.add_compute(OpKind::BN_FWD_TRAIN, op([](const ResolvedNode& r, ExecEnv&) {
+                  // Batch statistics go to B_NEXT_* (momentum 1 into zeroed buffers = the unbiased batch
+                  // variance); UPDATE_STATS blends them into the running statistics once per step.
+                  const float* h = hyper_of(r.in[3]);
+                  const float* x = f32_in(r.in[0]);
+                  F32Out y(r.out[0], false);
+                  float* bmean = r.out[1].as<float>();
+                  float* bvar = r.out[2].as<float>();
+                  const std::int64_t c = r.out[1].shape.c;
+                  std::fill(bmean, bmean + c, 0.0f);
+                  std::fill(bvar, bvar + c, 0.0f);
+                  std::vector<float> save_mean(static_cast<std::size_t>(c));
+                  cpu::batchnorm_forward_train(x, r.in[0].shape, r.in[1].as<const float>(), r.in[2].as<const float>(),
+                                               y.get(), save_mean.data(), r.out[3].as<float>(), bmean, bvar, 1.0f,
+                                               h[plan::kHyperBnEps]);
+                }));
+  t.add_compute(OpKind::BN_FWD_INFER, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* h = hyper_of(r.in[5]);
+                  const float* x = f32_in(r.in[0]);
+                  F32Out y(r.out[0], false);
+                  cpu::batchnorm_forward_inference(x, r.in[0].shape, r.in[1].as<const float>(),
+                                                   r.in[2].as<const float>(), r.in[3].as<const float>(),
+                                                   r.in[4].as<const float>(), y.get(), h[plan::kHyperBnEps]);
+                }));
+  t.add_compute(OpKind::BN_BWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  // inputs: x, dy, gamma, batch_mean, invstd; outputs: dx (may be absent), dgamma, dbeta
+                  const float* x = f32_in(r.in[0]);
+                  const float* dy = f32_in(r.in[1]);
+                  F32Out dx(r.out[0], r.node->accumulate);
+                  cpu::batchnorm_backward(x, dy, r.in[0].shape, r.in[2].as<const float>(), r.in[3].as<const float>(),
+                                          r.in[4].as<const float>(), dx.get(), r.out[1].as<float>(),
+                                          r.out[2].as<float>(), r.node->accumulate, true);
+                }));
+  auto unary = [&t](OpKind fwd, OpKind bwd, void (*f)(const float*, float*, std::int64_t),
+                    void (*b)(const float*, const float*, float*, std::int64_t, bool)) {
+    t.add_compute(fwd, op([f](const ResolvedNode& r, ExecEnv&) {
+                    const float* x = f32_in(r.in[0]);
+                    F32Out y(r.out[0], false);
+                    f(x, y.get(), r.out[0].elems());
+                  }));
+    t.add_compute(bwd, op([b](const ResolvedNode& r, ExecEnv&) {
+                    const float* y = f32_in(r.in[0]);
+                    const float* dy = f32_in(r.in[1]);
+                    F32Out dx(r.out[0], r.node->accumulate);
+                    b(y, dy, dx.get(), r.out[0].elems(), r.node->accumulate);
+                  }));
+  };
+  unary(OpKind::RELU_FWD, OpKind::RELU_BWD, cpu::relu_forward, cpu::relu_backward);
+  unary(OpKind::TANH_FWD, OpKind::TANH_BWD, cpu::tanh_forward, cpu::tanh_backward);
+  t.add_compute(OpKind::MAXPOOL_FWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* x = f32_in(r.in[0]);
+                  F32Out y(r.out[0], false);
+                  cpu::maxpool2d_forward(x, r.in[0].shape, y.get(), r.out[0].shape, pool_params(*r.node),
+                                         r.out[1].as<std::int32_t>());
+                }));
+  t.add_compute(OpKind::MAXPOOL_BWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* dy = f32_in(r.in[0]);
+                  F32Out dx(r.out[0], r.node->accumulate);
+                  cpu::maxpool2d_backward(dy, r.in[0].shape, nullptr, r.in[1].as<const std::int32_t>(), dx.get(),
+                                          r.out[0].shape, pool_params(*r.node), r.node->accumulate);
+                }));
+  t.add_compute(OpKind::GAP_FWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* x = f32_in(r.in[0]);
+                  F32Out y(r.out[0], false);
+                  cpu::global_avgpool_forward(x, r.in[0].shape, y.get());
+                }));
+  t.add_compute(OpKind::GAP_BWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* dy = f32_in(r.in[0]);
+                  F32Out dx(r.out[0], r.node->accumulate);
+                  cpu::global_avgpool_backward(dy, dx.get(), r.out[0].shape, r.node->accumulate);
+                }));
+  auto copy_like = [](const ResolvedNode& r, bool acc) {
+    const float* x = f32_in(r.in[0]);
+    F32Out y(r.out[0], acc);
+    RN_CHECK(r.in[0].elems() == r.out[0].elems(), "copy between tensors of {} and {} elements", r.in[0].elems(),
+             r.out[0].elems());
+    if (acc)
+      add_into(y.get(), x, r.out[0].elems());
+    else
+      std::memcpy(y.get(), x, static_cast<std::size_t>(r.out[0].elems()) * 4);
+  };
+  t.add_compute(OpKind::FLATTEN_FWD, op([copy_like](const ResolvedNode& r, ExecEnv&) { copy_like(r, false); }));
+  t.add_compute(OpKind::FLATTEN_BWD,
+                op([copy_like](const ResolvedNode& r, ExecEnv&) { copy_like(r, r.node->accumulate); }));
+  t.add_compute(OpKind::ACCUMULATE, op([copy_like](const ResolvedNode& r, ExecEnv&) { copy_like(r, true); }));
+  t.add_compute(OpKind::COPY, op([](const ResolvedNode& r, ExecEnv&) {
+                  RN_CHECK(r.in[0].dtype == r.out[0].dtype && r.in[0].elems() <= r.out[0].elems(),
+                           "COPY between incompatible tensors");
+                  std::memcpy(r.out[0].ptr, r.in[0].ptr,
+                              static_cast<std::size_t>(r.in[0].elems()) * dtype_size(r.in[0].dtype));
+                }));
+  t.add_compute(OpKind::FC_FWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* x = f32_in(r.in[0]);
+                  const float* w = f32_in(r.in[1]);
+                  const float* b = f32_in(r.in[2]);
+                  F32Out y(r.out[0], false);
+                  cpu::fc_forward(x, r.in[0].shape.n, r.in[0].shape.per_sample(), w, b, y.get(), r.out[0].shape.c);
+                }));
+  t.add_compute(OpKind::FC_BWD_DATA, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* dy = f32_in(r.in[0]);
+                  const float* w = f32_in(r.in[1]);
+                  F32Out dx(r.out[0], r.node->accumulate);
+                  cpu::fc_backward_data(dy, r.in[0].shape.n, r.in[0].shape.c, w, dx.get(), r.out[0].shape.per_sample(),
+                                        r.node->accumulate);
+                }));
+  t.add_compute(OpKind::FC_BWD_WEIGHT, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* x = f32_in(r.in[0]);
+                  const float* dy = f32_in(r.in[1]);
+                  F32Out dw(r.out[0], r.node->accumulate);
+                  cpu::fc_backward_weights(x, dy, r.in[0].shape.n, r.in[0].shape.per_sample(), r.in[1].shape.c,
+                                           dw.get(), r.out[1].as<float>(), r.node->accumulate);
+                }));
+  t.add_compute(OpKind::SOFTMAX_CE_FWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* logits = f32_in(r.in[0]);
+                  const float* h = hyper_of(r.in[2]);
+                  const Shape& s = r.in[0].shape;
+                  const float loss = cpu::softmax_ce_forward(logits, r.in[1].as<const std::int32_t>(), s.n,
+                                                             s.per_sample(), h[plan::kHyperLabelSmoothing],
+                                                             r.out[0].as<float>());
+                  r.out[1].as<float>()[plan::kResultLoss] = loss * static_cast<float>(s.n);
+                }));
+  t.add_compute(OpKind::SOFTMAX_CE_BWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* h = hyper_of(r.in[2]);
+                  const float scale = r.in[3].as<const float>()[plan::kLossScale];
+                  const Shape& s = r.in[0].shape;
+                  F32Out dx(r.out[0], r.node->accumulate);
+                  cpu::softmax_ce_backward(r.in[0].as<const float>(), r.in[1].as<const std::int32_t>(), s.n, s.c,
+                                           h[plan::kHyperLabelSmoothing], scale, dx.get(), r.node->accumulate);
+                }));
+  t.add_compute(OpKind::CHANNEL_PAD_FWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* x = f32_in(r.in[0]);
+                  F32Out y(r.out[0], false);
+                  const Shape& s = r.in[0].shape;
+                  cpu::channel_pad_forward(x, s.n * s.h * s.w, s.c, r.out[0].shape.c, y.get());
+                }));
+  t.add_compute(OpKind::CHANNEL_PAD_BWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* dy = f32_in(r.in[0]);
+                  F32Out dx(r.out[0], r.node->accumulate);
+                  const Shape& s = r.out[0].shape;
+                  cpu::channel_pad_backward(dy, s.n * s.h * s.w, r.in[0].shape.c, s.c, dx.get(), r.node->accumulate);
+                }));
+  t.add_compute(OpKind::ADD2_FWD, op([](const ResolvedNode& r, ExecEnv&) {
+                  const float* a = f32_in(r.in[0]);
+                  const float* b = f32_in(r.in[1]);
+                  F32Out y(r.out[0], false);
+                  cpu::add2_forward(a, b, y.get(), r.out[0].elems());
+                }));
+  t.add_compute(OpKind::METRICS, op([](const ResolvedNode& r, ExecEnv&) {
+                  // result.step = {loss sum, top-1, top-5, samples} of this batch (plain cross-entropy of the
+                  // logits, smoothing included as in training), and the arg-max predictions.
+                  const float* logits = f32_in(r.in[0]);
+                  const Shape& s = r.in[0].shape;
+                  float* result = r.out[0].as<float>();
+                  std::fill(result, result + plan::kResultSlots, 0.0f);
+                  cpu::accumulate_metrics(logits, r.in[1].as<const std::int32_t>(), s.n, s.per_sample(), 0.0f, result,
+                                          r.out[1].as<std::int32_t>());
+                }));
+  // Fused kinds: their plain decomposition, in order (the GPU backend has fused kernels instead).
+  for (OpKind k : {OpKind::FUSED_FWD, OpKind::FUSED_BWD, OpKind::FUSED_INFER})
+    t.add_compute(k, [](const ResolvedNode& r, ExecEnv& env) {
+      const KernelTable& table = KernelTable::for_backend(Backend::CPU);
+      for (const ResolvedNode& s : r.sub) table.compute(s.node->op)(s, env);
+    });
+}
+
+// ---- RANGE ops -----------------------------------------------------------------------------------------
+
+std::int64_t floats(const RangeView& r) { return r.bytes / 4; }
+const cpu::OptimizerScalars* scalars(const ResolvedNode& r) {
+  return reinterpret_cast<const cpu::OptimizerScalars*>(r.in[0].ptr);
+}
+const std::int32_t* skip_flag(const ResolvedNode& r) { return r.in[1].as<const std::int32_t>(); }
+
+void register_range(KernelTable& t) {
+  t.add_range(RangeOp::H2D_COPY, [](const ResolvedNode& r, ExecEnv& env) {
+    const RangeView& dst = r.out_ranges[0];
+    const int buffer = dst.range.first == Region::I_A_LABEL ? 0 : 1;
+    RN_CHECK(env.host_input[buffer] != nullptr, "TRANSFER_{}: no host input buffer", buffer == 0 ? 'A' : 'B');
+    std::memcpy(dst.ptr, env.host_input[buffer], static_cast<std::size_t>(dst.bytes));
+  });
+  t.add_range(RangeOp::CLEAR, [](const ResolvedNode& r, ExecEnv&) {
+    for (const RangeView& o : r.out_ranges) cpu::range_clear(o.ptr, static_cast<std::size_t>(o.bytes));
+  });
+  auto copy = [](const ResolvedNode& r, ExecEnv&) {
+    RN_CHECK(r.in_ranges[0].bytes == r.out_ranges[0].bytes, "D2D copy between ranges of different sizes");
+    cpu::range_copy(r.out_ranges[0].ptr, r.in_ranges[0].ptr, static_cast<std::size_t>(r.in_ranges[0].bytes));
+  };
+  t.add_range(RangeOp::D2D_COPY, copy);
+  t.add_range(RangeOp::EMA_SWITCH, copy);
+  t.add_range(RangeOp::CAST_F32_TO_F16, [](const ResolvedNode& r, ExecEnv&) {
+    RN_CHECK(r.in_ranges[0].bytes == 2 * r.out_ranges[0].bytes, "FP32 → FP16 cast ranges are not 2:1");
+    cpu::range_cast_f32_to_f16(reinterpret_cast<const float*>(r.in_ranges[0].ptr),
+                               reinterpret_cast<std::uint16_t*>(r.out_ranges[0].ptr), r.out_ranges[0].bytes / 2);
+  });
+  t.add_range(RangeOp::CAST_F16_TO_F32, [](const ResolvedNode& r, ExecEnv&) {
+    RN_CHECK(2 * r.in_ranges[0].bytes == r.out_ranges[0].bytes, "FP16 → FP32 cast ranges are not 1:2");
+    cpu::range_cast_f16_to_f32(reinterpret_cast<const std::uint16_t*>(r.in_ranges[0].ptr),
+                               reinterpret_cast<float*>(r.out_ranges[0].ptr), r.in_ranges[0].bytes / 2);
+  });
+  auto f = [](const RangeView& v) { return reinterpret_cast<float*>(v.ptr); };
+  t.add_range(RangeOp::SGD_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
+    cpu::sgd_update(f(r.in_ranges[0]), f(r.in_ranges[1]), floats(r.in_ranges[0]), scalars(r),
+                    r.node->apply_weight_decay, skip_flag(r));
+  });
+  t.add_range(RangeOp::MOMENTUM_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
+    cpu::momentum_update(f(r.in_ranges[0]), f(r.in_ranges[1]), f(r.in_ranges[2]), floats(r.in_ranges[0]), scalars(r),
+                         r.node->apply_weight_decay, skip_flag(r));
+  });
+  t.add_range(RangeOp::NESTEROV_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
+    cpu::nesterov_update(f(r.in_ranges[0]), f(r.in_ranges[1]), f(r.in_ranges[2]), floats(r.in_ranges[0]), scalars(r),
+                         r.node->apply_weight_decay, skip_flag(r));
+  });
+  t.add_range(RangeOp::ADAM_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
+    cpu::adam_update(f(r.in_ranges[0]), f(r.in_ranges[1]), f(r.in_ranges[2]), f(r.in_ranges[3]),
+                     floats(r.in_ranges[0]), scalars(r), r.node->apply_weight_decay, skip_flag(r));
+  });
+  t.add_range(RangeOp::ADAMW_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
+    cpu::adamw_update(f(r.in_ranges[0]), f(r.in_ranges[1]), f(r.in_ranges[2]), f(r.in_ranges[3]),
+                      floats(r.in_ranges[0]), scalars(r), r.node->apply_weight_decay, skip_flag(r));
+  });
+  t.add_range(RangeOp::LARS_NORMS, [f](const ResolvedNode& r, ExecEnv&) {
+    // ‖w‖ and ‖g‖ of every weight tensor into its N_* slot (for inspection; LARS_UPDATE recomputes them
+    // in the same order, so the update does not depend on this node).
+    const RangeView& w = r.in_ranges[0];
+    const RangeView& g = r.in_ranges[1];
+    const RangeView& nr = r.out_ranges[0];
+    RN_CHECK(w.segments.size() == nr.segments.size(), "LARS: {} weights but {} norm slots", w.segments.size(),
+             nr.segments.size());
+    for (std::size_t i = 0; i < w.segments.size(); ++i) {
+      const float* wp = f(w) + w.segments[i].offset / 4;
+      const float* gp = f(g) + g.segments[i].offset / 4;
+      double sw = 0, sg = 0;
+      for (std::int64_t k = 0; k < w.segments[i].elems; ++k) {
+        sw += static_cast<double>(wp[k]) * wp[k];
+        sg += static_cast<double>(gp[k]) * gp[k];
+      }
+      float* out = f(nr) + nr.segments[i].offset / 4;
+      out[0] = static_cast<float>(std::sqrt(sw));
+      out[1] = static_cast<float>(std::sqrt(sg));
+    }
+  });
+  t.add_range(RangeOp::LARS_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
+    std::vector<cpu::LarsSegment> segs;
+    for (const Segment& s : r.in_ranges[0].segments) segs.push_back({s.offset / 4, s.elems});
+    cpu::lars_update(f(r.in_ranges[0]), f(r.in_ranges[1]), f(r.in_ranges[2]), segs.data(), segs.size(), scalars(r),
+                     r.node->apply_weight_decay, skip_flag(r));
+  });
+  t.add_range(RangeOp::EMA_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
+    if (*skip_flag(r) != 0) return;  // a skipped step leaves the EMA alone too
+    RN_CHECK(r.in_ranges[0].bytes == r.out_ranges[0].bytes, "EMA range differs from the master range");
+    cpu::range_ema_update(f(r.out_ranges[0]), f(r.in_ranges[0]), floats(r.in_ranges[0]),
+                          r.in[0].as<const float>()[plan::kHyperEmaDecay]);
+  });
+  auto allreduce = [f](const ResolvedNode& r, ExecEnv& env, bool mean) {
+    if (!env.comm || env.comm->world_size() == 1) return;
+    for (const RangeView& v : r.out_ranges) {
+      env.comm->allreduce_sum(f(v), floats(v));
+      if (mean) cpu::range_scale(f(v), floats(v), 1.0f / static_cast<float>(env.comm->world_size()));
+    }
+  };
+  t.add_range(RangeOp::ALLREDUCE_MEAN, [allreduce](const ResolvedNode& r, ExecEnv& env) { allreduce(r, env, true); });
+  t.add_range(RangeOp::ALLREDUCE_SUM, [allreduce](const ResolvedNode& r, ExecEnv& env) { allreduce(r, env, false); });
+  // Running statistics use the mean over ranks of the per-rank batch statistics.
+  t.add_range(RangeOp::BN_STATS_ALLREDUCE,
+              [allreduce](const ResolvedNode& r, ExecEnv& env) { allreduce(r, env, true); });
+  t.add_range(RangeOp::BN_RUNNING_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
+    const float m = r.in[0].as<const float>()[plan::kHyperBnMomentum];
+    RN_CHECK(r.in_ranges[0].bytes == r.out_ranges[0].bytes, "BN running/batch statistics ranges differ");
+    float* prev = f(r.out_ranges[0]);
+    const float* next = f(r.in_ranges[0]);
+    for (std::int64_t i = 0, n = floats(r.out_ranges[0]); i < n; ++i) prev[i] = (1.0f - m) * prev[i] + m * next[i];
+  });
+  t.add_range(RangeOp::NAN_CHECK, [f](const ResolvedNode& r, ExecEnv&) {
+    std::int32_t* flag = r.in[0].as<std::int32_t>();
+    *flag = 0;
+    for (const RangeView& v : r.in_ranges) cpu::range_check_finite(f(v), floats(v), flag);
+  });
+  t.add_range(RangeOp::GRAD_SCALE, [f](const ResolvedNode& r, ExecEnv&) {
+    if (*r.in[1].as<const std::int32_t>() != 0) return;
+    const float scale = r.in[0].as<const float>()[plan::kLossScale];
+    for (const RangeView& v : r.out_ranges) cpu::range_scale(f(v), floats(v), 1.0f / scale);
+  });
+  t.add_range(RangeOp::LOSS_SCALE_UPDATE, [](const ResolvedNode& r, ExecEnv&) {
+    // Dynamic loss scaling: an overflow halves the scale (the step was skipped); `interval` clean steps double it.
+    float* s = r.in[0].as<float>();
+    if (*r.in[1].as<const std::int32_t>() != 0) {
+      s[plan::kLossScale] = std::max(1.0f, s[plan::kLossScale] / s[plan::kLossScaleFactor]);
+      s[plan::kLossScaleCleanSteps] = 0.0f;
+    } else if (++s[plan::kLossScaleCleanSteps] >= s[plan::kLossScaleInterval]) {
+      s[plan::kLossScale] = std::min(65536.0f * 256.0f, s[plan::kLossScale] * s[plan::kLossScaleFactor]);
+      s[plan::kLossScaleCleanSteps] = 0.0f;
+    }
+  });
+  t.add_range(RangeOp::METRIC_ACCUMULATE, [f](const ResolvedNode& r, ExecEnv&) {
+    add_into(f(r.out_ranges[0]), f(r.in_ranges[0]), plan::kResultSlots);
+  });
+}
+
+}  // namespace
+
+const KernelTable& KernelTable::for_backend(Backend b) {
+  static const KernelTable cpu = [] {
+    KernelTable t;
+    t.backend = Backend::CPU;
+    register_compute(t);
+    register_range(t);
+    return t;
+  }();
+  RN_CHECK(b == Backend::CPU, "no kernel table for the {} backend in this build", backend_name(b));
+  return cpu;
+}
+
+}  // namespace renaissance::runtime

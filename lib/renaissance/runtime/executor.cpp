@@ -1,0 +1,109 @@
+#include <renaissance/core/error.h>
+#include <renaissance/runtime/executor.h>
+
+#include <fmt/format.h>
+
+namespace renaissance::runtime {
+
+using plan::GraphId;
+
+void KernelTable::add_compute(plan::OpKind op, OpFn fn) {
+  RN_CHECK(!m_compute.count(op), "kernel for {} registered twice", plan::op_kind_name(op));
+  m_compute[op] = std::move(fn);
+}
+void KernelTable::add_range(plan::RangeOp op, OpFn fn) {
+  RN_CHECK(!m_range.count(op), "range kernel for {} registered twice", plan::range_op_name(op));
+  m_range[op] = std::move(fn);
+}
+const OpFn& KernelTable::compute(plan::OpKind op) const {
+  auto it = m_compute.find(op);
+  RN_CHECK(it != m_compute.end(), "the {} backend has no kernel for {}", backend_name(backend), plan::op_kind_name(op));
+  return it->second;
+}
+const OpFn& KernelTable::range(plan::RangeOp op) const {
+  auto it = m_range.find(op);
+  RN_CHECK(it != m_range.end(), "the {} backend has no kernel for {}", backend_name(backend), plan::range_op_name(op));
+  return it->second;
+}
+
+CapturedGraph::CapturedGraph(std::vector<ResolvedNode> nodes, std::vector<const OpFn*> fns, std::string label)
+    : m_nodes(std::move(nodes)), m_fns(std::move(fns)), m_label(std::move(label)) {}
+
+void CapturedGraph::replay(ExecEnv& env) const {
+  for (std::size_t i = 0; i < m_nodes.size(); ++i) (*m_fns[i])(m_nodes[i], env);
+}
+
+ResolvedNode resolve(const plan::Node& n, const DeviceContext& ctx, plan::Variant v) {
+  ResolvedNode r;
+  r.node = &n;
+  for (TensorId id : n.inputs) r.in.push_back(ctx.view(id, v));
+  for (TensorId id : n.outputs) r.out.push_back(ctx.view(id, v));
+  for (RegionRange x : n.input_ranges) r.in_ranges.push_back(ctx.range(x, v));
+  for (RegionRange x : n.output_ranges) r.out_ranges.push_back(ctx.range(x, v));
+  for (const plan::Node& s : n.sub) r.sub.push_back(resolve(s, ctx, v));
+  return r;
+}
+
+bool in_inference_graph(GraphId g) {
+  switch (g) {
+    case GraphId::INF_MAIN_A:
+    case GraphId::INF_MAIN_B:
+    case GraphId::INF_EMA_A:
+    case GraphId::INF_EMA_B:
+    case GraphId::CAST_E_TO_E16:
+    case GraphId::ACCUM_METRICS_VAL_A:
+    case GraphId::ACCUM_METRICS_VAL_B:
+    case GraphId::VAL_RESULT_COMM:
+    case GraphId::UPDATE_BN_INF_PARAMS: return true;
+    default: return false;
+  }
+}
+
+namespace {
+// The signature of a resolved node list: every pointer, shape and byte count it touches.
+void sign(const ResolvedNode& r, std::string& s) {
+  auto t = [&s](const TensorView& v) {
+    s += fmt::format("{}:{}:{}|", static_cast<const void*>(v.ptr), v.shape.str(), static_cast<int>(v.dtype));
+  };
+  s += fmt::format("n{}{}{}(", static_cast<int>(r.node->type), static_cast<int>(r.node->op),
+                   static_cast<int>(r.node->range_op));
+  for (const auto& v : r.in) t(v);
+  for (const auto& v : r.out) t(v);
+  for (const auto& x : r.in_ranges) s += fmt::format("{}+{}|", static_cast<const void*>(x.ptr), x.bytes);
+  for (const auto& x : r.out_ranges) s += fmt::format("{}+{}|", static_cast<const void*>(x.ptr), x.bytes);
+  for (const auto& x : r.sub) sign(x, s);
+  s += ")";
+}
+}  // namespace
+
+GraphAtlas::GraphAtlas(const DeviceContext& ctx, const KernelTable& table) : m_ctx(ctx), m_table(table) {}
+
+const CapturedGraph& GraphAtlas::get(plan::Variant v, GraphId g) {
+  const auto key = std::make_pair(static_cast<int>(v), static_cast<int>(g));
+  if (auto it = m_by_key.find(key); it != m_by_key.end()) return *it->second;
+  const bool inference = in_inference_graph(g) || (g == GraphId::TRANSFER_A || g == GraphId::TRANSFER_B ||
+                                                    g == GraphId::CLEAR_METRICS) && !plan::is_train_variant(v);
+  const plan::ComputationGraph& graph = inference ? m_ctx.plan().inference : m_ctx.plan().train;
+  RN_CHECK(inference || plan::is_train_variant(v), "variant '{}' has no train graph ({} requested)",
+           plan::variant_name(v), plan::graph_id_name(g));
+  std::vector<ResolvedNode> nodes;
+  std::vector<const OpFn*> fns;
+  std::string signature = fmt::format("{}:{}:", graph.name(), plan::graph_id_name(g));
+  for (const plan::Node& n : graph.bucket(g)) {
+    nodes.push_back(resolve(n, m_ctx, v));
+    fns.push_back(n.type == plan::NodeType::RANGE ? &m_table.range(n.range_op) : &m_table.compute(n.op));
+    sign(nodes.back(), signature);
+  }
+  auto it = m_unique.find(signature);
+  if (it == m_unique.end()) {
+    auto cap = std::make_unique<CapturedGraph>(std::move(nodes), std::move(fns),
+                                               fmt::format("{}/{}", plan::variant_name(v), plan::graph_id_name(g)));
+    it = m_unique.emplace(signature, std::move(cap)).first;
+  } else {
+    ++m_dedup_hits;
+  }
+  m_by_key[key] = it->second.get();
+  return *it->second;
+}
+
+}  // namespace renaissance::runtime

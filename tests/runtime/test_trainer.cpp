@@ -1,0 +1,274 @@
+// The CPU runtime end to end: determinism, the last partial batch, AMP and fused plans, variant switching,
+// bad input. Uses small synthetic datasets made by the io module.
+#include <renaissance/blueprint/zoo.h>
+#include <renaissance/core/error.h>
+#include <renaissance/io/importers.h>
+#include <renaissance/runtime/arena_keeper.h>
+#include <renaissance/runtime/trainer.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+
+namespace {
+
+using namespace renaissance;
+namespace bp = renaissance::blueprint;
+
+std::string temp_path(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("rn_trainer_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::string synthetic(std::int64_t n_train, std::int64_t n_val, std::int64_t hw = 28, std::int64_t c = 1,
+                      int classes = 10) {
+  const std::string p = temp_path(fmt::format("syn_{}_{}_{}_{}_{}.h5", n_train, n_val, hw, c, classes));
+  if (!std::filesystem::exists(p)) io::make_synthetic(p, n_train, n_val, hw, hw, c, classes, 123);
+  return p;
+}
+
+runtime::TrainOptions small_options(const std::string& data) {
+  runtime::TrainOptions o;
+  o.data_path = data;
+  o.epochs = 1;
+  o.batch = 64;
+  o.lr = 0.01;
+  o.schedule = runtime::ScheduleKind::CONSTANT;
+  o.seed = 7;
+  o.augmentation.crop_padding = 2;
+  o.augmentation.horizontal_flip = true;
+  return o;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Trainer, SameSeedGivesBitIdenticalWeightsAfterAnEpoch) {
+  const std::string data = synthetic(300, 100);
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), small_options(data));
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), small_options(data));
+  a.run();
+  b.run();
+  const auto wa = a.state_values(), wb = b.state_values();
+  ASSERT_FALSE(wa.empty());
+  EXPECT_TRUE(bit_equal(wa, wb));
+  // and the run did change the weights, so the comparison means something
+  runtime::Trainer fresh(bp::zoo_model("fmnist_cnn"), small_options(data));
+  EXPECT_FALSE(bit_equal(wa, fresh.state_values()));
+}
+
+TEST(Trainer, DifferentSeedGivesDifferentWeights) {
+  const std::string data = synthetic(300, 100);
+  auto o = small_options(data);
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  o.seed = 8;
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o);
+  EXPECT_FALSE(bit_equal(a.state_values(), b.state_values()));
+}
+
+TEST(Trainer, LastPartialBatchIsTrainedNotDropped) {
+  const std::string data = synthetic(300, 100);  // 300 = 4·64 + 44
+  runtime::Trainer t(bp::zoo_model("fmnist_cnn"), small_options(data));
+  const auto h = t.run();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(t.steps(), 5);
+  EXPECT_EQ(h[0].step, 5);
+  EXPECT_EQ(h[0].train_samples, 300);
+  EXPECT_EQ(t.plan().specs[static_cast<int>(plan::Variant::TRAIN_LAST)].batch_size, 44);
+}
+
+TEST(Trainer, LossGoesDownAndMetricsAreFractions) {
+  const std::string data = synthetic(1024, 256);
+  auto o = small_options(data);
+  o.epochs = 3;
+  runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
+  const auto h = t.run();
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_LT(h[2].train_loss, h[0].train_loss);
+  for (const auto& m : h) {
+    EXPECT_GE(m.val_top1, 0.0);
+    EXPECT_LE(m.val_top1, 1.0);
+    EXPECT_LE(m.val_top1, m.val_top5);
+    EXPECT_TRUE(std::isfinite(m.val_loss));
+  }
+  EXPECT_GT(h[2].val_top1, 0.5);  // the classes are separable patterns; chance is 0.1
+}
+
+TEST(Trainer, MaxStepsStopsEarly) {
+  const std::string data = synthetic(300, 100);
+  auto o = small_options(data);
+  o.max_steps = 3;
+  runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
+  t.run();
+  EXPECT_EQ(t.steps(), 3);
+}
+
+TEST(Trainer, OneArenaAllocationPerTrainer) {
+  const std::string data = synthetic(300, 100);
+  const std::int64_t before = runtime::ArenaKeeper::allocation_count();
+  runtime::Trainer t(bp::zoo_model("fmnist_cnn"), small_options(data));
+  t.run();
+  EXPECT_EQ(runtime::ArenaKeeper::allocation_count() - before, 1);
+}
+
+TEST(Trainer, AmpPlanTrainsOnTheCpuWithFp16Copies) {
+  const std::string data = synthetic(1024, 256);
+  auto o = small_options(data);
+  o.amp = true;
+  o.epochs = 2;
+  runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
+  const auto h = t.run();
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_TRUE(std::isfinite(h[1].train_loss));
+  EXPECT_LT(h[1].train_loss, h[0].train_loss);
+  // The FP16 compute copy (A) is the cast of the FP32 master (W) after the last step.
+  const auto w = t.tensor_values("cbr2.conv.w");
+  const auto a = t.tensor_values("cbr2.conv.w.fp16");
+  ASSERT_EQ(w.size(), a.size());
+  for (std::size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(a[i], w[i], std::abs(w[i]) * 1e-3f + 1e-7f) << i;
+  EXPECT_GT(h[1].loss_scale, 0.0);
+}
+
+TEST(Trainer, FusedPlanEqualsThePlainPlan) {
+  // A residual model: with fuse, blocks become fused layers that the CPU runs as their plain parts. The two
+  // plans must train to the same weights (same tensors, same order of operations).
+  const std::string data = synthetic(256, 64, 16, 3, 10);
+  bp::BluePrint m;
+  m.name = "tiny_res";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
+                   bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 1),
+                   bp::block(16, 64, bp::BlockKind::RESNET_1_3_1, 2), bp::block(128, 64, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
+                   bp::block(128, 48, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
+  auto o = small_options(data);
+  o.amp = true;
+  o.max_steps = 3;
+  o.validate = false;
+  o.fuse = true;
+  runtime::Trainer fused(m, o);
+  o.fuse = false;
+  runtime::Trainer plain(m, o);
+  // every fused kind is present in the fused plan
+  std::set<plan::LayerKind> kinds;
+  for (const auto& l : fused.plan().arch.layers) kinds.insert(l.kind);
+  for (auto k : {plan::LayerKind::CBR, plan::LayerKind::BasicBlockIdentity, plan::LayerKind::BasicBlockProjection,
+                 plan::LayerKind::BottleneckIdentity, plan::LayerKind::BottleneckProjection,
+                 plan::LayerKind::InvResidualIdentity, plan::LayerKind::InvResidualNoShortcut, plan::LayerKind::GapFC})
+    EXPECT_TRUE(kinds.count(k)) << plan::layer_kind_name(k);
+  EXPECT_NE(fused.plan().arch.layers.size(), plain.plan().arch.layers.size());
+  fused.run();
+  plain.run();
+  EXPECT_TRUE(bit_equal(fused.state_values(), plain.state_values()));
+}
+
+TEST(Trainer, ProgressiveResizeTrainsTheFirstEpochsOnTheLowResVariants) {
+  const std::string data = synthetic(256, 64, 16, 3, 10);
+  bp::BluePrint m;
+  m.name = "gap_net";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::maxpool(2, 2), bp::cbr(32, 3, 1, 1), bp::gap_fc(10), bp::softmax_ce(10));
+  auto o = small_options(data);
+  o.epochs = 2;
+  o.start_resolution = 8;
+  o.lowres_epochs = 1;
+  runtime::Trainer t(m, o);
+  EXPECT_EQ(t.plan().specs[static_cast<int>(plan::Variant::TRAIN_LOWRES)].actual_resolution, 8);
+  const auto h = t.run();
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_TRUE(std::isfinite(h[0].train_loss));
+  EXPECT_TRUE(std::isfinite(h[1].train_loss));
+  // A flatten + fc net cannot change resolution: the fc weight would change shape. That is a clear error.
+  auto o2 = small_options(synthetic(300, 100));
+  o2.start_resolution = 20;
+  o2.lowres_epochs = 1;
+  EXPECT_THROW(runtime::Trainer(bp::zoo_model("fmnist_cnn"), o2), Error);
+}
+
+TEST(Trainer, EmaValidationRuns) {
+  const std::string data = synthetic(300, 100);
+  auto o = small_options(data);
+  o.ema = true;
+  o.ema_decay = 0.5;
+  runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
+  const auto h = t.run();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_GE(h[0].ema_val_top1, 0.0);
+  EXPECT_LE(h[0].ema_val_top1, 1.0);
+}
+
+TEST(Trainer, EveryOptimizerTrains) {
+  const std::string data = synthetic(1024, 256);
+  for (auto k : {plan::OptimizerKind::SGD, plan::OptimizerKind::MOMENTUM, plan::OptimizerKind::ADAM,
+                 plan::OptimizerKind::ADAMW, plan::OptimizerKind::LARS}) {
+    auto o = small_options(data);
+    o.optimizer = k;
+    o.lr = (k == plan::OptimizerKind::ADAM || k == plan::OptimizerKind::ADAMW) ? 1e-3
+           : k == plan::OptimizerKind::LARS                                       ? 1.0
+                                                                                  : 0.01;
+    o.epochs = 2;
+    runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
+    const auto h = t.run();
+    EXPECT_TRUE(std::isfinite(h[1].train_loss)) << plan::optimizer_name(k);
+    EXPECT_LT(h[1].train_loss, h[0].train_loss) << plan::optimizer_name(k);
+  }
+}
+
+TEST(Trainer, NanLossIsAClearError) {
+  const std::string data = synthetic(300, 100);
+  auto o = small_options(data);
+  o.lr = 1e30;
+  o.schedule = runtime::ScheduleKind::CONSTANT;
+  runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
+  try {
+    t.run();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NaN or inf"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("step"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, ImageShapeThatDoesNotMatchTheModelIsAnError) {
+  const std::string data = synthetic(64, 32, 32, 3, 10);
+  try {
+    runtime::Trainer t(bp::zoo_model("fmnist_cnn"), small_options(data));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(data), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("channels"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, ClassCountMismatchIsAnError) {
+  const std::string data = synthetic(64, 32, 28, 1, 5);
+  try {
+    runtime::Trainer t(bp::zoo_model("fmnist_cnn"), small_options(data));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("classes"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, MissingDatasetNamesTheFile) {
+  auto o = small_options("/nonexistent/dir/data.h5");
+  EXPECT_THROW(
+      {
+        try {
+          runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/data.h5"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+}  // namespace
