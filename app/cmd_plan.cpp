@@ -3,6 +3,7 @@
 #include "json_writer.h"
 #include "model_options.h"
 
+#include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
 
 #include <CLI/CLI.hpp>
@@ -132,7 +133,13 @@ void register_plan_command(CLI::App& app) {
     bo.fuse = opt->cfg.amp && !opt->no_fuse;
     bo.num_classes = opt->model.classes;
     bo.resolution = opt->model.resolution;
-    const plan::ArchPlan arch = plan::ArchPlan::build(bp, bo);
+    plan::ArchPlan arch;
+    try {
+      arch = plan::ArchPlan::build(bp, bo);
+    } catch (const Error& e) {
+      if (opt->model.model_file.empty()) throw;
+      throw e.with_context(opt->model.model_file);  // shape errors name the file as well as the layer
+    }
     if (opt->yaml) {
       std::fputs(arch.to_yaml().c_str(), stdout);
       return;

@@ -1,6 +1,10 @@
 #include <renaissance/core/error.h>
 #include <renaissance/runtime/arena_keeper.h>
 
+#ifdef RENAISSANCE_HAVE_CUDA
+#include <kernels/cuda/runtime_api.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -16,8 +20,17 @@ const char* backend_name(Backend b) { return b == Backend::CPU ? "cpu" : "cuda";
 
 ArenaKeeper::ArenaKeeper(Backend backend, std::int64_t bytes) : m_backend(backend), m_bytes(bytes) {
   RN_CHECK(bytes > 0, "arena size must be positive, got {}", bytes);
-  RN_CHECK(backend == Backend::CPU, "the {} backend's arena is not available in this build", backend_name(backend));
   const std::size_t n = static_cast<std::size_t>((bytes + 255) / 256 * 256);
+  if (backend == Backend::CUDA) {
+#ifdef RENAISSANCE_HAVE_CUDA
+    // Zeroed like the CPU arena: slot padding must read as zeros for whole-range ops.
+    m_base = static_cast<std::byte*>(cuda::device_alloc(static_cast<std::int64_t>(n), "the arena"));
+    ++g_allocations;
+    return;
+#else
+    RN_FAIL("this build has no CUDA backend (configure with -DRENAISSANCE_CUDA=ON on a machine with the toolkit)");
+#endif
+  }
   void* p = std::aligned_alloc(256, n);
   if (!p)
     throw Error(fmt::format("cannot allocate the {:.2f} GiB arena", static_cast<double>(bytes) / (1 << 30)), "arena",
@@ -28,7 +41,15 @@ ArenaKeeper::ArenaKeeper(Backend backend, std::int64_t bytes) : m_backend(backen
   ++g_allocations;
 }
 
-ArenaKeeper::~ArenaKeeper() { std::free(m_base); }
+ArenaKeeper::~ArenaKeeper() {
+  if (m_backend == Backend::CUDA) {
+#ifdef RENAISSANCE_HAVE_CUDA
+    cuda::device_free(m_base);
+#endif
+    return;
+  }
+  std::free(m_base);
+}
 
 std::int64_t ArenaKeeper::allocation_count() { return g_allocations.load(); }
 

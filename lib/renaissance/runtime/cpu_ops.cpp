@@ -303,7 +303,7 @@ void register_compute(KernelTable& t) {
   // Fused kinds: their plain decomposition, in order (the GPU backend has fused kernels instead).
   for (OpKind k : {OpKind::FUSED_FWD, OpKind::FUSED_BWD, OpKind::FUSED_INFER})
     t.add_compute(k, [](const ResolvedNode& r, ExecEnv& env) {
-      const KernelTable& table = KernelTable::for_backend(Backend::CPU);
+      const KernelTable& table = KernelTable::for_backend(Backend::CPU);  // sub-nodes are plain CPU ops
       for (const ResolvedNode& s : r.sub) table.compute(s.node->op)(s, env);
     });
 }
@@ -443,16 +443,10 @@ void register_range(KernelTable& t) {
 
 }  // namespace
 
-const KernelTable& KernelTable::for_backend(Backend b) {
-  static const KernelTable cpu = [] {
-    KernelTable t;
-    t.backend = Backend::CPU;
-    register_compute(t);
-    register_range(t);
-    return t;
-  }();
-  RN_CHECK(b == Backend::CPU, "no kernel table for the {} backend in this build", backend_name(b));
-  return cpu;
+void register_cpu_ops(KernelTable& t) {
+  t.backend = Backend::CPU;
+  register_compute(t);
+  register_range(t);
 }
 
 }  // namespace renaissance::runtime

@@ -1,6 +1,12 @@
 #include <renaissance/core/error.h>
 #include <renaissance/runtime/device_context.h>
 
+#include <cstring>
+
+#ifdef RENAISSANCE_HAVE_CUDA
+#include <kernels/cuda/runtime_api.h>
+#endif
+
 namespace renaissance::runtime {
 
 DeviceContext::DeviceContext(const ArenaKeeper& arena, const plan::CompiledPlan& plan)
@@ -14,6 +20,26 @@ TensorView DeviceContext::view(TensorId id, plan::Variant v) const {
   if (id == kNoTensor) return {};
   const DTensor& t = m_plan.plan(v).tensor(id);
   return TensorView{ptr_at(id), t.shape, t.dtype, t.region, m_backend == Backend::CPU ? t.cpu_strides : t.cuda_strides};
+}
+
+void DeviceContext::upload_at(std::byte* dst, const void* src, std::int64_t bytes) const {
+  if (m_backend == Backend::CPU) {
+    std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+    return;
+  }
+#ifdef RENAISSANCE_HAVE_CUDA
+  cuda::copy_h2d(dst, src, bytes);
+#endif
+}
+
+void DeviceContext::download_at(const std::byte* src, void* dst, std::int64_t bytes) const {
+  if (m_backend == Backend::CPU) {
+    std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+    return;
+  }
+#ifdef RENAISSANCE_HAVE_CUDA
+  cuda::copy_d2h(dst, src, bytes);
+#endif
 }
 
 RangeView DeviceContext::range(RegionRange r, plan::Variant v) const {

@@ -49,6 +49,14 @@ class DeviceContext {
     return reinterpret_cast<T*>(ptr_at(id));
   }
   TensorView view(TensorId id, plan::Variant v) const;
+
+  /// Host <-> arena copies of whole tensors or byte ranges (memcpy on the CPU, synchronous cudaMemcpy on a GPU).
+  /// For setup, per-epoch reads and checkpoints; never inside a captured step.
+  void upload(TensorId id, const void* src, std::int64_t bytes) const { upload_at(ptr_at(id), src, bytes); }
+  void download(TensorId id, void* dst, std::int64_t bytes) const { download_at(ptr_at(id), dst, bytes); }
+  void upload_at(std::byte* dst, const void* src, std::int64_t bytes) const;
+  void download_at(const std::byte* src, void* dst, std::int64_t bytes) const;
+  std::byte* base() const { return m_base; }
   RangeView range(RegionRange r, plan::Variant v) const;
 
   Backend backend() const { return m_backend; }

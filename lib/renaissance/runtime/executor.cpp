@@ -3,17 +3,52 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
+#ifdef RENAISSANCE_HAVE_CUDA
+#include <kernels/cuda/runtime_api.h>
+#endif
+
 namespace renaissance::runtime {
 
 using plan::GraphId;
 
-void KernelTable::add_compute(plan::OpKind op, OpFn fn) {
+const KernelTable& KernelTable::for_backend(Backend b) {
+  static const KernelTable cpu = [] {
+    KernelTable t;
+    register_cpu_ops(t);
+    return t;
+  }();
+  if (b == Backend::CPU) return cpu;
+#ifdef RENAISSANCE_HAVE_CUDA
+  static const KernelTable gpu = [] {
+    KernelTable t;
+    register_cuda_ops(t);
+    return t;
+  }();
+  return gpu;
+#else
+  RN_FAIL("this build has no CUDA backend (configure with -DRENAISSANCE_CUDA=ON on a machine with the toolkit)");
+#endif
+}
+
+void KernelTable::add_compute(plan::OpKind op, OpFn fn, PrepareFn prepare) {
   RN_CHECK(!m_compute.count(op), "kernel for {} registered twice", plan::op_kind_name(op));
   m_compute[op] = std::move(fn);
+  if (prepare) m_compute_prepare[op] = std::move(prepare);
 }
-void KernelTable::add_range(plan::RangeOp op, OpFn fn) {
+void KernelTable::add_range(plan::RangeOp op, OpFn fn, PrepareFn prepare) {
   RN_CHECK(!m_range.count(op), "range kernel for {} registered twice", plan::range_op_name(op));
   m_range[op] = std::move(fn);
+  if (prepare) m_range_prepare[op] = std::move(prepare);
+}
+void KernelTable::prepare(ResolvedNode& r, ExecEnv& env) const {
+  for (ResolvedNode& s : r.sub) prepare(s, env);
+  if (r.node->type == plan::NodeType::RANGE) {
+    if (auto it = m_range_prepare.find(r.node->range_op); it != m_range_prepare.end()) it->second(r, env);
+  } else if (auto it = m_compute_prepare.find(r.node->op); it != m_compute_prepare.end()) {
+    it->second(r, env);
+  }
 }
 const OpFn& KernelTable::compute(plan::OpKind op) const {
   auto it = m_compute.find(op);
@@ -26,11 +61,44 @@ const OpFn& KernelTable::range(plan::RangeOp op) const {
   return it->second;
 }
 
-CapturedGraph::CapturedGraph(std::vector<ResolvedNode> nodes, std::vector<const OpFn*> fns, std::string label)
-    : m_nodes(std::move(nodes)), m_fns(std::move(fns)), m_label(std::move(label)) {}
+namespace cuda_detail {
+struct GraphHolder {
+#ifdef RENAISSANCE_HAVE_CUDA
+  std::unique_ptr<cuda::GraphExec> exec;
+#endif
+};
+}  // namespace cuda_detail
+
+CapturedGraph::CapturedGraph(std::vector<ResolvedNode> nodes, std::vector<const OpFn*> fns, std::string label,
+                             Backend backend, ExecEnv& env)
+    : m_nodes(std::move(nodes)), m_fns(std::move(fns)), m_label(std::move(label)), m_backend(backend) {
+  if (m_backend != Backend::CUDA || m_nodes.empty()) return;
+#ifdef RENAISSANCE_HAVE_CUDA
+  m_graph = std::make_unique<cuda_detail::GraphHolder>();
+  try {
+    m_graph->exec = cuda::GraphExec::capture(env.stream, [&] { run_uncaptured(env); });
+  } catch (const Error& e) {
+    throw e.with_context("capturing " + m_label);
+  }
+#else
+  (void)env;
+#endif
+}
+
+CapturedGraph::~CapturedGraph() = default;
+
+void CapturedGraph::run_uncaptured(ExecEnv& env) const {
+  for (std::size_t i = 0; i < m_nodes.size(); ++i) (*m_fns[i])(m_nodes[i], env);
+}
 
 void CapturedGraph::replay(ExecEnv& env) const {
-  for (std::size_t i = 0; i < m_nodes.size(); ++i) (*m_fns[i])(m_nodes[i], env);
+#ifdef RENAISSANCE_HAVE_CUDA
+  if (m_graph) {
+    m_graph->exec->launch(env.stream);
+    return;
+  }
+#endif
+  run_uncaptured(env);
 }
 
 ResolvedNode resolve(const plan::Node& n, const DeviceContext& ctx, plan::Variant v) {
@@ -42,6 +110,21 @@ ResolvedNode resolve(const plan::Node& n, const DeviceContext& ctx, plan::Varian
   for (RegionRange x : n.output_ranges) r.out_ranges.push_back(ctx.range(x, v));
   for (const plan::Node& s : n.sub) r.sub.push_back(resolve(s, ctx, v));
   return r;
+}
+
+std::byte* BackendSession::host_alloc(std::int64_t bytes) {
+  return static_cast<std::byte*>(std::calloc(static_cast<std::size_t>(bytes), 1));
+}
+void BackendSession::host_free(std::byte* p) noexcept { std::free(p); }
+
+std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64_t workspace_bytes) {
+  if (b == Backend::CPU) return std::make_unique<BackendSession>();
+#ifdef RENAISSANCE_HAVE_CUDA
+  return open_cuda_backend(env, workspace_bytes);
+#else
+  (void)env, (void)workspace_bytes;
+  RN_FAIL("this build has no CUDA backend (configure with -DRENAISSANCE_CUDA=ON on a machine with the toolkit)");
+#endif
 }
 
 bool in_inference_graph(GraphId g) {
@@ -78,7 +161,7 @@ void sign(const ResolvedNode& r, std::string& s) {
 
 GraphAtlas::GraphAtlas(const DeviceContext& ctx, const KernelTable& table) : m_ctx(ctx), m_table(table) {}
 
-const CapturedGraph& GraphAtlas::get(plan::Variant v, GraphId g) {
+const CapturedGraph& GraphAtlas::get(plan::Variant v, GraphId g, ExecEnv& env) {
   const auto key = std::make_pair(static_cast<int>(v), static_cast<int>(g));
   if (auto it = m_by_key.find(key); it != m_by_key.end()) return *it->second;
   const bool inference = in_inference_graph(g) || (g == GraphId::TRANSFER_A || g == GraphId::TRANSFER_B ||
@@ -96,8 +179,10 @@ const CapturedGraph& GraphAtlas::get(plan::Variant v, GraphId g) {
   }
   auto it = m_unique.find(signature);
   if (it == m_unique.end()) {
+    for (ResolvedNode& r : nodes) m_table.prepare(r, env);
     auto cap = std::make_unique<CapturedGraph>(std::move(nodes), std::move(fns),
-                                               fmt::format("{}/{}", plan::variant_name(v), plan::graph_id_name(g)));
+                                               fmt::format("{}/{}", plan::variant_name(v), plan::graph_id_name(g)),
+                                               m_ctx.backend(), env);
     it = m_unique.emplace(signature, std::move(cap)).first;
   } else {
     ++m_dedup_hits;

@@ -29,36 +29,59 @@ struct ResolvedNode {
   std::vector<TensorView> in, out;
   std::vector<RangeView> in_ranges, out_ranges;
   std::vector<ResolvedNode> sub;
+  /// Backend state made once by the op's `prepare` before capture (cuDNN descriptors and algorithms, ...).
+  std::shared_ptr<void> state;
 };
 
 /// What ops may touch besides the arena.
 struct ExecEnv {
   const std::byte* host_input[2] = {nullptr, nullptr};  ///< staging buffers TRANSFER_A/B copy from
   Communicator* comm = nullptr;
+  // GPU backend
+  void* stream = nullptr;          ///< the compute stream (cudaStream_t) every op launches on
+  void* dnn = nullptr;             ///< cuda::DnnHandles*
+  std::byte* workspace = nullptr;  ///< one device workspace for cuDNN/cuBLASLt, sized at start-up
+  std::int64_t workspace_bytes = 0;
+  bool deterministic = true;       ///< algorithm choices restricted to deterministic ones
 };
 
 using OpFn = std::function<void(const ResolvedNode&, ExecEnv&)>;
+/// Optional per-node setup before capture (never inside a captured region).
+using PrepareFn = std::function<void(ResolvedNode&, ExecEnv&)>;
 
 class KernelTable {
  public:
   /// The built-in table of a backend (CPU today).
   static const KernelTable& for_backend(Backend b);
-  void add_compute(plan::OpKind op, OpFn fn);  ///< registering twice is an error
-  void add_range(plan::RangeOp op, OpFn fn);
+  void add_compute(plan::OpKind op, OpFn fn, PrepareFn prepare = {});  ///< registering twice is an error
+  void add_range(plan::RangeOp op, OpFn fn, PrepareFn prepare = {});
   const OpFn& compute(plan::OpKind op) const;  ///< missing: error naming the op and backend
   const OpFn& range(plan::RangeOp op) const;
+  /// Runs the prepare step of a node and of its sub-nodes (recursively), where the op has one.
+  void prepare(ResolvedNode& r, ExecEnv& env) const;
   Backend backend = Backend::CPU;
 
  private:
   std::map<plan::OpKind, OpFn> m_compute;
   std::map<plan::RangeOp, OpFn> m_range;
+  std::map<plan::OpKind, PrepareFn> m_compute_prepare;
+  std::map<plan::RangeOp, PrepareFn> m_range_prepare;
 };
 
-/// A captured subgraph. CPU: the resolved node list replayed in order. (CUDA: a cudaGraphExec.)
+namespace cuda_detail {
+struct GraphHolder;
+}
+
+/// A captured subgraph. CPU: the resolved node list replayed in order. CUDA: the same list launched once
+/// inside a stream capture, instantiated as a cudaGraphExec and replayed with one cudaGraphLaunch.
 class CapturedGraph {
  public:
-  CapturedGraph(std::vector<ResolvedNode> nodes, std::vector<const OpFn*> fns, std::string label);
+  CapturedGraph(std::vector<ResolvedNode> nodes, std::vector<const OpFn*> fns, std::string label, Backend backend,
+                ExecEnv& env);
+  ~CapturedGraph();
   void replay(ExecEnv& env) const;
+  /// Runs the nodes one by one without the graph (tests: replay must equal this bit for bit).
+  void run_uncaptured(ExecEnv& env) const;
   std::size_t size() const { return m_nodes.size(); }
   const std::string& label() const { return m_label; }
   const std::vector<ResolvedNode>& nodes() const { return m_nodes; }
@@ -67,6 +90,8 @@ class CapturedGraph {
   std::vector<ResolvedNode> m_nodes;
   std::vector<const OpFn*> m_fns;
   std::string m_label;
+  Backend m_backend;
+  std::unique_ptr<cuda_detail::GraphHolder> m_graph;
 };
 
 /// Resolves one node (and its sub-nodes) for a variant.
@@ -76,8 +101,9 @@ ResolvedNode resolve(const plan::Node& n, const DeviceContext& ctx, plan::Varian
 class GraphAtlas {
  public:
   GraphAtlas(const DeviceContext& ctx, const KernelTable& table);
-  /// The train graph for train variants, the inference graph for the GraphIds that live there.
-  const CapturedGraph& get(plan::Variant v, plan::GraphId g);
+  /// The train graph for train variants, the inference graph for the GraphIds that live there. The first
+  /// request of a (variant, GraphId) prepares and captures it with `env`; later ones return the capture.
+  const CapturedGraph& get(plan::Variant v, plan::GraphId g, ExecEnv& env);
   std::size_t captures() const { return m_unique.size(); }
   std::size_t lookups_deduplicated() const { return m_dedup_hits; }
 
@@ -88,6 +114,27 @@ class GraphAtlas {
   std::map<std::string, std::unique_ptr<CapturedGraph>> m_unique;  // signature → capture
   std::size_t m_dedup_hits = 0;
 };
+
+/// The built-in tables (cpu_ops.cpp; cuda_ops.cpp in CUDA builds).
+void register_cpu_ops(KernelTable& t);
+void register_cuda_ops(KernelTable& t);
+
+/// What a backend needs alive while a trainer runs (GPU: the stream, cuDNN/cuBLASLt handles, the workspace),
+/// wired into an ExecEnv by open_backend.
+class BackendSession {
+ public:
+  virtual ~BackendSession() = default;
+  /// Waits until everything launched so far has finished (GPU: the stream; CPU: nothing to wait for).
+  virtual void synchronize() {}
+  /// Host memory the backend copies from fastest (GPU: pinned), zeroed.
+  virtual std::byte* host_alloc(std::int64_t bytes);
+  virtual void host_free(std::byte* p) noexcept;
+};
+/// CPU: a session that does nothing. CUDA: stream + handles + a `workspace_bytes` device workspace.
+std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64_t workspace_bytes);
+#ifdef RENAISSANCE_HAVE_CUDA
+std::unique_ptr<BackendSession> open_cuda_backend(ExecEnv& env, std::int64_t workspace_bytes);  // cuda_ops.cpp
+#endif
 
 /// Where a GraphId lives: the train graph or the inference graph.
 bool in_inference_graph(plan::GraphId g);

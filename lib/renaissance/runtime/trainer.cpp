@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -38,7 +39,9 @@ struct Trainer::Impl {
   const KernelTable& table;
   GraphAtlas atlas;
   ExecEnv env;
-  std::vector<std::byte> staging[2];
+  std::unique_ptr<BackendSession> session;
+  std::byte* staging[2] = {nullptr, nullptr};
+  std::int64_t staging_bytes = 0;
   std::int64_t staging_labels_off = 0, staging_data_off = 0;
   std::int64_t img_h = 0, img_w = 0, img_c = 0;
   std::vector<std::uint8_t> resized;
@@ -47,10 +50,11 @@ struct Trainer::Impl {
       : opt(o),
         data(o.data_path),
         plan(p),
-        arena(Backend::CPU, p.arena_bytes()),
+        arena(o.backend, p.arena_bytes()),
         ctx(arena, p),
-        table(KernelTable::for_backend(Backend::CPU)),
-        atlas(ctx, table) {
+        table(KernelTable::for_backend(o.backend)),
+        atlas(ctx, table),
+        session(open_backend(o.backend, env, o.workspace_mib << 20)) {
     const plan::MemoryPlan& mp = p.plan(Variant::TRAIN_BASE);
     const plan::ByteRange range_a = mp.resolve_region_bounds({Region::I_A_LABEL, Region::I_A_DATA});
     const plan::ByteRange range_b = mp.resolve_region_bounds({Region::I_B_LABEL, Region::I_B_DATA});
@@ -60,21 +64,41 @@ struct Trainer::Impl {
     RN_CHECK(mp.tensor(p.baseline.labels_b).offset - range_b.offset == staging_labels_off &&
                  mp.tensor(p.baseline.data_b).offset - range_b.offset == staging_data_off,
              "internal: the A and B input buffers are laid out differently");
-    for (auto& s : staging) s.assign(static_cast<std::size_t>(range_a.bytes), std::byte{0});
-    env.host_input[0] = staging[0].data();
-    env.host_input[1] = staging[1].data();
+    staging_bytes = range_a.bytes;
+    for (auto& s : staging) s = session->host_alloc(staging_bytes);  // pinned on a GPU: capturable H2D copies
+    env.host_input[0] = staging[0];
+    env.host_input[1] = staging[1];
     const io::SplitInfo& tr = data.info(io::Split::train);
     img_h = tr.height;
     img_w = tr.width;
     img_c = tr.channels;
   }
 
-  void replay(Variant v, GraphId g) { atlas.get(v, g).replay(env); }
+  ~Impl() {
+    session->synchronize();
+    for (std::byte* s : staging) session->host_free(s);
+  }
 
-  float* hyper() const { return ctx.data<float>(plan.baseline.hyper); }
-  float* loss_scale() const { return ctx.data<float>(plan.baseline.loss_scale); }
-  std::int32_t nan_flag() const { return *ctx.data<std::int32_t>(plan.baseline.nan_flag); }
-  const float* accumulated() const { return ctx.data<float>(plan.baseline.accumulated); }
+  void replay(Variant v, GraphId g) { atlas.get(v, g, env).replay(env); }
+
+  // Host mirrors of the device-resident scalars: written by the trainer, uploaded before the step.
+  std::array<float, plan::kHyperSlots> hyper{};
+  void push_hyper() const { ctx.upload(plan.baseline.hyper, hyper.data(), sizeof hyper); }
+  std::array<float, plan::kLossScaleSlots> read_loss_scale() const {
+    std::array<float, plan::kLossScaleSlots> v{};
+    ctx.download(plan.baseline.loss_scale, v.data(), sizeof v);
+    return v;
+  }
+  std::int32_t nan_flag() const {
+    std::int32_t f = 0;
+    ctx.download(plan.baseline.nan_flag, &f, sizeof f);
+    return f;
+  }
+  std::array<float, plan::kResultSlots> accumulated() const {
+    std::array<float, plan::kResultSlots> v{};
+    ctx.download(plan.baseline.accumulated, v.data(), sizeof v);
+    return v;
+  }
 
   /// Deterministic initialisation keyed by (seed, tensor id): torchvision's choices.
   void init_weights() {
@@ -82,8 +106,9 @@ struct Trainer::Impl {
     for (const DTensor& t : mp.tensors()) {
       const RegionFamily f = region_family(t.region);
       if (f != RegionFamily::W && f != RegionFamily::B) continue;
-      float* w = ctx.data<float>(t.id);
       const std::int64_t n = t.shape.elems();
+      std::vector<float> host(static_cast<std::size_t>(n));
+      float* w = host.data();
       PhiloxStream rng(opt.seed, static_cast<std::uint64_t>(t.id), kPurposeInit);
       switch (t.region) {
         case Region::W_FIRST_CONV:
@@ -110,15 +135,18 @@ struct Trainer::Impl {
         case Region::B_PREV_VAR: std::fill(w, w + n, 1.0f); break;
         default: std::fill(w, w + n, 0.0f);
       }
+      ctx.upload(t.id, host.data(), n * static_cast<std::int64_t>(sizeof(float)));
     }
     // EMA starts at the initial weights.
     if (opt.ema) {
       const plan::ByteRange wr = mp.resolve_region_bounds({Region::W_BN_BIAS, Region::W_DEEP_CONV});
       const plan::ByteRange er = mp.resolve_region_bounds({Region::E_BN_BIAS, Region::E_DEEP_CONV});
       RN_CHECK(wr.bytes == er.bytes, "internal: EMA range differs from the master range");
-      std::memcpy(arena.base() + er.offset, arena.base() + wr.offset, static_cast<std::size_t>(wr.bytes));
+      std::vector<std::byte> masters(static_cast<std::size_t>(wr.bytes));
+      ctx.download_at(arena.base() + wr.offset, masters.data(), wr.bytes);
+      ctx.upload_at(arena.base() + er.offset, masters.data(), er.bytes);
     }
-    float* h = hyper();
+    float* h = hyper.data();
     h[plan::kHyperMomentum] = static_cast<float>(opt.momentum);
     h[plan::kHyperBeta1] = static_cast<float>(opt.beta1);
     h[plan::kHyperBeta2] = static_cast<float>(opt.beta2);
@@ -130,18 +158,20 @@ struct Trainer::Impl {
     h[plan::kHyperBnMomentum] = static_cast<float>(opt.bn_momentum);
     h[plan::kHyperBnEps] = static_cast<float>(opt.bn_eps);
     h[plan::kHyperWorldSize] = 1.0f;
-    float* ls = loss_scale();
+    push_hyper();
+    std::array<float, plan::kLossScaleSlots> ls{};
     ls[plan::kLossScale] = opt.amp ? static_cast<float>(opt.loss_scale) : 1.0f;
     ls[plan::kLossScaleCleanSteps] = 0.0f;
     ls[plan::kLossScaleInterval] = static_cast<float>(opt.loss_scale_interval);
     ls[plan::kLossScaleFactor] = 2.0f;
+    ctx.upload(plan.baseline.loss_scale, ls.data(), sizeof ls);
     if (opt.amp) replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
   }
 
   /// Writes one loaded batch into staging buffer `s` in the arena's layout (labels, normalised data).
   void stage(int s, const io::Batch& b, Variant v) {
     const DTensor& dt = plan.plan(v).tensor(s == 0 ? plan.baseline.data_a : plan.baseline.data_b);
-    std::memcpy(staging[s].data() + staging_labels_off, b.labels, static_cast<std::size_t>(b.count) * 4);
+    std::memcpy(staging[s] + staging_labels_off, b.labels, static_cast<std::size_t>(b.count) * 4);
     const std::uint8_t* images = b.images;
     if (dt.shape.h != img_h || dt.shape.w != img_w) {
       // Progressive resize: the low-resolution variants get bilinearly downscaled images.
@@ -150,7 +180,7 @@ struct Trainer::Impl {
       images = resized.data();
     }
     normalize_images(images, b.count, dt.shape.h, dt.shape.w, img_c, data.mean().data(), data.stddev().data(),
-                     staging[s].data() + staging_data_off, dt.dtype, dt.shape.c);
+                     staging[s] + staging_data_off, dt.dtype, dt.shape.c);
   }
 
   void check_labels(const io::Batch& b) const {
@@ -237,8 +267,9 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.stage(s, *b, v);
       I.replay(v, s == 0 ? GraphId::TRANSFER_A : GraphId::TRANSFER_B);
       lr = sched.lr(m_step);
-      I.hyper()[plan::kHyperLr] = static_cast<float>(lr);
-      I.hyper()[plan::kHyperStep] = static_cast<float>(m_step + 1);
+      I.hyper[plan::kHyperLr] = static_cast<float>(lr);
+      I.hyper[plan::kHyperStep] = static_cast<float>(m_step + 1);
+      I.push_hyper();
       // forward, backward
       I.replay(v, GraphId::ZERO_GRAD);
       I.replay(v, s == 0 ? GraphId::FIRST_LAYER_FWD_A : GraphId::FIRST_LAYER_FWD_B);
@@ -249,7 +280,8 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.replay(v, GraphId::DEEP_COMM);
       I.replay(v, GraphId::FIRST_COMM);
       I.replay(v, GraphId::NAN_CHECK_AND_GRAD_SCALING);
-      if (!o.amp && I.nan_flag() != 0)
+      // CPU: the flag is right here; a GPU checks the epoch's loss instead (no host sync inside the step).
+      if (!o.amp && o.backend == Backend::CPU && I.nan_flag() != 0)
         throw Error(fmt::format("NaN or inf in the gradients at step {} (epoch {}, batch {})", m_step + 1, epoch + 1,
                                 b->index),
                     "training", "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
@@ -264,6 +296,8 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.replay(v, GraphId::EMA_UPDATE);
       // log
       I.replay(v, GraphId::ACCUM_METRICS_TRAIN);
+      // The staging buffer of this batch is refilled two batches later; on a GPU the step must be done by then.
+      I.session->synchronize();
       ++m_step;
       samples += b->count;
       if (observer.on_step)
@@ -278,11 +312,14 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     m.seconds = train_s;
     m.images_per_s = static_cast<double>(samples) / train_s;
     m.lr = lr;
-    m.loss_scale = I.loss_scale()[plan::kLossScale];
+    m.loss_scale = I.read_loss_scale()[plan::kLossScale];
     I.replay(Variant::TRAIN_BASE, GraphId::TRAIN_RESULT_COMM);
-    const float* acc = I.accumulated();
+    const auto acc = I.accumulated();
     const double count = std::max(1.0f, acc[plan::kResultCount]);
     m.train_loss = acc[plan::kResultLoss] / count;
+    if (!o.amp && !std::isfinite(m.train_loss))
+      throw Error(fmt::format("NaN or inf in the training loss of epoch {} (step {})", epoch + 1, m_step), "training",
+                  "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
     m.train_top1 = acc[plan::kResultTop1] / count;
     I.replay(Variant::TRAIN_BASE, GraphId::CLEAR_METRICS);
     if (o.validate) {
@@ -306,8 +343,9 @@ EpochMetrics Trainer::evaluate(bool ema) {
   RN_CHECK_CTX(n > 0, I.data.path(), "the val split is empty");
   const std::int64_t vb = I.plan.specs[static_cast<std::size_t>(Variant::VAL_BASE)].batch_size;
   // Validation loss is the plain cross-entropy: no label smoothing.
-  const float smoothing = I.hyper()[plan::kHyperLabelSmoothing];
-  I.hyper()[plan::kHyperLabelSmoothing] = 0.0f;
+  const float smoothing = I.hyper[plan::kHyperLabelSmoothing];
+  I.hyper[plan::kHyperLabelSmoothing] = 0.0f;
+  I.push_hyper();
   I.replay(Variant::VAL_BASE, GraphId::CLEAR_METRICS);
   if (ema && I.opt.amp) I.replay(Variant::VAL_BASE, GraphId::CAST_E_TO_E16);
   io::BatchLoader loader(I.data, io::Split::val, vb, epoch_order(0, 0, n, false));
@@ -321,14 +359,15 @@ EpochMetrics Trainer::evaluate(bool ema) {
     I.replay(v, s == 0 ? GraphId::ACCUM_METRICS_VAL_A : GraphId::ACCUM_METRICS_VAL_B);
   }
   I.replay(Variant::VAL_BASE, GraphId::VAL_RESULT_COMM);
-  const float* acc = I.accumulated();
+  const auto acc = I.accumulated();
   const double count = std::max(1.0f, acc[plan::kResultCount]);
   EpochMetrics m;
   m.val_loss = acc[plan::kResultLoss] / count;
   m.val_top1 = acc[plan::kResultTop1] / count;
   m.val_top5 = acc[plan::kResultTop5] / count;
   I.replay(Variant::VAL_BASE, GraphId::CLEAR_METRICS);
-  I.hyper()[plan::kHyperLabelSmoothing] = smoothing;
+  I.hyper[plan::kHyperLabelSmoothing] = smoothing;
+  I.push_hyper();
   return m;
 }
 
@@ -336,7 +375,9 @@ std::vector<float> Trainer::tensor_values(const std::string& name) const {
   const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
   const DTensor& t = mp.tensor(mp.at(name));
   std::vector<float> out(static_cast<std::size_t>(t.shape.elems()));
-  const std::byte* p = m_impl->ctx.ptr_at(t.id);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(t.shape.elems()) * dtype_size(t.dtype));
+  m_impl->ctx.download(t.id, bytes.data(), static_cast<std::int64_t>(bytes.size()));
+  const std::byte* p = bytes.data();
   if (t.dtype == DType::F32) {
     std::memcpy(out.data(), p, out.size() * 4);
   } else if (t.dtype == DType::F16) {
@@ -408,7 +449,7 @@ void Trainer::load_weights(const std::string& path) {
                  name, m_plan->arch.model_name);
     RN_CHECK_CTX(src->shape == t.shape, path, "tensor /{}/{} has shape {} but the model needs {}", group, name,
                  src->shape.str(), t.shape.str());
-    std::memcpy(m_impl->ctx.ptr_at(t.id), src->values.data(), src->values.size() * sizeof(float));
+    m_impl->ctx.upload(t.id, src->values.data(), static_cast<std::int64_t>(src->values.size() * sizeof(float)));
   }
   if (m_impl->opt.amp) m_impl->replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
 }

@@ -22,6 +22,8 @@ namespace renaissance::runtime {
 
 struct TrainOptions {
   std::string data_path;
+  Backend backend = Backend::CPU;
+  std::int64_t workspace_mib = 256;  ///< GPU: the one cuDNN/cuBLASLt workspace, allocated at start-up
   std::int64_t epochs = 3;
   std::int64_t batch = 128;
   std::int64_t val_batch = 0;  ///< 0: the training batch

@@ -1,0 +1,1 @@
+# cuDNN convolutions and cuBLASLt fully connected layers (explicit list).

@@ -1,0 +1,1 @@
+# Element-wise, BN, pooling, loss, metrics and RANGE-op kernels (explicit list).

@@ -1,0 +1,48 @@
+// The CUDA runtime calls the (C++-only) runtime library needs: memory, copies, streams and graphs.
+// No CUDA types leak out, so lib/renaissance/runtime compiles the same with and without a CUDA toolkit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace renaissance::cuda {
+
+using StreamHandle = void*;  ///< a cudaStream_t
+
+void set_device(int index);
+int current_device();
+/// cudaMalloc + zero fill; an out-of-memory error names `what`, the request and the free/total bytes.
+void* device_alloc(std::int64_t bytes, const char* what);
+void device_free(void* p) noexcept;
+void* pinned_alloc(std::int64_t bytes);
+void pinned_free(void* p) noexcept;
+/// Synchronous copies (setup, checkpoints, per-epoch reads).
+void copy_h2d(void* dst, const void* src, std::int64_t bytes);
+void copy_d2h(void* dst, const void* src, std::int64_t bytes);
+/// Asynchronous copy on `stream` (capturable into a graph when src is pinned host memory).
+void copy_h2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle stream);
+
+StreamHandle stream_create();
+void stream_destroy(StreamHandle s) noexcept;
+void stream_synchronize(StreamHandle s);
+/// cudaMalloc calls made through device_alloc so far (tests: no allocation after start-up).
+std::int64_t device_alloc_count();
+
+/// An instantiated CUDA graph: `capture` records everything `body` launches on `stream` (which must not be
+/// the legacy default stream), `launch` replays it.
+class GraphExec {
+ public:
+  static std::unique_ptr<GraphExec> capture(StreamHandle stream, const std::function<void()>& body);
+  ~GraphExec();
+  void launch(StreamHandle stream) const;
+  std::size_t node_count() const { return m_nodes; }
+
+ private:
+  GraphExec() = default;
+  void* m_graph = nullptr;  // cudaGraph_t
+  void* m_exec = nullptr;   // cudaGraphExec_t
+  std::size_t m_nodes = 0;
+};
+
+}  // namespace renaissance::cuda
