@@ -10,4 +10,5 @@ void register_plan_command(CLI::App& app);
 void register_data_command(CLI::App& app);
 void register_train_command(CLI::App& app);
 void register_eval_command(CLI::App& app);
+void register_bench_command(CLI::App& app);
 }  // namespace renaissance::app

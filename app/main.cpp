@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   renaissance::app::register_data_command(app);
   renaissance::app::register_train_command(app);
   renaissance::app::register_eval_command(app);
+  renaissance::app::register_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,11 @@
 
 #include <renaissance/blueprint/yaml.h>
 #include <renaissance/blueprint/zoo.h>
+#include <renaissance/core/error.h>
+
+#ifdef RENAISSANCE_HAVE_CUDA
+#include <kernels/cuda/device_info.h>
+#endif
 
 namespace renaissance::app {
 
@@ -19,6 +24,20 @@ blueprint::BluePrint ModelOptions::load() const {
   blueprint::ZooOptions z;
   z.num_classes = classes;
   return blueprint::zoo_model(model, z);
+}
+
+runtime::Backend pick_backend(const std::string& device) {
+  RN_CHECK(device == "cpu" || device == "cuda" || device == "auto", "--device must be cpu, cuda or auto, got '{}'",
+           device);
+#ifdef RENAISSANCE_HAVE_CUDA
+  if (device == "cuda" || (device == "auto" && cuda::device_count() > 0)) {
+    RN_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is visible");
+    return runtime::Backend::CUDA;
+  }
+#else
+  RN_CHECK(device != "cuda", "--device cuda: this build has no CUDA backend (configure with -DRENAISSANCE_CUDA=ON)");
+#endif
+  return runtime::Backend::CPU;
 }
 
 }  // namespace renaissance::app

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <renaissance/blueprint/blueprint.h>
+#include <renaissance/runtime/arena_keeper.h>
 
 #include <CLI/CLI.hpp>
 
@@ -20,5 +21,8 @@ struct ModelOptions {
   /// The zoo model or the YAML file; errors name the model or file.
   blueprint::BluePrint load() const;
 };
+
+/// --device cpu|cuda|auto → a backend; auto picks CUDA when this build has it and a device is visible.
+runtime::Backend pick_backend(const std::string& device);
 
 }  // namespace renaissance::app

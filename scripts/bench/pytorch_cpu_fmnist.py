@@ -44,6 +44,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-validate", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -84,7 +85,9 @@ def main():
             correct += float((out.argmax(1) == y).sum())
         train_s = time.perf_counter() - t0
         model.eval()
-        with torch.no_grad():
+        vloss = vcorrect = float("nan")
+        if not args.no_validate:
+          with torch.no_grad():
             vloss = vcorrect = 0.0
             for b in range(0, len(xva), 512):
                 out = model(xva[b:b + 512])

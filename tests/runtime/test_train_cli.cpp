@@ -133,3 +133,19 @@ TEST(TrainCli, EvalReproducesTheFinalValidation) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(BenchCli, ReportsThroughputAndArena) {
+  const CliRun r = run("bench --model fmnist_cnn --batch 32 --warmup 1 --steps 2 --device cpu --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_GT(json_number(r.out, "images_per_s"), 0.0) << r.out;
+  EXPECT_GT(json_number(r.out, "ms_per_step"), 0.0) << r.out;
+  EXPECT_GT(json_number(r.out, "arena_bytes"), 0.0) << r.out;
+  EXPECT_EQ(json_number(r.out, "batch"), 32.0);
+  const CliRun bad = run("bench --model fmnist_cnn --graphs maybe");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--graphs"), std::string::npos) << bad.out;
+}
+
+}  // namespace

@@ -79,7 +79,41 @@ struct Trainer::Impl {
     for (std::byte* s : staging) session->host_free(s);
   }
 
-  void replay(Variant v, GraphId g) { atlas.get(v, g, env).replay(env); }
+  void replay(Variant v, GraphId g, bool graphs = true) {
+    const CapturedGraph& c = atlas.get(v, g, env);
+    if (graphs)
+      c.replay(env);
+    else
+      c.run_uncaptured(env);
+  }
+
+  /// One optimizer step on the batch in input buffer `s` (A = 0, B = 1). Returns the NaN flag on the CPU
+  /// (a GPU never reads it inside the step: AMP skips the update on the device, FP32 checks the epoch loss).
+  bool step(Variant v, int s, bool graphs) {
+    // forward, backward
+    replay(v, GraphId::ZERO_GRAD, graphs);
+    replay(v, s == 0 ? GraphId::FIRST_LAYER_FWD_A : GraphId::FIRST_LAYER_FWD_B, graphs);
+    replay(v, GraphId::DEEP_FWD_BWD, graphs);
+    replay(v, s == 0 ? GraphId::FIRST_LAYER_BWD_A : GraphId::FIRST_LAYER_BWD_B, graphs);
+    // reduce
+    replay(v, GraphId::CAST_G16_TO_G, graphs);
+    replay(v, GraphId::DEEP_COMM, graphs);
+    replay(v, GraphId::FIRST_COMM, graphs);
+    replay(v, GraphId::NAN_CHECK_AND_GRAD_SCALING, graphs);
+    const bool nan = opt.backend == Backend::CPU && nan_flag() != 0;
+    replay(v, GraphId::STATS_COMM, graphs);
+    replay(v, GraphId::UPDATE_STATS, graphs);
+    // update
+    replay(v, GraphId::OPTIMIZER, graphs);
+    replay(v, GraphId::LARS_NORM_OPT, graphs);
+    replay(v, GraphId::LARS_BIAS_OPT, graphs);
+    replay(v, GraphId::LARS_WEIGHT_OPT, graphs);
+    replay(v, GraphId::CAST_W_TO_A, graphs);
+    replay(v, GraphId::EMA_UPDATE, graphs);
+    // log
+    replay(v, GraphId::ACCUM_METRICS_TRAIN, graphs);
+    return nan;
+  }
 
   // Host mirrors of the device-resident scalars: written by the trainer, uploaded before the step.
   std::array<float, plan::kHyperSlots> hyper{};
@@ -270,32 +304,10 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.hyper[plan::kHyperLr] = static_cast<float>(lr);
       I.hyper[plan::kHyperStep] = static_cast<float>(m_step + 1);
       I.push_hyper();
-      // forward, backward
-      I.replay(v, GraphId::ZERO_GRAD);
-      I.replay(v, s == 0 ? GraphId::FIRST_LAYER_FWD_A : GraphId::FIRST_LAYER_FWD_B);
-      I.replay(v, GraphId::DEEP_FWD_BWD);
-      I.replay(v, s == 0 ? GraphId::FIRST_LAYER_BWD_A : GraphId::FIRST_LAYER_BWD_B);
-      // reduce
-      I.replay(v, GraphId::CAST_G16_TO_G);
-      I.replay(v, GraphId::DEEP_COMM);
-      I.replay(v, GraphId::FIRST_COMM);
-      I.replay(v, GraphId::NAN_CHECK_AND_GRAD_SCALING);
-      // CPU: the flag is right here; a GPU checks the epoch's loss instead (no host sync inside the step).
-      if (!o.amp && o.backend == Backend::CPU && I.nan_flag() != 0)
+      if (I.step(v, s, true) && !o.amp && o.backend == Backend::CPU)
         throw Error(fmt::format("NaN or inf in the gradients at step {} (epoch {}, batch {})", m_step + 1, epoch + 1,
                                 b->index),
                     "training", "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
-      I.replay(v, GraphId::STATS_COMM);
-      I.replay(v, GraphId::UPDATE_STATS);
-      // update
-      I.replay(v, GraphId::OPTIMIZER);
-      I.replay(v, GraphId::LARS_NORM_OPT);
-      I.replay(v, GraphId::LARS_BIAS_OPT);
-      I.replay(v, GraphId::LARS_WEIGHT_OPT);
-      I.replay(v, GraphId::CAST_W_TO_A);
-      I.replay(v, GraphId::EMA_UPDATE);
-      // log
-      I.replay(v, GraphId::ACCUM_METRICS_TRAIN);
       // The staging buffer of this batch is refilled two batches later; on a GPU the step must be done by then.
       I.session->synchronize();
       ++m_step;
@@ -334,6 +346,41 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     if (observer.on_epoch) observer.on_epoch(m);
   }
   return history;
+}
+
+BenchResult Trainer::benchmark(std::int64_t warmup, std::int64_t steps, bool graphs) {
+  Impl& I = *m_impl;
+  RN_CHECK(steps >= 1 && warmup >= 0, "benchmark needs steps >= 1 and warmup >= 0");
+  const std::int64_t b = I.plan.specs[static_cast<std::size_t>(Variant::TRAIN_BASE)].batch_size;
+  RN_CHECK_CTX(I.data.size(io::Split::train) >= b, I.data.path(), "the train split has fewer than {} samples", b);
+  // One batch staged into both input buffers: the benchmark times the step, not the loader.
+  std::vector<std::uint8_t> images(static_cast<std::size_t>(b * I.data.sample_bytes()));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(b));
+  I.data.read(io::Split::train, 0, b, images.data(), labels.data());
+  io::Batch batch{images.data(), labels.data(), b, 0, 0};
+  for (int s = 0; s < 2; ++s) {
+    I.stage(s, batch, Variant::TRAIN_BASE);
+    I.replay(Variant::TRAIN_BASE, s == 0 ? GraphId::TRANSFER_A : GraphId::TRANSFER_B);
+  }
+  I.hyper[plan::kHyperLr] = static_cast<float>(I.opt.lr);
+  I.hyper[plan::kHyperStep] = 1.0f;
+  I.push_hyper();
+  for (std::int64_t i = 0; i < warmup; ++i) I.step(Variant::TRAIN_BASE, static_cast<int>(i % 2), graphs);
+  I.session->synchronize();
+  const double t0 = now_s();
+  for (std::int64_t i = 0; i < steps; ++i) I.step(Variant::TRAIN_BASE, static_cast<int>(i % 2), graphs);
+  I.session->synchronize();
+  const double dt = now_s() - t0;
+  BenchResult r;
+  r.steps = steps;
+  r.batch = b;
+  r.ms_per_step = 1e3 * dt / static_cast<double>(steps);
+  r.images_per_s = static_cast<double>(b * steps) / dt;
+  r.arena_bytes = I.arena.bytes();
+  r.captures = static_cast<std::int64_t>(I.atlas.captures());
+  m_step += warmup + steps;
+  I.replay(Variant::TRAIN_BASE, GraphId::CLEAR_METRICS);
+  return r;
 }
 
 EpochMetrics Trainer::evaluate(bool ema) {

@@ -67,6 +67,13 @@ struct EpochMetrics {
   double loss_scale = 0;
 };
 
+struct BenchResult {
+  std::int64_t steps = 0, batch = 0;
+  double ms_per_step = 0, images_per_s = 0;
+  std::int64_t arena_bytes = 0;
+  std::int64_t captures = 0;  ///< distinct captured subgraphs after deduplication
+};
+
 /// Progress reporting hook: called after every step (for the progress bar) and every epoch.
 struct TrainObserver {
   std::function<void(std::int64_t epoch, std::int64_t batch, std::int64_t batches, double images_per_s)> on_step;
@@ -80,6 +87,9 @@ class Trainer {
 
   /// Trains for the configured epochs (or max_steps); returns one entry per epoch.
   std::vector<EpochMetrics> run(const TrainObserver& observer = {});
+  /// Times `steps` training steps on one staged batch after `warmup` steps (graphs: captured replay; off: the
+  /// same nodes launched one by one). Measures the step itself: no loader, no validation.
+  BenchResult benchmark(std::int64_t warmup, std::int64_t steps, bool graphs = true);
   /// Scores the current weights on the validation split: {loss, top1, top5}. ema: on the EMA weights.
   EpochMetrics evaluate(bool ema = false);
 

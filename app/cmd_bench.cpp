@@ -1,0 +1,115 @@
+// `renaissance bench`: training-step throughput on synthetic data (N warm-up + M timed steps).
+#include "commands.h"
+#include "json_writer.h"
+#include "model_options.h"
+
+#include <renaissance/core/error.h>
+#include <renaissance/io/importers.h>
+#include <renaissance/plan/arch_plan.h>
+#include <renaissance/runtime/trainer.h>
+
+#ifdef RENAISSANCE_HAVE_CUDA
+#include <kernels/cuda/device_info.h>
+#endif
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+namespace renaissance::app {
+
+namespace {
+
+struct BenchCli {
+  ModelOptions model;
+  std::int64_t batch = 256;
+  std::int64_t warmup = 10;
+  std::int64_t steps = 50;
+  bool amp = false;
+  std::string graphs = "on";
+  std::string device = "auto";
+  std::string optimizer = "momentum";
+  bool json = false;
+};
+
+void run_bench(const BenchCli& c) {
+  RN_CHECK(c.graphs == "on" || c.graphs == "off", "--graphs must be on or off, got '{}'", c.graphs);
+  blueprint::BluePrint bp = c.model.load();
+  if (c.model.resolution > 0) bp.in_h = bp.in_w = c.model.resolution;
+  plan::BuildOptions bo;
+  const plan::ArchPlan probe = plan::ArchPlan::build(bp, bo);
+  // A synthetic dataset of one batch, in a private temporary directory.
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("renaissance-bench-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string data = (dir / "synthetic.h5").string();
+  io::make_synthetic(data, c.batch, 1, bp.in_h, bp.in_w, bp.in_c, static_cast<int>(probe.num_classes), 1);
+  runtime::TrainOptions t;
+  t.data_path = data;
+  t.batch = c.batch;
+  t.amp = c.amp;
+  t.backend = pick_backend(c.device);
+  t.optimizer = plan::optimizer_from_name(c.optimizer);
+  t.validate = false;
+  runtime::BenchResult r;
+  {
+    runtime::Trainer trainer(bp, t);
+    r = trainer.benchmark(c.warmup, c.steps, c.graphs == "on");
+  }
+  std::filesystem::remove_all(dir);
+  std::int64_t device_used = -1;
+#ifdef RENAISSANCE_HAVE_CUDA
+  if (t.backend == runtime::Backend::CUDA) {
+    std::int64_t free_b = 0, total_b = 0;
+    cuda::device_memory(&free_b, &total_b);
+    device_used = total_b - free_b;
+  }
+#endif
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const std::int64_t host_peak = static_cast<std::int64_t>(ru.ru_maxrss) * 1024;
+  if (c.json) {
+    JsonWriter j;
+    j.begin_object().kv("model", bp.name).kv("device", runtime::backend_name(t.backend)).kv("batch", c.batch);
+    j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
+    j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
+    j.kv("arena_bytes", r.arena_bytes).kv("captures", r.captures).kv("host_peak_bytes", host_peak);
+    if (device_used >= 0) j.kv("device_used_bytes", device_used);
+    j.end_object();
+    std::puts(j.str().c_str());
+    return;
+  }
+  std::printf("%s  batch %lld  %lldx%lld  %s  amp %s  graphs %s  (%lld warm-up + %lld timed steps)\n", bp.name.c_str(),
+              static_cast<long long>(c.batch), static_cast<long long>(bp.in_h), static_cast<long long>(bp.in_w),
+              runtime::backend_name(t.backend), c.amp ? "on" : "off", c.graphs.c_str(),
+              static_cast<long long>(c.warmup), static_cast<long long>(c.steps));
+  std::printf("  %.1f images/s   %.3f ms/step   arena %.1f MiB   %lld captures", r.images_per_s, r.ms_per_step,
+              static_cast<double>(r.arena_bytes) / (1 << 20), static_cast<long long>(r.captures));
+  if (device_used >= 0) std::printf("   device memory in use %.1f MiB", static_cast<double>(device_used) / (1 << 20));
+  std::printf("   host peak RSS %.1f MiB\n", static_cast<double>(host_peak) / (1 << 20));
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app) {
+  auto c = std::make_shared<BenchCli>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time training steps on synthetic data (images/s, ms/step, memory)");
+  c->model.add_to(*cmd);
+  cmd->add_option("--batch", c->batch, "Batch size")->capture_default_str();
+  cmd->add_option("--warmup", c->warmup, "Warm-up steps (not timed; the first captures happen here)")
+      ->capture_default_str();
+  cmd->add_option("--steps", c->steps, "Timed steps")->capture_default_str();
+  cmd->add_flag("--amp", c->amp, "FP16 storage, fused layers, dynamic loss scaling");
+  cmd->add_option("--graphs", c->graphs, "on: replay captured graphs; off: launch node by node")->capture_default_str();
+  cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
+  cmd->add_option("--optimizer", c->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")->capture_default_str();
+  cmd->add_flag("--json", c->json, "Print the result as JSON");
+  cmd->callback([c] { run_bench(*c); });
+}
+
+}  // namespace renaissance::app
