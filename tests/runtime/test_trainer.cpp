@@ -272,3 +272,20 @@ TEST(Trainer, MissingDatasetNamesTheFile) {
 }
 
 }  // namespace
+
+namespace {
+TEST(Trainer, AmpOverflowSkipsTheStepAndHalvesTheScaleOnTheCpu) {
+  const std::string data = synthetic(300, 100);
+  auto o = small_options(data);
+  o.amp = true;
+  o.loss_scale = 1e30;  // FP16 gradients overflow at once
+  o.max_steps = 1;
+  o.validate = false;
+  runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
+  const auto before = t.tensor_values("cbr2.conv.w");
+  const auto h = t.run();
+  EXPECT_EQ(t.tensor_values("cbr2.conv.w"), before);  // the update was skipped
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_FLOAT_EQ(static_cast<float>(h[0].loss_scale), 5e29f);
+}
+}  // namespace

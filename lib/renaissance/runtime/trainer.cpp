@@ -87,6 +87,31 @@ struct Trainer::Impl {
       c.run_uncaptured(env);
   }
 
+  /// Prepares and captures every subgraph a run can need, so nothing is allocated or captured mid-training
+  /// (cuDNN algorithm choice, LARS segment tables and CUDA graph instantiation all happen here).
+  void capture_all() {
+    const GraphId train_ids[] = {GraphId::TRANSFER_A,      GraphId::TRANSFER_B,        GraphId::ZERO_GRAD,
+                                 GraphId::FIRST_LAYER_FWD_A, GraphId::FIRST_LAYER_FWD_B, GraphId::DEEP_FWD_BWD,
+                                 GraphId::FIRST_LAYER_BWD_A, GraphId::FIRST_LAYER_BWD_B, GraphId::CAST_G16_TO_G,
+                                 GraphId::DEEP_COMM,       GraphId::FIRST_COMM,        GraphId::NAN_CHECK_AND_GRAD_SCALING,
+                                 GraphId::STATS_COMM,      GraphId::UPDATE_STATS,      GraphId::OPTIMIZER,
+                                 GraphId::LARS_NORM_OPT,   GraphId::LARS_BIAS_OPT,     GraphId::LARS_WEIGHT_OPT,
+                                 GraphId::CAST_W_TO_A,     GraphId::EMA_UPDATE,        GraphId::ACCUM_METRICS_TRAIN,
+                                 GraphId::TRAIN_RESULT_COMM, GraphId::CLEAR_METRICS};
+    const GraphId val_ids[] = {GraphId::TRANSFER_A,          GraphId::TRANSFER_B,      GraphId::INF_MAIN_A,
+                               GraphId::INF_MAIN_B,          GraphId::INF_EMA_A,       GraphId::INF_EMA_B,
+                               GraphId::CAST_E_TO_E16,       GraphId::ACCUM_METRICS_VAL_A, GraphId::ACCUM_METRICS_VAL_B,
+                               GraphId::VAL_RESULT_COMM,     GraphId::CLEAR_METRICS};
+    const bool lowres = opt.start_resolution > 0 && opt.lowres_epochs > 0;
+    for (Variant v : {Variant::TRAIN_BASE, Variant::TRAIN_LAST, Variant::TRAIN_LOWRES, Variant::TRAIN_LOWRES_LAST}) {
+      if (!lowres && (v == Variant::TRAIN_LOWRES || v == Variant::TRAIN_LOWRES_LAST)) continue;
+      for (GraphId g : train_ids) atlas.get(v, g, env);
+    }
+    if (opt.validate || opt.ema)
+      for (Variant v : {Variant::VAL_BASE, Variant::VAL_LAST})
+        for (GraphId g : val_ids) atlas.get(v, g, env);
+  }
+
   /// One optimizer step on the batch in input buffer `s` (A = 0, B = 1). Returns the NaN flag on the CPU
   /// (a GPU never reads it inside the step: AMP skips the update on the device, FP32 checks the epoch loss).
   bool step(Variant v, int s, bool graphs) {
@@ -255,6 +280,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   cfg.start_resolution = opts.start_resolution;
   m_plan = std::make_unique<plan::CompiledPlan>(plan::Compiler::compile(arch, cfg));
   m_impl = std::make_unique<Impl>(opts, *m_plan);
+  m_impl->capture_all();
   m_impl->init_weights();
 }
 
