@@ -245,6 +245,7 @@ struct XnnEntry {
 
 struct XnnState {
   std::mutex mutex;
+  std::vector<float> tail;  // the last sample's input plus XNN_EXTRA_BYTES (see run_all_samples)
   bool initialized = false;
   pthreadpool_t pool = nullptr;
   int pool_threads = 0;
@@ -303,6 +304,25 @@ XnnEntry& xnn_operator(XnnState& st, bool deconv, const Shape& xs, std::int64_t 
   return *st.cache.back();
 }
 
+// XNNPACK may read up to XNN_EXTRA_BYTES (16) past the end of its input. Every sample but the last is
+// followed by another one, so samples [0, n−1) run in place and the last runs from a copy with spare
+// room: any buffer is safe (the runtime's FP16-widening scratch has no spare bytes) for a copy of 1/n of
+// the input. `setup(batch, in, out)` sets the operator up for one of the two runs.
+template <class Setup>
+void run_all_samples(XnnState& st, xnn_operator_t op, std::int64_t n, const float* in, std::int64_t in_per,
+                     float* out, std::int64_t out_per, Setup&& setup) {
+  auto run = [&](std::int64_t batch, const float* src, float* dst) {
+    xnn_status s = setup(static_cast<std::size_t>(batch), src, dst);
+    RN_CHECK(s == xnn_status_success, "conv2d: XNNPACK setup failed (status {})", static_cast<int>(s));
+    s = xnn_run_operator(op, st.pool);
+    RN_CHECK(s == xnn_status_success, "conv2d: xnn_run_operator failed (status {})", static_cast<int>(s));
+  };
+  if (n > 1) run(n - 1, in, out);
+  st.tail.resize(static_cast<std::size_t>(in_per) + XNN_EXTRA_BYTES / sizeof(float));
+  std::memcpy(st.tail.data(), in + (n - 1) * in_per, sizeof(float) * static_cast<std::size_t>(in_per));
+  run(1, st.tail.data(), out + (n - 1) * out_per);
+}
+
 void xnnpack_forward(const float* x, const Shape& xs, const float* w, const float* bias, float* y, const Shape& ys,
                      const Conv2dParams& p, const Geom& g) {
   XnnState& st = xnn_state();
@@ -319,12 +339,11 @@ void xnnpack_forward(const float* x, const Shape& xs, const float* w, const floa
              static_cast<int>(s), xs.str(), ys.str());
     return op;
   });
-  xnn_status s = xnn_setup_convolution2d_nhwc_f32(e.op, static_cast<std::size_t>(xs.n), static_cast<std::size_t>(xs.h),
-                                                  static_cast<std::size_t>(xs.w), x, y, st.pool);
-  RN_CHECK(s == xnn_status_success, "conv2d: xnn_setup_convolution2d_nhwc_f32 failed (status {})",
-           static_cast<int>(s));
-  s = xnn_run_operator(e.op, st.pool);
-  RN_CHECK(s == xnn_status_success, "conv2d: xnn_run_operator failed (status {})", static_cast<int>(s));
+  const auto setup = [&](std::size_t batch, const float* in, float* out) {
+    return xnn_setup_convolution2d_nhwc_f32(e.op, batch, static_cast<std::size_t>(xs.h),
+                                            static_cast<std::size_t>(xs.w), in, out, st.pool);
+  };
+  run_all_samples(st, e.op, xs.n, x, xs.per_sample(), y, ys.per_sample(), setup);
 }
 
 // dx by XNNPACK's deconvolution (transposed convolution) of dy: it scatters dy[oy]·w[kh] to
@@ -358,13 +377,11 @@ void xnnpack_backward_data(const float* dy, const Shape& ys, const float* w, flo
   const auto adj_w = static_cast<std::uint32_t>(g.w - ((g.ow - 1) * g.sw + g.kw - 2 * g.pw));
   float* out = dx;
   if (accumulate) out = detail::scratch(detail::ScratchSlot::Col, static_cast<std::size_t>(xs.elems()));
-  xnn_status s =
-      xnn_setup_deconvolution2d_nhwc_f32(e.op, static_cast<std::size_t>(ys.n), static_cast<std::size_t>(ys.h),
-                                         static_cast<std::size_t>(ys.w), adj_h, adj_w, dy, out, st.pool);
-  RN_CHECK(s == xnn_status_success, "conv2d: xnn_setup_deconvolution2d_nhwc_f32 failed (status {})",
-           static_cast<int>(s));
-  s = xnn_run_operator(e.op, st.pool);
-  RN_CHECK(s == xnn_status_success, "conv2d: xnn_run_operator failed (status {})", static_cast<int>(s));
+  const auto setup = [&](std::size_t batch, const float* in, float* o) {
+    return xnn_setup_deconvolution2d_nhwc_f32(e.op, batch, static_cast<std::size_t>(ys.h),
+                                              static_cast<std::size_t>(ys.w), adj_h, adj_w, in, o, st.pool);
+  };
+  run_all_samples(st, e.op, ys.n, dy, ys.per_sample(), out, xs.per_sample(), setup);
   if (accumulate) {
     parallel_for(0, xs.elems(), 1 << 15, [&](std::int64_t i0, std::int64_t i1) {
       for (std::int64_t i = i0; i < i1; ++i) dx[i] += out[i];

@@ -18,8 +18,8 @@ struct Conv2dParams {
 /// Gemm: im2col (none for 1×1 stride-1 unpadded) + SGEMM, col2im for dx, direct loops for depthwise.
 /// Xnnpack: XNNPACK's convolution (forward) or deconvolution (dx); Gemm when built without XNNPACK.
 /// Auto: the faster one measured on the 2-core EPYC (docs/kernels-cpu.md): XNNPACK for every forward,
-/// and for dx of ungrouped, non-1×1 convolutions; Gemm otherwise. XNNPACK reads up to 16 bytes past the
-/// end of its input (x, or dy for dx) — the arena's slots leave that room; pass Gemm for other buffers.
+/// and for dx of ungrouped, non-1×1 convolutions; Gemm otherwise. Any buffer is safe with either (the
+/// XNNPACK path runs the last sample from a copy, since XNNPACK reads 16 bytes past its input).
 enum class Conv2dAlgo : std::uint8_t { Auto, Gemm, Xnnpack };
 
 /// Output shape: OH = (H + 2·pad_h − kernel_h) / stride_h + 1 (likewise OW), C = out_channels.

@@ -6,6 +6,11 @@
 
 #include "kernel_test_util.h"
 
+#ifdef __linux__
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 namespace renaissance::cpu::test {
 namespace {
 
@@ -188,6 +193,49 @@ TEST(Conv2dXnnpack, CachedOperatorSeesNewWeights) {
                    "alternating layers");
     }
 }
+
+#ifdef __linux__
+// A buffer that ends exactly at an inaccessible page: reading past its end faults.
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(const Vec& v) {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t bytes = v.size() * sizeof(float);
+    m_len = (bytes + page - 1) / page * page + page;
+    m_base = static_cast<char*>(mmap(nullptr, m_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    mprotect(m_base + m_len - page, page, PROT_NONE);
+    m_data = reinterpret_cast<float*>(m_base + m_len - page - bytes);
+    std::copy(v.begin(), v.end(), m_data);
+  }
+  ~GuardedBuffer() { munmap(m_base, m_len); }
+  const float* data() const { return m_data; }
+
+ private:
+  char* m_base;
+  std::size_t m_len;
+  float* m_data;
+};
+
+TEST(Conv2dXnnpack, NoSpareBytesNeededAfterTheInput) {
+  if (!xnnpack_available()) GTEST_SKIP() << "built without XNNPACK";
+  for (const ConvCase& cs : {ConvCase{{3, 7, 5, 3}, 4, {3, 3, 1, 1, 1, 1, 1}, true, "3x3"},
+                             ConvCase{{2, 6, 6, 5}, 7, {3, 3, 2, 2, 1, 1, 1}, false, "3x3_s2"},
+                             ConvCase{{2, 5, 5, 6}, 6, {3, 3, 1, 1, 1, 1, 6}, true, "depthwise"}}) {
+    const ConvData d = make_data(cs, 91);
+    const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 92);
+    const GuardedBuffer gx(d.x), gdy(dy);
+    Vec y(static_cast<std::size_t>(d.ys.elems())), dx(d.x.size()), dx_ref(d.x.size());
+    conv2d_forward(gx.data(), d.xs, d.w.data(), cs.bias ? d.b.data() : nullptr, y.data(), d.ys, cs.p,
+                   Conv2dAlgo::Xnnpack);
+    const DVec bd = to_double(d.b);
+    expect_close(y, conv_ref(to_double(d.x), d.xs, to_double(d.w), cs.bias ? &bd : nullptr, d.ys, cs.p), 1e-5,
+                 std::string(cs.name) + " guarded forward");
+    conv2d_backward_data(gdy.data(), d.ys, d.w.data(), dx.data(), d.xs, cs.p, false, Conv2dAlgo::Xnnpack);
+    conv2d_backward_data(dy.data(), d.ys, d.w.data(), dx_ref.data(), d.xs, cs.p, false, Conv2dAlgo::Gemm);
+    expect_close(dx, to_double(dx_ref), 1e-5, std::string(cs.name) + " guarded dx");
+  }
+}
+#endif
 
 TEST(Conv2dBackends, OpenBlasGemmPathMatchesReference) {
   if (!openblas_available()) GTEST_SKIP() << "built without OpenBLAS";

@@ -76,6 +76,10 @@ CapturedGraph::CapturedGraph(std::vector<ResolvedNode> nodes, std::vector<const 
 #ifdef RENAISSANCE_HAVE_CUDA
   m_graph = std::make_unique<cuda_detail::GraphHolder>();
   try {
+    // One plain run first: libraries load their kernels lazily, which must not happen inside a capture.
+    // (Start-up only: the trainer initialises weights and clears metrics after every capture is made.)
+    run_uncaptured(env);
+    cuda::stream_synchronize(env.stream);
     m_graph->exec = cuda::GraphExec::capture(env.stream, [&] { run_uncaptured(env); });
   } catch (const Error& e) {
     throw e.with_context("capturing " + m_label);
@@ -164,8 +168,8 @@ GraphAtlas::GraphAtlas(const DeviceContext& ctx, const KernelTable& table) : m_c
 const CapturedGraph& GraphAtlas::get(plan::Variant v, GraphId g, ExecEnv& env) {
   const auto key = std::make_pair(static_cast<int>(v), static_cast<int>(g));
   if (auto it = m_by_key.find(key); it != m_by_key.end()) return *it->second;
-  const bool inference = in_inference_graph(g) || (g == GraphId::TRANSFER_A || g == GraphId::TRANSFER_B ||
-                                                    g == GraphId::CLEAR_METRICS) && !plan::is_train_variant(v);
+  const bool shared_bucket = g == GraphId::TRANSFER_A || g == GraphId::TRANSFER_B || g == GraphId::CLEAR_METRICS;
+  const bool inference = in_inference_graph(g) || (shared_bucket && !plan::is_train_variant(v));
   const plan::ComputationGraph& graph = inference ? m_ctx.plan().inference : m_ctx.plan().train;
   RN_CHECK(inference || plan::is_train_variant(v), "variant '{}' has no train graph ({} requested)",
            plan::variant_name(v), plan::graph_id_name(g));

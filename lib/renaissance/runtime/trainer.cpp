@@ -225,6 +225,8 @@ struct Trainer::Impl {
     ls[plan::kLossScaleFactor] = 2.0f;
     ctx.upload(plan.baseline.loss_scale, ls.data(), sizeof ls);
     if (opt.amp) replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
+    replay(Variant::TRAIN_BASE, GraphId::CLEAR_METRICS);
+    session->synchronize();
   }
 
   /// Writes one loaded batch into staging buffer `s` in the arena's layout (labels, normalised data).
