@@ -1,1 +1,11 @@
 # cuDNN convolutions and cuBLASLt fully connected layers (explicit list).
+set(RENAISSANCE_DNN_CXX_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/dnn_handles.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/conv.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/fc.cpp)
+set(RENAISSANCE_DNN_CUDA_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/dnn_bias.cu)
+target_sources(renaissance_kernels_cuda PRIVATE ${RENAISSANCE_DNN_CXX_SOURCES} ${RENAISSANCE_DNN_CUDA_SOURCES})
+# Warnings on for these files (the library target itself does not link renaissance_warnings).
+set_source_files_properties(${RENAISSANCE_DNN_CXX_SOURCES} PROPERTIES COMPILE_OPTIONS "-Wall;-Wextra")
+set_source_files_properties(${RENAISSANCE_DNN_CUDA_SOURCES} PROPERTIES COMPILE_OPTIONS "-Xcompiler=-Wall,-Wextra")

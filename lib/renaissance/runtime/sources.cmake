@@ -8,3 +8,6 @@ target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cpp
 )
+if(RENAISSANCE_HAVE_CUDA)
+  target_sources(renaissance PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_ops.cpp)
+endif()

@@ -1,0 +1,440 @@
+// Batch normalisation: three kernels per direction.
+//   partials  (one memory pass over x [and dy]): a (channel tile × row block) grid; each thread owns V consecutive
+//             channels and walks its block's rows with a stride of ty rows, kUnroll loads in flight, FP32 sums;
+//             a fixed tree over the block's rows gives one FP32 partial per (row block, channel) in the workspace.
+//   finalize  (reads the partials only): per channel, the row-block partials in FP64 (8 fixed slices, then a fixed
+//             tree), then the statistics (forward) or dγ, dβ and the dx coefficients (backward).
+//   apply     (one pass reading x [and dy], writing y or dx): same tiling; each thread loads its channels'
+//             coefficients once into registers.
+// The blocking depends only on (rows, c_stride, vector width), so results are bit-reproducible on any device.
+// Formulas and their evaluation order follow kernels/cpu/batchnorm.cpp (this file is built with -fmad=false).
+#include <kernels/cuda/batchnorm.h>
+
+#include <kernels/cuda/pointwise_common.cuh>
+
+#include <algorithm>
+
+namespace renaissance::cuda {
+
+namespace {
+
+using detail::kThreads;
+using detail::load_packed;
+using detail::load_vec;
+using detail::Packed;
+using detail::store_vec;
+using detail::unpack;
+
+constexpr int kTargetBlocks = 1024;  // channel tiles × row blocks aimed at: ~8 resident blocks on each of 132 SMs
+constexpr int kUnroll = 4;           // rows loaded before the first use
+constexpr int kSlices = 8;           // FP64 slices of the finalize combine (kThreads / 32 channels)
+
+struct Tiling {
+  int vec = 1;
+  int tx = 1;      // threads across a row (power of two ≤ 32), each owning `vec` channels
+  int ty = 1;      // rows a block covers per step (kThreads / tx)
+  int tiles = 1;   // channel tiles (grid.x)
+  std::int64_t rows_per_block = 1;
+  std::int64_t row_blocks = 1;  // grid.y
+};
+
+Tiling make_tiling(std::int64_t rows, std::int64_t c_stride, int vec) {
+  Tiling t;
+  t.vec = vec;
+  const std::int64_t nv = c_stride / vec;
+  t.tx = detail::next_pow2(nv, 32);
+  t.ty = kThreads / t.tx;
+  t.tiles = static_cast<int>((nv + t.tx - 1) / t.tx);
+  const std::int64_t want = std::max<std::int64_t>(1, kTargetBlocks / t.tiles);
+  std::int64_t rpb = (rows + want - 1) / want;
+  rpb = (rpb + t.ty - 1) / t.ty * t.ty;
+  t.rows_per_block = rpb;
+  t.row_blocks = (rows + rpb - 1) / rpb;
+  return t;
+}
+
+std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
+
+std::size_t partial_bytes(const Tiling& t, std::int64_t c_stride) {
+  return align256(static_cast<std::size_t>(t.row_blocks * 2 * c_stride) * sizeof(float));
+}
+
+// ---- partials -------------------------------------------------------------------------------------------
+
+/// Forward: s1 = Σ (x − x[row 0]), s2 = Σ (x − x[row 0])². Backward: s1 = Σ dy, s2 = Σ dy·(x − mean).
+/// partials[(block_y·2 + k)·cs + c] = s_k over the block's rows.
+template <typename T, int V, bool kBwd>
+__global__ void __launch_bounds__(kThreads)
+    bn_partials_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ mean,
+                       std::int64_t rows, int cs, int c, int tx_n, std::int64_t rows_per_block,
+                       float* __restrict__ partials) {
+  __shared__ float red[2][V][kThreads];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int tx = tid % tx_n, ty = tid / tx_n, ty_n = kThreads / tx_n;
+  const int c0 = (static_cast<int>(blockIdx.x) * tx_n + tx) * V;
+  float s1[V], s2[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) s1[j] = s2[j] = 0.0f;
+
+  if (c0 < c) {
+    float ref[V];
+    if constexpr (kBwd) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) ref[j] = c0 + j < c ? mean[c0 + j] : 0.0f;
+    } else {
+      load_vec<V>(x + c0, ref);  // the shift: row 0 keeps the one-pass variance free of cancellation
+    }
+    const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_block;
+    const std::int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+    for (std::int64_t r = r0 + ty; r < r1; r += kUnroll * ty_n) {
+      Packed<T, V> xp[kUnroll], gp[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::int64_t rr = r + u * ty_n;
+        if (rr < r1) {
+          xp[u] = load_packed<V>(x + rr * cs + c0);
+          if constexpr (kBwd) gp[u] = load_packed<V>(dy + rr * cs + c0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (r + u * ty_n >= r1) break;
+        float xv[V], gv[V];
+        unpack<V>(xp[u], xv);
+        if constexpr (kBwd) unpack<V>(gp[u], gv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if constexpr (kBwd) {
+            s1[j] += gv[j];
+            s2[j] += gv[j] * (xv[j] - ref[j]);
+          } else {
+            const float d = xv[j] - ref[j];
+            s1[j] += d;
+            s2[j] += d * d;
+          }
+        }
+      }
+    }
+  }
+
+  // Fixed tree over the block's ty rows (tx stays put: red[k][j][ty·tx_n + tx]).
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    red[0][j][tid] = s1[j];
+    red[1][j][tid] = s2[j];
+  }
+  __syncthreads();
+  for (int s = ty_n / 2; s > 0; s >>= 1) {
+    if (ty < s) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        red[0][j][tid] += red[0][j][tid + s * tx_n];
+        red[1][j][tid] += red[1][j][tid + s * tx_n];
+      }
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && c0 < c) {
+    float* p = partials + static_cast<std::int64_t>(blockIdx.y) * 2 * cs;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (c0 + j < c) {
+        p[c0 + j] = red[0][j][tx];
+        p[cs + c0 + j] = red[1][j][tx];
+      }
+    }
+  }
+}
+
+// ---- finalize --------------------------------------------------------------------------------------------
+
+/// Block of 32 channels × kSlices: slice k adds row blocks k, k + kSlices, ... in FP64, then a fixed tree.
+/// Returns true on the thread (slice 0) that owns channel `ch` < c, with the two sums.
+__device__ bool combine_partials(const float* __restrict__ partials, int row_blocks, int cs, int c, int* ch_out,
+                                 double* s1_out, double* s2_out) {
+  __shared__ double red[2][kSlices][32];
+  const int lane = static_cast<int>(threadIdx.x) & 31, slice = static_cast<int>(threadIdx.x) >> 5;
+  const int ch = static_cast<int>(blockIdx.x) * 32 + lane;
+  double s1 = 0.0, s2 = 0.0;
+  if (ch < c) {
+    for (int g = slice; g < row_blocks; g += kSlices) {
+      const float* p = partials + static_cast<std::int64_t>(g) * 2 * cs;
+      s1 += p[ch];
+      s2 += p[cs + ch];
+    }
+  }
+  red[0][slice][lane] = s1;
+  red[1][slice][lane] = s2;
+  __syncthreads();
+  for (int s = kSlices / 2; s > 0; s >>= 1) {
+    if (slice < s) {
+      red[0][slice][lane] += red[0][slice + s][lane];
+      red[1][slice][lane] += red[1][slice + s][lane];
+    }
+    __syncthreads();
+  }
+  *ch_out = ch;
+  *s1_out = red[0][0][lane];
+  *s2_out = red[1][0][lane];
+  return slice == 0 && ch < c;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    bn_finalize_forward_kernel(const float* __restrict__ partials, int row_blocks, int cs, int c, std::int64_t rows,
+                               const T* __restrict__ x, const float* __restrict__ eps, float* __restrict__ mean,
+                               float* __restrict__ var_unbiased, float* __restrict__ invstd) {
+  int ch;
+  double s1, s2;
+  if (!combine_partials(partials, row_blocks, cs, c, &ch, &s1, &s2)) return;
+  const double inv_rows = 1.0 / static_cast<double>(rows);
+  const double dm = s1 * inv_rows;
+  const double v = s2 * inv_rows - dm * dm;
+  const double var = 0.0 < v ? v : 0.0;  // std::max(0.0, v): NaN gives 0, as on the CPU
+  mean[ch] = static_cast<float>(static_cast<double>(detail::to_float(x[ch])) + dm);
+  invstd[ch] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(*eps)));
+  var_unbiased[ch] = static_cast<float>(var * static_cast<double>(rows) / static_cast<double>(rows - 1));
+}
+
+/// dβ += Σdy, dγ += Σdy·x̂ (FP64 add, then float); coeff = {γ·invstd, Σdy/R, Σdy·x̂·invstd/R} for the dx pass.
+__global__ void __launch_bounds__(kThreads)
+    bn_finalize_backward_kernel(const float* __restrict__ partials, int row_blocks, int cs, int c, std::int64_t rows,
+                                const float* __restrict__ gamma, const float* __restrict__ invstd,
+                                float* __restrict__ dgamma, float* __restrict__ dbeta, float* __restrict__ coeff) {
+  int ch;
+  double sdy, sdyx;
+  if (!combine_partials(partials, row_blocks, cs, c, &ch, &sdy, &sdyx)) return;
+  const double inv = invstd[ch];
+  const double dg = sdyx * inv;
+  if (dbeta != nullptr) dbeta[ch] = static_cast<float>(static_cast<double>(dbeta[ch]) + sdy);
+  if (dgamma != nullptr) dgamma[ch] = static_cast<float>(static_cast<double>(dgamma[ch]) + dg);
+  if (coeff != nullptr) {
+    coeff[ch] = static_cast<float>(static_cast<double>(gamma[ch]) * inv);
+    coeff[cs + ch] = static_cast<float>(sdy / static_cast<double>(rows));
+    coeff[2 * cs + ch] = static_cast<float>(dg * inv / static_cast<double>(rows));
+  }
+}
+
+// ---- apply -----------------------------------------------------------------------------------------------
+
+enum class Mode { kTrain, kInfer, kBackward };
+
+struct ApplyParams {
+  const float* mean = nullptr;   // batch mean (train, backward) or running mean (infer)
+  const float* spread = nullptr; // save_invstd (train) or running var (infer)
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  const float* eps = nullptr;    // infer
+  const float* coeff = nullptr;  // backward: k1 | mdy | k2, each cs floats
+};
+
+/// Train/infer: out = (x − a)·b + d. Backward: v = b·(dy − d − (x − a)·k); out (=|+=) v. Padding channels: 0, or
+/// unchanged when accumulating. x, dy, out may alias (element-wise in place).
+template <typename T, int V, Mode M, bool kAcc>
+__global__ void __launch_bounds__(kThreads)
+    bn_apply_kernel(const T* x, const T* dy, T* out, std::int64_t rows, int cs, int c, int tx_n,
+                    std::int64_t rows_per_block, ApplyParams p) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int tx = tid % tx_n, ty = tid / tx_n, ty_n = kThreads / tx_n;
+  const int c0 = (static_cast<int>(blockIdx.x) * tx_n + tx) * V;
+  if (c0 >= cs) return;
+  float a[V], b[V], d[V], k[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    a[j] = b[j] = d[j] = k[j] = 0.0f;
+    const int ch = c0 + j;
+    if (ch >= c) continue;
+    if constexpr (M == Mode::kTrain) {
+      a[j] = p.mean[ch];
+      b[j] = p.spread[ch] * p.gamma[ch];
+      d[j] = p.beta[ch];
+    } else if constexpr (M == Mode::kInfer) {
+      a[j] = p.mean[ch];
+      b[j] = static_cast<float>(1.0 / sqrt(static_cast<double>(p.spread[ch]) + static_cast<double>(*p.eps))) *
+             p.gamma[ch];
+      d[j] = p.beta[ch];
+    } else {
+      a[j] = p.mean[ch];
+      b[j] = p.coeff[ch];
+      d[j] = p.coeff[cs + ch];
+      k[j] = p.coeff[2 * cs + ch];
+    }
+  }
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_block;
+  const std::int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+  for (std::int64_t r = r0 + ty; r < r1; r += kUnroll * ty_n) {
+    Packed<T, V> xp[kUnroll], gp[kUnroll], op[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t rr = r + u * ty_n;
+      if (rr < r1) {
+        xp[u] = load_packed<V>(x + rr * cs + c0);
+        if constexpr (M == Mode::kBackward) gp[u] = load_packed<V>(dy + rr * cs + c0);
+        if constexpr (kAcc) op[u] = load_packed<V>(out + rr * cs + c0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t rr = r + u * ty_n;
+      if (rr >= r1) break;
+      float xv[V], gv[V] = {}, ov[V] = {}, o[V];
+      unpack<V>(xp[u], xv);
+      if constexpr (M == Mode::kBackward) unpack<V>(gp[u], gv);
+      if constexpr (kAcc) unpack<V>(op[u], ov);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (c0 + j >= c) {
+          o[j] = kAcc ? ov[j] : 0.0f;
+        } else if constexpr (M == Mode::kBackward) {
+          const float v = b[j] * (gv[j] - d[j] - (xv[j] - a[j]) * k[j]);
+          o[j] = kAcc ? ov[j] + v : v;
+        } else {
+          o[j] = (xv[j] - a[j]) * b[j] + d[j];
+        }
+      }
+      store_vec<V>(out + rr * cs + c0, o);
+    }
+  }
+}
+
+// ---- launch helpers --------------------------------------------------------------------------------------
+
+void check_common(const TensorRef& x, const char* what) {
+  detail::check_float_tensor(x, what, "x");
+  RN_CHECK(x.c_stride < (std::int64_t{1} << 28), "{}: c_stride {} is too large", what, x.c_stride);
+}
+
+void check_workspace(const void* workspace, std::size_t bytes, std::size_t need, const char* what) {
+  RN_CHECK(workspace != nullptr && detail::aligned16(workspace), "{}: workspace is null or not 16-byte aligned", what);
+  RN_CHECK(bytes >= need, "{}: workspace has {} bytes, needs {} (batchnorm_workspace_bytes)", what, bytes, need);
+}
+
+dim3 grid_of(const Tiling& t) {
+  return dim3(static_cast<unsigned>(t.tiles), static_cast<unsigned>(t.row_blocks));
+}
+
+unsigned finalize_blocks(std::int64_t c) { return static_cast<unsigned>((c + 31) / 32); }
+
+}  // namespace
+
+std::size_t batchnorm_workspace_bytes(const TensorRef& x) {
+  const std::int64_t rows = x.rows(), cs = x.c_stride;
+  if (rows <= 0 || cs <= 0) return 0;
+  std::size_t part = partial_bytes(make_tiling(rows, cs, 1), cs);
+  const int w = x.dtype == DType::F32 ? 4 : 8;
+  if (cs % w == 0) part = std::max(part, partial_bytes(make_tiling(rows, cs, w), cs));
+  return part + align256(static_cast<std::size_t>(3 * cs) * sizeof(float));
+}
+
+void batchnorm_forward_train(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
+                             const float* eps, const TensorRef& y, float* batch_mean, float* batch_var_unbiased,
+                             float* save_invstd, void* workspace, std::size_t workspace_bytes) {
+  const char* what = "batchnorm_forward_train";
+  check_common(x, what);
+  detail::check_float_tensor(y, what, "y");
+  detail::check_same_layout(x, y, what, "x", "y");
+  RN_CHECK(gamma && beta && eps && batch_mean && batch_var_unbiased && save_invstd,
+           "{}: a parameter or statistics pointer is null", what);
+  RN_CHECK(x.rows() > 1, "{}: {} has one value per channel; batch statistics need more", what, x.shape.str());
+  const std::int64_t rows = x.rows(), cs = x.c_stride, c = x.shape.c;
+  const bool vec = detail::vectorisable(x.dtype, cs, {x.ptr, y.ptr});
+  detail::dispatch_storage(x.dtype, vec, [&](auto type, auto width) {
+    using T = typename decltype(type)::type;
+    constexpr int V = decltype(width)::value;
+    const Tiling t = make_tiling(rows, cs, V);
+    check_workspace(workspace, workspace_bytes, partial_bytes(t, cs), what);
+    auto* partials = static_cast<float*>(workspace);
+    const T* px = static_cast<const T*>(x.ptr);
+    bn_partials_kernel<T, V, false><<<grid_of(t), kThreads, 0, stream>>>(
+        px, nullptr, nullptr, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, partials);
+    CUDA_CHECK_LAUNCH();
+    bn_finalize_forward_kernel<T><<<finalize_blocks(c), kThreads, 0, stream>>>(
+        partials, static_cast<int>(t.row_blocks), static_cast<int>(cs), static_cast<int>(c), rows, px, eps,
+        batch_mean, batch_var_unbiased, save_invstd);
+    CUDA_CHECK_LAUNCH();
+    ApplyParams p;
+    p.mean = batch_mean;
+    p.spread = save_invstd;
+    p.gamma = gamma;
+    p.beta = beta;
+    bn_apply_kernel<T, V, Mode::kTrain, false><<<grid_of(t), kThreads, 0, stream>>>(
+        px, nullptr, static_cast<T*>(y.ptr), rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block,
+        p);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
+                                 const float* running_mean, const float* running_var, const float* eps,
+                                 const TensorRef& y) {
+  const char* what = "batchnorm_forward_inference";
+  check_common(x, what);
+  detail::check_float_tensor(y, what, "y");
+  detail::check_same_layout(x, y, what, "x", "y");
+  RN_CHECK(gamma && beta && running_mean && running_var && eps, "{}: a parameter or statistics pointer is null", what);
+  const std::int64_t rows = x.rows(), cs = x.c_stride, c = x.shape.c;
+  const bool vec = detail::vectorisable(x.dtype, cs, {x.ptr, y.ptr});
+  detail::dispatch_storage(x.dtype, vec, [&](auto type, auto width) {
+    using T = typename decltype(type)::type;
+    constexpr int V = decltype(width)::value;
+    const Tiling t = make_tiling(rows, cs, V);
+    ApplyParams p;
+    p.mean = running_mean;
+    p.spread = running_var;
+    p.gamma = gamma;
+    p.beta = beta;
+    p.eps = eps;
+    bn_apply_kernel<T, V, Mode::kInfer, false><<<grid_of(t), kThreads, 0, stream>>>(
+        static_cast<const T*>(x.ptr), nullptr, static_cast<T*>(y.ptr), rows, static_cast<int>(cs),
+        static_cast<int>(c), t.tx, t.rows_per_block, p);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
+                        const float* save_mean, const float* save_invstd, const TensorRef& dx, bool accumulate_dx,
+                        float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes) {
+  const char* what = "batchnorm_backward";
+  check_common(x, what);
+  detail::check_float_tensor(dy, what, "dy");
+  detail::check_same_layout(x, dy, what, "x", "dy");
+  if (dx) {
+    detail::check_float_tensor(dx, what, "dx");
+    detail::check_same_layout(x, dx, what, "x", "dx");
+  }
+  RN_CHECK(gamma && save_mean && save_invstd, "{}: gamma, save_mean or save_invstd is null", what);
+  const std::int64_t rows = x.rows(), cs = x.c_stride, c = x.shape.c;
+  const bool vec = detail::vectorisable(x.dtype, cs, {x.ptr, dy.ptr, dx.ptr});
+  detail::dispatch_storage(x.dtype, vec, [&](auto type, auto width) {
+    using T = typename decltype(type)::type;
+    constexpr int V = decltype(width)::value;
+    const Tiling t = make_tiling(rows, cs, V);
+    const std::size_t part = partial_bytes(t, cs);
+    check_workspace(workspace, workspace_bytes, part + static_cast<std::size_t>(3 * cs) * sizeof(float), what);
+    auto* partials = static_cast<float*>(workspace);
+    float* coeff = dx ? reinterpret_cast<float*>(static_cast<char*>(workspace) + part) : nullptr;
+    const T* px = static_cast<const T*>(x.ptr);
+    const T* pdy = static_cast<const T*>(dy.ptr);
+    bn_partials_kernel<T, V, true><<<grid_of(t), kThreads, 0, stream>>>(
+        px, pdy, save_mean, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, partials);
+    CUDA_CHECK_LAUNCH();
+    bn_finalize_backward_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(
+        partials, static_cast<int>(t.row_blocks), static_cast<int>(cs), static_cast<int>(c), rows, gamma,
+        save_invstd, dgamma, dbeta, coeff);
+    CUDA_CHECK_LAUNCH();
+    if (!dx) return;
+    ApplyParams p;
+    p.mean = save_mean;
+    p.coeff = coeff;
+    T* pdx = static_cast<T*>(dx.ptr);
+    if (accumulate_dx)
+      bn_apply_kernel<T, V, Mode::kBackward, true><<<grid_of(t), kThreads, 0, stream>>>(
+          px, pdy, pdx, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, p);
+    else
+      bn_apply_kernel<T, V, Mode::kBackward, false><<<grid_of(t), kThreads, 0, stream>>>(
+          px, pdy, pdx, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, p);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace renaissance::cuda

@@ -1,0 +1,41 @@
+// Batch normalisation over NHWC on the GPU (2-D: statistics over N·H·W per channel; 1-D: shape (N,1,1,C)),
+// mirroring kernels/cpu/batchnorm.h. Per-channel parameters and statistics are FP32 arrays of C floats; x, y, dy,
+// dx are FP32 or FP16 storage with one layout (shape, dtype, c_stride). Reductions are deterministic: a fixed
+// two-stage scheme (per-block FP32 partials, combined in FP64 in a fixed order) whose blocking depends only on the
+// shape, the dtype and the alignment, never on the device or on timing.
+#pragma once
+
+#include <kernels/cuda/common.h>
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace renaissance::cuda {
+
+/// Device scratch bytes that batchnorm_forward_train and batchnorm_backward need for tensors laid out like x
+/// (at most a few MiB). Callers allocate it once (no allocation happens in a launcher); kernels that may run
+/// concurrently need separate workspaces.
+std::size_t batchnorm_workspace_bytes(const TensorRef& x);
+
+/// Training forward: per channel c over the R = N·H·W rows, mean_c and biased var_c (sums of x − x[row 0]);
+/// y = (x − mean)·(invstd·γ) + β with invstd = 1/√(var + eps). Writes batch_mean = mean, batch_var_unbiased =
+/// var·R/(R−1) and save_invstd = invstd (C floats each); the running statistics are blended later by
+/// range_bn_running_update. eps is read from device memory (the hyper-parameter slot). R must be > 1. y may be x.
+void batchnorm_forward_train(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
+                             const float* eps, const TensorRef& y, float* batch_mean, float* batch_var_unbiased,
+                             float* save_invstd, void* workspace, std::size_t workspace_bytes);
+
+/// Inference forward: y = (x − running_mean)·(1/√(running_var + eps))·γ + β; eps from device memory. y may be x.
+void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
+                                 const float* running_mean, const float* running_var, const float* eps,
+                                 const TensorRef& y);
+
+/// Backward of the training forward with x̂ = (x − mean)·invstd: dβ += Σ dy; dγ += Σ dy·x̂ (ALWAYS accumulated:
+/// ZERO_GRAD clears them once per step; either may be null); dx (=|+=) γ·invstd·(dy − Σdy/R − (x − mean)·Σdy·x̂·invstd/R)
+/// when dx is not null (TensorRef with ptr == nullptr: no data gradient). save_mean is the batch mean of the forward.
+void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
+                        const float* save_mean, const float* save_invstd, const TensorRef& dx, bool accumulate_dx,
+                        float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes);
+
+}  // namespace renaissance::cuda

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""PyTorch on one GPU, timed the way `renaissance bench` times itself: synthetic data already on the GPU,
+SGD with momentum, `--warmup` untimed steps, then `--steps` timed steps between two synchronisations.
+
+Modes: eager (AMP fp16 autocast + GradScaler + channels_last), compile (torch.compile, mode reduce-overhead),
+compile-max (mode max-autotune). One JSON object per line:
+{"framework": "pytorch", "model", "mode", "batch", "resolution", "images_per_s", "ms_per_step", "peak_allocated_bytes", ...}
+
+    python3 scripts/bench/pytorch_gpu.py --model resnet50 --batch 256 --mode eager
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+import torchvision
+
+
+def resnet18_cifar(classes=10):
+    m = torchvision.models.resnet18(num_classes=classes)
+    m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+    m.maxpool = nn.Identity()
+    return m
+
+
+def fmnist_cnn(classes=10):
+    def cbr(cin, cout):
+        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+    return nn.Sequential(*cbr(1, 32), nn.MaxPool2d(2), *cbr(32, 64), nn.MaxPool2d(2), *cbr(64, 64), nn.Flatten(),
+                         nn.Linear(7 * 7 * 64, classes))
+
+
+MODELS = {
+    "resnet50": (lambda: torchvision.models.resnet50(), 224, 3, 1000),
+    "resnet18": (lambda: torchvision.models.resnet18(), 224, 3, 1000),
+    "resnet18_cifar": (resnet18_cifar, 32, 3, 10),
+    "fmnist_cnn": (fmnist_cnn, 28, 1, 10),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--mode", default="eager", choices=["eager", "compile", "compile-max"])
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--amp", type=int, default=1)
+    args = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
+    make, res, chans, classes = MODELS[args.model]
+    dev = torch.device("cuda")
+    model = make().to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-5)
+    scaler = torch.cuda.amp.GradScaler(enabled=bool(args.amp))
+    x = torch.randn(args.batch, chans, res, res, device=dev).to(memory_format=torch.channels_last)
+    y = torch.randint(0, classes, (args.batch,), device=dev)
+    crit = nn.CrossEntropyLoss()
+
+    def step(xb, yb):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=bool(args.amp)):
+            loss = crit(model(xb), yb)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    if args.mode != "eager":
+        step = torch.compile(step, mode="reduce-overhead" if args.mode == "compile" else "max-autotune")
+    t_compile = time.perf_counter()
+    for _ in range(args.warmup):
+        step(x, y)
+    torch.cuda.synchronize()
+    warm_s = time.perf_counter() - t_compile
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step(x, y)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "model": args.model, "mode": args.mode,
+                      "batch": args.batch, "resolution": res, "amp": bool(args.amp), "steps": args.steps,
+                      "images_per_s": args.batch * args.steps / dt, "ms_per_step": 1e3 * dt / args.steps,
+                      "warmup_s": warm_s, "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                      "device": torch.cuda.get_device_name()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

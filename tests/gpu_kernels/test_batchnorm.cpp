@@ -1,0 +1,170 @@
+// CUDA batch norm against kernels/cpu/batchnorm, called as the CPU adapter does (BN_FWD_TRAIN: momentum 1 into
+// zeroed running buffers gives the batch mean and the unbiased batch variance). Statistics and parameter gradients
+// are reductions: compared relative to the magnitude of the whole reference vector. Shapes cover odd and padded
+// channels, 1-D BN, several channel tiles and many row blocks.
+#include "gpu_test_util.h"
+
+#include <kernels/cpu/batchnorm.h>
+#include <kernels/cuda/batchnorm.h>
+
+namespace renaissance::cuda::ktest {
+namespace {
+
+class BatchNormTest : public GpuTest {};
+
+std::vector<Layout> bn_layouts() {
+  std::vector<Layout> out = standard_layouts();
+  for (DType t : {DType::F32, DType::F16}) {
+    out.push_back({Shape{37, 1, 1, 13}, 16, t});     // 1-D
+    out.push_back({Shape{8, 7, 7, 520}, 520, t});    // several channel tiles
+    out.push_back({Shape{16, 32, 32, 64}, 64, t});   // many row blocks
+    out.push_back({Shape{4, 17, 19, 72}, 72, t});
+  }
+  return out;
+}
+
+/// x with a per-channel offset and spread (|mean| ≫ std in some channels: the shifted sums must cope).
+Vec bn_input(const Shape& s, std::uint32_t seed, DType t) {
+  const Vec u = random_vec(static_cast<std::size_t>(s.elems()), seed, -1.0f, 1.0f);
+  const Vec mu = random_vec(static_cast<std::size_t>(s.c), seed + 1, -3.0f, 3.0f);
+  const Vec sd = random_vec(static_cast<std::size_t>(s.c), seed + 2, 0.25f, 2.0f);
+  Vec x(u.size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = mu[i % s.c] + sd[i % s.c] * u[i];
+  return quantized(x, t);
+}
+
+struct ForwardRef {
+  Vec y, mean, var_unbiased, invstd;
+};
+
+ForwardRef cpu_forward(const Vec& x, const Shape& s, const Vec& gamma, const Vec& beta, float eps) {
+  ForwardRef r;
+  const auto c = static_cast<std::size_t>(s.c);
+  r.y.resize(x.size());
+  r.mean.assign(c, 0.0f);
+  r.var_unbiased.assign(c, 0.0f);
+  r.invstd.resize(c);
+  Vec save_mean(c);
+  cpu::batchnorm_forward_train(x.data(), s, gamma.data(), beta.data(), r.y.data(), save_mean.data(), r.invstd.data(),
+                               r.mean.data(), r.var_unbiased.data(), 1.0f, eps);
+  return r;
+}
+
+TEST_F(BatchNormTest, ForwardTrainMatchesCpu) {
+  std::uint32_t seed = 10;
+  const float eps = 1e-5f;
+  const DeviceBuffer eps_dev = upload(std::vector<float>{eps});
+  for (const Layout& l : bn_layouts()) {
+    const std::string name = layout_name(l);
+    const auto c = static_cast<std::size_t>(l.shape.c);
+    DevTensor x(l.shape, l.dtype, l.c_stride), y(l.shape, l.dtype, l.c_stride);
+    const Vec xv = bn_input(l.shape, seed, l.dtype);
+    const Vec gamma = random_vec(c, seed + 3, 0.5f, 1.5f), beta = random_vec(c, seed + 4, -0.5f, 0.5f);
+    seed += 10;
+    x.upload(xv);
+    y.poison();
+    const DeviceBuffer g = upload(gamma), b = upload(beta);
+    DeviceBuffer mean(c * 4), var(c * 4), invstd(c * 4);
+    mean.fill_bytes(0xFF);
+    var.fill_bytes(0xFF);
+    invstd.fill_bytes(0xFF);
+    const std::size_t ws_bytes = batchnorm_workspace_bytes(x.ref());
+    DeviceBuffer ws(ws_bytes);
+    batchnorm_forward_train(stream, x.ref(), g.as<float>(), b.as<float>(), eps_dev.as<float>(), y.ref(),
+                            mean.as<float>(), var.as<float>(), invstd.as<float>(), ws.get(), ws_bytes);
+    sync();
+    const ForwardRef ref = cpu_forward(xv, l.shape, gamma, beta, eps);
+    expect_near(download<float>(mean, c), ref.mean, 1e-5, "batch mean " + name, true);
+    expect_near(download<float>(var, c), ref.var_unbiased, 1e-5, "batch var " + name, true);
+    expect_near(download<float>(invstd, c), ref.invstd, 1e-5, "save_invstd " + name, true);
+    expect_near(y.download(), ref.y, tol_for(l.dtype), "y " + name);
+    y.expect_zero_padding("y " + name);
+
+    // In place, and bit-reproducible.
+    const Vec first = y.download_full();
+    batchnorm_forward_train(stream, x.ref(), g.as<float>(), b.as<float>(), eps_dev.as<float>(), x.ref(),
+                            mean.as<float>(), var.as<float>(), invstd.as<float>(), ws.get(), ws_bytes);
+    sync();
+    expect_bits_equal(x.download_full(), first, "in-place rerun " + name);
+  }
+}
+
+TEST_F(BatchNormTest, ForwardInferenceMatchesCpu) {
+  std::uint32_t seed = 500;
+  const float eps = 1e-3f;
+  const DeviceBuffer eps_dev = upload(std::vector<float>{eps});
+  for (const Layout& l : bn_layouts()) {
+    const std::string name = layout_name(l);
+    const auto c = static_cast<std::size_t>(l.shape.c);
+    DevTensor x(l.shape, l.dtype, l.c_stride), y(l.shape, l.dtype, l.c_stride);
+    const Vec xv = bn_input(l.shape, seed, l.dtype);
+    const Vec gamma = random_vec(c, seed + 3, 0.5f, 1.5f), beta = random_vec(c, seed + 4, -0.5f, 0.5f);
+    const Vec rmean = random_vec(c, seed + 5, -2.0f, 2.0f), rvar = random_vec(c, seed + 6, 0.1f, 3.0f);
+    seed += 10;
+    x.upload(xv);
+    y.poison();
+    const DeviceBuffer g = upload(gamma), b = upload(beta), m = upload(rmean), v = upload(rvar);
+    batchnorm_forward_inference(stream, x.ref(), g.as<float>(), b.as<float>(), m.as<float>(), v.as<float>(),
+                                eps_dev.as<float>(), y.ref());
+    sync();
+    Vec ref(xv.size());
+    cpu::batchnorm_forward_inference(xv.data(), l.shape, gamma.data(), beta.data(), rmean.data(), rvar.data(),
+                                     ref.data(), eps);
+    expect_near(y.download(), ref, tol_for(l.dtype), "inference y " + name);
+    y.expect_zero_padding("inference y " + name);
+  }
+}
+
+TEST_F(BatchNormTest, BackwardMatchesCpu) {
+  std::uint32_t seed = 900;
+  const float eps = 1e-5f;
+  for (const Layout& l : bn_layouts()) {
+    for (int mode = 0; mode < 3; ++mode) {  // 0: dx written, 1: dx accumulated, 2: no dx
+      const bool acc = mode == 1, with_dx = mode != 2;
+      const std::string name = layout_name(l) + (mode == 0 ? "" : mode == 1 ? " acc" : " no-dx");
+      const auto c = static_cast<std::size_t>(l.shape.c);
+      DevTensor x(l.shape, l.dtype, l.c_stride), dy(l.shape, l.dtype, l.c_stride), dx(l.shape, l.dtype, l.c_stride);
+      const Vec xv = bn_input(l.shape, seed, l.dtype);
+      const Vec dyv = quantized(random_vec(x.elems(), seed + 7, -1.0f, 1.0f), l.dtype);
+      const Vec dx0 = quantized(random_vec(x.elems(), seed + 8, -1.0f, 1.0f), l.dtype);
+      const Vec gamma = random_vec(c, seed + 3, 0.5f, 1.5f), beta = random_vec(c, seed + 4, -0.5f, 0.5f);
+      const Vec dg0 = random_vec(c, seed + 5, -1.0f, 1.0f), db0 = random_vec(c, seed + 6, -1.0f, 1.0f);
+      seed += 10;
+      const ForwardRef fwd = cpu_forward(xv, l.shape, gamma, beta, eps);
+      x.upload(xv);
+      dy.upload(dyv);
+      if (acc)
+        dx.upload(dx0);
+      else
+        dx.poison();
+      const DeviceBuffer g = upload(gamma), m = upload(fwd.mean), is = upload(fwd.invstd);
+      const DeviceBuffer dg = upload(dg0), db = upload(db0);
+      const std::size_t ws_bytes = batchnorm_workspace_bytes(x.ref());
+      DeviceBuffer ws(ws_bytes);
+      batchnorm_backward(stream, x.ref(), dy.ref(), g.as<float>(), m.as<float>(), is.as<float>(),
+                         with_dx ? dx.ref() : TensorRef{}, acc, dg.as<float>(), db.as<float>(), ws.get(), ws_bytes);
+      sync();
+      Vec dx_ref = dx0, dg_ref = dg0, db_ref = db0;
+      cpu::batchnorm_backward(xv.data(), dyv.data(), l.shape, gamma.data(), fwd.mean.data(), fwd.invstd.data(),
+                              with_dx ? dx_ref.data() : nullptr, dg_ref.data(), db_ref.data(), acc, true);
+      expect_near(download<float>(dg, c), dg_ref, 1e-5, "dgamma " + name, true);
+      expect_near(download<float>(db, c), db_ref, 1e-5, "dbeta " + name, true);
+      if (with_dx) {
+        expect_near(dx.download(), dx_ref, tol_for(l.dtype), "dx " + name, true);
+        dx.expect_zero_padding("dx " + name);
+      }
+    }
+  }
+}
+
+TEST_F(BatchNormTest, RejectsSmallWorkspaceAndSingleRow) {
+  DevTensor x(Shape{1, 1, 1, 8}, DType::F32, 8), y(Shape{1, 1, 1, 8}, DType::F32, 8);
+  DeviceBuffer p(64), ws(16);
+  float* f = p.as<float>();
+  EXPECT_THROW(batchnorm_forward_train(stream, x.ref(), f, f, f, y.ref(), f, f, f, ws.get(), 16), Error);
+  DevTensor x2(Shape{4, 5, 5, 8}, DType::F32, 8), y2(Shape{4, 5, 5, 8}, DType::F32, 8);
+  EXPECT_THROW(batchnorm_forward_train(stream, x2.ref(), f, f, f, y2.ref(), f, f, f, ws.get(), 16), Error);
+}
+
+}  // namespace
+}  // namespace renaissance::cuda::ktest

@@ -1,0 +1,141 @@
+// The CUDA backend end to end, against the CPU backend (the reference): a training step on the GPU equals the
+// CPU step within tolerance, graph replay equals node-by-node execution bit for bit, an overflow is skipped and
+// halves the loss scale, and nothing is allocated on the device after start-up.
+#include <renaissance/blueprint/zoo.h>
+#include <renaissance/io/importers.h>
+#include <renaissance/runtime/trainer.h>
+
+#include <kernels/cuda/device_info.h>
+#include <kernels/cuda/runtime_api.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+namespace {
+
+using namespace renaissance;
+namespace bp = renaissance::blueprint;
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU tests run on the GPU machine (scripts/gpu-test)";
+  }
+};
+
+std::string synthetic(std::int64_t n, std::int64_t hw, std::int64_t c) {
+  const auto dir = std::filesystem::temp_directory_path() / ("rn_gpu_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string p = (dir / fmt::format("syn_{}_{}_{}.h5", n, hw, c)).string();
+  if (!std::filesystem::exists(p)) io::make_synthetic(p, n, 64, hw, hw, c, 10, 3);
+  return p;
+}
+
+runtime::TrainOptions options(const std::string& data, runtime::Backend b) {
+  runtime::TrainOptions o;
+  o.data_path = data;
+  o.backend = b;
+  o.batch = 32;
+  o.epochs = 1;
+  o.lr = 0.01;
+  o.schedule = runtime::ScheduleKind::CONSTANT;
+  o.seed = 11;
+  o.augmentation.horizontal_flip = false;
+  o.shuffle = false;
+  o.validate = false;
+  return o;
+}
+
+bp::BluePrint residual_model() {
+  bp::BluePrint m;
+  m.name = "gpu_res";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::maxpool(3, 2, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
+                   bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 2), bp::block(64, 32, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
+                   bp::gap_fc(10), bp::softmax_ce(10));
+  return m;
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double max_ref = 1e-12, max_diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(b[i])));
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - b[i]));
+  }
+  return max_diff / max_ref;
+}
+
+TEST_F(Gpu, TrainingStepsMatchTheCpuFp32) {
+  const std::string data = synthetic(96, 16, 3);
+  auto o = options(data, runtime::Backend::CPU);
+  o.max_steps = 2;
+  runtime::Trainer cpu(residual_model(), o);
+  o.backend = runtime::Backend::CUDA;
+  runtime::Trainer gpu(residual_model(), o);
+  ASSERT_EQ(cpu.state_values(), gpu.state_values());  // same initialisation on both backends
+  cpu.run();
+  gpu.run();
+  const auto a = gpu.state_values(), b = cpu.state_values();
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_LE(max_rel_diff(a, b), 1e-4);
+}
+
+TEST_F(Gpu, TrainingStepsMatchTheCpuAmp) {
+  const std::string data = synthetic(96, 16, 3);
+  auto o = options(data, runtime::Backend::CPU);
+  o.amp = true;
+  o.max_steps = 2;
+  runtime::Trainer cpu(residual_model(), o);
+  o.backend = runtime::Backend::CUDA;
+  runtime::Trainer gpu(residual_model(), o);
+  cpu.run();
+  gpu.run();
+  EXPECT_LE(max_rel_diff(gpu.state_values(), cpu.state_values()), 1e-2);
+}
+
+TEST_F(Gpu, GraphReplayEqualsUncapturedExecutionBitForBit) {
+  const std::string data = synthetic(96, 16, 3);
+  auto o = options(data, runtime::Backend::CUDA);
+  o.amp = true;
+  runtime::Trainer a(residual_model(), o);
+  runtime::Trainer b(residual_model(), o);
+  a.benchmark(0, 3, true);
+  b.benchmark(0, 3, false);
+  const auto wa = a.state_values(), wb = b.state_values();
+  ASSERT_EQ(wa.size(), wb.size());
+  EXPECT_EQ(std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)), 0);
+}
+
+TEST_F(Gpu, OverflowSkipsTheStepAndHalvesTheScale) {
+  const std::string data = synthetic(96, 16, 3);
+  auto o = options(data, runtime::Backend::CUDA);
+  o.amp = true;
+  o.loss_scale = 1e30;  // FP16 gradients overflow at once
+  o.max_steps = 1;
+  runtime::Trainer t(residual_model(), o);
+  const auto before = t.tensor_values("cbr1.conv.w");
+  const auto h = t.run();
+  EXPECT_EQ(t.tensor_values("cbr1.conv.w"), before);  // the update was skipped
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_FLOAT_EQ(static_cast<float>(h[0].loss_scale), 5e29f);
+}
+
+TEST_F(Gpu, NoDeviceAllocationAfterStartUp) {
+  const std::string data = synthetic(96, 16, 3);
+  auto o = options(data, runtime::Backend::CUDA);
+  o.amp = true;
+  o.epochs = 2;
+  o.validate = true;
+  runtime::Trainer t(residual_model(), o);
+  const std::int64_t before = cuda::device_alloc_count();
+  t.run();
+  EXPECT_EQ(cuda::device_alloc_count(), before);
+}
+
+}  // namespace
