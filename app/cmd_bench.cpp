@@ -57,19 +57,20 @@ void run_bench(const BenchCli& c) {
   t.optimizer = plan::optimizer_from_name(c.optimizer);
   t.validate = false;
   runtime::BenchResult r;
+  std::int64_t device_used = -1;
   {
     runtime::Trainer trainer(bp, t);
     r = trainer.benchmark(c.warmup, c.steps, c.graphs == "on");
+#ifdef RENAISSANCE_HAVE_CUDA
+    // Everything is allocated at start-up, so what is in use now is the peak: arena, workspace, library state.
+    if (t.backend == runtime::Backend::CUDA) {
+      std::int64_t free_b = 0, total_b = 0;
+      cuda::device_memory(&free_b, &total_b);
+      device_used = total_b - free_b;
+    }
+#endif
   }
   std::filesystem::remove_all(dir);
-  std::int64_t device_used = -1;
-#ifdef RENAISSANCE_HAVE_CUDA
-  if (t.backend == runtime::Backend::CUDA) {
-    std::int64_t free_b = 0, total_b = 0;
-    cuda::device_memory(&free_b, &total_b);
-    device_used = total_b - free_b;
-  }
-#endif
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   const std::int64_t host_peak = static_cast<std::int64_t>(ru.ru_maxrss) * 1024;

@@ -262,6 +262,7 @@ struct ConvOp::Impl {
   FilterDesc w;
   ConvDesc conv[3];  // one per pass: each carries the math type of its algorithm
   PassChoice choice[3];
+  bool has[3] = {false, false, false};  // which passes were chosen
   bool chosen = false;
   DnnHandles* handles = nullptr;
 
@@ -310,6 +311,8 @@ struct ConvOp::Impl {
 
   void check_run(ConvPass p, const Workspace& ws) const {
     RN_CHECK(chosen && handles, "conv {}: {} before choose()", signature(), pass_name(p));
+    RN_CHECK(has[static_cast<int>(p)], "conv {}: {} was not among the passes given to choose()", signature(),
+             pass_name(p));
     const std::size_t need = pass_bytes(p);
     RN_CHECK(ws.bytes >= need && (need == 0 || ws.ptr != nullptr), "conv {}: {} needs {} bytes of workspace, got {}",
              signature(), pass_name(p), need, ws.bytes);
@@ -380,8 +383,10 @@ std::size_t ConvOp::find_scratch_bytes(std::size_t workspace_limit) const {
   return align256(m->x_bytes()) + align256(m->w_bytes()) + align256(m->y_bytes()) + workspace_limit;
 }
 
-void ConvOp::choose(DnnHandles& handles, void* workspace_ptr, std::size_t workspace_bytes, bool deterministic) {
+void ConvOp::choose(DnnHandles& handles, void* workspace_ptr, std::size_t workspace_bytes, bool deterministic,
+                    unsigned passes) {
   Impl& s = *m;
+  RN_CHECK((passes & kAllConvPasses) != 0, "conv {}: choose() without a pass", s.signature());
   const std::size_t tensors = find_scratch_bytes(0);
   FindBuffers buffers{};
   SearchRules rules;
@@ -417,6 +422,8 @@ void ConvOp::choose(DnnHandles& handles, void* workspace_ptr, std::size_t worksp
 
   for (int pi = 0; pi < 3; ++pi) {
     const ConvPass pass = static_cast<ConvPass>(pi);
+    if (!(passes & conv_pass_bit(pass))) continue;  // a pass this node never runs needs no algorithm
+    s.has[pi] = true;
     const std::string key = fmt::format("{} {}", base, pi);
     {
       std::lock_guard<std::mutex> lock(cache_mutex());
@@ -464,7 +471,7 @@ bool ConvOp::chosen() const { return m->chosen; }
 
 std::size_t ConvOp::workspace_bytes(ConvPass pass) const {
   RN_CHECK(m->chosen, "conv {}: workspace_bytes() before choose()", m->signature());
-  return m->pass_bytes(pass);
+  return m->has[static_cast<int>(pass)] ? m->pass_bytes(pass) : 0;
 }
 
 std::size_t ConvOp::workspace_bytes() const {
@@ -473,7 +480,7 @@ std::size_t ConvOp::workspace_bytes() const {
 }
 
 std::string ConvOp::describe(ConvPass pass) const {
-  if (!m->chosen) return "not chosen";
+  if (!m->chosen || !m->has[static_cast<int>(pass)]) return "not chosen";
   const PassChoice& c = m->choice[static_cast<int>(pass)];
   std::string s = fmt::format("{} {}, {}, {} B workspace, {}, {}", pass_name(pass), algo_name(pass, c.algo),
                               math_name(c.math), m->pass_bytes(pass), c.staged ? "staged (compact copies)" : "strided",

@@ -41,6 +41,8 @@ struct ConvSpec {
 };
 
 enum class ConvPass : std::uint8_t { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
+constexpr unsigned conv_pass_bit(ConvPass p) { return 1u << static_cast<unsigned>(p); }
+constexpr unsigned kAllConvPasses = 7u;
 
 /// y = alpha · conv(x, w) + b, dx (+)= alpha · conv_bwd_data(dy, w), dw (+)= alpha · conv_bwd_filter(x, dy),
 /// db (+)= alpha · Σ_{n,h,w} dy; formulas in kernels/cpu/conv2d.h. Strict FP32 (the default) uses FMA math and only
@@ -69,7 +71,10 @@ class ConvOp {
   /// cuDNN's heuristics, `workspace_bytes` being the limit. `deterministic` keeps only algorithms cuDNN reports as
   /// deterministic. Results are cached per (device, spec, limit, mode), so identical layers share one search.
   /// `handles` must outlive the op; the passes rebind its cuDNN handle to their stream.
-  void choose(DnnHandles& handles, void* workspace_ptr, std::size_t workspace_bytes, bool deterministic);
+  /// `passes`: a mask of conv_pass_bit(...) — only those passes get an algorithm (and may run); a layer whose
+  /// data gradient is never needed (the first layer) need not have a backward-data algorithm at all.
+  void choose(DnnHandles& handles, void* workspace_ptr, std::size_t workspace_bytes, bool deterministic,
+              unsigned passes = kAllConvPasses);
   bool chosen() const;
 
   /// Workspace the passes need (valid after choose): the largest of the three, or one pass's.

@@ -48,10 +48,14 @@ void pinned_free(void* p) noexcept {
   if (p) CUDA_CHECK_NOTHROW(cudaFreeHost(p));
 }
 
+// The runtime's streams are non-blocking, which the legacy stream of a plain cudaMemcpy does not wait for: wait for
+// the whole device first, so a read sees every launched step and a write never races one.
 void copy_h2d(void* dst, const void* src, std::int64_t bytes) {
+  CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
 }
 void copy_d2h(void* dst, const void* src, std::int64_t bytes) {
+  CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost));
 }
 void copy_h2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle stream) {

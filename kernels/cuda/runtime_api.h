@@ -17,7 +17,7 @@ void* device_alloc(std::int64_t bytes, const char* what);
 void device_free(void* p) noexcept;
 void* pinned_alloc(std::int64_t bytes);
 void pinned_free(void* p) noexcept;
-/// Synchronous copies (setup, checkpoints, per-epoch reads).
+/// Synchronous copies (setup, checkpoints, per-epoch reads): they wait for the whole device first.
 void copy_h2d(void* dst, const void* src, std::int64_t bytes);
 void copy_d2h(void* dst, const void* src, std::int64_t bytes);
 /// Asynchronous copy on `stream` (capturable into a graph when src is pinned host memory).

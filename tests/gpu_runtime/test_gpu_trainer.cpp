@@ -99,6 +99,22 @@ TEST_F(Gpu, TrainingStepsMatchTheCpuAmp) {
   EXPECT_LE(max_rel_diff(gpu.state_values(), cpu.state_values()), 1e-2);
 }
 
+TEST_F(Gpu, EvaluationCountsEverySampleAndMatchesTheCpu) {
+  const std::string data = synthetic(96, 16, 3);  // 64 validation samples
+  auto o = options(data, runtime::Backend::CPU);
+  o.val_batch = 24;  // 64 = 2·24 + 16: the last partial validation batch counts too
+  o.max_steps = 2;
+  runtime::Trainer cpu(residual_model(), o);
+  o.backend = runtime::Backend::CUDA;
+  runtime::Trainer gpu(residual_model(), o);
+  cpu.run();
+  gpu.run();
+  const auto c = cpu.evaluate(), g = gpu.evaluate();
+  EXPECT_NEAR(g.val_top1 * 64.0, std::round(g.val_top1 * 64.0), 1e-9);  // a whole number of samples out of 64
+  EXPECT_NEAR(g.val_top1, c.val_top1, 1.0 / 64 + 1e-9);
+  EXPECT_NEAR(g.val_loss, c.val_loss, 1e-3 * std::max(1.0, c.val_loss));
+}
+
 TEST_F(Gpu, GraphReplayEqualsUncapturedExecutionBitForBit) {
   const std::string data = synthetic(96, 16, 3);
   auto o = options(data, runtime::Backend::CUDA);

@@ -61,7 +61,12 @@ class GradSlotChecker {
     TensorId writer = renaissance::kNoTensor;  // the feature whose gradient was last written here
   };
 
-  bool is_view(TensorId id) const { return id != renaissance::kNoTensor && m_mp.aliases().count(id) > 0; }
+  /// A view of a gradient slot (in-place features are aliases too, of other features: not views here).
+  bool is_view(TensorId id) const {
+    if (id == renaissance::kNoTensor || m_mp.aliases().count(id) == 0) return false;
+    const Region r = m_mp.tensor(m_mp.aliases().at(id)).region;
+    return r == Region::F_GRAD_SLOT_FP32 || r == Region::F_GRAD_SLOT_FP16;
+  }
   TensorId slot_of(TensorId view) const { return m_mp.aliases().at(view); }
   /// "<feature>.grad@<slot>" -> the feature's id
   TensorId feature_of(TensorId view) const {
@@ -521,6 +526,47 @@ TEST(GradSlots, NoGradientViewIsOverwrittenWhileStillToBeRead) {
         used.insert(n.inputs.begin(), n.inputs.end());
         used.insert(n.outputs.begin(), n.outputs.end());
       });
-    for (auto [view, slot] : p.memory[0].aliases()) EXPECT_TRUE(used.count(view)) << p.memory[0].tensor(view).name;
+    for (auto [view, slot] : p.memory[0].aliases()) {
+      const Region r = p.memory[0].tensor(slot).region;
+      if (r != Region::F_GRAD_SLOT_FP32 && r != Region::F_GRAD_SLOT_FP16) continue;  // an in-place feature
+      EXPECT_TRUE(used.count(view)) << p.memory[0].tensor(view).name;
+    }
   }
 }
+
+namespace {
+// In-place features (ReLU over a BN output, a residual sum over its main branch) overwrite their base: no backward
+// node may read the base's value, and the base may have no other reader in the forward pass.
+TEST(InPlace, OverwrittenFeaturesAreNeverReadInBackward) {
+  for (const char* model : {"resnet50", "resnet18", "mobilenet_v2", "vgg16", "fmnist_cnn"})
+    for (bool amp : {false, true}) {
+      SCOPED_TRACE(std::string(model) + (amp ? " amp" : " fp32"));
+      renaissance::plan::BuildOptions bo;
+      bo.amp = amp;
+      bo.fuse = amp;
+      renaissance::plan::TrainConfig cfg;
+      cfg.amp = amp;
+      cfg.batch = 8;
+      const auto p = renaissance::plan::Compiler::compile(
+          renaissance::plan::ArchPlan::build(renaissance::blueprint::zoo_model(model), bo), cfg);
+      const auto& mp = p.memory[0];
+      std::map<TensorId, std::vector<TensorId>> aliases_of_base;  // base -> in-place results written over it
+      for (auto [alias, base] : mp.aliases()) {
+        const Region r = mp.tensor(base).region;
+        if (r == Region::F_FEATURE_FP32 || r == Region::F_FEATURE_FP16) aliases_of_base[base].push_back(alias);
+      }
+      if (std::string(model) != "vgg16") EXPECT_FALSE(aliases_of_base.empty());
+      for (GraphId g : {GraphId::DEEP_FWD_BWD, GraphId::FIRST_LAYER_BWD_A, GraphId::FIRST_LAYER_BWD_B})
+        visit(p.train.bucket(g), [&](const Node& n) {
+          const std::string op = renaissance::plan::op_kind_name(n.op);
+          if (op.find("BWD") == std::string::npos) return;
+          for (TensorId in : n.inputs)
+            EXPECT_EQ(aliases_of_base.count(in), 0u) << op << " reads " << mp.tensor(in).name
+                                                      << ", which an in-place result overwrote";
+        });
+      // every alias of a feature has the base's offset
+      for (auto& [base, list] : aliases_of_base)
+        for (TensorId a : list) EXPECT_EQ(mp.tensor(a).offset, mp.tensor(base).offset);
+    }
+}
+}  // namespace

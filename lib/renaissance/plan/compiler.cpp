@@ -372,6 +372,25 @@ CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
   b.ids.resize(lowered.size());
   b.feature.assign(lowered.size(), kNoTensor);
   const bool twin_amp = cfg.amp;
+  // In place: a ReLU overwrites its input, and a residual add its main branch, when that input has no other reader
+  // and the backward pass of its producer does not read it (BN, conv and FC backward read their inputs, the
+  // residual add reads nothing). This is what PyTorch's inplace=True and `out += identity` do, planned statically.
+  std::vector<int> readers(lowered.size(), 0);
+  for (std::size_t j = 0; j < lowered.size(); ++j)
+    for (int key : {b.chain.x[j], b.chain.x2[j]})
+      if (key != kData) ++readers[static_cast<std::size_t>(key)];
+  auto output_unread_by_backward = [](LayerKind k) {
+    return k == LayerKind::Conv || k == LayerKind::Fc || k == LayerKind::Bn2d || k == LayerKind::Bn1d ||
+           k == LayerKind::Add2End || k == LayerKind::MaxPool || k == LayerKind::Gap || k == LayerKind::Flatten;
+  };
+  auto in_place_base = [&](std::size_t i) -> int {
+    const LayerKind k = vt[0].layers[i].layer.kind;
+    if (k != LayerKind::Relu && k != LayerKind::Add2End) return kData;
+    const int key = b.chain.x[i];
+    if (key == kData || readers[static_cast<std::size_t>(key)] != 1) return kData;
+    if (!output_unread_by_backward(vt[0].layers[static_cast<std::size_t>(key)].layer.kind)) return kData;
+    return key;
+  };
   for (std::size_t i = 0; i < lowered.size(); ++i) {
     const LoweredLayer& L = vt[0].layers[i];
     LayerIds& ids = b.ids[i];
@@ -409,8 +428,11 @@ CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
         const TensorDesc& d = vt[v].tensors[i].tensors[t];
         const std::string n = full_name(L, d.name);
         const RegionFamily f = region_family(d.region);
-        if (d.region == Region::F_FEATURE_FP32 || d.region == Region::F_FEATURE_FP16)
+        if (d.region == Region::F_FEATURE_FP32 || d.region == Region::F_FEATURE_FP16) {
+          const int base = d.name == "y" ? in_place_base(i) : kData;
+          if (base != kData) return mp.alias_feature(n, b.feature[static_cast<std::size_t>(base)], d.shape, d.dtype);
           return mp.alloc_feature(n, d.shape, d.dtype, slot);
+        }
         if (f == RegionFamily::B) return mp.alloc_bn_stat(d.region, n, d.shape.c);
         return mp.alloc_other(d.region, n, d.shape, d.dtype, slot);
       });

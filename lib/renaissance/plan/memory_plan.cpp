@@ -62,6 +62,22 @@ TensorId MemoryPlan::alias_grad_slot(const std::string& name, int slot_index, co
   m_alias_of[id] = slot;
   return id;
 }
+TensorId MemoryPlan::alias_feature(const std::string& name, TensorId base, const Shape& s, DType t) {
+  auto it = m_alias_of.find(base);
+  const TensorId owner = it == m_alias_of.end() ? base : it->second;
+  const DTensor& b = tensor(owner);
+  RN_CHECK(b.region == Region::F_FEATURE_FP32 || b.region == Region::F_FEATURE_FP16,
+           "in-place feature '{}' must alias a feature, not '{}' in {}", name, b.name, region_name(b.region));
+  RN_CHECK(b.dtype == t, "in-place feature '{}' has dtype {} but '{}' is {}", name, dtype_name(t), b.name,
+           dtype_name(b.dtype));
+  RN_CHECK(compute_slot_bytes(s, t, b.region) <= b.slot_bytes, "in-place feature '{}' ({}) does not fit '{}'", name,
+           s.str(), b.name);
+  const TensorId id = add(name, s, t, b.region, 0);
+  m_tensors[static_cast<std::size_t>(id)].slot_bytes = 0;  // owns no bytes
+  m_alias_of[id] = owner;
+  return id;
+}
+
 TensorId MemoryPlan::alloc_master(ParamKind k, const std::string& n, const Shape& s) {
   return add(n, s, DType::F32, master_region(k), 0);
 }

@@ -37,6 +37,9 @@ class MemoryPlan {
   TensorId alloc_grad_slot(int index, const Shape& s, DType t, std::int64_t min_slot = 0);
   /// A view of a gradient slot with its own shape: the gradient of one feature. Same offset as the slot.
   TensorId alias_grad_slot(const std::string& name, int slot_index, const Shape& s, DType t);
+  /// A feature computed in place over another feature `base` (same bytes): ReLU over a BN output, the residual
+  /// sum over its main branch. The compiler only aliases a tensor whose value nothing reads afterwards.
+  TensorId alias_feature(const std::string& name, TensorId base, const Shape& s, DType t);
   TensorId alloc_master(ParamKind k, const std::string& name, const Shape& s);     ///< W_*
   TensorId alloc_ema(ParamKind k, const std::string& name, const Shape& s);        ///< E_*
   TensorId alloc_ema_fp16(ParamKind k, const std::string& name, const Shape& s);   ///< E_*_FP16
@@ -76,7 +79,7 @@ class MemoryPlan {
   std::int64_t region_tensor_count(Region r) const;
   /// Tensor ids of one region in address order.
   std::vector<TensorId> region_tensors(Region r) const;
-  /// Aliases: view id -> slot id.
+  /// Aliases: view id -> the owning tensor (a gradient slot, or the feature an in-place result overwrites).
   const std::map<TensorId, TensorId>& aliases() const { return m_alias_of; }
 
   friend bool operator==(const MemoryPlan& a, const MemoryPlan& b);

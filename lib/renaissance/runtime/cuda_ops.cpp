@@ -18,6 +18,9 @@
 #include <kernels/cuda/runtime_api.h>
 #include <kernels/cuda/softmax_ce.h>
 
+#include <spdlog/spdlog.h>
+
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -72,8 +75,10 @@ cuda::Pool2dParams pool_params(const plan::Node& n) {
   return c;
 }
 
-/// A ConvOp for x → y, its algorithms chosen once (a timed search when the scratch fits the workspace).
-PrepareFn prepare_conv(int x_index_in, bool x_is_output, int y_index_in, bool y_is_output) {
+/// A ConvOp for x → y and the one pass this node runs, its algorithm chosen once (a timed search when the
+/// scratch fits the workspace). Deterministic mode falls back, with a warning, to the fastest algorithm when cuDNN
+/// has no deterministic one for a shape.
+PrepareFn prepare_conv(int x_index_in, bool x_is_output, int y_index_in, bool y_is_output, cuda::ConvPass pass) {
   return [=](ResolvedNode& r, ExecEnv& env) {
     const TensorView& x = x_is_output ? r.out[static_cast<std::size_t>(x_index_in)] : r.in[static_cast<std::size_t>(x_index_in)];
     const TensorView& y = y_is_output ? r.out[static_cast<std::size_t>(y_index_in)] : r.in[static_cast<std::size_t>(y_index_in)];
@@ -86,10 +91,17 @@ PrepareFn prepare_conv(int x_index_in, bool x_is_output, int y_index_in, bool y_
     spec.dtype = x.dtype;
     auto op = std::make_shared<cuda::ConvOp>(spec);
     const auto ws = static_cast<std::size_t>(env.workspace_bytes);
-    if (op->find_scratch_bytes(ws / 2) <= ws)
-      op->choose(*cenv(env).dnn, env.workspace, ws, env.deterministic);
-    else
-      op->choose(*cenv(env).dnn, nullptr, ws, env.deterministic);
+    const bool find = op->find_scratch_bytes(ws / 2) <= ws;
+    auto choose = [&](bool deterministic) {
+      op->choose(*cenv(env).dnn, find ? env.workspace : nullptr, ws, deterministic, cuda::conv_pass_bit(pass));
+    };
+    try {
+      choose(env.deterministic);
+    } catch (const Error& e) {
+      if (!env.deterministic) throw;
+      spdlog::warn("{}; using a non-deterministic algorithm for this layer", e.what());
+      choose(false);
+    }
     RN_CHECK(op->workspace_bytes() <= ws, "convolution needs a {} byte workspace but {} were allocated",
              op->workspace_bytes(), ws);
     r.state = op;
@@ -134,14 +146,14 @@ void register_compute(KernelTable& t) {
         const float* bias = r.in.size() > 2 ? r.in[2].as<const float>() : nullptr;
         state_of<cuda::ConvOp>(r)->forward(stream_of(env), ref(r.in[0]), r.in[1].ptr, bias, ref(r.out[0]), workspace(env));
       },
-      prepare_conv(0, false, 0, true));
+      prepare_conv(0, false, 0, true, cuda::ConvPass::Forward));
   t.add_compute(
       OpKind::CONV_BWD_DATA,
       [](const ResolvedNode& r, ExecEnv& env) {
         state_of<cuda::ConvOp>(r)->backward_data(stream_of(env), ref(r.in[0]), r.in[1].ptr, ref(r.out[0]),
                                                  r.node->accumulate, workspace(env));
       },
-      prepare_conv(0, true, 0, false));
+      prepare_conv(0, true, 0, false, cuda::ConvPass::BackwardData));
   t.add_compute(
       OpKind::CONV_BWD_FILTER,
       [](const ResolvedNode& r, ExecEnv& env) {
@@ -149,7 +161,7 @@ void register_compute(KernelTable& t) {
         state_of<cuda::ConvOp>(r)->backward_filter(stream_of(env), ref(r.in[0]), ref(r.in[1]), r.out[0].ptr, db,
                                                    r.node->accumulate, workspace(env));
       },
-      prepare_conv(0, false, 1, false));
+      prepare_conv(0, false, 1, false, cuda::ConvPass::BackwardFilter));
   t.add_compute(
       OpKind::BN_FWD_TRAIN,
       [](const ResolvedNode& r, ExecEnv& env) {

@@ -432,6 +432,7 @@ EpochMetrics Trainer::evaluate(bool ema) {
     I.replay(v, s == 0 ? GraphId::TRANSFER_A : GraphId::TRANSFER_B);
     I.replay(v, ema ? (s == 0 ? GraphId::INF_EMA_A : GraphId::INF_EMA_B) : (s == 0 ? GraphId::INF_MAIN_A : GraphId::INF_MAIN_B));
     I.replay(v, s == 0 ? GraphId::ACCUM_METRICS_VAL_A : GraphId::ACCUM_METRICS_VAL_B);
+    I.session->synchronize();  // the staging buffer of this batch is refilled two batches later
   }
   I.replay(Variant::VAL_BASE, GraphId::VAL_RESULT_COMM);
   const auto acc = I.accumulated();
