@@ -39,6 +39,7 @@ struct BenchCli {
 };
 
 void run_bench(const BenchCli& c) {
+  refuse_multi_rank_launch("bench");
   RN_CHECK(c.graphs == "on" || c.graphs == "off", "--graphs must be on or off, got '{}'", c.graphs);
   blueprint::BluePrint bp = c.model.load();
   if (c.model.resolution > 0) bp.in_h = bp.in_w = c.model.resolution;

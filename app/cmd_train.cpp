@@ -98,6 +98,7 @@ void ensure_default_data(const std::string& path) {
 }
 
 void run_train(TrainCli& c) {
+  refuse_multi_rank_launch("train");
   c.t.backend = pick_backend(c.device);
   c.t.optimizer = plan::optimizer_from_name(c.optimizer);
   c.t.schedule = runtime::schedule_from_name(c.schedule);

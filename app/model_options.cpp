@@ -4,6 +4,10 @@
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/core/error.h>
 
+#include <fmt/format.h>
+
+#include <cstdlib>
+
 #ifdef RENAISSANCE_HAVE_CUDA
 #include <kernels/cuda/device_info.h>
 #endif
@@ -24,6 +28,18 @@ blueprint::BluePrint ModelOptions::load() const {
   blueprint::ZooOptions z;
   z.num_classes = classes;
   return blueprint::zoo_model(model, z);
+}
+
+void refuse_multi_rank_launch(const char* command) {
+  // Data-parallel SPMD training is not in this build yet; N copies of a single-rank run would each train the
+  // whole model on the whole data set and write the same files, so refuse instead of wasting the allocation.
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    const char* v = std::getenv(var);
+    if (v && std::atoi(v) > 1)
+      throw Error(fmt::format("launched as {} ranks ({}={}), but multi-rank training is not available in this build",
+                              v, var, v),
+                  std::string("renaissance ") + command, "run one task (srun -n 1 / mpirun -n 1)");
+  }
 }
 
 runtime::Backend pick_backend(const std::string& device) {

@@ -22,6 +22,9 @@ struct ModelOptions {
   blueprint::BluePrint load() const;
 };
 
+/// Throws when launched as several ranks (mpirun/srun -n > 1): multi-rank training is not in this build.
+void refuse_multi_rank_launch(const char* command);
+
 /// --device cpu|cuda|auto → a backend; auto picks CUDA when this build has it and a device is visible.
 runtime::Backend pick_backend(const std::string& device);
 
