@@ -33,7 +33,7 @@ blueprint::BluePrint ModelOptions::load() const {
 void refuse_multi_rank_launch(const char* command) {
   // Data-parallel SPMD training is not in this build yet; N copies of a single-rank run would each train the
   // whole model on the whole data set and write the same files, so refuse instead of wasting the allocation.
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {  // set per launched step
     const char* v = std::getenv(var);
     if (v && std::atoi(v) > 1)
       throw Error(fmt::format("launched as {} ranks ({}={}), but multi-rank training is not available in this build",
