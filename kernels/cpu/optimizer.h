@@ -7,28 +7,16 @@
 // apply_weight_decay, else g' = g (BN and bias parameters).
 #pragma once
 
+#include <renaissance/core/optimizer_scalars.h>
+
 #include <cstddef>
 #include <cstdint>
 
 namespace renaissance::cpu {
 
-/// The optimizer's scalars as they sit in the arena (8 floats; `step` counts from 1).
-struct OptimizerScalars {
-  float lr = 0.0f;
-  float momentum = 0.0f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  float step = 1.0f;
-  float lars_eta = 0.001f;
-};
-static_assert(sizeof(OptimizerScalars) == 8 * sizeof(float), "OptimizerScalars is an arena layout");
-
-/// A tensor inside a region: LARS computes one trust ratio per segment.
-struct LarsSegment {
-  std::int64_t offset = 0, count = 0;
-};
+// The arena layouts are shared with the other backend and the planner (core/optimizer_scalars.h).
+using renaissance::LarsSegment;
+using renaissance::OptimizerScalars;
 
 /// SGD: w = w − lr·g'.
 void sgd_update(float* w, const float* g, std::int64_t n, const OptimizerScalars* s, bool apply_weight_decay,

@@ -7,30 +7,16 @@
 
 #include <cuda_runtime.h>
 
+#include <renaissance/core/optimizer_scalars.h>
+
 #include <cstddef>
 #include <cstdint>
 
 namespace renaissance::cuda {
 
-/// The optimizer's scalars as they sit in the arena: the first 8 hyper-parameter slots (plan::kHyperLr ..
-/// kHyperLarsEta; `step` counts from 1). Same layout as cpu::OptimizerScalars.
-struct OptimizerScalars {
-  float lr = 0.0f;
-  float momentum = 0.0f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  float step = 1.0f;
-  float lars_eta = 0.001f;
-};
-static_assert(sizeof(OptimizerScalars) == 8 * sizeof(float), "OptimizerScalars is an arena layout");
-
-/// A tensor inside a region, in floats from the region start; LARS computes one trust ratio per segment.
-struct LarsSegment {
-  std::int64_t offset = 0, count = 0;
-};
-static_assert(sizeof(LarsSegment) == 16, "LarsSegment is uploaded as {int64 offset, int64 count} pairs");
+// The arena layouts are shared with the other backend and the planner (core/optimizer_scalars.h).
+using renaissance::LarsSegment;
+using renaissance::OptimizerScalars;
 
 /// Elements per LARS norm chunk (the CPU's kLarsNormBlock: part of the summation order).
 constexpr std::int64_t kLarsChunk = 4096;

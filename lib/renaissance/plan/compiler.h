@@ -29,6 +29,9 @@ enum HyperSlot : int {
   kHyperWorldSize,
   kHyperSlots = 16
 };
+static_assert(kHyperLr == 0 && kHyperMomentum == 1 && kHyperBeta1 == 2 && kHyperBeta2 == 3 && kHyperEps == 4 &&
+                  kHyperWeightDecay == 5 && kHyperStep == 6 && kHyperLarsEta == 7,
+              "the first 8 hyper slots are OptimizerScalars (core/optimizer_scalars.h), field by field");
 /// Slots of `scalars.loss_scale`: scale, clean steps since the last overflow, growth interval, growth factor.
 enum LossScaleSlot : int { kLossScale = 0, kLossScaleCleanSteps, kLossScaleInterval, kLossScaleFactor, kLossScaleSlots };
 /// Slots of `result.step` and `result.accumulated`: loss sum, top-1 correct, top-5 correct, samples.

@@ -108,21 +108,18 @@ PrepareFn prepare_conv(int x_index_in, bool x_is_output, int y_index_in, bool y_
   };
 }
 
-PrepareFn prepare_fc(int x_index, int y_index, bool y_is_output) {
-  return [=](ResolvedNode& r, ExecEnv& env) {
-    const TensorView& x = r.in[static_cast<std::size_t>(x_index)];
-    const TensorView& y = y_is_output ? r.out[static_cast<std::size_t>(y_index)] : r.in[static_cast<std::size_t>(y_index)];
-    cuda::FcSpec spec;
-    spec.batch = x.shape.n;
-    spec.in = x.shape.per_sample();
-    spec.out = y.shape.c;
-    spec.x_ld = x.shape.h * x.shape.w == 1 ? x.strides[2] : 0;
-    spec.y_ld = y.strides[2];
-    spec.dtype = x.dtype;
-    auto op = std::make_shared<cuda::FcOp>(spec);
-    op->choose(*cenv(env).dnn, static_cast<std::size_t>(env.workspace_bytes), env.deterministic);
-    r.state = op;
-  };
+/// An FcOp for x (N, in...) → y (N, 1, 1, out); its algorithm chosen once.
+std::shared_ptr<cuda::FcOp> make_fc(const TensorView& x, const TensorView& y, ExecEnv& env) {
+  cuda::FcSpec spec;
+  spec.batch = x.shape.n;
+  spec.in = x.shape.per_sample();
+  spec.out = y.shape.c;
+  spec.x_ld = x.shape.h * x.shape.w == 1 ? x.strides[2] : 0;
+  spec.y_ld = y.strides[2];
+  spec.dtype = x.dtype;
+  auto op = std::make_shared<cuda::FcOp>(spec);
+  op->choose(*cenv(env).dnn, static_cast<std::size_t>(env.workspace_bytes), env.deterministic);
+  return op;
 }
 
 /// Checks at prepare time that a kernel's scratch fits the one workspace.
@@ -233,35 +230,22 @@ void register_compute(KernelTable& t) {
         state_of<cuda::FcOp>(r)->forward(stream_of(env), ref(r.in[0]), r.in[1].ptr, r.in[2].as<const float>(),
                                          ref(r.out[0]), workspace(env));
       },
-      prepare_fc(0, 0, true));
+      [](ResolvedNode& r, ExecEnv& env) { r.state = make_fc(r.in[0], r.out[0], env); });
   t.add_compute(
       OpKind::FC_BWD_DATA,
       [](const ResolvedNode& r, ExecEnv& env) {
         state_of<cuda::FcOp>(r)->backward_data(stream_of(env), ref(r.in[0]), r.in[1].ptr, ref(r.out[0]),
                                                r.node->accumulate, workspace(env));
       },
-      [](ResolvedNode& r, ExecEnv& env) {
-        // x of this FC is dx (an output here), y is dy (input 0).
-        const TensorView& dx = r.out[0];
-        const TensorView& dy = r.in[0];
-        cuda::FcSpec spec;
-        spec.batch = dx.shape.n;
-        spec.in = dx.shape.per_sample();
-        spec.out = dy.shape.c;
-        spec.x_ld = dx.shape.h * dx.shape.w == 1 ? dx.strides[2] : 0;
-        spec.y_ld = dy.strides[2];
-        spec.dtype = dx.dtype;
-        auto op = std::make_shared<cuda::FcOp>(spec);
-        op->choose(*cenv(env).dnn, static_cast<std::size_t>(env.workspace_bytes), env.deterministic);
-        r.state = op;
-      });
+      // x of this FC is dx (an output here), y is dy (input 0).
+      [](ResolvedNode& r, ExecEnv& env) { r.state = make_fc(r.out[0], r.in[0], env); });
   t.add_compute(
       OpKind::FC_BWD_WEIGHT,
       [](const ResolvedNode& r, ExecEnv& env) {
         state_of<cuda::FcOp>(r)->backward_weights(stream_of(env), ref(r.in[0]), ref(r.in[1]), r.out[0].ptr,
                                                   r.out[1].as<float>(), r.node->accumulate, workspace(env));
       },
-      prepare_fc(0, 1, false));
+      [](ResolvedNode& r, ExecEnv& env) { r.state = make_fc(r.in[0], r.in[1], env); });
   t.add_compute(
       OpKind::SOFTMAX_CE_FWD,
       [](const ResolvedNode& r, ExecEnv& env) {
