@@ -57,7 +57,10 @@ def main():
             ax_acc.plot(ep, [100 * r["ema_val_top1"] for r in rows], "^:", label=f"{label} EMA val top-1")
     ax_loss.set(xlabel="epoch", ylabel="loss", title="loss")
     ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
+    from matplotlib.ticker import MaxNLocator
+
     for ax in (ax_loss, ax_acc):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
