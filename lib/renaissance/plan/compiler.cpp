@@ -476,7 +476,6 @@ CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
   // Phase 4b: the train graph.
   ComputationGraph& T = out.train;
   const bool amp = cfg.amp;
-  const BuildFlags train_flags{amp, false};
   const LayerRegistry& reg = LayerRegistry::instance();
   auto forward = [&](std::size_t begin, std::size_t end, TensorId data, bool inference, bool ema) {
     std::vector<std::pair<int, Node>> nodes;
@@ -515,7 +514,6 @@ CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
       w.run(0, b.first_end, data, &nodes);
       add_all(T, gid, group(arch, std::move(nodes), OpKind::FUSED_BWD));
     }
-  (void)train_flags;
 
   T.add(GraphId::ZERO_GRAD, range_node(RangeOp::CLEAR, {}, {g_all}));
   if (amp) {
