@@ -555,7 +555,9 @@ TEST(InPlace, OverwrittenFeaturesAreNeverReadInBackward) {
         const Region r = mp.tensor(base).region;
         if (r == Region::F_FEATURE_FP32 || r == Region::F_FEATURE_FP16) aliases_of_base[base].push_back(alias);
       }
-      if (std::string(model) != "vgg16") EXPECT_FALSE(aliases_of_base.empty());
+      if (std::string(model) != "vgg16") {
+        EXPECT_FALSE(aliases_of_base.empty());
+      }
       for (GraphId g : {GraphId::DEEP_FWD_BWD, GraphId::FIRST_LAYER_BWD_A, GraphId::FIRST_LAYER_BWD_B})
         visit(p.train.bucket(g), [&](const Node& n) {
           const std::string op = renaissance::plan::op_kind_name(n.op);
