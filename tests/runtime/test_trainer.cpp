@@ -1,5 +1,7 @@
 // The CPU runtime end to end: determinism, the last partial batch, AMP and fused plans, variant switching,
 // bad input. Uses small synthetic datasets made by the io module.
+#include "../io/io_test_util.h"
+
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/core/error.h>
 #include <renaissance/io/importers.h>
@@ -287,5 +289,29 @@ TEST(Trainer, AmpOverflowSkipsTheStepAndHalvesTheScaleOnTheCpu) {
   EXPECT_EQ(t.tensor_values("cbr2.conv.w"), before);  // the update was skipped
   ASSERT_EQ(h.size(), 1u);
   EXPECT_FLOAT_EQ(static_cast<float>(h[0].loss_scale), 5e29f);
+}
+}  // namespace
+
+namespace {
+TEST(Trainer, LabelOutsideTheModelsClassesNamesFileBatchAndSample) {
+  // A file whose num_classes attribute says 4 while its labels go up to 9 (the writer refuses such labels, so the
+  // attribute is lowered afterwards, as a damaged or hand-made file would be).
+  const std::string data = temp_path("bad_labels.h5");
+  io::make_synthetic(data, 300, 100, 28, 28, 1, 10, 123);
+  io::testing::set_int_attr(data, "num_classes", 4);
+  bp::ZooOptions z;
+  z.num_classes = 4;
+  auto o = small_options(data);
+  o.shuffle = false;
+  try {
+    runtime::Trainer t(bp::zoo_model("fmnist_cnn", z), o);
+    t.run();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(data), std::string::npos) << msg;
+    EXPECT_NE(msg.find("outside [0, 4)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("sample"), std::string::npos) << msg;
+  }
 }
 }  // namespace
