@@ -46,9 +46,9 @@ struct Trainer::Impl {
   std::int64_t img_h = 0, img_w = 0, img_c = 0;
   std::vector<std::uint8_t> resized;
 
-  Impl(const TrainOptions& o, const plan::CompiledPlan& p)
+  Impl(const TrainOptions& o, const plan::CompiledPlan& p, io::DatasetFile file)
       : opt(o),
-        data(o.data_path),
+        data(std::move(file)),
         plan(p),
         arena(o.backend, p.arena_bytes()),
         ctx(arena, p),
@@ -281,7 +281,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   cfg.amp = opts.amp;
   cfg.start_resolution = opts.start_resolution;
   m_plan = std::make_unique<plan::CompiledPlan>(plan::Compiler::compile(arch, cfg));
-  m_impl = std::make_unique<Impl>(opts, *m_plan);
+  m_impl = std::make_unique<Impl>(opts, *m_plan, std::move(probe));  // the file opened once
   m_impl->capture_all();
   m_impl->init_weights();
 }
