@@ -299,6 +299,16 @@ Shape infer_out_shape(const ArchLayer& l, const Shape& in) {
   RN_FAIL_CTX(ctx, "no shape rule for {}", layer_kind_name(l.kind));
 }
 
+namespace {
+/// Input channels one output channel of a conv sees, counting the real input (not the AMP padding to 4).
+std::int64_t logical_in_per_group(const ArchLayer& l) {
+  const ConvParams& p = l.conv();
+  const std::int64_t in_c = p.logical_in_c > 0 ? p.logical_in_c : l.in_shape.c;
+  const std::int64_t groups = p.groups == bp::kDepthwise ? l.in_shape.c : p.groups;
+  return in_c / groups;
+}
+}  // namespace
+
 std::int64_t layer_parameter_count(const ArchLayer& l) {
   const Shape& in = l.in_shape;
   auto bn = [](std::int64_t c) { return 2 * c; };
@@ -306,10 +316,8 @@ std::int64_t layer_parameter_count(const ArchLayer& l) {
     case LayerKind::Conv:
     case LayerKind::CBR: {
       const ConvParams& p = l.conv();
-      const std::int64_t in_c = p.logical_in_c > 0 ? p.logical_in_c : in.c;
-      const std::int64_t groups = p.groups == bp::kDepthwise ? in.c : p.groups;
       const std::int64_t out = l.out_shape.c;
-      std::int64_t n = out * p.k * p.k * (in_c / groups) + (p.bias ? out : 0);
+      std::int64_t n = out * p.k * p.k * logical_in_per_group(l) + (p.bias ? out : 0);
       if (l.kind == LayerKind::CBR) n += bn(out);
       return n;
     }
@@ -348,9 +356,7 @@ std::int64_t layer_forward_macs(const ArchLayer& l) {
     case LayerKind::Conv:
     case LayerKind::CBR: {
       const ConvParams& p = l.conv();
-      const std::int64_t in_c = p.logical_in_c > 0 ? p.logical_in_c : in.c;
-      const std::int64_t groups = p.groups == bp::kDepthwise ? in.c : p.groups;
-      return out.h * out.w * out.c * p.k * p.k * (in_c / groups);
+      return out.h * out.w * out.c * p.k * p.k * logical_in_per_group(l);
     }
     case LayerKind::Fc: return in.h * in.w * in.c * l.fc().out;
     case LayerKind::GapFC: return in.c * l.fc().out;

@@ -61,6 +61,10 @@ std::vector<LayerKind> LayerRegistry::kinds() const {
   return v;
 }
 
+TensorDesc output_feature(const Shape& out, const InferContext& ctx) {
+  return {"y", out, ctx.act, ctx.act == DType::F16 ? Region::F_FEATURE_FP16 : Region::F_FEATURE_FP32};
+}
+
 Node layer_node(OpKind op, const ArchLayer& l, std::vector<TensorId> in, std::vector<TensorId> out) {
   Node n = compute_node(op, std::move(in), std::move(out), l.params);
   n.layer_kind = l.kind;

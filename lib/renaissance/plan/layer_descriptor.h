@@ -107,6 +107,8 @@ void register_loss_layers(LayerRegistry& r);
 void register_fused_layers(LayerRegistry& r);
 
 /// Helpers shared by descriptors.
+/// A layer's output feature "y" in the activation dtype's feature region.
+TensorDesc output_feature(const Shape& out, const InferContext& ctx);
 Node layer_node(OpKind op, const ArchLayer& l, std::vector<TensorId> in, std::vector<TensorId> out);
 /// Expands a fused layer into its plain layers with shapes, recursively (plain layers return themselves).
 std::vector<ArchLayer> lower_layer(const ArchLayer& l);

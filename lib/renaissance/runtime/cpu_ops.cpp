@@ -384,12 +384,18 @@ void register_range(KernelTable& t) {
       out[1] = static_cast<float>(std::sqrt(sg));
     }
   });
-  t.add_range(RangeOp::LARS_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
-    std::vector<cpu::LarsSegment> segs;
-    for (const Segment& s : r.in_ranges[0].segments) segs.push_back({s.offset / 4, s.elems});
-    cpu::lars_update(f(r.in_ranges[0]), f(r.in_ranges[1]), f(r.in_ranges[2]), segs.data(), segs.size(), scalars(r),
-                     r.node->apply_weight_decay, skip_flag(r));
-  });
+  t.add_range(
+      RangeOp::LARS_UPDATE,
+      [f](const ResolvedNode& r, ExecEnv&) {
+        const auto& segs = *static_cast<const std::vector<cpu::LarsSegment>*>(r.state.get());
+        cpu::lars_update(f(r.in_ranges[0]), f(r.in_ranges[1]), f(r.in_ranges[2]), segs.data(), segs.size(),
+                         scalars(r), r.node->apply_weight_decay, skip_flag(r));
+      },
+      [](ResolvedNode& r, ExecEnv&) {  // the per-tensor segments, once, not every step
+        auto segs = std::make_shared<std::vector<cpu::LarsSegment>>();
+        for (const Segment& s : r.in_ranges[0].segments) segs->push_back({s.offset / 4, s.elems});
+        r.state = segs;
+      });
   t.add_range(RangeOp::EMA_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
     if (*skip_flag(r) != 0) return;  // a skipped step leaves the EMA alone too
     RN_CHECK(r.in_ranges[0].bytes == r.out_ranges[0].bytes, "EMA range differs from the master range");

@@ -14,7 +14,7 @@ LayerDescriptor bn_descriptor(LayerKind kind) {
     const Shape ch{1, 1, 1, in.c};
     t.params.push_back({"gamma", ch, ParamKind::BN_WEIGHT});
     t.params.push_back({"beta", ch, ParamKind::BN_BIAS});
-    t.tensors.push_back({"y", out, ctx.act, ctx.act == DType::F16 ? Region::F_FEATURE_FP16 : Region::F_FEATURE_FP32});
+    t.tensors.push_back(output_feature(out, ctx));
     t.tensors.push_back({"running_mean", ch, DType::F32, Region::B_PREV_MEAN});
     t.tensors.push_back({"running_var", ch, DType::F32, Region::B_PREV_VAR});
     t.tensors.push_back({"batch_mean", ch, DType::F32, Region::B_NEXT_MEAN});

@@ -17,7 +17,7 @@ void register_conv_layers(LayerRegistry& r) {
     LayerTensors t;
     t.params.push_back({"w", weight_shape(l, in), ctx.first_layer ? ParamKind::FIRST_CONV : ParamKind::DEEP_CONV});
     if (l.conv().bias) t.params.push_back({"b", Shape{1, 1, 1, out.c}, ParamKind::FC_BIAS});
-    t.tensors.push_back({"y", out, ctx.act, ctx.act == DType::F16 ? Region::F_FEATURE_FP16 : Region::F_FEATURE_FP32});
+    t.tensors.push_back(output_feature(out, ctx));
     return t;
   };
   auto fwd = [](const ArchLayer& l, const LayerIds& ids, const BuildFlags& f) {

@@ -4,15 +4,12 @@
 namespace renaissance::plan {
 
 namespace {
-TensorDesc feature(const Shape& s, const InferContext& ctx) {
-  return {"y", s, ctx.act, ctx.act == DType::F16 ? Region::F_FEATURE_FP16 : Region::F_FEATURE_FP32};
-}
 
 LayerDescriptor unary(LayerKind kind, OpKind fwd_op, OpKind bwd_op, bool bwd_reads_y) {
   LayerDescriptor d;
   d.kind = kind;
   d.infer_tensors = [](const ArchLayer&, const Shape&, const Shape& out, const InferContext& ctx) {
-    return LayerTensors{{}, {feature(out, ctx)}};
+    return LayerTensors{{}, {output_feature(out, ctx)}};
   };
   auto fwd = [fwd_op](const ArchLayer& l, const LayerIds& ids, const BuildFlags&) {
     return std::vector<Node>{layer_node(fwd_op, l, {ids.x}, {ids.y})};
@@ -58,7 +55,7 @@ void register_elementwise_layers(LayerRegistry& r) {
   LayerDescriptor add;
   add.kind = LayerKind::Add2End;
   add.infer_tensors = [](const ArchLayer&, const Shape&, const Shape& out, const InferContext& ctx) {
-    return LayerTensors{{}, {feature(out, ctx)}};
+    return LayerTensors{{}, {output_feature(out, ctx)}};
   };
   auto fwd = [](const ArchLayer& l, const LayerIds& ids, const BuildFlags&) {
     return std::vector<Node>{layer_node(OpKind::ADD2_FWD, l, {ids.x, ids.x2}, {ids.y})};

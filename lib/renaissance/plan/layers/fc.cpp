@@ -10,7 +10,7 @@ void register_fc_layers(LayerRegistry& r) {
     LayerTensors t;
     t.params.push_back({"w", Shape{l.fc().out, 1, 1, in.h * in.w * in.c}, ParamKind::FC_WEIGHT});
     t.params.push_back({"b", Shape{1, 1, 1, l.fc().out}, ParamKind::FC_BIAS});
-    t.tensors.push_back({"y", out, ctx.act, ctx.act == DType::F16 ? Region::F_FEATURE_FP16 : Region::F_FEATURE_FP32});
+    t.tensors.push_back(output_feature(out, ctx));
     return t;
   };
   auto fwd = [](const ArchLayer& l, const LayerIds& ids, const BuildFlags& f) {

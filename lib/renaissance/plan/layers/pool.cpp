@@ -4,15 +4,12 @@
 namespace renaissance::plan {
 
 namespace {
-TensorDesc feature(const Shape& s, const InferContext& ctx) {
-  return {"y", s, ctx.act, ctx.act == DType::F16 ? Region::F_FEATURE_FP16 : Region::F_FEATURE_FP32};
-}
 
 LayerDescriptor simple(LayerKind kind, OpKind fwd_op, OpKind bwd_op) {
   LayerDescriptor d;
   d.kind = kind;
   d.infer_tensors = [](const ArchLayer&, const Shape&, const Shape& out, const InferContext& ctx) {
-    return LayerTensors{{}, {feature(out, ctx)}};
+    return LayerTensors{{}, {output_feature(out, ctx)}};
   };
   auto fwd = [fwd_op](const ArchLayer& l, const LayerIds& ids, const BuildFlags&) {
     return std::vector<Node>{layer_node(fwd_op, l, {ids.x}, {ids.y})};
@@ -36,7 +33,7 @@ void register_pool_layers(LayerRegistry& r) {
   LayerDescriptor mp;
   mp.kind = LayerKind::MaxPool;
   mp.infer_tensors = [](const ArchLayer&, const Shape&, const Shape& out, const InferContext& ctx) {
-    return LayerTensors{{}, {feature(out, ctx), {"argmax", out, DType::I32, Region::T_TEMP_INT32}}};
+    return LayerTensors{{}, {output_feature(out, ctx), {"argmax", out, DType::I32, Region::T_TEMP_INT32}}};
   };
   auto fwd = [](const ArchLayer& l, const LayerIds& ids, const BuildFlags&) {
     return std::vector<Node>{layer_node(OpKind::MAXPOOL_FWD, l, {ids.x}, {ids.y, ids.tensor("argmax")})};
