@@ -21,6 +21,9 @@ class Communicator {
   virtual int world_size() const { return 1; }
   virtual int rank() const { return 0; }
   virtual void allreduce_sum(float* data, std::int64_t count) { (void)data, (void)count; }
+  /// Host-side agreement at a step boundary: the maximum of `value` over all ranks (blocking; e.g. "a rank
+  /// received SIGUSR1, so every rank checkpoints and stops"). One rank: `value`.
+  virtual std::int64_t agree_max(std::int64_t value) { return value; }
 };
 
 /// A node with every tensor and range resolved for one variant.
