@@ -9,7 +9,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 
 namespace renaissance::app {
@@ -21,6 +23,8 @@ struct PlanOptions {
   plan::TrainConfig cfg;
   std::string optimizer = "momentum";
   bool no_fuse = false;
+  bool no_reuse = false;
+  bool pool = false;
   bool yaml = false;
   bool json = false;
 };
@@ -64,8 +68,47 @@ void print_text(const plan::CompiledPlan& p) {
   fmt::print("\n\nParameters: {}   Forward: {:.3f} GMACs/image at {}x{}   Arena: {} ({} bytes, largest variant)\n",
              a.parameter_count(), static_cast<double>(a.forward_macs()) / 1e9, a.input.h, a.input.w,
              human_bytes(p.arena_bytes()), p.arena_bytes());
+  const plan::MemoryPlan& m = p.memory[0];
+  fmt::print("Activation pool (F_*): {} ({} bytes); its tensors' slots sum to {}; most live at once {}; reuse {}\n",
+             human_bytes(m.pool_range().bytes), m.pool_range().bytes, human_bytes(m.pool_slot_bytes()),
+             human_bytes(m.pool_peak_live_bytes()), m.reuses_memory() ? "on" : "off");
   fmt::print("Graphs: train {} nodes, inference {} nodes   Plan hash: {:016x}\n", p.train.node_count(),
              p.inference.node_count(), p.hash);
+}
+
+/// The activation pool tensor by tensor (largest first), and what is live where the most is live.
+void print_pool(const plan::CompiledPlan& p) {
+  const plan::MemoryPlan& m = p.memory[0];
+  std::vector<const DTensor*> owners;
+  for (const DTensor& t : m.tensors())
+    if (plan::is_pool_region(t.region) && !m.aliases().count(t.id)) owners.push_back(&t);
+  std::stable_sort(owners.begin(), owners.end(), [](const DTensor* a, const DTensor* b) { return a->slot_bytes > b->slot_bytes; });
+  auto life = [&](const DTensor* t) {
+    auto it = m.lifetimes().find(t->id);
+    if (it == m.lifetimes().end()) return std::string("-");
+    std::string s;
+    for (const plan::LiveInterval& i : it->second) s += fmt::format("{}[{},{}]", s.empty() ? "" : " ", i.first, i.last);
+    return s;
+  };
+  // the program point with the most live bytes
+  std::map<std::int32_t, std::int64_t> at;
+  for (const auto& [id, l] : m.lifetimes())
+    for (const plan::LiveInterval& i : l)
+      for (std::int32_t q = i.first; q <= i.last && q - i.first < 100000; ++q) at[q] += m.tensor(id).slot_bytes;
+  std::int32_t peak = -1;
+  std::int64_t most = -1;
+  for (auto [q, b] : at)
+    if (b > most) most = b, peak = q;
+  fmt::print("\nActivation pool: {} tensors owning bytes; the most live at once, {}, at program point {}\n",
+             owners.size(), human_bytes(std::max<std::int64_t>(most, 0)), peak);
+  fmt::print("{:<48} {:<17} {:>12} {:>14}  {:<5} {}\n", "tensor", "region", "bytes", "offset", "peak", "lifetime");
+  for (const DTensor* t : owners) {
+    bool live_at_peak = false;
+    if (auto it = m.lifetimes().find(t->id); it != m.lifetimes().end())
+      for (const plan::LiveInterval& i : it->second) live_at_peak |= i.first <= peak && peak <= i.last;
+    fmt::print("{:<48} {:<17} {:>12} {:>14}  {:<5} {}\n", t->name, region_name(t->region), t->slot_bytes, t->offset,
+               live_at_peak ? "yes" : "", life(t));
+  }
 }
 
 void print_json(const plan::CompiledPlan& p) {
@@ -77,6 +120,9 @@ void print_json(const plan::CompiledPlan& p) {
   j.kv("arena_bytes", p.arena_bytes()).kv("amp", a.amp).kv("fuse", a.fuse).kv("num_classes", a.num_classes);
   j.kv("optimizer", plan::optimizer_name(p.config.optimizer)).kv("ema", p.config.ema);
   j.kv("hash", fmt::format("{:016x}", p.hash));
+  const plan::MemoryPlan& m = p.memory[0];
+  j.key("pool").begin_object().kv("reuse", m.reuses_memory()).kv("bytes", m.pool_range().bytes);
+  j.kv("slot_bytes", m.pool_slot_bytes()).kv("peak_live_bytes", m.pool_peak_live_bytes()).end_object();
   j.key("input").begin_array().value(a.input.h).value(a.input.w).value(a.input.c).end_array();
   j.key("layers").begin_array();
   for (const plan::ArchLayer& l : a.layers) {
@@ -124,6 +170,8 @@ void register_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--val-size", opt->cfg.val_size, "Validation samples")->capture_default_str();
   cmd->add_option("--start-resolution", opt->cfg.start_resolution, "Progressive resize: first resolution");
+  cmd->add_flag("--no-reuse", opt->no_reuse, "Give every feature and gradient bytes of its own (no liveness-based reuse)");
+  cmd->add_flag("--pool", opt->pool, "Also list the activation pool tensor by tensor with offsets and lifetimes");
   cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
   cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {
@@ -145,11 +193,13 @@ void register_plan_command(CLI::App& app) {
       return;
     }
     opt->cfg.optimizer = plan::optimizer_from_name(opt->optimizer);
+    opt->cfg.reuse_memory = !opt->no_reuse;
     const plan::CompiledPlan compiled = plan::Compiler::compile(arch, opt->cfg);
     if (opt->json)
       print_json(compiled);
     else
       print_text(compiled);
+    if (opt->pool && !opt->json) print_pool(compiled);
   });
 }
 

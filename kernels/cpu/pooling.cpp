@@ -19,16 +19,19 @@ void check_pool(const Shape& xs, const Shape& ys, const Pool2dParams& p, const c
            what, ys.str(), xs.str(), p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, expect.str());
 }
 
-// The window maxima of output row (n, oy) into out/idx (ow × c each), first maximum wins.
+constexpr std::uint8_t kNoArg = 0xFF;
+
+// The window maxima of output row (n, oy) into out/idx (ow × c each, idx = position in the window), first
+// maximum wins.
 void max_row(const float* x, const Shape& xs, const Shape& ys, const Pool2dParams& p, std::int64_t n, std::int64_t oy,
-             float* out, std::int32_t* idx) {
+             float* out, std::uint8_t* idx) {
   const std::int64_t c = xs.c;
   for (std::int64_t ox = 0; ox < ys.w; ++ox) {
     float* best = out + ox * c;
-    std::int32_t* arg = idx + ox * c;
+    std::uint8_t* arg = idx + ox * c;
     for (std::int64_t j = 0; j < c; ++j) {
       best[j] = -std::numeric_limits<float>::infinity();
-      arg[j] = -1;
+      arg[j] = kNoArg;
     }
     for (std::int64_t ky = 0; ky < p.kernel_h; ++ky) {
       const std::int64_t iy = oy * p.stride_h - p.pad_h + ky;
@@ -37,9 +40,9 @@ void max_row(const float* x, const Shape& xs, const Shape& ys, const Pool2dParam
         const std::int64_t ix = ox * p.stride_w - p.pad_w + kx;
         if (ix < 0 || ix >= xs.w) continue;
         const float* in = x + ((n * xs.h + iy) * xs.w + ix) * c;
-        const auto pos = static_cast<std::int32_t>(iy * xs.w + ix);
+        const auto pos = static_cast<std::uint8_t>(ky * p.kernel_w + kx);
         for (std::int64_t j = 0; j < c; ++j) {
-          const bool take = in[j] > best[j] || arg[j] < 0;  // the first in-range value always counts (NaN too)
+          const bool take = in[j] > best[j] || arg[j] == kNoArg;  // the first in-range value counts (NaN too)
           best[j] = take ? in[j] : best[j];
           arg[j] = take ? pos : arg[j];
         }
@@ -58,23 +61,25 @@ Shape maxpool2d_output_shape(const Shape& x, const Pool2dParams& p) {
   const std::int64_t hp = x.h + 2 * p.pad_h, wp = x.w + 2 * p.pad_w;
   RN_CHECK(hp >= p.kernel_h && wp >= p.kernel_w, "maxpool2d: kernel {}x{} larger than padded input {}x{}", p.kernel_h,
            p.kernel_w, hp, wp);
+  RN_CHECK(p.kernel_h * p.kernel_w <= kMaxPoolWindow, "maxpool2d: a {}x{} window has more than {} positions",
+           p.kernel_h, p.kernel_w, kMaxPoolWindow);
   return Shape{x.n, (hp - p.kernel_h) / p.stride_h + 1, (wp - p.kernel_w) / p.stride_w + 1, x.c};
 }
 
 void maxpool2d_forward(const float* x, const Shape& xs, float* y, const Shape& ys, const Pool2dParams& p,
-                       std::int32_t* argmax) {
+                       std::uint8_t* argmax) {
   check_pool(xs, ys, p, "maxpool2d_forward");
   const std::int64_t row = ys.w * ys.c;
   parallel_for(0, ys.n * ys.h, 1, [&](std::int64_t b, std::int64_t e) {
-    std::vector<std::int32_t> local(argmax ? 0 : static_cast<std::size_t>(row));
+    std::vector<std::uint8_t> local(argmax ? 0 : static_cast<std::size_t>(row));
     for (std::int64_t nr = b; nr < e; ++nr) {
-      std::int32_t* idx = argmax ? argmax + nr * row : local.data();
+      std::uint8_t* idx = argmax ? argmax + nr * row : local.data();
       max_row(x, xs, ys, p, nr / ys.h, nr % ys.h, y + nr * row, idx);
     }
   });
 }
 
-void maxpool2d_backward(const float* dy, const Shape& ys, const float* x, const std::int32_t* argmax, float* dx,
+void maxpool2d_backward(const float* dy, const Shape& ys, const float* x, const std::uint8_t* argmax, float* dx,
                         const Shape& xs, const Pool2dParams& p, bool accumulate) {
   check_pool(xs, ys, p, "maxpool2d_backward");
   RN_CHECK(argmax || x, "maxpool2d_backward: needs the argmax indices or the forward input");
@@ -83,20 +88,24 @@ void maxpool2d_backward(const float* dy, const Shape& ys, const float* x, const 
   // one thread and filled in a fixed order.
   parallel_for(0, xs.n, 1, [&](std::int64_t b, std::int64_t e) {
     std::vector<float> best(argmax ? 0 : static_cast<std::size_t>(row));
-    std::vector<std::int32_t> local(argmax ? 0 : static_cast<std::size_t>(row));
+    std::vector<std::uint8_t> local(argmax ? 0 : static_cast<std::size_t>(row));
     for (std::int64_t n = b; n < e; ++n) {
       float* dxn = dx + n * plane * c;
       if (!accumulate) std::memset(dxn, 0, sizeof(float) * plane * c);
       for (std::int64_t oy = 0; oy < ys.h; ++oy) {
         const std::int64_t nr = n * ys.h + oy;
-        const std::int32_t* idx = argmax ? argmax + nr * row : local.data();
+        const std::uint8_t* idx = argmax ? argmax + nr * row : local.data();
         if (!argmax) max_row(x, xs, ys, p, n, oy, best.data(), local.data());
         const float* g = dy + nr * row;
-        for (std::int64_t ox = 0; ox < ys.w; ++ox)
+        const std::int64_t iy0 = oy * p.stride_h - p.pad_h;
+        for (std::int64_t ox = 0; ox < ys.w; ++ox) {
+          const std::int64_t ix0 = ox * p.stride_w - p.pad_w;
           for (std::int64_t j = 0; j < c; ++j) {
-            const std::int32_t pos = idx[ox * c + j];
+            const int a = idx[ox * c + j];  // position in the window: every window has one in range
+            const std::int64_t pos = (iy0 + a / p.kernel_w) * xs.w + ix0 + a % p.kernel_w;
             dxn[pos * c + j] += g[ox * c + j];
           }
+        }
       }
     }
   });

@@ -30,7 +30,7 @@ PoolGeom make_geom(const Shape& xs, const Shape& ys, const Pool2dParams& p) {
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     maxpool_forward_kernel(const T* __restrict__ x, unsigned xcs, T* __restrict__ y, unsigned ycs,
-                           std::int32_t* __restrict__ argmax, unsigned acs, PoolGeom g, unsigned total_vec) {
+                           std::uint8_t* __restrict__ argmax, unsigned acs, PoolGeom g, unsigned total_vec) {
   const unsigned nv = ycs / V;
   for (std::int64_t e = detail::thread_index(); e < total_vec; e += detail::grid_stride()) {
     const auto i = static_cast<unsigned>(e);
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads)
           if (ix < 0 || ix >= g.w) continue;
           float v[V];
           load_vec<V>(x + (static_cast<std::size_t>(n * g.h + iy) * g.w + ix) * xcs + c0, v);
-          const int pos = iy * g.w + ix;
+          const int pos = ky * g.kw + kx;  // the position in the window: one byte
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             const bool take = v[j] > best[j] || arg[j] < 0;  // the first in-range value always counts (NaN too)
@@ -70,16 +70,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = c0 + j < g.c ? best[j] : 0.0f;
     store_vec<V>(y + static_cast<std::size_t>(orow) * ycs + c0, out);
-    std::int32_t* a = argmax + static_cast<std::size_t>(orow) * acs;
+    std::uint8_t* a = argmax + static_cast<std::size_t>(orow) * acs;
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (static_cast<unsigned>(c0 + j) < acs) a[c0 + j] = c0 + j < g.c ? arg[j] : -1;
+      if (static_cast<unsigned>(c0 + j) < acs) a[c0 + j] = static_cast<std::uint8_t>(c0 + j < g.c ? arg[j] : 0xFF);
   }
 }
 
 template <typename T, int V, bool kAcc>
 __global__ void __launch_bounds__(kThreads)
-    maxpool_backward_kernel(const T* __restrict__ dy, unsigned dycs, const std::int32_t* __restrict__ argmax,
+    maxpool_backward_kernel(const T* __restrict__ dy, unsigned dycs, const std::uint8_t* __restrict__ argmax,
                             unsigned acs, T* __restrict__ dx, unsigned dxcs, PoolGeom g, unsigned total_vec) {
   const unsigned nv = dxcs / V;
   for (std::int64_t e = detail::thread_index(); e < total_vec; e += detail::grid_stride()) {
@@ -103,7 +103,6 @@ __global__ void __launch_bounds__(kThreads)
     const unsigned t = irow / g.w;
     const int iy = static_cast<int>(t % g.h);
     const unsigned n = t / g.h;
-    const int pos = iy * g.w + ix;
     const int ylo_num = iy + g.ph - g.kh + 1, xlo_num = ix + g.pw - g.kw + 1;
     const int oy_lo = ylo_num <= 0 ? 0 : (ylo_num + g.sh - 1) / g.sh;
     const int ox_lo = xlo_num <= 0 ? 0 : (xlo_num + g.sw - 1) / g.sw;
@@ -112,7 +111,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int oy = oy_lo; oy <= oy_hi; ++oy) {
       for (int ox = ox_lo; ox <= ox_hi; ++ox) {
         const std::size_t orow = (static_cast<std::size_t>(n) * g.oh + oy) * g.ow + ox;
-        const std::int32_t* a = argmax + orow * acs + c0;
+        const int pos = (iy - (oy * g.sh - g.ph)) * g.kw + (ix - (ox * g.sw - g.pw));  // (iy, ix) in this window
+        const std::uint8_t* a = argmax + orow * acs + c0;
         bool any = false;
         bool hit[V];
 #pragma unroll
@@ -199,7 +199,8 @@ __global__ void __launch_bounds__(kThreads)
 
 void check_argmax(const TensorRef& a, const Shape& ys, const char* what) {
   RN_CHECK(a.ptr != nullptr, "{}: argmax is null", what);
-  RN_CHECK(a.dtype == DType::I32, "{}: argmax must be i32, got {}", what, dtype_name(a.dtype));
+  RN_CHECK(a.dtype == DType::U8, "{}: argmax must be u8 (the position in the window), got {}", what,
+           dtype_name(a.dtype));
   RN_CHECK(a.shape == ys, "{}: argmax shape {} differs from the output shape {}", what, a.shape.str(), ys.str());
   RN_CHECK(a.c_stride >= a.shape.c, "{}: argmax c_stride {} < C {}", what, a.c_stride, a.shape.c);
   detail::check_index32(a, what, "argmax");
@@ -217,6 +218,8 @@ Shape maxpool2d_output_shape(const Shape& x, const Pool2dParams& p) {
   const std::int64_t hp = x.h + 2 * p.pad_h, wp = x.w + 2 * p.pad_w;
   RN_CHECK(hp >= p.kernel_h && wp >= p.kernel_w, "maxpool2d: kernel {}x{} larger than padded input {}x{}", p.kernel_h,
            p.kernel_w, hp, wp);
+  RN_CHECK(p.kernel_h * p.kernel_w <= 255, "maxpool2d: a {}x{} window has more positions than a one-byte argmax holds",
+           p.kernel_h, p.kernel_w);
   return Shape{x.n, (hp - p.kernel_h) / p.stride_h + 1, (wp - p.kernel_w) / p.stride_w + 1, x.c};
 }
 
@@ -241,7 +244,7 @@ void maxpool2d_forward(cudaStream_t stream, const TensorRef& x, const TensorRef&
     const unsigned total = u32(y.rows() * y.c_stride / V);
     maxpool_forward_kernel<T, V><<<grid_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(x.ptr), u32(x.c_stride), static_cast<T*>(y.ptr), u32(y.c_stride),
-        static_cast<std::int32_t*>(argmax.ptr), u32(argmax.c_stride), g, total);
+        static_cast<std::uint8_t*>(argmax.ptr), u32(argmax.c_stride), g, total);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -266,7 +269,7 @@ void maxpool2d_backward(cudaStream_t stream, const TensorRef& dy, const TensorRe
     constexpr int V = decltype(width)::value;
     const unsigned total = u32(dx.rows() * dx.c_stride / V);
     const T* pdy = static_cast<const T*>(dy.ptr);
-    const auto* pa = static_cast<const std::int32_t*>(argmax.ptr);
+    const auto* pa = static_cast<const std::uint8_t*>(argmax.ptr);
     T* pdx = static_cast<T*>(dx.ptr);
     if (accumulate)
       maxpool_backward_kernel<T, V, true><<<grid_for(total), kThreads, 0, stream>>>(

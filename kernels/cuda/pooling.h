@@ -17,12 +17,12 @@ struct Pool2dParams {
 /// OH = (H + 2·pad_h − kernel_h) / stride_h + 1 (floor), likewise OW; N and C unchanged. Throws on invalid params.
 Shape maxpool2d_output_shape(const Shape& x, const Pool2dParams& p);
 
-/// y[n,oh,ow,c] = max over the window; argmax (DType I32, y's shape, own c_stride) = ih·W + iw of the first maximum
-/// in (kh, kw) order (a NaN in the window's first in-range position wins, as on the CPU). argmax padding
-/// channels get −1. x and y: same dtype.
+/// y[n,oh,ow,c] = max over the window; argmax (DType U8, y's shape, own c_stride) = the position in the window,
+/// kh·kernel_w + kw, of the first maximum in (kh, kw) order (a NaN in the window's first in-range position wins, as
+/// on the CPU; windows of at most 255 positions). argmax padding channels get 255. x and y: same dtype.
 void maxpool2d_forward(cudaStream_t stream, const TensorRef& x, const TensorRef& y, const TensorRef& argmax,
                        const Pool2dParams& p);
-/// dx[n,ih,iw,c] (=|+=) Σ dy[n,oh,ow,c] over the windows covering (ih,iw) whose argmax is (ih,iw), in (oh, ow)
+/// dx[n,ih,iw,c] (=|+=) Σ dy[n,oh,ow,c] over the windows covering (ih,iw) whose argmax points at (ih,iw), in (oh, ow)
 /// order: a gather (each dx element owned by one thread), so no atomics and the CPU's summation order.
 void maxpool2d_backward(cudaStream_t stream, const TensorRef& dy, const TensorRef& argmax, const TensorRef& dx,
                         const Pool2dParams& p, bool accumulate);

@@ -373,7 +373,8 @@ class FashionNet {
   const Pool2dParams m_pool{2, 2, 2, 2, 0, 0};
   std::vector<float> m_x, m_pool_out[2], m_dpool[2], m_gap, m_dgap, m_fc_w, m_fc_b, m_dfc_w, m_dfc_b, m_logits,
       m_probs, m_dlogits, m_vel;
-  std::vector<std::int32_t> m_pool_arg[2], m_labels;
+  std::vector<std::uint8_t> m_pool_arg[2];
+  std::vector<std::int32_t> m_labels;
   OptimizerScalars m_scalars;
 };
 

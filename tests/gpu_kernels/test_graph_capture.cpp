@@ -94,7 +94,7 @@ TEST_F(GraphCaptureTest, ReplayEqualsDirectExecution) {
   pp.pad_h = pp.pad_w = 1;
   const Shape ps = maxpool2d_output_shape(fs, pp);
   const TensorRef pooled = a.tensor(ps, DType::F16, cs, Vec(static_cast<std::size_t>(ps.elems()), 0.0f));
-  const TensorRef argmax{a.take(static_cast<std::size_t>(ps.elems()) * 4), ps, DType::I32, ps.c};
+  const TensorRef argmax{a.take(static_cast<std::size_t>(ps.elems())), ps, DType::U8, ps.c};
 
   const Shape ls{8, 1, 1, 10};
   const TensorRef logits = a.tensor(ls, DType::F16, 16, random_vec(80, 6, -3.0f, 3.0f));

@@ -52,11 +52,11 @@ TEST_F(PoolingTest, MaxPoolForwardBackwardMatchCpu) {
     for (const Pool2dParams& p : pool_params()) {
       const std::string name = layout_name(l) + " " + pool_name(p);
       const Shape ys = maxpool2d_output_shape(l.shape, p);
-      // argmax compact (i32 has no channel alignment) in one case, padded like y in the others: padding gets −1.
+      // argmax compact (u8 has no channel alignment) in one case, padded like y in the others: padding gets 255.
       const std::int64_t acs = l.c_stride == l.shape.c ? l.shape.c : l.c_stride;
       DevTensor x(l.shape, l.dtype, l.c_stride), y(ys, l.dtype, l.c_stride);
-      DeviceBuffer am(static_cast<std::size_t>(ys.n * ys.h * ys.w * acs) * 4);
-      const TensorRef am_ref{am.get(), ys, DType::I32, acs};
+      DeviceBuffer am(static_cast<std::size_t>(ys.n * ys.h * ys.w * acs));
+      const TensorRef am_ref{am.get(), ys, DType::U8, acs};
       const Vec xv = random_ints(x.elems(), seed++, -4, 4);
       x.upload(xv);
       y.poison();
@@ -64,14 +64,14 @@ TEST_F(PoolingTest, MaxPoolForwardBackwardMatchCpu) {
       maxpool2d_forward(stream, x.ref(), y.ref(), am_ref, p);
       sync();
       Vec yref(static_cast<std::size_t>(ys.elems()));
-      std::vector<std::int32_t> aref(yref.size());
+      std::vector<std::uint8_t> aref(yref.size());
       cpu::maxpool2d_forward(xv.data(), l.shape, yref.data(), ys, to_cpu(p), aref.data());
       expect_bits_equal(y.download(), yref, "maxpool y " + name);
       y.expect_zero_padding("maxpool y " + name);
-      const std::vector<std::int32_t> got = download<std::int32_t>(am, static_cast<std::size_t>(ys.n * ys.h * ys.w * acs));
+      const std::vector<std::uint8_t> got = download<std::uint8_t>(am, static_cast<std::size_t>(ys.n * ys.h * ys.w * acs));
       for (std::int64_t r = 0; r < ys.n * ys.h * ys.w; ++r)
         for (std::int64_t c = 0; c < acs; ++c)
-          ASSERT_EQ(got[r * acs + c], c < ys.c ? aref[r * ys.c + c] : -1)
+          ASSERT_EQ(int{got[r * acs + c]}, c < ys.c ? int{aref[r * ys.c + c]} : 255)
               << "argmax " << name << " row " << r << " channel " << c;
 
       for (bool acc : {false, true}) {
@@ -146,7 +146,11 @@ TEST_F(PoolingTest, RejectsWrongOutputShape) {
   DevTensor x(Shape{2, 8, 8, 4}, DType::F32, 4), y(Shape{2, 3, 3, 4}, DType::F32, 4);
   DeviceBuffer am(2 * 3 * 3 * 4 * 4);
   Pool2dParams p;
-  EXPECT_THROW(maxpool2d_forward(stream, x.ref(), y.ref(), TensorRef{am.get(), Shape{2, 3, 3, 4}, DType::I32, 4}, p),
+  EXPECT_THROW(maxpool2d_forward(stream, x.ref(), y.ref(), TensorRef{am.get(), Shape{2, 3, 3, 4}, DType::U8, 4}, p),
+               Error);
+  // the argmax is one byte per output (the position in the window), not an i32 index
+  DevTensor y4(Shape{2, 4, 4, 4}, DType::F32, 4);
+  EXPECT_THROW(maxpool2d_forward(stream, x.ref(), y4.ref(), TensorRef{am.get(), Shape{2, 4, 4, 4}, DType::I32, 4}, p),
                Error);
 }
 

@@ -36,15 +36,20 @@ TEST_P(MaxPoolCases, ForwardArgmaxAndGradient) {
   const Shape ys = maxpool2d_output_shape(cs.xs, cs.p);
   const Vec x = tie_free(static_cast<std::size_t>(cs.xs.elems()), 1);
   Vec y(static_cast<std::size_t>(ys.elems())), y2(y.size());
-  std::vector<std::int32_t> arg(y.size());
+  std::vector<std::uint8_t> arg(y.size());
   maxpool2d_forward(x.data(), cs.xs, y.data(), ys, cs.p, arg.data());
   maxpool2d_forward(x.data(), cs.xs, y2.data(), ys, cs.p, nullptr);
   const DVec ref = maxpool_ref(to_double(x), cs.xs, ys, cs.p);
   expect_close(y, ref, 0.0, std::string(cs.name) + " forward");
   EXPECT_EQ(y, y2);
-  for (std::size_t i = 0; i < y.size(); ++i) {  // the index points at the maximum of its own channel
-    const std::int64_t c = static_cast<std::int64_t>(i) % ys.c, n = static_cast<std::int64_t>(i) / (ys.h * ys.w * ys.c);
-    ASSERT_EQ(x[((n * cs.xs.h * cs.xs.w) + arg[i]) * cs.xs.c + c], y[i]) << i;
+  for (std::size_t i = 0; i < y.size(); ++i) {  // the window position points at the maximum of its own channel
+    const auto k = static_cast<std::int64_t>(i);
+    const std::int64_t c = k % ys.c, ox = k / ys.c % ys.w, oy = k / (ys.c * ys.w) % ys.h, n = k / (ys.h * ys.w * ys.c);
+    ASSERT_LT(arg[i], cs.p.kernel_h * cs.p.kernel_w) << i;
+    const std::int64_t iy = oy * cs.p.stride_h - cs.p.pad_h + arg[i] / cs.p.kernel_w;
+    const std::int64_t ix = ox * cs.p.stride_w - cs.p.pad_w + arg[i] % cs.p.kernel_w;
+    ASSERT_TRUE(iy >= 0 && iy < cs.xs.h && ix >= 0 && ix < cs.xs.w) << i;
+    ASSERT_EQ(x[((n * cs.xs.h + iy) * cs.xs.w + ix) * cs.xs.c + c], y[i]) << i;
   }
 
   const Vec r = random_vec(y.size(), 2);
@@ -68,14 +73,22 @@ TEST(MaxPool, TiesPickTheFirstInWindowOrder) {
   const Shape xs{1, 2, 2, 1};
   const Vec x = {1.0f, 1.0f, 1.0f, 0.0f};
   Vec y(1);
-  std::int32_t arg = -7;
+  std::uint8_t arg = 77;
   maxpool2d_forward(x.data(), xs, y.data(), {1, 1, 1, 1}, {2, 2, 2, 2, 0, 0}, &arg);
   EXPECT_EQ(y[0], 1.0f);
   EXPECT_EQ(arg, 0);
+  // the second of two equal maxima in a later row of the window: position kh·kernel_w + kw = 1·2 + 1
+  const Vec x2 = {0.0f, -1.0f, 2.0f, 3.0f};
+  maxpool2d_forward(x2.data(), xs, y.data(), {1, 1, 1, 1}, {2, 2, 2, 2, 0, 0}, &arg);
+  EXPECT_EQ(y[0], 3.0f);
+  EXPECT_EQ(arg, 3);
 }
 
 TEST(MaxPool, RejectsOversizedPadding) {
   EXPECT_THROW(maxpool2d_output_shape({1, 4, 4, 1}, {2, 2, 2, 2, 2, 2}), Error);
+  // a window of more than 255 positions does not fit the one-byte argmax
+  EXPECT_THROW(maxpool2d_output_shape({1, 20, 20, 1}, {16, 16, 1, 1, 0, 0}), Error);
+  EXPECT_NO_THROW(maxpool2d_output_shape({1, 20, 20, 1}, {15, 15, 1, 1, 0, 0}));
 }
 
 TEST(GlobalAvgPool, ForwardAndGradient) {

@@ -27,6 +27,7 @@ struct Cfg {
   std::int64_t start_res = 0;
   bool freeze_first = false;
   std::int64_t resolution = 0;  ///< 0 = the model's
+  bool reuse = true;            ///< liveness-based reuse of the activation pool
 };
 
 inline rb::BluePrint load_model(const std::string& name) {
@@ -53,6 +54,7 @@ inline rp::TrainConfig train_config(const Cfg& c) {
   t.ema = c.ema;
   t.amp = c.amp;
   t.freeze_first_layer = c.freeze_first;
+  t.reuse_memory = c.reuse;
   return t;
 }
 

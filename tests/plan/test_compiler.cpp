@@ -4,6 +4,7 @@
 
 #include <renaissance/core/dtensor.h>
 
+#include <map>
 #include <set>
 
 using namespace plan_test;
@@ -377,17 +378,35 @@ TEST(MemoryPlans, HandBuiltPlanOffsetsAndMissingGradient) {
 // ---- contiguity of RANGE spans --------------------------------------------------------------------------
 
 TEST(MemoryPlans, RegionRangesAreContiguous) {
-  for (bool amp : {false, true}) {
+  for (bool amp : {false, true})
+  for (bool reuse : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "amp=" << amp << " reuse=" << reuse);
     Cfg c;
     c.model = "resnet18_cifar";
     c.amp = c.fuse = amp;
     c.ema = true;
     c.opt = OptimizerKind::ADAM;
+    c.reuse = reuse;
     const rp::CompiledPlan p = compile(c);
     const MemoryPlan& m = p.memory[0];
-    // one cursor: every region starts where the previous one ends, and the last ends at the arena's end
+    EXPECT_EQ(m.reuses_memory(), reuse);
+    // one cursor: every region starts where the previous one ends, and the last ends at the arena's end; with
+    // reuse the activation pool is one unit in that walk, every pool tensor inside it
     std::int64_t cursor = 0;
     for (int r = 0; r < renaissance::kNamedRegions; ++r) {
+      if (reuse && rp::is_pool_region(renaissance::region_at(r))) {
+        if (renaissance::region_at(r) != rp::kPoolFirst) continue;
+        const ByteRange pool = m.pool_range();
+        EXPECT_EQ(pool.offset, cursor);
+        for (const auto& t : m.tensors())
+          if (rp::is_pool_region(t.region) && !m.aliases().count(t.id)) {
+            EXPECT_GE(t.offset, pool.offset) << t.name;
+            EXPECT_LE(t.offset + t.slot_bytes, pool.end()) << t.name;
+          }
+        EXPECT_LT(pool.bytes, m.pool_slot_bytes());  // reuse happened
+        cursor = pool.end();
+        continue;
+      }
       const ByteRange b = m.region_range(renaissance::region_at(r));
       EXPECT_EQ(b.offset, cursor) << renaissance::region_name(renaissance::region_at(r));
       std::int64_t sum = 0;
@@ -443,7 +462,29 @@ TEST(MemoryPlans, AtMostFourGradSlots) {
                        Cfg{"mobilenet_v2", false, false, OptimizerKind::SGD, false, 2, 10, 4, 0, false, 64},
                        Cfg{"tiny_resnet.yaml"}}) {
     SCOPED_TRACE(c.model);
-    const rp::CompiledPlan p = compile(c);
+    {  // with reuse: a buffer per gradient, placed by its lifetime; at most four are live at any program point
+      const rp::CompiledPlan p = compile(c);
+      const MemoryPlan& m = p.memory[0];
+      EXPECT_EQ(grad_slot_count(m), 0);
+      std::map<std::int32_t, int> live;
+      int buffers = 0;
+      for (const auto& t : m.tensors())
+        if (t.name.rfind("grad_buffer.", 0) == 0) {
+          ++buffers;
+          for (const rp::LiveInterval& i : m.lifetimes().at(t.id))
+            for (std::int32_t q = i.first; q <= i.last; ++q) ++live[q];
+        }
+      EXPECT_GE(buffers, 1);
+      for (auto [q, n] : live) EXPECT_LE(n, rp::kMaxGradSlots) << "program point " << q;
+      for (auto [view, owner] : m.aliases()) {
+        EXPECT_EQ(m.tensor(view).offset, m.tensor(owner).offset);
+        EXPECT_LE(compute_slot_bytes(m.tensor(view).shape, m.tensor(view).dtype, m.tensor(view).region),
+                  m.tensor(owner).slot_bytes);
+      }
+    }
+    Cfg fixed = c;
+    fixed.reuse = false;
+    const rp::CompiledPlan p = compile(fixed);
     for (const MemoryPlan& m : p.memory) {
       const std::int64_t n = grad_slot_count(m);
       EXPECT_GE(n, 1);

@@ -28,6 +28,24 @@ ArchLayer make(LayerKind kind, LayerParams params = NoParams{}, std::string name
   return l;
 }
 
+/// Upper bounds that keep every size product of a plan inside int64 (found by tests/fuzz/fuzz_blueprint_yaml: an input
+/// of 32333333333333333 rows overflowed the flatten size). Far beyond any real model.
+constexpr std::int64_t kMaxExtent = std::int64_t(1) << 20;       // one H, W, C, stride, pad, output width
+constexpr std::int64_t kMaxKernel = std::int64_t(1) << 10;       // so out_c * k * k * in_c stays < 2^60
+constexpr std::size_t kMaxLayers = 100000;                       // after expanding repeat/block (ResNet-152: ~500)
+constexpr std::int64_t kMaxSampleElems = std::int64_t(1) << 36;  // H*W*C of one sample (fc weights < 2^56)
+
+void check_extents(const Shape& s, const std::string& ctx) {
+  RN_CHECK_CTX(s.h <= kMaxExtent && s.w <= kMaxExtent && s.c <= kMaxExtent, ctx,
+               "shape {} is too large (each of H, W, C must be at most {})", s.str_hwc(), kMaxExtent);
+  RN_CHECK_CTX(s.h * s.w <= kMaxSampleElems / s.c, ctx, "shape {} has more than {} elements per sample", s.str_hwc(),
+               kMaxSampleElems);
+}
+
+void check_param(std::int64_t v, const char* what, const std::string& ctx, std::int64_t max = kMaxExtent) {
+  RN_CHECK_CTX(v <= max, ctx, "{} = {} is too large (at most {})", what, v, max);
+}
+
 std::int64_t conv_out(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p) {
   // floor((in + 2p - k) / s) + 1, guarding the negative numerator (C++ truncates toward zero).
   const std::int64_t num = in + 2 * p - k;
@@ -70,6 +88,8 @@ struct Expander {
       case bp::NodeKind::Repeat: {
         RN_CHECK_CTX(n.count >= 1 && n.children.size() == 1, path, "repeat needs n >= 1 and one layer, got n = {}",
                      n.count);
+        RN_CHECK_CTX(n.count <= static_cast<std::int64_t>(kMaxLayers), path, "repeat n = {} is more than {}", n.count,
+                     kMaxLayers);
         for (std::int64_t i = 0; i < n.count; ++i)
           c = walk(n.children[0], c, fmt::format("{}.repeat[{}]", path, i),
                    n.count > 1 ? fmt::format("{}.{}", name_suffix, i) : name_suffix);
@@ -208,6 +228,8 @@ struct Expander {
   }
 
   void push(ArchLayer l, const std::string& path) {
+    // A `repeat: {n: 1000000000}` must be an error, not an hour of expansion (tests/fuzz).
+    RN_CHECK_CTX(out.size() < kMaxLayers, path, "the model expands to more than {} layers", kMaxLayers);
     l.origin = path;
     out.push_back(std::move(l));
   }
@@ -225,7 +247,11 @@ Shape infer_out_shape(const ArchLayer& l, const Shape& in) {
   const std::string ctx = l.name.empty() ? (l.origin.empty() ? std::string(layer_kind_name(l.kind)) : l.origin)
                                          : fmt::format("layer '{}'", l.name);
   RN_CHECK_CTX(in.valid(), ctx, "{} gets an empty input {}", layer_kind_name(l.kind), in.str_hwc());
+  check_extents(in, ctx);
   auto spatial = [&](std::int64_t k, std::int64_t s, std::int64_t p) {
+    check_param(k, "kernel", ctx, kMaxKernel);
+    check_param(s, "stride", ctx);
+    check_param(p, "pad", ctx);
     const std::int64_t oh = conv_out(in.h, k, s, p), ow = conv_out(in.w, k, s, p);
     RN_CHECK_CTX(oh > 0 && ow > 0, ctx,
                  "spatial size shrinks to zero: input {} with kernel {}, stride {}, pad {} (hint: the input is too "
@@ -240,6 +266,7 @@ Shape infer_out_shape(const ArchLayer& l, const Shape& in) {
       const std::int64_t out_c = p.groups == bp::kDepthwise ? (p.out_c > 0 ? p.out_c : in.c) : p.out_c;
       const std::int64_t groups = p.groups == bp::kDepthwise ? in.c : p.groups;
       RN_CHECK_CTX(out_c > 0, ctx, "negative or zero output channels ({})", out_c);
+      check_param(out_c, "output channels", ctx);
       RN_CHECK_CTX(groups >= 1 && in.c % groups == 0 && out_c % groups == 0, ctx,
                    "groups = {} must divide the input channels ({}) and the output channels ({})", groups, in.c,
                    out_c);
@@ -266,6 +293,7 @@ Shape infer_out_shape(const ArchLayer& l, const Shape& in) {
     case LayerKind::Fc:
     case LayerKind::GapFC: {
       RN_CHECK_CTX(l.fc().out > 0, ctx, "negative or zero output features ({})", l.fc().out);
+      check_param(l.fc().out, "output features", ctx);
       return Shape{in.n, 1, 1, l.fc().out};
     }
     case LayerKind::SoftmaxCE: {

@@ -1,6 +1,7 @@
 // The compiler's five phases (DESIGN §4): derive shapes, max slots, memory plans, graphs, sharing.
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
+#include <renaissance/plan/liveness.h>
 
 #include <fmt/format.h>
 
@@ -157,17 +158,51 @@ class GradWalker {
     // Views are named per (feature, slot): the A and B first-layer walks reuse the same views.
     const TensorId fid = m_b.feature[static_cast<std::size_t>(key)];
     const std::string name = fmt::format("{}.grad@{}", m_b.plans[0].tensor(fid).name, slot);
-    if (const TensorId id = m_b.plans[0].find(name); id != kNoTensor) return id;
+    if (const TensorId id = m_b.plans[0].find(name); id != kNoTensor) {
+      RN_CHECK(!reuse() || m_b.plans[0].aliases().at(id) == m_buffer[static_cast<std::size_t>(slot)],
+               "internal: gradient view '{}' would view two buffers", name);
+      return id;
+    }
     TensorId id = kNoTensor;
     for (MemoryPlan& plan : m_b.plans) {
       const DTensor& f = plan.tensor(fid);
-      id = plan.alias_grad_slot(name, slot, f.shape, f.dtype);
+      id = reuse() ? plan.alias_grad(name, m_buffer[static_cast<std::size_t>(slot)], f.shape, f.dtype)
+                   : plan.alias_grad_slot(name, slot, f.shape, f.dtype);
     }
     return id;
   }
 
+  bool reuse() const { return m_b.cfg.reuse_memory; }
+
+  // With reuse, each time a slot is taken afresh its gradient gets a buffer of its own, sized by the feature and
+  // placed by its lifetime: the "slot" only counts live gradients (<= 4). The views sharing it (the two inputs of
+  // a residual add) have the feature's shape too.
+  void new_buffer(int key, int slot) {
+    if (!m_emit || !reuse()) return;
+    const TensorId fid = m_b.feature[static_cast<std::size_t>(key)];
+    const std::string name = fmt::format("grad_buffer.{}", m_buffers++);
+    TensorId id = m_b.plans[0].find(name);
+    if (id == kNoTensor) {  // the A and B first-layer walks make the same buffers
+      std::int64_t bytes = 0;
+      for (const MemoryPlan& plan : m_b.plans) {
+        const DTensor& f = plan.tensor(fid);
+        bytes = std::max(bytes, compute_slot_bytes(f.shape, f.dtype, f.dtype == DType::F32 ? Region::F_GRAD_SLOT_FP32
+                                                                                             : Region::F_GRAD_SLOT_FP16));
+      }
+      for (MemoryPlan& plan : m_b.plans) {
+        const DTensor& f = plan.tensor(fid);
+        id = plan.alloc_grad_buffer(name, f.shape, f.dtype, bytes);
+      }
+    } else {
+      RN_CHECK(m_b.plans[0].tensor(id).shape == m_b.plans[0].tensor(fid).shape,
+               "internal: gradient buffer '{}' differs between the A and B first-layer walks", name);
+    }
+    m_buffer[static_cast<std::size_t>(slot)] = id;
+  }
+
   TensorId fresh(int key) {
     const int s = alloc_slot();
+    new_buffer(key, s);
     m_ref[static_cast<std::size_t>(s)] = 1;
     m_slot_of[key] = s;
     return m_view_of[key] = make_view(key, s);
@@ -211,6 +246,8 @@ class GradWalker {
   std::map<int, int> m_slot_of;
   std::map<int, TensorId> m_view_of;
   std::array<int, kMaxGradSlots> m_ref{};
+  std::array<TensorId, kMaxGradSlots> m_buffer{};  // reuse: the buffer a slot's current gradient lives in
+  int m_buffers = 0;
   int m_max_used = 0;
 };
 
@@ -468,10 +505,11 @@ CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
           largest = i;
         }
       }
-  for (int s = 0; s < b.grad_slots; ++s)
-    each([&](MemoryPlan& mp, const CompileSpec&, std::size_t) {
-      return mp.alloc_grad_slot(s, mp.tensor(b.feature[largest]).shape, act, grad_slot_bytes);
-    });
+  if (!cfg.reuse_memory)
+    for (int s = 0; s < b.grad_slots; ++s)
+      each([&](MemoryPlan& mp, const CompileSpec&, std::size_t) {
+        return mp.alloc_grad_slot(s, mp.tensor(b.feature[largest]).shape, act, grad_slot_bytes);
+      });
 
   // Phase 4b: the train graph.
   ComputationGraph& T = out.train;
@@ -607,8 +645,13 @@ CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
   I.add(GraphId::CLEAR_METRICS, range_node(RangeOp::CLEAR, {}, {r_acc}));
   // UPDATE_BN_INF_PARAMS stays empty until BN is folded into the next conv (W_EQ_* regions, DESIGN §11).
 
-  // Phase 5: finalize every variant and check that they share one layout.
-  for (MemoryPlan& p : out.memory) p.finalize();
+  // Phase 5: finalize every variant and check that they share one layout. With reuse, the activation pool is
+  // placed by the lifetimes its tensors have in the graphs (the same in every variant: one topology).
+  if (cfg.reuse_memory) {
+    const Liveness live = compute_liveness(out.memory[0], out.train, out.inference);
+    for (MemoryPlan& p : out.memory) p.set_lifetimes(live.lifetimes);
+  }
+  for (std::size_t v = 0; v < nv; ++v) out.memory[v].finalize(v == 0 ? nullptr : &out.memory[0]);
   for (std::size_t v = 1; v < nv; ++v) {
     const auto& a = out.memory[0].tensors();
     const auto& c = out.memory[v].tensors();

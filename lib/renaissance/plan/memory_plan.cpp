@@ -4,8 +4,27 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace renaissance::plan {
+
+bool lifetimes_intersect(const Lifetime& a, const Lifetime& b) {
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i].last < b[j].first) {
+      ++i;
+    } else if (b[j].last < a[i].first) {
+      ++j;
+    } else {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool is_pool_region(Region r) {
+  return region_index(r) >= region_index(kPoolFirst) && region_index(r) <= region_index(kPoolLast);
+}
 
 std::vector<RegionRange> contiguous_ranges() {
   return {
@@ -51,15 +70,25 @@ TensorId MemoryPlan::alloc_grad_slot(int index, const Shape& s, DType t, std::in
              min_slot);
 }
 TensorId MemoryPlan::alias_grad_slot(const std::string& name, int slot_index, const Shape& s, DType t) {
-  const TensorId slot = at(fmt::format("grad_slot.{}", slot_index));
-  const DTensor& st = m_tensors[static_cast<std::size_t>(slot)];
-  RN_CHECK(st.dtype == t, "gradient view '{}' has dtype {} but slot {} is {}", name, dtype_name(t), slot_index,
+  return alias_grad(name, at(fmt::format("grad_slot.{}", slot_index)), s, t);
+}
+TensorId MemoryPlan::alloc_grad_buffer(const std::string& name, const Shape& s, DType t, std::int64_t min_slot) {
+  RN_CHECK(t == DType::F32 || t == DType::F16, "gradient buffer '{}' must be f32 or f16", name);
+  return add(name, s, t, t == DType::F32 ? Region::F_GRAD_SLOT_FP32 : Region::F_GRAD_SLOT_FP16, min_slot);
+}
+TensorId MemoryPlan::alias_grad(const std::string& name, TensorId owner, const Shape& s, DType t) {
+  const DTensor& st = tensor(owner);
+  RN_CHECK((st.region == Region::F_GRAD_SLOT_FP32 || st.region == Region::F_GRAD_SLOT_FP16) && !m_alias_of.count(owner),
+           "gradient view '{}' must view a gradient slot or buffer, not '{}' in {}", name, st.name,
+           region_name(st.region));
+  RN_CHECK(st.dtype == t, "gradient view '{}' has dtype {} but '{}' is {}", name, dtype_name(t), st.name,
            dtype_name(st.dtype));
-  RN_CHECK(compute_slot_bytes(s, t, st.region) <= st.slot_bytes, "gradient view '{}' ({}) does not fit slot {}", name,
-           s.str(), slot_index);
-  const TensorId id = add(name, s, t, st.region, 0);
+  RN_CHECK(compute_slot_bytes(s, t, st.region) <= st.slot_bytes, "gradient view '{}' ({}) does not fit '{}'", name,
+           s.str(), st.name);
+  const Region region = st.region;
+  const TensorId id = add(name, s, t, region, 0);
   m_tensors[static_cast<std::size_t>(id)].slot_bytes = 0;  // a view owns no bytes
-  m_alias_of[id] = slot;
+  m_alias_of[id] = owner;
   return id;
 }
 TensorId MemoryPlan::alias_feature(const std::string& name, TensorId base, const Shape& s, DType t) {
@@ -121,10 +150,120 @@ TensorId MemoryPlan::alloc_other(Region r, const std::string& n, const Shape& s,
   return add(n, s, t, r, min_slot);
 }
 
-void MemoryPlan::finalize() {
+void MemoryPlan::set_lifetimes(std::map<TensorId, Lifetime> owners) {
+  RN_CHECK(!m_finalized, "memory plan '{}': lifetimes set after finalize()", m_variant);
+  for (const auto& [id, life] : owners) {
+    const DTensor& t = tensor(id);
+    RN_CHECK(is_pool_region(t.region) && !m_alias_of.count(id),
+             "memory plan '{}': '{}' in {} gets a lifetime but only owners in the activation pool can share bytes",
+             m_variant, t.name, region_name(t.region));
+    for (std::size_t i = 0; i < life.size(); ++i)
+      RN_CHECK(life[i].first <= life[i].last && (i == 0 || life[i - 1].last < life[i].first),
+               "memory plan '{}': lifetime of '{}' is not ascending disjoint intervals", m_variant, t.name);
+  }
+  m_lifetimes = std::move(owners);
+  m_reuse = true;
+}
+
+std::int64_t MemoryPlan::place_pool(std::int64_t start, const MemoryPlan* same_layout) {
+  std::vector<DTensor*> items;
+  for (DTensor& t : m_tensors)
+    if (is_pool_region(t.region) && is_owner(t)) items.push_back(&t);
+  const std::size_t n = items.size();
+  std::vector<std::int64_t> best(n);
+  std::int64_t best_bytes = 0;
+  if (same_layout) {
+    RN_CHECK(same_layout->m_finalized && same_layout->m_reuse && same_layout->m_lifetimes == m_lifetimes &&
+                 same_layout->pool_range().offset == start && same_layout->m_tensors.size() == m_tensors.size(),
+             "memory plan '{}': cannot take the pool layout of '{}' (different pool)", m_variant, same_layout->m_variant);
+    for (std::size_t i = 0; i < n; ++i) {
+      const DTensor& o = same_layout->tensor(items[i]->id);
+      RN_CHECK(o.name == items[i]->name && o.slot_bytes == items[i]->slot_bytes,
+               "memory plan '{}': '{}' differs from '{}' in plan '{}'", m_variant, items[i]->name, o.name,
+               same_layout->m_variant);
+      best[i] = o.offset - start;
+      best_bytes = std::max(best_bytes, best[i] + o.slot_bytes);
+    }
+  } else {
+    best_bytes = place_first_fit(items, best);
+  }
+  for (std::size_t i = 0; i < n; ++i) items[i]->offset = start + best[i];
+  const std::int64_t bytes = best_bytes;
+  for (int r = region_index(kPoolFirst); r <= region_index(kPoolLast); ++r) {
+    std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = start;
+    for (const DTensor* t : items)
+      if (region_index(t->region) == r) {
+        lo = std::min(lo, t->offset);
+        hi = std::max(hi, t->offset + t->slot_bytes);
+      }
+    m_regions[static_cast<std::size_t>(r)] = lo > hi ? ByteRange{start, 0} : ByteRange{lo, hi - lo};
+  }
+  return bytes;
+}
+
+std::int64_t MemoryPlan::place_first_fit(const std::vector<DTensor*>& items, std::vector<std::int64_t>& best) const {
+  static const Lifetime kAlways{{0, std::numeric_limits<std::int32_t>::max()}};
+  auto life = [this](const DTensor& t) -> const Lifetime& {
+    auto it = m_lifetimes.find(t.id);
+    return it == m_lifetimes.end() ? kAlways : it->second;
+  };
+  const std::size_t n = items.size();
+  // Which pairs may not share bytes (computed once for the strategies below).
+  std::vector<std::vector<std::uint32_t>> conflicts(n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j)
+      if (lifetimes_intersect(life(*items[i]), life(*items[j]))) {
+        conflicts[i].push_back(static_cast<std::uint32_t>(j));
+        conflicts[j].push_back(static_cast<std::uint32_t>(i));
+      }
+  auto start_of = [&](std::size_t i) { const Lifetime& l = life(*items[i]); return l.empty() ? 0 : l.front().first; };
+  // First fit in a given order: each tensor at the lowest offset free of the placed tensors it conflicts with.
+  // A few orders (largest first; earliest first; most conflicts first), the smallest pool wins; ties keep the first.
+  std::vector<std::int64_t> off(n);
+  std::int64_t best_bytes = std::numeric_limits<std::int64_t>::max();
+  std::vector<std::pair<std::int64_t, std::int64_t>> busy;
+  std::vector<char> placed(n);
+  for (int strategy = 0; strategy < 3; ++strategy) {
+    std::vector<std::size_t> order(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      const std::int64_t sa = items[a]->slot_bytes, sb = items[b]->slot_bytes;
+      if (strategy == 1 && start_of(a) != start_of(b)) return start_of(a) < start_of(b);
+      if (strategy == 2 && conflicts[a].size() != conflicts[b].size()) return conflicts[a].size() > conflicts[b].size();
+      return sa > sb;
+    });
+    std::fill(placed.begin(), placed.end(), 0);
+    std::int64_t bytes = 0;
+    for (std::size_t i : order) {
+      busy.clear();
+      for (std::uint32_t j : conflicts[i])
+        if (placed[j]) busy.emplace_back(off[j], off[j] + items[j]->slot_bytes);
+      std::sort(busy.begin(), busy.end());
+      std::int64_t o = 0;
+      for (auto [b, e] : busy) {
+        if (b >= o + items[i]->slot_bytes) break;
+        o = std::max(o, e);
+      }
+      off[i] = o;
+      placed[i] = 1;
+      bytes = std::max(bytes, o + items[i]->slot_bytes);
+    }
+    if (bytes < best_bytes) {
+      best_bytes = bytes;
+      best = off;
+    }
+  }
+  return n ? best_bytes : 0;
+}
+
+void MemoryPlan::finalize(const MemoryPlan* same_layout) {
   RN_CHECK(!m_finalized, "memory plan '{}' finalized twice", m_variant);
   std::int64_t cursor = 0;
   for (int r = 0; r < kNamedRegions; ++r) {
+    if (m_reuse && is_pool_region(region_at(r))) {
+      if (region_at(r) == kPoolFirst) cursor += place_pool(cursor, same_layout);
+      continue;
+    }
     const std::int64_t start = cursor;
     for (DTensor& t : m_tensors) {
       if (region_index(t.region) != r || m_alias_of.count(t.id)) continue;
@@ -140,9 +279,13 @@ void MemoryPlan::finalize() {
 }
 
 void MemoryPlan::check_region_order() const {
+  const ByteRange pool = pool_range();
   for (int r = 1; r < kNamedRegions; ++r) {
-    const ByteRange& a = m_regions[static_cast<std::size_t>(r - 1)];
-    const ByteRange& b = m_regions[static_cast<std::size_t>(r)];
+    // With reuse the pool regions interleave inside the pool, which as a whole keeps its place in the order.
+    const bool pa = m_reuse && is_pool_region(region_at(r - 1)), pb = m_reuse && is_pool_region(region_at(r));
+    if (pa && pb) continue;
+    const ByteRange& a = pa ? pool : m_regions[static_cast<std::size_t>(r - 1)];
+    const ByteRange& b = pb ? pool : m_regions[static_cast<std::size_t>(r)];
     RN_CHECK(a.end() <= b.offset, "memory plan '{}': region {} ends at {} after region {} starts at {}", m_variant,
              region_name(region_at(r - 1)), a.end(), region_name(region_at(r)), b.offset);
   }
@@ -232,16 +375,82 @@ void MemoryPlan::check_alignment() const {
   }
 }
 
+namespace {
+std::string lifetime_str(const Lifetime* l) {
+  if (!l) return "live throughout";
+  std::string s;
+  for (const LiveInterval& i : *l) s += fmt::format("{}[{}, {}]", s.empty() ? "" : " ", i.first, i.last);
+  return s.empty() ? "never live" : s;
+}
+}  // namespace
+
 void MemoryPlan::check_no_overlap() const {
   std::vector<const DTensor*> owners;
   for (const DTensor& t : m_tensors)
     if (!m_alias_of.count(t.id) && t.slot_bytes > 0) owners.push_back(&t);
-  std::sort(owners.begin(), owners.end(), [](const DTensor* a, const DTensor* b) { return a->offset < b->offset; });
-  for (std::size_t i = 1; i < owners.size(); ++i)
-    RN_CHECK(owners[i - 1]->offset + owners[i - 1]->slot_bytes <= owners[i]->offset,
-             "memory plan '{}': tensors '{}' and '{}' overlap", m_variant, owners[i - 1]->name, owners[i]->name);
-  RN_CHECK(owners.empty() || owners.back()->offset + owners.back()->slot_bytes <= m_total,
-           "memory plan '{}': tensor '{}' ends past the arena", m_variant, owners.back()->name);
+  std::sort(owners.begin(), owners.end(),
+            [](const DTensor* a, const DTensor* b) { return a->offset != b->offset ? a->offset < b->offset : a->id < b->id; });
+  auto life = [this](const DTensor* t) -> const Lifetime* {
+    if (!m_reuse || !is_pool_region(t->region)) return nullptr;
+    auto it = m_lifetimes.find(t->id);
+    return it == m_lifetimes.end() ? nullptr : &it->second;
+  };
+  // Bytes may be shared only by two pool tensors that are never live at the same program point.
+  for (std::size_t i = 0; i < owners.size(); ++i) {
+    const DTensor* a = owners[i];
+    for (std::size_t j = i + 1; j < owners.size() && owners[j]->offset < a->offset + a->slot_bytes; ++j) {
+      const DTensor* b = owners[j];
+      const Lifetime *la = life(a), *lb = life(b);
+      RN_CHECK(la && lb && !lifetimes_intersect(*la, *lb),
+               "memory plan '{}': tensors '{}' [{}, {}) and '{}' [{}, {}) overlap while both are live ({}; {})",
+               m_variant, a->name, a->offset, a->offset + a->slot_bytes, b->name, b->offset, b->offset + b->slot_bytes,
+               lifetime_str(la), lifetime_str(lb));
+    }
+    RN_CHECK(a->offset + a->slot_bytes <= m_total, "memory plan '{}': tensor '{}' ends past the arena", m_variant,
+             a->name);
+  }
+}
+
+ByteRange MemoryPlan::pool_range() const {
+  std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = 0;
+  for (int r = region_index(kPoolFirst); r <= region_index(kPoolLast); ++r) {
+    const ByteRange& b = m_regions[static_cast<std::size_t>(r)];
+    lo = std::min(lo, b.offset);
+    hi = std::max(hi, b.end());
+  }
+  return ByteRange{lo, hi - lo};
+}
+
+std::int64_t MemoryPlan::pool_slot_bytes() const {
+  std::int64_t sum = 0;
+  for (const DTensor& t : m_tensors)
+    if (is_pool_region(t.region) && is_owner(t)) sum += t.slot_bytes;
+  return sum;
+}
+
+std::int64_t MemoryPlan::pool_peak_live_bytes() const {
+  if (!m_reuse) return pool_slot_bytes();
+  std::int64_t always = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> events;  // (point, +bytes at first / -bytes after last)
+  for (const DTensor& t : m_tensors) {
+    if (!is_pool_region(t.region) || !is_owner(t)) continue;
+    auto it = m_lifetimes.find(t.id);
+    if (it == m_lifetimes.end()) {
+      always += t.slot_bytes;
+      continue;
+    }
+    for (const LiveInterval& i : it->second) {
+      events.emplace_back(static_cast<std::int64_t>(i.first) * 2 + 1, t.slot_bytes);
+      events.emplace_back(static_cast<std::int64_t>(i.last) * 2 + 2, -t.slot_bytes);
+    }
+  }
+  std::sort(events.begin(), events.end());  // at one key, releases (even keys) come before the next point's uses
+  std::int64_t live = 0, peak = 0;
+  for (auto [k, d] : events) {
+    live += d;
+    peak = std::max(peak, live);
+  }
+  return always + peak;
 }
 
 void MemoryPlan::validate() const {
@@ -298,12 +507,13 @@ std::vector<TensorId> MemoryPlan::region_tensors(Region r) const {
 
 bool operator==(const MemoryPlan& a, const MemoryPlan& b) {
   return a.m_variant == b.m_variant && a.m_tensors == b.m_tensors && a.m_alias_of == b.m_alias_of &&
-         a.m_regions == b.m_regions && a.m_total == b.m_total && a.m_finalized == b.m_finalized;
+         a.m_regions == b.m_regions && a.m_total == b.m_total && a.m_finalized == b.m_finalized &&
+         a.m_reuse == b.m_reuse && a.m_lifetimes == b.m_lifetimes;
 }
 
 MemoryPlan MemoryPlan::from_parts(std::string variant, std::vector<DTensor> tensors,
                                   std::map<TensorId, TensorId> aliases, std::vector<ByteRange> regions,
-                                  std::int64_t total) {
+                                  std::int64_t total, bool reuse, std::map<TensorId, Lifetime> lifetimes) {
   MemoryPlan p(std::move(variant));
   RN_CHECK(regions.size() == static_cast<std::size_t>(kNamedRegions), "serialised memory plan has {} regions, not {}",
            regions.size(), kNamedRegions);
@@ -315,10 +525,10 @@ MemoryPlan MemoryPlan::from_parts(std::string variant, std::vector<DTensor> tens
   p.m_alias_of = std::move(aliases);
   p.m_regions = std::move(regions);
   p.m_total = total;
+  if (reuse) p.set_lifetimes(std::move(lifetimes));
   p.m_finalized = true;
   for (const DTensor& t : p.m_tensors)
-    if (t.region == Region::F_GRAD_SLOT_FP32 || t.region == Region::F_GRAD_SLOT_FP16)
-      if (!p.m_alias_of.count(t.id)) ++p.m_grad_slots;
+    if (t.name.rfind("grad_slot.", 0) == 0 && !p.m_alias_of.count(t.id)) ++p.m_grad_slots;
   p.validate();
   return p;
 }

@@ -214,6 +214,16 @@ void write_memory(Writer& w, const MemoryPlan& p) {
     w.i64(r.bytes);
   }
   w.i64(p.total_bytes());
+  w.b(p.reuses_memory());
+  w.i64(static_cast<std::int64_t>(p.lifetimes().size()));
+  for (const auto& [id, life] : p.lifetimes()) {
+    w.i32(id);
+    w.i64(static_cast<std::int64_t>(life.size()));
+    for (const LiveInterval& i : life) {
+      w.i32(i.first);
+      w.i32(i.last);
+    }
+  }
 }
 MemoryPlan read_memory(Reader& r) {
   std::string variant = r.str();
@@ -241,7 +251,20 @@ MemoryPlan read_memory(Reader& r) {
     x.bytes = r.i64();
   }
   const std::int64_t total = r.i64();
-  return MemoryPlan::from_parts(std::move(variant), std::move(tensors), std::move(aliases), std::move(regions), total);
+  const bool reuse = r.b();
+  std::map<TensorId, Lifetime> lifetimes;
+  const std::size_t nl = r.count();
+  for (std::size_t i = 0; i < nl; ++i) {
+    const TensorId id = r.i32();
+    Lifetime& life = lifetimes[id];
+    life.resize(r.count());
+    for (LiveInterval& x : life) {
+      x.first = r.i32();
+      x.last = r.i32();
+    }
+  }
+  return MemoryPlan::from_parts(std::move(variant), std::move(tensors), std::move(aliases), std::move(regions), total,
+                                reuse, std::move(lifetimes));
 }
 
 void write_body(Writer& w, const CompiledPlan& p) {
@@ -250,6 +273,7 @@ void write_body(Writer& w, const CompiledPlan& p) {
   const TrainConfig& c = p.config;
   w.i64(c.dataset_size); w.i64(c.batch); w.i64(c.start_resolution); w.i64(c.end_resolution); w.i64(c.val_size);
   w.i64(c.val_batch); w.u8(static_cast<std::uint8_t>(c.optimizer)); w.b(c.ema); w.b(c.amp); w.b(c.freeze_first_layer);
+  w.b(c.reuse_memory);
   w.i64(static_cast<std::int64_t>(p.specs.size()));
   for (const CompileSpec& s : p.specs) {
     w.b(s.amp_enabled); w.i64(s.max_sample_resolution); w.i64(s.actual_resolution); w.i64(s.batch_size);
@@ -308,6 +332,7 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
   c.dataset_size = r.i64(); c.batch = r.i64(); c.start_resolution = r.i64(); c.end_resolution = r.i64();
   c.val_size = r.i64(); c.val_batch = r.i64(); c.optimizer = r.enumv<OptimizerKind>(6); c.ema = r.b(); c.amp = r.b();
   c.freeze_first_layer = r.b();
+  c.reuse_memory = r.b();
   p.specs.resize(r.count(16));
   for (CompileSpec& s : p.specs) {
     s.amp_enabled = r.b(); s.max_sample_resolution = r.i64(); s.actual_resolution = r.i64(); s.batch_size = r.i64();

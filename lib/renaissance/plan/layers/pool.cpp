@@ -1,4 +1,6 @@
-// Max-pool (argmax saved for backward), global average pool, flatten (a compacting copy).
+// Max-pool (argmax saved for backward as a one-byte window position), global average pool, flatten (a compacting
+// copy).
+#include <renaissance/core/error.h>
 #include <renaissance/plan/layer_descriptor.h>
 
 namespace renaissance::plan {
@@ -32,8 +34,11 @@ LayerDescriptor simple(LayerKind kind, OpKind fwd_op, OpKind bwd_op) {
 void register_pool_layers(LayerRegistry& r) {
   LayerDescriptor mp;
   mp.kind = LayerKind::MaxPool;
-  mp.infer_tensors = [](const ArchLayer&, const Shape&, const Shape& out, const InferContext& ctx) {
-    return LayerTensors{{}, {output_feature(out, ctx), {"argmax", out, DType::I32, Region::T_TEMP_INT32}}};
+  mp.infer_tensors = [](const ArchLayer& l, const Shape&, const Shape& out, const InferContext& ctx) {
+    RN_CHECK(l.pool().k * l.pool().k <= 255, "max-pool '{}': a {}x{} window has more positions than its one-byte argmax "
+             "holds (at most 15x15)", l.name, l.pool().k, l.pool().k);
+    // One byte per output: the winner's position in its window (kh·k + kw), which the backward pass reads.
+    return LayerTensors{{}, {output_feature(out, ctx), {"argmax", out, DType::U8, Region::T_TEMP_INT8}}};
   };
   auto fwd = [](const ArchLayer& l, const LayerIds& ids, const BuildFlags&) {
     return std::vector<Node>{layer_node(OpKind::MAXPOOL_FWD, l, {ids.x}, {ids.y, ids.tensor("argmax")})};

@@ -1,0 +1,165 @@
+#include <renaissance/core/error.h>
+#include <renaissance/plan/liveness.h>
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+namespace renaissance::plan {
+
+const std::vector<Phase>& replay_phases() {
+  static const std::vector<Phase> phases = {
+      {false,
+       {GraphId::ZERO_GRAD, GraphId::FIRST_LAYER_FWD_A, GraphId::FIRST_LAYER_FWD_B, GraphId::DEEP_FWD_BWD,
+        GraphId::FIRST_LAYER_BWD_A, GraphId::FIRST_LAYER_BWD_B, GraphId::CAST_G16_TO_G, GraphId::DEEP_COMM,
+        GraphId::FIRST_COMM, GraphId::NAN_CHECK_AND_GRAD_SCALING, GraphId::STATS_COMM, GraphId::UPDATE_STATS,
+        GraphId::OPTIMIZER, GraphId::LARS_NORM_OPT, GraphId::LARS_BIAS_OPT, GraphId::LARS_WEIGHT_OPT,
+        GraphId::CAST_W_TO_A, GraphId::EMA_UPDATE, GraphId::ACCUM_METRICS_TRAIN, GraphId::TRAIN_RESULT_COMM,
+        GraphId::CLEAR_METRICS}},
+      {true, {GraphId::INF_MAIN_A, GraphId::ACCUM_METRICS_VAL_A}},
+      {true, {GraphId::INF_MAIN_B, GraphId::ACCUM_METRICS_VAL_B}},
+      {true, {GraphId::INF_EMA_A, GraphId::ACCUM_METRICS_VAL_A}},
+      {true, {GraphId::INF_EMA_B, GraphId::ACCUM_METRICS_VAL_B}},
+      {true, {GraphId::CLEAR_METRICS, GraphId::CAST_E_TO_E16, GraphId::VAL_RESULT_COMM}},
+  };
+  return phases;
+}
+
+bool fused_node_runs_its_parts(LayerKind k) {
+  // Both backends run every FUSED_* node as its plain parts today (runtime/cpu_ops.cpp, cuda_ops.cpp). A kind that
+  // gets one fused kernel whose parts overlap in time is listed here, and its tensors stay live across the node.
+  switch (k) {
+    default: return true;
+  }
+}
+
+namespace {
+
+constexpr std::int32_t kUntouched = -1;
+
+struct Walker {
+  const MemoryPlan& mp;
+  std::vector<TensorId> owner_of;  // tensor id -> owner id if in the pool, else kNoTensor
+  std::vector<std::int32_t> first, last;
+  std::vector<bool> written;       // per phase
+  std::set<TensorId> pinned;
+
+  explicit Walker(const MemoryPlan& m) : mp(m) {
+    const auto n = m.tensors().size();
+    owner_of.assign(n, kNoTensor);
+    for (const DTensor& t : m.tensors()) {
+      if (!is_pool_region(t.region)) continue;
+      auto it = m.aliases().find(t.id);
+      owner_of[static_cast<std::size_t>(t.id)] = it == m.aliases().end() ? t.id : it->second;
+    }
+    first.assign(n, kUntouched);
+    last.assign(n, kUntouched);
+    written.assign(n, false);
+  }
+
+  TensorId owner(TensorId id) const {
+    return id >= 0 && static_cast<std::size_t>(id) < owner_of.size() ? owner_of[static_cast<std::size_t>(id)] : kNoTensor;
+  }
+  void touch(TensorId o, std::int32_t p) {
+    auto& f = first[static_cast<std::size_t>(o)];
+    if (f == kUntouched) f = p;
+    last[static_cast<std::size_t>(o)] = p;
+  }
+  // Plain nodes in execution order: a value read before anything wrote it in this phase comes from an earlier
+  // replay, so its owner cannot give its bytes away.
+  void order_check(const Node& n) {
+    if (!n.sub.empty()) {
+      for (const Node& s : n.sub) order_check(s);
+      return;
+    }
+    const bool acc = n.accumulate || n.op == OpKind::ACCUMULATE;
+    auto read = [&](TensorId id) {
+      const TensorId o = owner(id);
+      if (o != kNoTensor && !written[static_cast<std::size_t>(o)]) pinned.insert(o);
+    };
+    for (TensorId id : n.inputs) read(id);
+    if (n.type == NodeType::COMPUTE)
+      for (TensorId id : n.outputs) {
+        if (acc) read(id);
+        const TensorId o = owner(id);
+        if (o != kNoTensor) written[static_cast<std::size_t>(o)] = true;
+      }
+  }
+  // Every pool owner a node touches, including whole pool regions a RANGE node spans.
+  void touch_node(const Node& n, std::int32_t p) {
+    for (const auto* ids : {&n.inputs, &n.outputs})
+      for (TensorId id : *ids)
+        if (const TensorId o = owner(id); o != kNoTensor) touch(o, p);
+    if (n.type == NodeType::RANGE) {
+      for (const auto* ranges : {&n.input_ranges, &n.output_ranges})
+        for (RegionRange r : *ranges)
+          for (int ri = region_index(r.first); ri <= region_index(r.last); ++ri) {
+            if (!is_pool_region(region_at(ri))) continue;
+            for (const DTensor& t : mp.tensors())
+              if (region_index(t.region) == ri && !mp.aliases().count(t.id)) pinned.insert(t.id);  // in and out: unknown order
+          }
+    }
+    if (n.type == NodeType::COMPUTE) order_check(n);
+  }
+  // One program point per plain node, in order; see the header for the two exceptions.
+  void visit(const std::vector<Node>& seq, std::int32_t& next) {
+    const Node* prev = nullptr;
+    for (const Node& n : seq) {
+      if (!n.sub.empty() && fused_node_runs_its_parts(n.layer_kind)) {
+        visit(n.sub, next);
+        prev = nullptr;
+        continue;
+      }
+      const bool with_prev = prev && ((prev->op == OpKind::CONV_BWD_FILTER && n.op == OpKind::CONV_BWD_DATA) ||
+                                      (prev->op == OpKind::FC_BWD_WEIGHT && n.op == OpKind::FC_BWD_DATA));
+      touch_node(n, with_prev ? next - 1 : next++);
+      prev = &n;
+    }
+  }
+};
+
+}  // namespace
+
+Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, const ComputationGraph& inference) {
+  Walker w(mp);
+  Liveness out;
+  std::map<TensorId, Lifetime>& life = out.lifetimes;
+  std::int32_t p = 0;
+  std::set<GraphId> listed[2];
+  for (const Phase& ph : replay_phases()) {
+    const ComputationGraph& graph = ph.inference ? inference : train;
+    std::fill(w.first.begin(), w.first.end(), kUntouched);
+    std::fill(w.last.begin(), w.last.end(), kUntouched);
+    std::fill(w.written.begin(), w.written.end(), false);
+    for (GraphId g : ph.buckets) {
+      listed[ph.inference ? 1 : 0].insert(g);
+      w.visit(graph.bucket(g), p);
+    }
+    for (std::size_t id = 0; id < w.first.size(); ++id)
+      if (w.first[id] != kUntouched) life[static_cast<TensorId>(id)].push_back(LiveInterval{w.first[id], w.last[id]});
+  }
+  // A bucket in no phase (its own stream, or replayed at times no phase describes) pins what it touches.
+  for (int gi = 0; gi < 2; ++gi)
+    for (int g = 0; g < kGraphIds; ++g) {
+      const std::vector<Node>& bucket = (gi ? inference : train).bucket(static_cast<GraphId>(g));
+      if (listed[gi].count(static_cast<GraphId>(g)) || bucket.empty()) continue;
+      Walker other(mp);
+      for (const Node& n : bucket) other.touch_node(n, 0);
+      for (std::size_t id = 0; id < other.first.size(); ++id)
+        if (other.first[id] != kUntouched) w.pinned.insert(static_cast<TensorId>(id));
+      w.pinned.insert(other.pinned.begin(), other.pinned.end());
+    }
+  out.points = p;
+  for (const DTensor& t : mp.tensors()) {
+    const TensorId o = w.owner(t.id);
+    if (o == kNoTensor) continue;
+    // Padded channel lanes are written by nobody and read as zeros by some kernels: keep them out of reuse.
+    if (t.shape.c % channel_alignment(t.dtype, t.region) != 0) w.pinned.insert(o);
+    if (o == t.id && !life.count(o)) w.pinned.insert(o);
+  }
+  for (TensorId o : w.pinned) life[o] = Lifetime{LiveInterval{0, std::max<std::int32_t>(p - 1, 0)}};
+  out.pinned.assign(w.pinned.begin(), w.pinned.end());
+  return out;
+}
+
+}  // namespace renaissance::plan

@@ -1,0 +1,47 @@
+// Liveness of the activation pool: when each feature and gradient buffer holds a value that a later node reads,
+// measured on the order in which the runtime replays the subgraphs (DESIGN §5; STYLE habit 8, MegEngine's planner).
+#pragma once
+
+#include <renaissance/plan/computation_graph.h>
+#include <renaissance/plan/memory_plan.h>
+
+#include <map>
+#include <vector>
+
+namespace renaissance::plan {
+
+/// A run of buckets the runtime replays one after the other on one stream, with no value of the activation pool
+/// carried into it from before (checked: a pool tensor read before it is written in its phase is pinned).
+struct Phase {
+  bool inference = false;  ///< buckets of the inference graph (else of the train graph)
+  std::vector<GraphId> buckets;
+};
+/// The phases of a run: the train step as Trainer::step replays it (where the step picks one of two buckets, the A
+/// or B input buffer, both are listed, so a replayed step is a subsequence of the phase and a lifetime measured on
+/// the phase contains the real one); then each validation batch (one INF_* bucket and its ACCUM_METRICS_VAL_*),
+/// and the validation bookkeeping.
+const std::vector<Phase>& replay_phases();
+
+struct Liveness {
+  /// Every owner of pool bytes (F_FEATURE_*, F_GRAD_SLOT_*) -> the program points where it or one of its aliases is
+  /// touched, one closed interval per phase that touches it. Program points number the plain nodes in replay
+  /// order (a FUSED_* node's parts one by one, see fused_node_runs_its_parts), except that a layer's weight-
+  /// gradient node and the data-gradient node after it share one point: they may run on two streams at once
+  /// (DESIGN §11, lever 3), so neither may write bytes the other still reads.
+  std::map<TensorId, Lifetime> lifetimes;
+  std::int32_t points = 0;  ///< program points in all
+  /// Pool owners that must keep their bytes for the whole run: read before written in a phase (their value comes
+  /// from an earlier replay), touched by a bucket outside the two orders (e.g. TRANSFER_*, on its own stream),
+  /// never touched at all, or with padded channels (padding lanes are never written, so must stay zero).
+  std::vector<TensorId> pinned;
+};
+
+/// True where the backends run a FUSED_* node of kind `k` as its sub-nodes in order, so its parts get program
+/// points of their own. A kind whose fused kernel interleaves its parts must answer false: its tensors are then
+/// live across the whole node.
+bool fused_node_runs_its_parts(LayerKind k);
+
+/// Measures the lifetimes of `mp`'s pool owners over the train graph and the inference graph.
+Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, const ComputationGraph& inference);
+
+}  // namespace renaissance::plan
