@@ -4,6 +4,7 @@
 #include "model_options.h"
 
 #include <renaissance/core/error.h>
+#include <renaissance/dist/communicator.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/plan/arch_plan.h>
 #include <renaissance/runtime/trainer.h>
@@ -36,10 +37,10 @@ struct BenchCli {
   std::string device = "auto";
   std::string optimizer = "momentum";
   bool json = false;
+  double comm_timeout = 0;
 };
 
 void run_bench(const BenchCli& c) {
-  refuse_multi_rank_launch("bench");
   RN_CHECK(c.graphs == "on" || c.graphs == "off", "--graphs must be on or off, got '{}'", c.graphs);
   blueprint::BluePrint bp = c.model.load();
   if (c.model.resolution > 0) bp.in_h = bp.in_w = c.model.resolution;
@@ -55,6 +56,9 @@ void run_bench(const BenchCli& c) {
   t.batch = c.batch;
   t.amp = c.amp;
   t.backend = pick_backend(c.device);
+  // Data-parallel under mpirun/srun: --batch is global, each rank steps batch/ranks; rank 0 reports.
+  const std::unique_ptr<runtime::Communicator> comm = dist::open_communicator(t.backend, c.comm_timeout);
+  t.comm = comm.get();
   t.optimizer = plan::optimizer_from_name(c.optimizer);
   t.validate = false;
   runtime::BenchResult r;
@@ -72,6 +76,8 @@ void run_bench(const BenchCli& c) {
 #endif
   }
   std::filesystem::remove_all(dir);
+  if (!is_root_rank()) return;
+  const double per_rank = r.images_per_s / static_cast<double>(r.ranks);
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   const std::int64_t host_peak = static_cast<std::int64_t>(ru.ru_maxrss) * 1024;
@@ -80,6 +86,7 @@ void run_bench(const BenchCli& c) {
     j.begin_object().kv("model", bp.name).kv("device", runtime::backend_name(t.backend)).kv("batch", c.batch);
     j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
+    j.kv("ranks", r.ranks).kv("images_per_s_per_rank", per_rank);
     j.kv("arena_bytes", r.arena_bytes).kv("captures", r.captures).kv("host_peak_bytes", host_peak);
     if (device_used >= 0) j.kv("device_used_bytes", device_used);
     j.end_object();
@@ -90,6 +97,9 @@ void run_bench(const BenchCli& c) {
               static_cast<long long>(c.batch), static_cast<long long>(bp.in_h), static_cast<long long>(bp.in_w),
               runtime::backend_name(t.backend), c.amp ? "on" : "off", c.graphs.c_str(),
               static_cast<long long>(c.warmup), static_cast<long long>(c.steps));
+  if (r.ranks > 1)
+    std::printf("  %lld ranks x batch %lld: %.1f images/s per rank\n", static_cast<long long>(r.ranks),
+                static_cast<long long>(c.batch / r.ranks), per_rank);
   std::printf("  %.1f images/s   %.3f ms/step   arena %.1f MiB   %lld captures", r.images_per_s, r.ms_per_step,
               static_cast<double>(r.arena_bytes) / (1 << 20), static_cast<long long>(r.captures));
   if (device_used >= 0) std::printf("   device memory in use %.1f MiB", static_cast<double>(device_used) / (1 << 20));
@@ -102,7 +112,7 @@ void register_bench_command(CLI::App& app) {
   auto c = std::make_shared<BenchCli>();
   CLI::App* cmd = app.add_subcommand("bench", "Time training steps on synthetic data (images/s, ms/step, memory)");
   c->model.add_to(*cmd);
-  cmd->add_option("--batch", c->batch, "Batch size")->capture_default_str();
+  cmd->add_option("--batch", c->batch, "Global batch size (each of N ranks steps batch/N)")->capture_default_str();
   cmd->add_option("--warmup", c->warmup, "Warm-up steps (not timed; the first captures happen here)")
       ->capture_default_str();
   cmd->add_option("--steps", c->steps, "Timed steps")->capture_default_str();
@@ -111,6 +121,7 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
   cmd->add_option("--optimizer", c->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")->capture_default_str();
   cmd->add_flag("--json", c->json, "Print the result as JSON");
+  add_comm_timeout_option(*cmd, c->comm_timeout);
   cmd->callback([c] { run_bench(*c); });
 }
 

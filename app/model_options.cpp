@@ -3,6 +3,9 @@
 #include <renaissance/blueprint/yaml.h>
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/core/error.h>
+#include <renaissance/dist/communicator.h>
+#include <renaissance/dist/mpi_session.h>
+#include <renaissance/dist/watchdog.h>
 
 #include <fmt/format.h>
 
@@ -27,19 +30,25 @@ blueprint::BluePrint ModelOptions::load() const {
   if (!model_file.empty()) return blueprint::load_blueprint_file(model_file);
   blueprint::ZooOptions z;
   z.num_classes = classes;
+  z.resolution = resolution;  // train/eval/predict build from the blueprint: --resolution must reach it
   return blueprint::zoo_model(model, z);
 }
 
-void refuse_multi_rank_launch(const char* command) {
-  // Data-parallel SPMD training is not in this build yet; N copies of a single-rank run would each train the
-  // whole model on the whole data set and write the same files, so refuse instead of wasting the allocation.
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {  // set per launched step
-    const char* v = std::getenv(var);
-    if (v && std::atoi(v) > 1)
-      throw Error(fmt::format("launched as {} ranks ({}={}), but multi-rank training is not available in this build",
-                              v, var, v),
-                  std::string("renaissance ") + command, "run one task (srun -n 1 / mpirun -n 1)");
-  }
+bool is_root_rank() {
+  const dist::MpiSession* s = dist::MpiSession::current();
+  return !s || s->is_root();
+}
+
+void barrier(runtime::Communicator* comm) {
+  if (comm) comm->agree_max(0);
+}
+
+void add_comm_timeout_option(CLI::App& cmd, double& seconds) {
+  seconds = dist::comm_timeout_from_env(dist::kDefaultCommTimeout);
+  cmd.add_option("--comm-timeout", seconds,
+                 "Data-parallel runs: seconds a collective may wait for the other ranks before the job is aborted "
+                 "(default: RENAISSANCE_COMM_TIMEOUT or 300)")
+      ->capture_default_str();
 }
 
 runtime::Backend pick_backend(const std::string& device) {

@@ -3,6 +3,7 @@
 
 #include <renaissance/blueprint/blueprint.h>
 #include <renaissance/runtime/arena_keeper.h>
+#include <renaissance/runtime/executor.h>
 
 #include <CLI/CLI.hpp>
 
@@ -22,8 +23,14 @@ struct ModelOptions {
   blueprint::BluePrint load() const;
 };
 
-/// Throws when launched as several ranks (mpirun/srun -n > 1): multi-rank training is not in this build.
-void refuse_multi_rank_launch(const char* command);
+/// Data-parallel launches (mpirun/srun -n N): true on rank 0 and in a one-rank run. Progress, summaries and
+/// output files are rank 0's; every rank still reports its own errors, prefixed with its rank.
+bool is_root_rank();
+/// A barrier over all ranks (no-op with one rank), under the communicator's watchdog.
+void barrier(runtime::Communicator* comm);
+/// --comm-timeout on `cmd`: seconds a collective may take before the job is aborted (RENAISSANCE_COMM_TIMEOUT
+/// is the default when set; the command line wins).
+void add_comm_timeout_option(CLI::App& cmd, double& seconds);
 
 /// --device cpu|cuda|auto → a backend; auto picks CUDA when this build has it and a device is visible.
 runtime::Backend pick_backend(const std::string& device);

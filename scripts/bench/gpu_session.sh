@@ -2,6 +2,7 @@
 # One call on the GPU machine: build (sm_90), the gpu-labelled tests, then the jobs named in STEPS.
 #   STEPS="tests bench fmnist" scripts/bench/gpu_session.sh      (logs and results in $OUT)
 # bench: Renaissance (graphs on/off) and PyTorch (MODES, default eager) on CASES, via compare_gpu.sh.
+# scaling: 1 vs N GPUs, Renaissance (mpirun) and PyTorch DDP (torchrun), via scaling_gpu.sh.
 # fmnist: Fashion-MNIST (idx.gz carried in data/cache/fashion-mnist) trained on the GPU with FMNIST_ARGS.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -29,6 +30,9 @@ for s in $STEPS; do
       MODES=${MODES:-eager} CASES=${CASES:-"resnet50:256:${MODES:-eager} fmnist_cnn:256:${MODES:-eager} resnet18_cifar:512:${MODES:-eager}"} \
         scripts/bench/compare_gpu.sh build-gpu "$OUT" >"$OUT/compare.log" 2>&1
       say "bench done"; cat "$OUT/table.md" 2>/dev/null; tail -5 "$OUT/ours.err" "$OUT/pytorch.err" 2>/dev/null ;;
+    scaling)
+      scripts/bench/scaling_gpu.sh build-gpu "$OUT" >"$OUT/scaling.log" 2>&1
+      say "scaling done"; cat "$OUT/scaling.md" 2>/dev/null; tail -5 "$OUT/scaling.err" 2>/dev/null ;;
     fmnist)
       "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fm.h5 >/dev/null || exit 1
       timeout "${FMNIST_TIMEOUT:-300}" "$RN" train --data data/fm.h5 --device cuda ${FMNIST_ARGS:---model resnet18_fmnist --amp --epochs 20 --batch 256 --crop-padding 2} \

@@ -1,0 +1,138 @@
+#include <renaissance/core/error.h>
+#include <renaissance/dist/mpi_session.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace renaissance::dist {
+
+namespace {
+
+MpiSession* g_session = nullptr;
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return end && *end == '\0' && x > 0 ? static_cast<int>(x) : -1;
+}
+
+void mpi_check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  RN_FAIL("{} failed: {}", what, msg);
+}
+
+}  // namespace
+
+bool launched_by_mpi_launcher() {
+  const char* mode = std::getenv("RENAISSANCE_MPI");
+  if (mode && std::string(mode) == "always") return true;
+  if (mode && std::string(mode) == "never") return false;
+  // Open MPI's mpirun, PMIx launchers (srun --mpi=pmix, prterun), PMI-1/2 (MPICH/Intel hydra, srun --mpi=pmi2),
+  // MVAPICH, and any Slurm job step (so a step whose tasks fail to join one MPI job is caught below).
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD", "HYDRA_CONTROL_FD",
+                        "MV2_COMM_WORLD_RANK", "SLURM_STEP_NUM_TASKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+int slurm_expected_tasks() {
+  // Only inside a job step (srun): a batch script's own shell also sees SLURM_NTASKS of the whole job but is one
+  // process by design (e.g. `renaissance data import` before the srun line).
+  if (env_int("SLURM_STEP_NUM_TASKS") > 0) return env_int("SLURM_STEP_NUM_TASKS");
+  return -1;
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  // mpirun (Open MPI, MPICH) is the authority on the rank count it was given; under srun, Slurm is. Read before
+  // MPI_Init: Open MPI exports OMPI_COMM_WORLD_SIZE into the environment of the ranks it starts itself.
+  const bool by_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+                         std::getenv("HYDRA_CONTROL_FD") != nullptr;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized && !launched_by_mpi_launcher()) {
+    // Started alone: one rank. MPI_Init as a singleton would work too but costs ~0.5 s per command (Open MPI
+    // starts a helper daemon); RENAISSANCE_MPI=always forces it.
+    g_session = this;
+    return;
+  }
+  if (!initialized) {
+    int provided = 0;
+    mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    m_finalize = true;
+  }
+  MPI_Comm_dup(MPI_COMM_WORLD, &m_comm);
+  MPI_Comm_dup(MPI_COMM_WORLD, &m_error_comm);
+  MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(m_comm, &m_rank);
+  MPI_Comm_size(m_comm, &m_world);
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_Comm_split_type(m_comm, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &m_local_rank);
+  MPI_Comm_size(local, &m_local_size);
+  MPI_Comm_free(&local);
+  g_session = this;
+  const int expected = by_mpirun ? -1 : slurm_expected_tasks();
+  if (expected > 0 && expected != m_world) {
+    std::fprintf(stderr,
+                 "renaissance: error: rank %d: the MPI world has %d rank(s) but Slurm started %d task(s) "
+                 "(SLURM_STEP_NUM_TASKS/SLURM_NTASKS); the tasks did not join one MPI job, each would train alone "
+                 "(hint: launch with `srun --mpi=pmix`, check `srun --mpi=list`, or run one task)\n",
+                 m_rank, m_world, expected);
+    std::fflush(stderr);
+    if (m_world > 1) abort(1);
+    MPI_Comm_free(&m_comm);
+    MPI_Comm_free(&m_error_comm);
+    MPI_Finalize();
+    std::exit(1);
+  }
+}
+
+MpiSession::~MpiSession() {
+  if (g_session == this) g_session = nullptr;
+  if (!m_finalize || m_comm == MPI_COMM_NULL) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  MPI_Comm_free(&m_comm);
+  MPI_Comm_free(&m_error_comm);
+  MPI_Finalize();
+}
+
+MpiSession* MpiSession::current() { return g_session; }
+
+std::string MpiSession::rank_prefix() const {
+  return m_world > 1 ? fmt::format("rank {}/{}: ", m_rank, m_world) : std::string();
+}
+
+bool MpiSession::all_ranks_failed(double grace_s) {
+  if (m_world == 1 || m_error_comm == MPI_COMM_NULL) return true;
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(m_error_comm, &req) != MPI_SUCCESS) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;  // the request stays pending: the caller aborts the job
+}
+
+void MpiSession::abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (m_comm != MPI_COMM_NULL) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // not reached
+}
+
+}  // namespace renaissance::dist

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Data-parallel tests of `renaissance train` on CPU ranks (labels mpi, slurm).
+#
+#   dp_test.sh MODE --cli RENAISSANCE --work DIR [--mpiexec MPIEXEC] [--python PY] [--launch LAUNCHER]
+#
+# MODE:
+#   equality        2 ranks x batch b/2 give the weights of 1 rank x batch b after k steps (rel. diff <= 1e-5),
+#                   the same validation metrics, and the comparison can fail (another seed differs)
+#   equality-syncbn the same for a model with BatchNorm and --sync-bn (running statistics too); without
+#                   --sync-bn each rank normalises with its own samples and the weights differ
+#   mismatch-lr     one rank runs with another --lr: every rank reports the mismatch, exit != 0
+#   mismatch-batch  one rank runs with another --batch: the same
+#   kill9           kill -9 one of 2 ranks mid-training: every rank exits != 0 within the timeout + 30 s, no orphans
+#   sigstop         SIGSTOP one of 2 ranks: the other's watchdog aborts the job, the same bounds
+#   slurm-ntasks    a Slurm step whose tasks did not join one MPI job (SLURM_STEP_NUM_TASKS=2, one process):
+#                   a clear error, exit != 0
+# --launch "srun --mpi=pmix" runs the ranks through Slurm instead of mpirun (inside an allocation).
+set -uo pipefail
+
+MODE=$1
+shift
+CLI="" WORK="" MPIEXEC=mpirun PY=python3 LAUNCH=""
+while (($#)); do
+  case "$1" in
+    --cli) CLI=$2; shift 2 ;;
+    --work) WORK=$2; shift 2 ;;
+    --mpiexec) MPIEXEC=$2; shift 2 ;;
+    --python) PY=$2; shift 2 ;;
+    --launch) LAUNCH=$2; shift 2 ;;
+    *) echo "dp_test.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+MODEL=$HERE/fixtures/dp_cnn.yaml
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI on a 2-core machine: more ranks than cores, no binding (other tests share the cores).
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
+TIMEOUT=${RENAISSANCE_TEST_COMM_TIMEOUT:-15}  # --comm-timeout of the fault modes
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+launch2() {  # launch2 PROGRAM ARGS...: two ranks
+  if [[ -n "$LAUNCH" ]]; then
+    $LAUNCH -n 2 "$@"
+  else
+    "$MPIEXEC" -n 2 "$@"
+  fi
+}
+
+"$CLI" data synthetic --out ds.h5 --train 200 --val 50 --shape 28,28,1 --classes 10 --seed 3 >/dev/null ||
+  fail "cannot make the synthetic dataset"
+# 200 samples, global batch 32: 6 full batches and a partial one of 8 (4 per rank) per epoch; 2 epochs, 12 steps,
+# random crops and flips keyed by the global sample position.
+TRAIN=(train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 2 --max-steps 12 --lr 0.05 --crop-padding 2)
+
+# A wrapper that changes the command line of rank 1 (the rank from the launcher's environment) and records pids.
+cat >rank_wrapper.sh <<WRAP
+#!/usr/bin/env bash
+r=\${OMPI_COMM_WORLD_RANK:-\${PMIX_RANK:-\${SLURM_PROCID:-0}}}
+echo \$\$ > "$WORK/pid.\$r"
+args=("\$@")
+if [[ "\$r" == 1 && -n "\${RANK1_OPT:-}" ]]; then  # rank 1: RANK1_OPT's value becomes RANK1_VAL
+  for i in "\${!args[@]}"; do
+    if [[ "\${args[\$i]}" == "\$RANK1_OPT" ]]; then args[\$((i + 1))]=\$RANK1_VAL; fi
+  done
+fi
+exec "$CLI" "\${args[@]}"
+WRAP
+chmod +x rank_wrapper.sh
+
+if [[ $MODE == equality* ]] && ! "$PY" -c "import h5py, numpy" 2>/dev/null; then
+  echo "SKIP: $PY has no h5py/numpy (the weights comparison needs them; scripts/setup installs python3-h5py)"
+  exit 77
+fi
+
+case "$MODE" in
+  equality)
+    "$CLI" "${TRAIN[@]}" --save w1.h5 --metrics m1.jsonl >out1.txt 2>&1 || { cat out1.txt; fail "1-rank run"; }
+    launch2 "$CLI" "${TRAIN[@]}" --save w2.h5 --metrics m2.jsonl >out2.txt 2>&1 || { cat out2.txt; fail "2-rank run"; }
+    cat out2.txt
+    [[ $(grep -o "epoch [12]/2  step" out2.txt | wc -l) == 2 ]] || fail "expected 2 epoch summaries, from rank 0 only"
+    grep -q "data-parallel: 2 ranks x 16 samples" out2.txt || fail "no data-parallel line"
+    "$PY" "$HERE/compare_weights.py" w1.h5 w2.h5 --max-rel 1e-5 || fail "2-rank weights differ from 1-rank weights"
+    "$PY" - m1.jsonl m2.jsonl <<'PYEOF' || fail "metrics differ"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 2, (len(a), len(b))
+for x, y in zip(a, b):
+    for k in ("step", "train_loss", "train_top1", "val_loss", "val_top1", "val_top5"):
+        d = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
+        print(f"epoch {x['epoch']} {k}: {x[k]} vs {y[k]} (rel {d:.2e})")
+        assert d <= 1e-5, k
+PYEOF
+    "$CLI" "${TRAIN[@]}" --seed 1 --save w3.h5 >out3.txt 2>&1 || { cat out3.txt; fail "seed-1 run"; }
+    "$PY" "$HERE/compare_weights.py" w1.h5 w3.h5 --min-rel 1e-3 >/dev/null || fail "the comparison cannot fail"
+    ;;
+  equality-syncbn)
+    BN=(train --model-file "$HERE/fixtures/dp_bn_cnn.yaml" --data ds.h5 --batch 32 --epochs 2 --max-steps 12 --lr 0.05
+        --crop-padding 2)
+    "$CLI" "${BN[@]}" --save w1.h5 >out1.txt 2>&1 || { cat out1.txt; fail "1-rank run"; }
+    launch2 "$CLI" "${BN[@]}" --sync-bn --save w2.h5 >out2.txt 2>&1 || { cat out2.txt; fail "2-rank --sync-bn run"; }
+    launch2 "$CLI" "${BN[@]}" --save w3.h5 >out3.txt 2>&1 || { cat out3.txt; fail "2-rank run"; }
+    "$PY" "$HERE/compare_weights.py" w1.h5 w2.h5 --max-rel 1e-5 || fail "2 ranks with --sync-bn differ from 1 rank"
+    "$PY" "$HERE/compare_weights.py" w1.h5 w3.h5 --min-rel 1e-3 | tail -2 || fail "per-rank BN gave the 1-rank weights"
+    ;;
+  mismatch-lr | mismatch-batch)
+    if [[ $MODE == mismatch-lr ]]; then export RANK1_OPT=--lr RANK1_VAL=0.2 WHAT="lr is 0.05 on rank 0 but 0.2 on rank 1"
+    else export RANK1_OPT=--batch RANK1_VAL=64 WHAT="per-rank batch is 16 on rank 0 but 32 on rank 1"; fi
+    launch2 ./rank_wrapper.sh "${TRAIN[@]}" >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc != 0)) || fail "exit 0 despite the mismatch"
+    for r in 0 1; do
+      grep -q "error: rank $r/2: data-parallel run: the configuration of rank 1 differs from rank 0's: .*$WHAT" out.txt ||
+        fail "rank $r did not report the mismatch ($WHAT)"
+    done
+    ;;
+  kill9 | sigstop)
+    export RENAISSANCE_COMM_TIMEOUT=$TIMEOUT
+    start=$SECONDS
+    launch2 ./rank_wrapper.sh train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 100000 \
+      --metrics m.jsonl >out.txt 2>&1 &
+    launcher=$!
+    for _ in $(seq 1 600); do  # the first epoch done: both ranks are in the training loop
+      [[ -s m.jsonl ]] && break
+      kill -0 $launcher 2>/dev/null || break
+      sleep 0.1
+    done
+    [[ -s m.jsonl && -f pid.1 && -f pid.0 ]] || { cat out.txt; fail "training did not start"; }
+    victim=$(cat pid.1) other=$(cat pid.0)
+    if [[ $MODE == kill9 ]]; then kill -9 "$victim"; else kill -STOP "$victim"; fi
+    t0=$SECONDS
+    limit=$((TIMEOUT + 30))
+    while kill -0 $launcher 2>/dev/null && ((SECONDS - t0 < limit + 5)); do sleep 0.2; done
+    if kill -0 $launcher 2>/dev/null; then
+      kill -9 $launcher "$victim" "$other" 2>/dev/null
+      cat out.txt
+      fail "the job still runs $limit s after the fault"
+    fi
+    wait $launcher
+    rc=$?
+    took=$((SECONDS - t0))
+    cat out.txt
+    echo "launcher exit $rc after ${took} s"
+    ((rc != 0)) || fail "the launcher exited 0 after a rank failed"
+    ((took <= limit)) || fail "took ${took} s > timeout + 30 s"
+    alive() {  # a zombie is dead: only its parent (or init, after the launcher exited) has yet to reap it
+      local st
+      st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+      [[ -n "$st" && "$st" != Z* ]]
+    }
+    for _ in $(seq 1 50); do
+      alive "$victim" || alive "$other" || break
+      sleep 0.1
+    done
+    for p in "$victim" "$other"; do
+      if alive "$p"; then
+        kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null
+        fail "rank process $p is still alive (orphan)"
+      fi
+    done
+    if [[ $MODE == sigstop ]]; then
+      grep -q "rank 0: .*did not finish within $TIMEOUT s" out.txt || fail "no watchdog message from rank 0"
+    fi
+    ;;
+  slurm-ntasks)
+    env SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 "$CLI" "${TRAIN[@]}" >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc != 0)) || fail "exit 0 with SLURM_STEP_NUM_TASKS=2 and one process"
+    grep -q "the MPI world has 1 rank(s) but Slurm started 2 task(s)" out.txt || fail "no clear message"
+    ;;
+  *) echo "dp_test.sh: unknown mode '$MODE'" >&2; exit 2 ;;
+esac
+echo "PASS: $MODE"

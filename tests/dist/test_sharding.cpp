@@ -1,0 +1,106 @@
+// Sharding of the epoch order (runtime/sharding.h) and the one-rank replica check: the pieces of data-parallel
+// training that need no second process.
+#include <renaissance/core/error.h>
+#include <renaissance/runtime/replicas.h>
+#include <renaissance/runtime/sharding.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+using namespace renaissance;
+using namespace renaissance::runtime;
+
+namespace {
+std::vector<std::int64_t> shuffled(std::int64_t n) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  std::reverse(v.begin(), v.end());
+  std::rotate(v.begin(), v.begin() + n / 3, v.end());
+  return v;
+}
+}  // namespace
+
+TEST(Sharding, OneRankIsTheWholeOrder) {
+  const auto order = shuffled(200);
+  const ShardLayout s = shard_layout(200, 32, 1, 0);
+  EXPECT_EQ(s.epoch_samples, 200);
+  EXPECT_EQ(s.batches(), 7);
+  std::vector<std::int64_t> pos;
+  EXPECT_EQ(shard_order(s, order, &pos), order);
+  for (std::size_t i = 0; i < pos.size(); ++i) EXPECT_EQ(pos[i], static_cast<std::int64_t>(i));
+}
+
+TEST(Sharding, RanksTakeContiguousSlicesOfEveryGlobalBatch) {
+  // 200 samples, global batch 32, 2 ranks: 6 full batches (16 + 16) and a partial one of 8 (4 + 4).
+  const auto order = shuffled(200);
+  std::vector<std::int64_t> seen;
+  for (int r = 0; r < 2; ++r) {
+    const ShardLayout s = shard_layout(200, 32, 2, r);
+    EXPECT_EQ(s.rank_batch, 16);
+    EXPECT_EQ(s.rank_samples(), 100);
+    EXPECT_EQ(s.batches(), 7);
+    std::vector<std::int64_t> pos;
+    const auto mine = shard_order(s, order, &pos);
+    ASSERT_EQ(mine.size(), 100u);
+    for (std::size_t i = 0; i < mine.size(); ++i) EXPECT_EQ(mine[i], order[static_cast<std::size_t>(pos[i])]);
+    EXPECT_EQ(pos[0], r * 16);        // first global batch
+    EXPECT_EQ(pos[16], 32 + r * 16);  // second
+    EXPECT_EQ(pos[96], 192 + r * 4);  // the partial last batch, split evenly
+    seen.insert(seen.end(), pos.begin(), pos.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], static_cast<std::int64_t>(i));
+}
+
+TEST(Sharding, UnevenRemainderDropsAtMostWorldMinusOne) {
+  // 203 samples, global batch 32, 4 ranks: the partial batch of 11 keeps 8 (2 per rank), 3 are not trained.
+  const ShardLayout s = shard_layout(203, 32, 4, 3);
+  EXPECT_EQ(s.epoch_samples, 200);
+  EXPECT_EQ(s.rank_samples(), 50);
+  std::vector<std::int64_t> pos;
+  const auto mine = shard_order(s, shuffled(203), &pos);
+  EXPECT_EQ(mine.size(), 50u);
+  EXPECT_EQ(pos.back(), 199);
+}
+
+TEST(Sharding, BatchNotDivisibleByRanksNamesTheOption) {
+  try {
+    shard_layout(200, 30, 4, 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--batch 30"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("4 ranks"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sharding, ValidationRoundRobinCoversEverySampleOnce) {
+  std::vector<std::int64_t> order(50);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<std::int64_t> all;
+  for (int r = 0; r < 3; ++r) {
+    const auto mine = round_robin_batches(order, 8, 3, r);
+    all.insert(all.end(), mine.begin(), mine.end());
+  }
+  EXPECT_EQ(round_robin_batches(order, 8, 3, 0).front(), 0);
+  EXPECT_EQ(round_robin_batches(order, 8, 3, 1).front(), 8);
+  EXPECT_EQ(round_robin_batches(order, 8, 3, 0).back(), 49);  // batch 6 (48..49, partial) is rank 0's last
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, order);
+}
+
+TEST(Replicas, RunOptionsNameWhatDiffers) {
+  TrainOptions a, b;
+  b.lr = 0.2;
+  const std::string ta = describe_run_options(a), tb = describe_run_options(b);
+  EXPECT_NE(ta, tb);
+  EXPECT_NE(ta.find("lr=0.1\n"), std::string::npos) << ta;
+  EXPECT_NE(tb.find("lr=0.2\n"), std::string::npos) << tb;
+}
+
+TEST(Replicas, OneRankHasNothingToCheck) {
+  Communicator one;  // the default communicator: one rank
+  plan::CompiledPlan p;
+  EXPECT_NO_THROW(check_replicas(one, p, "x=1\n"));
+}
