@@ -1,0 +1,140 @@
+#include "checkpoint_options.h"
+
+#include "json_writer.h"
+
+#include <renaissance/core/error.h>
+#include <renaissance/io/checkpoint.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+namespace renaissance::app {
+
+namespace {
+
+std::atomic<int> g_stop_request{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler stores into a lock-free atomic");
+
+extern "C" void on_preemption_signal(int sig) { g_stop_request.store(sig); }
+
+void install_preemption_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_preemption_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGUSR1, SIGTERM})
+    RN_CHECK(sigaction(sig, &sa, nullptr) == 0, "cannot install the handler of signal {}", sig);
+}
+
+}  // namespace
+
+int preemption_signal() { return g_stop_request.load(); }
+
+void CheckpointCli::add_to(CLI::App& cmd) {
+  cmd.add_option("--checkpoint-dir", dir,
+                 "Write checkpoints here (ckpt-stepN.h5, latest.h5); SIGUSR1/SIGTERM then checkpoint and exit 75");
+  cmd.add_option("--checkpoint-every", every, "Checkpoint every N steps, or 'epoch' (default with a directory: epoch)");
+  cmd.add_option("--keep", keep, "Keep the newest N checkpoints")->capture_default_str();
+  m_resume_option =
+      cmd.add_option(
+             "--resume", resume,
+             "Resume from a checkpoint: 'auto' (the newest valid one in --checkpoint-dir; none: start fresh) or a "
+             "file")
+          ->expected(0, 1);
+  cmd.add_option("--loss-log", loss_log, "Write one JSON object per step (step, epoch, loss) to this JSONL file");
+}
+
+void CheckpointCli::apply(runtime::TrainOptions& t) {
+  RN_CHECK(keep >= 1, "--keep must be >= 1, got {}", keep);
+  t.checkpoint_dir = dir;
+  t.checkpoint_keep = keep;
+  t.checkpoint_every = 0;
+  t.checkpoint_each_epoch = false;
+  if (!every.empty()) {
+    RN_CHECK(!dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+    if (every == "epoch") {
+      t.checkpoint_each_epoch = true;
+    } else {
+      char* end = nullptr;
+      const long long n = std::strtoll(every.c_str(), &end, 10);
+      RN_CHECK(end && *end == '\0' && n >= 1, "--checkpoint-every must be a number of steps >= 1 or 'epoch', got '{}'",
+               every);
+      t.checkpoint_every = n;
+    }
+  } else if (!dir.empty()) {
+    t.checkpoint_each_epoch = true;
+  }
+  if (m_resume_option && m_resume_option->count() > 0 && resume.empty()) resume = "auto";  // a bare --resume
+  RN_CHECK(resume != "auto" || !dir.empty(), "--resume auto needs --checkpoint-dir (where to look)");
+  if (!dir.empty()) {
+    install_preemption_handlers();
+    t.stop_request = &g_stop_request;
+  }
+}
+
+bool CheckpointCli::resume_into(runtime::Trainer& trainer, bool root) {
+  if (resume.empty()) return false;
+  std::string path = resume;
+  if (resume == "auto") {
+    path = io::find_latest_checkpoint(dir, [&](const std::string& w) {
+      if (root) spdlog::warn("{}", w);
+    });
+    if (path.empty()) {
+      if (root) std::printf("no checkpoint in %s: starting fresh\n", dir.c_str());
+      std::fflush(stdout);
+      return false;
+    }
+  }
+  trainer.load_checkpoint(path);
+  if (root) std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(trainer.steps()));
+  std::fflush(stdout);
+  return true;
+}
+
+void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed) {
+  if (root && !loss_log.empty()) {
+    m_loss_log = std::make_shared<std::ofstream>(loss_log, resumed ? std::ios::app : std::ios::trunc);
+    RN_CHECK_CTX(m_loss_log->good(), loss_log, "cannot open the loss log for writing");
+  }
+  long delay_ms = 0;  // test hook: slow every step down so a test can signal a run in flight
+  if (const char* d = std::getenv("RENAISSANCE_TEST_STEP_DELAY_MS")) delay_ms = std::atol(d);
+  if (m_loss_log || delay_ms > 0) {
+    auto log = m_loss_log;
+    obs.on_step_loss = [log, delay_ms](std::int64_t step, std::int64_t epoch, double loss) {
+      if (log) {
+        JsonWriter j;
+        j.begin_object().kv("step", step).kv("epoch", epoch).kv("loss", loss).end_object();
+        *log << j.str() << "\n" << std::flush;
+      }
+      if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    };
+  }
+  if (root)
+    obs.on_checkpoint = [](const std::string& path, std::int64_t step) {
+      std::printf("checkpoint: step %lld -> %s\n", static_cast<long long>(step), path.c_str());
+      std::fflush(stdout);
+    };
+}
+
+void CheckpointCli::report_preempted(const runtime::Trainer& trainer, bool root) const {
+  if (!root) return;
+  const int sig = preemption_signal();
+  std::printf("preempted by %s at step %lld: checkpoint %s; exit %d (requeue and resume with --resume auto)\n",
+              sig == SIGTERM   ? "SIGTERM"
+              : sig == SIGUSR1 ? "SIGUSR1"
+                               : "a signal",
+              static_cast<long long>(trainer.steps()),
+              trainer.last_checkpoint().empty() ? "(none)" : trainer.last_checkpoint().c_str(), kExitPreempted);
+  std::fflush(stdout);
+}
+
+}  // namespace renaissance::app

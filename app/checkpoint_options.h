@@ -1,0 +1,50 @@
+// The `train` options for checkpoints, resume and preemption (docs/checkpoints.md), kept apart from the rest of
+// cmd_train.cpp: --checkpoint-dir, --checkpoint-every STEPS|epoch, --keep N, --resume [auto|PATH], --loss-log.
+#pragma once
+
+#include <renaissance/runtime/trainer.h>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+
+namespace renaissance::app {
+
+/// Exit code of `renaissance train` after a preemption signal (SIGUSR1, SIGTERM): the checkpoint is written,
+/// requeue the job (EX_TEMPFAIL of sysexits.h). jobs/*.sbatch turn it into `scontrol requeue`.
+inline constexpr int kExitPreempted = 75;
+
+struct CheckpointCli {
+  std::string dir;
+  std::string every;  ///< STEPS or "epoch"; default with a directory: epoch
+  int keep = 2;
+  std::string resume;  ///< "auto" or a checkpoint file; empty: start fresh (a bare --resume: auto)
+  std::string loss_log;
+
+  void add_to(CLI::App& cmd);
+  /// Validates the options, sets the checkpoint fields of `t` and, with a checkpoint directory, installs the
+  /// SIGUSR1/SIGTERM handlers that request a checkpoint-and-stop at the next step boundary.
+  void apply(runtime::TrainOptions& t);
+  /// --resume: loads the checkpoint into `trainer` (auto: the newest valid one in --checkpoint-dir; none there
+  /// starts fresh). Returns true when a checkpoint was loaded.
+  bool resume_into(runtime::Trainer& trainer, bool root);
+  /// Adds the per-step loss log and the checkpoint messages to `obs` (rank 0 writes).
+  void observe(runtime::TrainObserver& obs, bool root, bool resumed);
+  /// After run(): prints where the checkpoint is; the command then exits with kExitPreempted.
+  void report_preempted(const runtime::Trainer& trainer, bool root) const;
+
+ private:
+  std::shared_ptr<std::ofstream> m_loss_log;
+  CLI::Option* m_resume_option = nullptr;
+};
+
+/// The signal number that requested the stop (0: none).
+int preemption_signal();
+
+/// The model a checkpoint records (its model_yaml), for `eval --checkpoint` without --model.
+blueprint::BluePrint checkpoint_model(const std::string& path);
+
+}  // namespace renaissance::app

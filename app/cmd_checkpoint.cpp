@@ -1,0 +1,108 @@
+// `renaissance checkpoint inspect FILE`: what a checkpoint holds (attributes, tensors per group with shapes) and
+// whether it is valid (every checksum verified); exit 1 for an invalid file.
+#include "checkpoint_options.h"
+#include "commands.h"
+#include "json_writer.h"
+
+#include <renaissance/blueprint/yaml.h>
+#include <renaissance/core/error.h>
+#include <renaissance/io/checkpoint.h>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+
+namespace renaissance::app {
+
+namespace {
+
+int g_exit_code = 0;
+
+struct InspectCli {
+  std::string file;
+  bool json = false;
+  bool full = false;
+};
+
+bool is_long_attribute(const std::string& k) { return k == "model_yaml" || k == "arch_plan" || k == "run_config"; }
+
+void run_inspect(const InspectCli& c) {
+  const io::CheckpointReport r = io::inspect_checkpoint(c.file);
+  std::map<std::string, std::vector<const io::CheckpointReport::Entry*>> groups;
+  for (const auto& e : r.tensors) groups[e.group].push_back(&e);
+  if (c.json) {
+    JsonWriter j;
+    j.begin_object().kv("file", c.file).kv("valid", r.valid);
+    if (!r.valid) j.kv("error", r.error);
+    j.key("attributes").begin_object();
+    for (const auto& [k, v] : r.attributes) j.kv(k, v);
+    j.end_object();
+    j.key("groups").begin_object();
+    for (const auto& [g, entries] : groups) {
+      j.key(g).begin_array();
+      for (const auto* e : entries) {
+        j.begin_object().kv("name", e->name).key("shape").begin_array();
+        for (std::int64_t d : e->dims) j.value(d);
+        j.end_array().kv("ok", e->ok).end_object();
+      }
+      j.end_array();
+    }
+    j.end_object().end_object();
+    std::puts(j.str().c_str());
+  } else {
+    std::printf(
+        "checkpoint %s: %s\n", c.file.c_str(),
+        r.valid ? fmt::format("valid ({} datasets, every checksum verified)", r.tensors.size()).c_str() : "INVALID");
+    for (const auto& [k, v] : r.attributes) {
+      if (is_long_attribute(k) && !c.full) {
+        const auto lines = std::count(v.begin(), v.end(), '\n');
+        std::printf("  %-13s (%lld lines of YAML; --full prints it)\n", k.c_str(), static_cast<long long>(lines));
+      } else if (v.find('\n') != std::string::npos) {
+        std::printf("  %s:\n%s\n", k.c_str(), v.c_str());
+      } else {
+        std::printf("  %-13s %s\n", k.c_str(), v.c_str());
+      }
+    }
+    for (const char* g : {"state", "params", "bn", "optimizer", "ema"}) {
+      const auto it = groups.find(g);
+      if (it == groups.end()) continue;
+      std::printf("/%s (%zu)\n", g, it->second.size());
+      for (const auto* e : it->second)
+        std::printf("  %-40s [%s]%s\n", e->name.c_str(), fmt::format("{}", fmt::join(e->dims, ", ")).c_str(),
+                    e->ok ? "" : "  BAD (checksum or read failure)");
+    }
+  }
+  std::fflush(stdout);
+  if (!r.valid) {
+    std::fprintf(stderr, "renaissance: error: %s\n", r.error.c_str());
+    set_exit_code(1);
+  }
+}
+
+}  // namespace
+
+void set_exit_code(int code) { g_exit_code = code; }
+int exit_code() { return g_exit_code; }
+
+blueprint::BluePrint checkpoint_model(const std::string& path) {
+  const io::Checkpoint ck = io::read_checkpoint(path);
+  RN_CHECK_CTX(!ck.state.model_yaml.empty(), path,
+               "the checkpoint records no model YAML (pass --model or --model-file)");
+  return blueprint::blueprint_from_yaml(ck.state.model_yaml, path + ": model_yaml");
+}
+
+void register_checkpoint_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("checkpoint", "Checkpoint files (see docs/checkpoints.md)");
+  cmd->require_subcommand(1);
+  auto c = std::make_shared<InspectCli>();
+  CLI::App* inspect = cmd->add_subcommand("inspect", "Show a checkpoint's attributes and tensors and verify it");
+  inspect->add_option("file", c->file, "Checkpoint file (e.g. checkpoints/latest.h5)")->required();
+  inspect->add_flag("--json", c->json, "Print the report as JSON");
+  inspect->add_flag("--full", c->full, "Print the model YAML, the arch plan and the run config in full");
+  inspect->callback([c] { run_inspect(*c); });
+}
+
+}  // namespace renaissance::app

@@ -1,0 +1,89 @@
+// Checkpoints (DESIGN §10, docs/checkpoints.md): everything a resumed run needs to continue bit for bit, as named
+// FP32 tensors in HDF5 (/params masters, /bn running statistics, /optimizer moments, /ema EMA weights), the small
+// device-resident state in /state (loss scale and its counters, the partial epoch's metric sums) and root
+// attributes (format, version, step, epoch, position in the epoch, seed, model YAML, run config, world size, plan
+// hash, creation time). Every dataset carries HDF5's Fletcher32 checksum and the file's metadata is written with
+// checksummed (1.8+) object headers, so a flipped byte or a truncation is an error naming the file and tensor.
+//
+// A checkpoint is written to a temporary file in the same directory, fsynced, renamed and the directory fsynced;
+// in a checkpoint directory `latest.h5` is a symlink to the newest file, replaced atomically and updated last.
+#pragma once
+
+#include <renaissance/io/weights.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace renaissance::io {
+
+inline constexpr const char* kCheckpointFormat = "renaissance-checkpoint";
+inline constexpr std::int64_t kCheckpointVersion = 1;
+inline constexpr const char* kLatestCheckpoint = "latest.h5";
+
+/// The scalar state of a run at a step boundary.
+struct CheckpointState {
+  std::int64_t step = 0;          ///< optimizer steps done
+  std::int64_t epoch = 0;         ///< 0-based epoch the next step belongs to
+  std::int64_t position = 0;      ///< batches of `epoch` already trained
+  std::int64_t samples_done = 0;  ///< samples of `epoch` already trained (position · batch)
+  std::int64_t batch = 0;         ///< global batch size it was written with
+  std::int64_t world_size = 1;
+  std::uint64_t seed = 0;  ///< the RNG state: order, augmentation are Philox streams keyed by (seed, epoch, sample)
+  bool amp = false;
+  std::string optimizer;             ///< "nesterov", "adam", ...
+  std::string model;                 ///< model name
+  std::string model_yaml;            ///< the BluePrint as YAML (loadable with blueprint_from_yaml)
+  std::string arch_plan;             ///< the built ArchPlan as YAML
+  std::string run_config;            ///< the training options as YAML
+  std::string plan_hash;             ///< hex
+  std::string created;               ///< UTC, ISO 8601 (set by write_checkpoint when empty)
+  std::vector<float> loss_scale;     ///< the loss-scale slots: scale, clean steps, interval, factor
+  /// The partial epoch's metric sums of each rank (rank-major, [world_size, 4]): loss, top-1, top-5, samples.
+  std::vector<float> train_metrics;
+};
+
+struct Checkpoint {
+  CheckpointState state;
+  std::vector<NamedTensor> tensors;  ///< groups "params", "bn", "optimizer", "ema"; in plan order within a group
+  const NamedTensor* find(const std::string& group, const std::string& name) const;
+};
+
+/// Writes atomically (temporary file in the same directory, fsync, rename, fsync of the directory). The test hook
+/// RENAISSANCE_TEST_CHECKPOINT_DELAY_MS sleeps that long in the middle of the write (after the tensors, before the
+/// rename), so a test can kill the process while a write is in flight.
+void write_checkpoint(const std::string& path, const Checkpoint& ckpt);
+
+/// Reads and validates everything: format, version, the attributes, every dataset's checksum, the tensor count.
+/// Errors name the file (and the tensor) and say what is wrong.
+Checkpoint read_checkpoint(const std::string& path);
+
+/// What `renaissance checkpoint inspect` shows. Never throws for a bad file: `valid` is false and `error` says why.
+struct CheckpointReport {
+  bool valid = false;
+  std::string error;
+  std::map<std::string, std::string> attributes;  ///< every root attribute, as text
+  struct Entry {
+    std::string group, name;
+    std::vector<std::int64_t> dims;
+    bool ok = false;  ///< read back with its checksum verified
+  };
+  std::vector<Entry> tensors;
+};
+CheckpointReport inspect_checkpoint(const std::string& path);
+
+/// "ckpt-step00001234.h5"
+std::string checkpoint_file_name(std::int64_t step);
+
+/// Writes `dir`/ckpt-stepNNNNNNNN.h5, then replaces `dir`/latest.h5 (a symlink, swapped atomically by rename), then
+/// removes all but the newest `keep` ckpt-*.h5 files (and stale temporary files). Returns the new file's path.
+std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckpt, int keep);
+
+/// The newest valid checkpoint in `dir`: latest.h5 when it resolves to a file that validates, else the newest
+/// ckpt-*.h5 that validates. Each skipped file is reported through `warn` (with the reason). Empty when the
+/// directory is missing or holds no valid checkpoint.
+std::string find_latest_checkpoint(const std::string& dir, const std::function<void(const std::string&)>& warn = {});
+
+}  // namespace renaissance::io

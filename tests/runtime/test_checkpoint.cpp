@@ -1,0 +1,444 @@
+// Checkpoints (issue 6, DESIGN §10): the file format and its validation, the checkpoint directory (latest.h5,
+// --keep, fall-back past broken files), and exact resume through the Trainer API: k steps + checkpoint + a fresh
+// Trainer loading it + k steps gives the per-step losses and the final state of 2k uninterrupted steps, bit for bit.
+#include "../io/io_test_util.h"
+
+#include <renaissance/blueprint/zoo.h>
+#include <renaissance/core/error.h>
+#include <renaissance/io/checkpoint.h>
+#include <renaissance/io/importers.h>
+#include <renaissance/runtime/trainer.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace renaissance;
+namespace bp = renaissance::blueprint;
+namespace fs = std::filesystem;
+using io::testing::TempDir;
+
+std::string synthetic(const TempDir& dir, std::int64_t n_train = 300, std::int64_t hw = 28, std::int64_t c = 1) {
+  const std::string p = dir.file(fmt::format("syn_{}_{}_{}.h5", n_train, hw, c));
+  if (!fs::exists(p)) io::make_synthetic(p, n_train, 100, hw, hw, c, 10, 123);
+  return p;
+}
+
+runtime::TrainOptions options(const std::string& data) {
+  runtime::TrainOptions o;
+  o.data_path = data;
+  o.epochs = 2;
+  o.batch = 32;  // 300 samples: 9 full batches and one of 12 per epoch
+  o.lr = 0.01;
+  o.schedule = runtime::ScheduleKind::CONSTANT;
+  o.optimizer = plan::OptimizerKind::NESTEROV;
+  o.seed = 11;
+  o.augmentation.crop_padding = 2;
+  o.augmentation.horizontal_flip = true;
+  return o;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected renaissance::Error, nothing was thrown";
+  return {};
+}
+
+/// Every tensor a checkpoint holds, by group and name, as the trainer's arena has them.
+std::vector<std::vector<float>> checkpointed_values(const runtime::Trainer& t, bool ema, bool momentum) {
+  std::vector<std::vector<float>> out{t.state_values()};
+  for (const DTensor& d : t.plan().plan(plan::Variant::TRAIN_BASE).tensors()) {
+    const RegionFamily f = region_family(d.region);
+    if ((ema && f == RegionFamily::E && d.dtype == DType::F32) ||
+        (momentum && (f == RegionFamily::M || f == RegionFamily::V)))
+      out.push_back(t.tensor_values(d.name));
+  }
+  return out;
+}
+
+struct Recorded {
+  std::vector<double> losses;  // per step
+  std::vector<runtime::EpochMetrics> epochs;
+};
+
+runtime::TrainObserver recorder(Recorded& r) {
+  runtime::TrainObserver obs;
+  obs.on_step_loss = [&r](std::int64_t step, std::int64_t, double loss) {
+    EXPECT_EQ(step, static_cast<std::int64_t>(r.losses.size()) + 1);  // a resumed run continues the numbering
+    r.losses.push_back(loss);
+  };
+  obs.on_epoch = [&r](const runtime::EpochMetrics& m) { r.epochs.push_back(m); };
+  return obs;
+}
+
+io::Checkpoint small_checkpoint() {
+  io::Checkpoint ck;
+  ck.state.step = 42;
+  ck.state.epoch = 3;
+  ck.state.position = 5;
+  ck.state.samples_done = 160;
+  ck.state.batch = 32;
+  ck.state.seed = 0xfedcba9876543210ull;
+  ck.state.optimizer = "adam";
+  ck.state.model = "tiny";
+  ck.state.model_yaml = "name: tiny\n";
+  ck.state.run_config = "lr: 0.1\n";
+  ck.state.plan_hash = "0123456789abcdef";
+  ck.state.loss_scale = {1024.0f, 17.0f, 2000.0f, 2.0f};
+  ck.state.train_metrics = {12.5f, 100.0f, 150.0f, 160.0f};
+  for (const char* g : {"params", "bn", "optimizer", "ema"}) {
+    io::NamedTensor t;
+    t.group = g;
+    t.name = "conv1.w";
+    t.shape = Shape{8, 3, 3, 4};
+    for (std::int64_t i = 0; i < t.shape.elems(); ++i) t.values.push_back(0.25f * static_cast<float>(i) + 1.0f);
+    ck.tensors.push_back(t);
+  }
+  return ck;
+}
+
+// ---- the file --------------------------------------------------------------------------------------------------
+
+TEST(CheckpointFile, RoundTripsEveryTensorAndTheState) {
+  TempDir dir;
+  const std::string p = dir.file("c.h5");
+  const io::Checkpoint ck = small_checkpoint();
+  io::write_checkpoint(p, ck);
+  const io::Checkpoint back = io::read_checkpoint(p);
+  EXPECT_EQ(back.state.step, 42);
+  EXPECT_EQ(back.state.epoch, 3);
+  EXPECT_EQ(back.state.position, 5);
+  EXPECT_EQ(back.state.samples_done, 160);
+  EXPECT_EQ(back.state.seed, 0xfedcba9876543210ull);
+  EXPECT_EQ(back.state.optimizer, "adam");
+  EXPECT_EQ(back.state.model_yaml, "name: tiny\n");
+  EXPECT_FALSE(back.state.created.empty());
+  EXPECT_TRUE(bit_equal(back.state.loss_scale, ck.state.loss_scale));
+  EXPECT_TRUE(bit_equal(back.state.train_metrics, ck.state.train_metrics));
+  ASSERT_EQ(back.tensors.size(), 4u);
+  for (const io::NamedTensor& t : ck.tensors) {
+    const io::NamedTensor* b = back.find(t.group, t.name);
+    ASSERT_NE(b, nullptr) << t.group;
+    EXPECT_EQ(b->shape, t.shape);
+    EXPECT_TRUE(bit_equal(b->values, t.values)) << t.group;
+  }
+  const io::CheckpointReport r = io::inspect_checkpoint(p);
+  EXPECT_TRUE(r.valid) << r.error;
+  EXPECT_EQ(r.attributes.at("step"), "42");
+  EXPECT_EQ(r.attributes.at("format"), "renaissance-checkpoint");
+  EXPECT_EQ(r.tensors.size(), 6u);  // 4 tensors + /state/loss_scale, /state/train_metrics
+  // No temporary file is left behind.
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+TEST(CheckpointFile, FlippedByteInATensorNamesTheFileAndTheTensor) {
+  TempDir dir;
+  const std::string p = dir.file("c.h5");
+  io::write_checkpoint(p, small_checkpoint());
+  io::testing::corrupt_chunk(p, "/optimizer/conv1.w", 0);
+  const std::string msg = message_of([&] { io::read_checkpoint(p); });
+  EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/optimizer/conv1.w"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Fletcher32"), std::string::npos) << msg;
+  const io::CheckpointReport r = io::inspect_checkpoint(p);
+  EXPECT_FALSE(r.valid);
+  EXPECT_NE(r.error.find("/optimizer/conv1.w"), std::string::npos) << r.error;
+  int bad = 0;
+  for (const auto& e : r.tensors) bad += e.ok ? 0 : 1;
+  EXPECT_EQ(bad, 1);
+}
+
+TEST(CheckpointFile, TruncationAndBrokenMetadataAreClearErrors) {
+  TempDir dir;
+  const std::string p = dir.file("c.h5");
+  io::write_checkpoint(p, small_checkpoint());
+  const std::string q = dir.file("meta.h5");
+  fs::copy_file(p, q);
+  io::testing::truncate_file(p, 0.6);
+  const std::string msg = message_of([&] { io::read_checkpoint(p); });
+  EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  EXPECT_FALSE(io::inspect_checkpoint(p).valid);
+  // A flipped byte in the root object header (the attributes): its metadata checksum catches it.
+  io::testing::flip_byte(q, 200);
+  const std::string meta = message_of([&] { io::read_checkpoint(q); });
+  EXPECT_NE(meta.find(q), std::string::npos) << meta;
+  EXPECT_NE(meta.find("checksum"), std::string::npos) << meta;
+}
+
+TEST(CheckpointFile, MissingStateAndOtherFormatsAreRejected) {
+  TempDir dir;
+  const std::string p = dir.file("c.h5");
+  io::write_checkpoint(p, small_checkpoint());
+  io::testing::delete_attr(p, "epoch");
+  EXPECT_NE(message_of([&] { io::read_checkpoint(p); }).find("'epoch' is missing"), std::string::npos);
+  io::write_checkpoint(p, small_checkpoint());
+  io::testing::set_int_attr(p, "version", 99);
+  EXPECT_NE(message_of([&] { io::read_checkpoint(p); }).find("version 99"), std::string::npos);
+  io::write_checkpoint(p, small_checkpoint());
+  io::testing::delete_link(p, "/ema/conv1.w");
+  EXPECT_NE(message_of([&] { io::read_checkpoint(p); }).find("3 tensors but was written with 4"), std::string::npos);
+  const std::string w = dir.file("w.h5");
+  io::write_weights(w, {small_checkpoint().tensors[0]}, {});
+  EXPECT_NE(message_of([&] { io::read_checkpoint(w); }).find("renaissance-weights"), std::string::npos);
+  EXPECT_NE(message_of([&] { io::read_checkpoint(dir.file("none.h5")); }).find("none.h5"), std::string::npos);
+}
+
+// ---- the directory ---------------------------------------------------------------------------------------------
+
+TEST(CheckpointDir, LatestPointsAtTheNewestAndKeepPrunesTheOldest) {
+  TempDir dir;
+  const std::string d = dir.file("ck");
+  io::Checkpoint ck = small_checkpoint();
+  for (std::int64_t step : {10, 20, 30, 40}) {
+    ck.state.step = step;
+    EXPECT_EQ(io::save_checkpoint_in_dir(d, ck, 2), (fs::path(d) / io::checkpoint_file_name(step)).string());
+  }
+  EXPECT_FALSE(fs::exists(fs::path(d) / "ckpt-step00000010.h5"));
+  EXPECT_FALSE(fs::exists(fs::path(d) / "ckpt-step00000020.h5"));
+  EXPECT_TRUE(fs::exists(fs::path(d) / "ckpt-step00000030.h5"));
+  EXPECT_TRUE(fs::is_symlink(fs::path(d) / "latest.h5"));
+  EXPECT_EQ(fs::read_symlink(fs::path(d) / "latest.h5").string(), "ckpt-step00000040.h5");
+  EXPECT_EQ(io::read_checkpoint((fs::path(d) / "latest.h5").string()).state.step, 40);
+  const std::string found = io::find_latest_checkpoint(d);
+  EXPECT_EQ(fs::path(found).filename().string(), "ckpt-step00000040.h5");
+  EXPECT_EQ(io::find_latest_checkpoint(dir.file("nothing-here")), "");
+}
+
+TEST(CheckpointDir, ABrokenNewestFallsBackToTheNewestValidOne) {
+  TempDir dir;
+  const std::string d = dir.file("ck");
+  io::Checkpoint ck = small_checkpoint();
+  for (std::int64_t step : {10, 20, 30}) {
+    ck.state.step = step;
+    io::save_checkpoint_in_dir(d, ck, 3);
+  }
+  // A half-written temporary file (a writer killed mid-write) is never a candidate.
+  std::ofstream(fs::path(d) / "ckpt-step00000040.h5.tmp-12345") << "partial";
+  io::testing::corrupt_chunk((fs::path(d) / "ckpt-step00000030.h5").string(), "/params/conv1.w", 0);
+  std::vector<std::string> warnings;
+  const std::string found = io::find_latest_checkpoint(d, [&](const std::string& w) { warnings.push_back(w); });
+  EXPECT_EQ(fs::path(found).filename().string(), "ckpt-step00000020.h5");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("ckpt-step00000030.h5"), std::string::npos) << warnings[0];
+  // latest.h5 dangling (its target deleted): the newest valid file still wins.
+  fs::remove(fs::path(d) / "ckpt-step00000030.h5");
+  EXPECT_EQ(fs::path(io::find_latest_checkpoint(d)).filename().string(), "ckpt-step00000020.h5");
+  // The next save replaces the dangling link and clears the stale temporary file.
+  ck.state.step = 50;
+  io::save_checkpoint_in_dir(d, ck, 3);
+  EXPECT_FALSE(fs::exists(fs::path(d) / "ckpt-step00000040.h5.tmp-12345"));
+  EXPECT_EQ(fs::path(io::find_latest_checkpoint(d)).filename().string(), "ckpt-step00000050.h5");
+}
+
+// ---- exact resume through the Trainer ------------------------------------------------------------------------------
+
+TEST(CheckpointResume, MidEpochResumeIsBitIdenticalToAnUninterruptedRun) {
+  TempDir dir;
+  const std::string data = synthetic(dir);
+  auto o = options(data);
+  o.ema = true;
+  o.max_steps = 14;  // 2k = 14: epoch 1 (10 steps) and 4 of epoch 2
+  Recorded full;
+  runtime::Trainer ref(bp::zoo_model("fmnist_cnn"), o);
+  ref.run(recorder(full));
+  ASSERT_EQ(full.losses.size(), 14u);
+
+  // k = 7 steps (mid epoch 1), checkpoint, a fresh Trainer resumes and trains the other 7.
+  o.max_steps = 7;
+  o.checkpoint_dir = dir.file("ck");
+  o.checkpoint_every = 3;
+  Recorded part;
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  a.run(recorder(part));
+  ASSERT_EQ(part.losses.size(), 7u);
+  ASSERT_EQ(fs::path(a.last_checkpoint()).filename().string(), "ckpt-step00000007.h5");
+  const io::Checkpoint ck = io::read_checkpoint(a.last_checkpoint());
+  EXPECT_EQ(ck.state.step, 7);
+  EXPECT_EQ(ck.state.epoch, 0);
+  EXPECT_EQ(ck.state.position, 7);
+  EXPECT_GT(ck.state.train_metrics[3], 0.0f);  // the partial epoch's samples
+  EXPECT_NE(ck.find("optimizer", "conv1.w.m"), nullptr);
+  EXPECT_NE(ck.find("ema", "conv1.w"), nullptr);
+
+  o.max_steps = 14;
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o);
+  EXPECT_TRUE(b.load_checkpoint(io::find_latest_checkpoint(o.checkpoint_dir)).empty());
+  EXPECT_EQ(b.steps(), 7);
+  b.run(recorder(part));
+  ASSERT_EQ(part.losses.size(), 14u);
+  for (std::size_t i = 0; i < 14; ++i) EXPECT_EQ(part.losses[i], full.losses[i]) << "step " << i + 1;
+  const auto want = checkpointed_values(ref, true, true), got = checkpointed_values(b, true, true);
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(bit_equal(want[i], got[i])) << "tensor group " << i;
+  // The epoch the interruption fell into reports the same metrics as the uninterrupted run.
+  ASSERT_EQ(full.epochs.size(), 2u);
+  ASSERT_EQ(part.epochs.size(), 3u);  // the first run reported its partial epoch 1 when it stopped
+  for (int e = 0; e < 2; ++e) {
+    EXPECT_EQ(part.epochs[static_cast<std::size_t>(e) + 1].train_loss,
+              full.epochs[static_cast<std::size_t>(e)].train_loss);
+    EXPECT_EQ(part.epochs[static_cast<std::size_t>(e) + 1].val_loss, full.epochs[static_cast<std::size_t>(e)].val_loss);
+    EXPECT_EQ(part.epochs[static_cast<std::size_t>(e) + 1].ema_val_top1,
+              full.epochs[static_cast<std::size_t>(e)].ema_val_top1);
+  }
+}
+
+TEST(CheckpointResume, PreemptionFlagWritesACheckpointAndTheResumedRunContinuesTheSameCurve) {
+  // The default one-cycle schedule (a function of the step over the whole run), Adam, AMP's dynamic loss scale.
+  TempDir dir;
+  const std::string data = synthetic(dir);
+  auto o = options(data);
+  o.schedule = runtime::ScheduleKind::ONE_CYCLE;
+  o.optimizer = plan::OptimizerKind::ADAM;
+  o.amp = true;
+  o.lr = 0.003;
+  o.validate = false;
+  Recorded full;
+  runtime::Trainer ref(bp::zoo_model("fmnist_cnn"), o);
+  ref.run(recorder(full));
+  ASSERT_EQ(full.losses.size(), 20u);
+
+  std::atomic<int> stop{0};
+  o.stop_request = &stop;
+  o.checkpoint_dir = dir.file("ck");
+  Recorded part;
+  runtime::TrainObserver obs = recorder(part);
+  auto record = obs.on_step_loss;
+  obs.on_step_loss = [&](std::int64_t step, std::int64_t epoch, double loss) {
+    record(step, epoch, loss);
+    if (step == 13) stop = 10;  // "SIGUSR1" arrives during step 13
+  };
+  std::vector<std::string> written;
+  obs.on_checkpoint = [&](const std::string& p, std::int64_t) { written.push_back(p); };
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  a.run(obs);
+  EXPECT_TRUE(a.preempted());
+  EXPECT_EQ(a.steps(), 13);
+  ASSERT_EQ(written.size(), 1u);  // no periodic checkpoints asked for: the preemption's alone
+  EXPECT_EQ(fs::path(written.back()).filename().string(), "ckpt-step00000013.h5");
+
+  stop = 0;
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o);
+  EXPECT_TRUE(b.load_checkpoint(io::find_latest_checkpoint(o.checkpoint_dir)).empty());
+  b.run(recorder(part));
+  EXPECT_FALSE(b.preempted());
+  ASSERT_EQ(part.losses.size(), 20u);
+  for (std::size_t i = 0; i < 20; ++i) EXPECT_EQ(part.losses[i], full.losses[i]) << "step " << i + 1;
+  EXPECT_TRUE(bit_equal(b.state_values(), ref.state_values()));
+  EXPECT_EQ(part.epochs.back().loss_scale, full.epochs.back().loss_scale);
+  EXPECT_EQ(part.epochs.back().train_loss, full.epochs.back().train_loss);
+}
+
+// ---- portability ---------------------------------------------------------------------------------------------------
+
+TEST(CheckpointPortability, AnotherBatchSizeAmpSettingOrWorldSizeLoadsWithAWarning) {
+  TempDir dir;
+  const std::string data = synthetic(dir);
+  auto o = options(data);
+  o.max_steps = 5;
+  o.validate = false;
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  a.run();
+  const std::string p = dir.file("a.h5");
+  a.save_checkpoint(p);
+
+  auto o2 = o;
+  o2.batch = 64;
+  o2.max_steps = 8;
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o2);
+  const auto w = b.load_checkpoint(p);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("batch 32"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("batch 64"), std::string::npos) << w[0];
+  for (const char* t : {"conv1.w", "fc1.w", "bn2d1.running_mean", "conv2.w.m"})
+    EXPECT_TRUE(bit_equal(b.tensor_values(t), a.tensor_values(t))) << t;
+  EXPECT_EQ(b.steps(), 5);
+  b.run();  // trains on: 160 samples done → batch 2 of 5 at batch 64 (128 samples), 3 more steps
+  EXPECT_EQ(b.steps(), 8);
+
+  auto o3 = o;
+  o3.amp = true;  // the first conv's input channels are padded to 4 under AMP
+  runtime::Trainer c(bp::zoo_model("fmnist_cnn"), o3);
+  const auto wc = c.load_checkpoint(p);
+  ASSERT_EQ(wc.size(), 2u);  // AMP differs; the fused layers' names differ (matched by position)
+  EXPECT_NE(wc[0].find("AMP"), std::string::npos) << wc[0];
+  const std::string first_conv = c.plan().plan(plan::Variant::TRAIN_BASE).tensors().empty() ? "" : "cbr1.conv.w";
+  const auto src = a.tensor_values("conv1.w"), padded = c.tensor_values(first_conv);
+  ASSERT_EQ(padded.size(), src.size() * 4);  // [32,3,3,1] → [32,3,3,4]
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    EXPECT_EQ(padded[i * 4], src[i]);
+    EXPECT_EQ(padded[i * 4 + 1], 0.0f);
+  }
+  c.run();
+  // ... and back: an AMP checkpoint into an FP32 run drops the padding.
+  const std::string pc = dir.file("c.h5");
+  c.save_checkpoint(pc);
+  runtime::Trainer d(bp::zoo_model("fmnist_cnn"), o);
+  EXPECT_EQ(d.load_checkpoint(pc).size(), 2u);
+  const auto cw = c.tensor_values(first_conv), dw = d.tensor_values("conv1.w");
+  for (std::size_t i = 0; i < dw.size(); ++i) EXPECT_EQ(dw[i], cw[i * 4]);
+
+  // As if written by 2 ranks (each rank's partial-epoch sums in its row): loads with a warning, and the metric
+  // sums of both rows go to the one rank.
+  io::Checkpoint two = io::read_checkpoint(p);
+  two.state.world_size = 2;
+  two.state.train_metrics.resize(8, 1.0f);
+  const std::string p2 = dir.file("two.h5");
+  io::write_checkpoint(p2, two);
+  io::testing::set_int_attr(p, "world_size", 2);  // ... and a file whose rows do not match its world size
+  EXPECT_NE(message_of([&] { io::read_checkpoint(p); }).find("/state/train_metrics"), std::string::npos);
+  runtime::Trainer e(bp::zoo_model("fmnist_cnn"), o);
+  const auto we = e.load_checkpoint(p2);
+  ASSERT_EQ(we.size(), 1u);
+  EXPECT_NE(we[0].find("2 rank"), std::string::npos) << we[0];
+}
+
+TEST(CheckpointPortability, AnotherArchitectureFailsNamingTheFirstMismatchingTensor) {
+  TempDir dir;
+  const std::string data = synthetic(dir, 300, 16, 3);
+  auto o = options(data);
+  o.max_steps = 1;
+  o.validate = false;
+  bp::BluePrint m;
+  m.name = "narrow";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(8, 3, 1, 1), bp::cbr(16, 3, 2, 1), bp::gap_fc(10), bp::softmax_ce(10));
+  runtime::Trainer a(m, o);
+  const std::string p = dir.file("narrow.h5");
+  a.save_checkpoint(p);
+  bp::BluePrint wide = m;
+  wide.name = "wide";
+  wide.root = bp::seq(bp::cbr(8, 3, 1, 1), bp::cbr(24, 3, 2, 1), bp::gap_fc(10), bp::softmax_ce(10));
+  runtime::Trainer b(wide, o);
+  const auto before = b.state_values();
+  const std::string msg = message_of([&] { b.load_checkpoint(p); });
+  EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  EXPECT_NE(msg.find("conv2.w"), std::string::npos) << msg;  // the first tensor whose shape differs
+  EXPECT_NE(msg.find("24x3x3x8"), std::string::npos) << msg;
+  EXPECT_TRUE(bit_equal(b.state_values(), before));  // a failed load changes nothing
+  bp::BluePrint deeper = m;
+  deeper.name = "deeper";
+  deeper.root =
+      bp::seq(bp::cbr(8, 3, 1, 1), bp::cbr(16, 3, 2, 1), bp::cbr(16, 3, 1, 1), bp::gap_fc(10), bp::softmax_ce(10));
+  runtime::Trainer c(deeper, o);
+  const std::string missing = message_of([&] { c.load_checkpoint(p); });
+  EXPECT_NE(missing.find("is missing"), std::string::npos) << missing;
+}
+
+}  // namespace

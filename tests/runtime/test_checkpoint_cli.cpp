@@ -1,0 +1,322 @@
+// Checkpoints through the real executable (issue 6), as a Slurm job uses them: `train --checkpoint-dir D
+// --resume auto` resumes bit for bit; kill -9 in the middle of a checkpoint write leaves the previous checkpoint
+// in charge; a corrupted or truncated checkpoint fails naming the file and tensor; SIGUSR1/SIGTERM write a
+// checkpoint and exit 75, and the requeued run continues the same loss curve.
+#include <renaissance/io/checkpoint.h>
+#include <renaissance/io/importers.h>
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+fs::path temp_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path d =
+      fs::temp_directory_path() / ("rn_ckpt_cli_" + std::to_string(::getpid()) + "_" + (info ? info->name() : "x"));
+  fs::create_directories(d);
+  return d;
+}
+
+std::string synthetic() {
+  const fs::path p = fs::temp_directory_path() / ("rn_ckpt_cli_syn_" + std::to_string(::getpid()) + ".h5");
+  if (!fs::exists(p)) renaissance::io::make_synthetic(p.string(), 300, 100, 28, 28, 1, 10, 5);
+  return p.string();
+}
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+};
+
+/// A started `renaissance` process, its stdout+stderr going to a file.
+struct Child {
+  pid_t pid = -1;
+  fs::path log;
+  CliRun wait() {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CliRun r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1);
+    std::ifstream f(log);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    r.out = ss.str();
+    return r;
+  }
+};
+
+Child start(const std::string& args, const fs::path& log, const std::vector<std::string>& env = {}) {
+  Child c;
+  c.log = log;
+  c.pid = ::fork();
+  if (c.pid == 0) {
+    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    const std::string cmd = "exec " + std::string(RENAISSANCE_CLI) + " " + args + " > '" + log.string() + "' 2>&1";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return c;
+}
+
+CliRun run(const std::string& args, const std::vector<std::string>& env = {}) {
+  static int n = 0;
+  return start(args, temp_dir() / ("run" + std::to_string(n++) + ".log"), env).wait();
+}
+
+std::vector<std::string> lines_of(const fs::path& p) {
+  std::ifstream f(p);
+  std::vector<std::string> v;
+  for (std::string l; std::getline(f, l);)
+    if (!l.empty()) v.push_back(l);
+  return v;
+}
+
+bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds limit = 60s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+/// A tiny run: fmnist_cnn, 300 samples, batch 32 (10 steps per epoch), 2 epochs.
+std::string train_args(const std::string& extra) {
+  return "train --data " + synthetic() + " --epochs 2 --batch 32 --lr 0.01 --crop-padding 2 --seed 3 " + extra;
+}
+
+/// The first `count` bytes of a tensor's values, located in the file (to flip one of them).
+std::uint64_t offset_of_tensor(const fs::path& file, const std::string& group, const std::string& name) {
+  const auto ck = renaissance::io::read_checkpoint(file.string());
+  const auto* t = ck.find(group, name);
+  EXPECT_NE(t, nullptr);
+  if (!t) return 0;
+  std::ifstream f(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string needle(reinterpret_cast<const char*>(t->values.data()), 64);
+  const auto pos = bytes.find(needle);
+  EXPECT_NE(pos, std::string::npos);
+  return pos == std::string::npos ? 0 : pos;
+}
+
+void flip_byte(const fs::path& p, std::uint64_t offset) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+/// Removes this process's temporary directories and files after the last test.
+class CleanUp : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const std::string prefix = "rn_ckpt_cli_" + std::to_string(::getpid()) + "_";
+    const std::string data = "rn_ckpt_cli_syn_" + std::to_string(::getpid()) + ".h5";
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind(prefix, 0) == 0 || f == data) fs::remove_all(e.path(), ec);
+    }
+  }
+};
+const auto* const g_cleanup = ::testing::AddGlobalTestEnvironment(new CleanUp);
+
+TEST(CheckpointCli, ResumeAutoIsBitIdenticalToAnUninterruptedRun) {
+  const fs::path d = temp_dir();
+  const std::string common = "--schedule constant --max-steps ";
+  const CliRun full = run(train_args(common + "14 --loss-log " + (d / "full.jsonl").string() + " --metrics " +
+                                     (d / "mfull.jsonl").string()));
+  ASSERT_EQ(full.code, 0) << full.out;
+  // A first Slurm run and a requeued one use the same command line: no checkpoint yet starts fresh.
+  const std::string resumable = "--checkpoint-dir " + (d / "ck").string() + " --checkpoint-every 3 --resume auto " +
+                                "--loss-log " + (d / "part.jsonl").string() + " --metrics " +
+                                (d / "mpart.jsonl").string();
+  const CliRun first = run(train_args(common + "7 " + resumable));
+  ASSERT_EQ(first.code, 0) << first.out;
+  EXPECT_NE(first.out.find("starting fresh"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("checkpoint: step 7"), std::string::npos) << first.out;
+  const CliRun second = run(train_args(common + "14 " + resumable));
+  ASSERT_EQ(second.code, 0) << second.out;
+  EXPECT_NE(second.out.find("resumed from"), std::string::npos) << second.out;
+  EXPECT_NE(second.out.find("ckpt-step00000007.h5 at step 7"), std::string::npos) << second.out;
+  const auto a = lines_of(d / "full.jsonl"), b = lines_of(d / "part.jsonl");
+  ASSERT_EQ(a.size(), 14u);
+  EXPECT_EQ(a, b);  // per-step losses, printed exactly (shortest round-trip form)
+  // The final epoch line (epoch 2, after the resume) reports the same training and validation metrics.
+  const auto ma = lines_of(d / "mfull.jsonl"), mb = lines_of(d / "mpart.jsonl");
+  ASSERT_FALSE(ma.empty());
+  ASSERT_FALSE(mb.empty());
+  auto metrics_part = [](const std::string& l) { return l.substr(0, l.find(",\"images_per_s\"")); };
+  EXPECT_EQ(metrics_part(ma.back()), metrics_part(mb.back()));
+  EXPECT_EQ(metrics_part(ma.front()), metrics_part(mb[1]));  // mb[0]: the stopped run's partial epoch 1
+  // The final weights: the two last checkpoints hold the same tensors.
+  const CliRun again = run(train_args(common + "14 --checkpoint-dir " + (d / "ck2").string()));
+  ASSERT_EQ(again.code, 0) << again.out;
+  const auto x = renaissance::io::read_checkpoint((d / "ck" / "latest.h5").string());
+  const auto y = renaissance::io::read_checkpoint((d / "ck2" / "latest.h5").string());
+  EXPECT_EQ(x.state.step, 14);
+  ASSERT_EQ(x.tensors.size(), y.tensors.size());
+  for (std::size_t i = 0; i < x.tensors.size(); ++i) {
+    EXPECT_EQ(x.tensors[i].name, y.tensors[i].name);
+    EXPECT_EQ(x.tensors[i].values, y.tensors[i].values) << x.tensors[i].group << "/" << x.tensors[i].name;
+  }
+  // eval --checkpoint: the model comes from the checkpoint; the score is the run's last validation.
+  const CliRun ev =
+      run("eval --data " + synthetic() + " --checkpoint " + (d / "ck" / "latest.h5").string() + " --json");
+  ASSERT_EQ(ev.code, 0) << ev.out;
+  const std::string vt = "\"val_top1\":";
+  const auto p1 = ev.out.find(vt), p2 = mb.back().find(vt);
+  ASSERT_NE(p1, std::string::npos);
+  ASSERT_NE(p2, std::string::npos);
+  EXPECT_EQ(std::stod(ev.out.substr(p1 + vt.size())), std::stod(mb.back().substr(p2 + vt.size()))) << ev.out;
+}
+
+TEST(CheckpointCli, KillDashNineDuringAWriteLeavesThePreviousCheckpointInCharge) {
+  const fs::path d = temp_dir();
+  const fs::path ck = d / "ck";
+  const std::string args =
+      "--schedule constant --checkpoint-dir " + ck.string() + " --checkpoint-every 2 --resume auto";
+  const CliRun first = run(train_args("--max-steps 4 " + args));
+  ASSERT_EQ(first.code, 0) << first.out;
+  ASSERT_EQ(renaissance::io::read_checkpoint((ck / "latest.h5").string()).state.step, 4);
+  // The next write (step 6) sleeps half-way; kill -9 the writer while its temporary file exists.
+  Child c =
+      start(train_args("--max-steps 10 " + args), d / "killed.log", {"RENAISSANCE_TEST_CHECKPOINT_DELAY_MS=60000"});
+  fs::path tmp;
+  ASSERT_TRUE(wait_for([&] {
+    for (const auto& e : fs::directory_iterator(ck))
+      if (e.path().filename().string().rfind("ckpt-step00000006.h5.tmp-", 0) == 0) {
+        tmp = e.path();
+        return true;
+      }
+    return false;
+  })) << "no checkpoint write in flight";
+  ASSERT_EQ(::kill(c.pid, SIGKILL), 0);
+  EXPECT_EQ(c.wait().code, 128 + SIGKILL);
+  EXPECT_TRUE(fs::exists(tmp));                           // the partial file stays a temporary
+  EXPECT_FALSE(fs::exists(ck / "ckpt-step00000006.h5"));  // never under a checkpoint's name
+  EXPECT_EQ(fs::read_symlink(ck / "latest.h5").string(), "ckpt-step00000004.h5");
+  const CliRun inspect_tmp = run("checkpoint inspect " + tmp.string());
+  EXPECT_NE(inspect_tmp.code, 0) << inspect_tmp.out;
+  // --resume auto picks step 4, and the run completes.
+  const CliRun resumed = run(train_args("--max-steps 10 " + args));
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("ckpt-step00000004.h5 at step 4"), std::string::npos) << resumed.out;
+  EXPECT_FALSE(fs::exists(tmp));  // stale temporaries are cleared by the next save
+  EXPECT_EQ(renaissance::io::read_checkpoint((ck / "latest.h5").string()).state.step, 10);
+}
+
+TEST(CheckpointCli, CorruptOrTruncatedCheckpointsFailNamingTheFileAndTensor) {
+  const fs::path d = temp_dir();
+  const fs::path ck = d / "ck";
+  const CliRun first = run(train_args("--max-steps 6 --schedule constant --checkpoint-dir " + ck.string() +
+                                      " --checkpoint-every 3 --keep 3"));
+  ASSERT_EQ(first.code, 0) << first.out;
+  const fs::path good = ck / "ckpt-step00000003.h5", newest = ck / "ckpt-step00000006.h5";
+  const fs::path cut = d / "cut.h5";
+  fs::copy_file(good, cut);  // truncated below
+  const CliRun ok = run("checkpoint inspect " + good.string());
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("valid"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("conv1.w.m"), std::string::npos) << ok.out;
+  const CliRun js = run("checkpoint inspect --json " + good.string());
+  EXPECT_EQ(js.code, 0) << js.out;
+  EXPECT_NE(js.out.find("\"valid\":true"), std::string::npos) << js.out;
+
+  // A flipped byte in the data of /params/fc1.w of the newest checkpoint.
+  flip_byte(newest, offset_of_tensor(newest, "params", "fc1.w") + 17);
+  const CliRun bad = run("checkpoint inspect " + newest.string());
+  EXPECT_NE(bad.code, 0) << bad.out;
+  EXPECT_NE(bad.out.find(newest.string()), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("/params/fc1.w"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("INVALID"), std::string::npos) << bad.out;
+  const CliRun bad_json = run("checkpoint inspect --json " + newest.string());
+  EXPECT_NE(bad_json.code, 0);
+  EXPECT_NE(bad_json.out.find("\"valid\":false"), std::string::npos) << bad_json.out;
+  const CliRun resume_bad = run(train_args("--max-steps 8 --resume " + newest.string()));
+  EXPECT_NE(resume_bad.code, 0) << resume_bad.out;
+  EXPECT_NE(resume_bad.out.find(newest.string()), std::string::npos) << resume_bad.out;
+  EXPECT_NE(resume_bad.out.find("/params/fc1.w"), std::string::npos) << resume_bad.out;
+  const CliRun eval_bad = run("eval --data " + synthetic() + " --checkpoint " + newest.string());
+  EXPECT_NE(eval_bad.code, 0) << eval_bad.out;
+  // --resume auto skips it (with a warning) and takes the previous one.
+  const CliRun fallback =
+      run(train_args("--max-steps 8 --schedule constant --checkpoint-dir " + ck.string() + " --resume auto"));
+  ASSERT_EQ(fallback.code, 0) << fallback.out;
+  EXPECT_NE(fallback.out.find("skipping"), std::string::npos) << fallback.out;
+  EXPECT_NE(fallback.out.find("ckpt-step00000003.h5 at step 3"), std::string::npos) << fallback.out;
+
+  // Truncated.
+  fs::resize_file(cut, fs::file_size(cut) / 2);
+  const CliRun trunc = run("checkpoint inspect " + cut.string());
+  EXPECT_NE(trunc.code, 0) << trunc.out;
+  EXPECT_NE(trunc.out.find(cut.string()), std::string::npos) << trunc.out;
+  EXPECT_NE(trunc.out.find("truncated"), std::string::npos) << trunc.out;
+  const CliRun resume_cut = run(train_args("--max-steps 8 --resume " + cut.string()));
+  EXPECT_NE(resume_cut.code, 0);
+  EXPECT_NE(resume_cut.out.find(cut.string()), std::string::npos) << resume_cut.out;
+}
+
+class PreemptionCli : public ::testing::TestWithParam<int> {};
+
+TEST_P(PreemptionCli, SignalWritesACheckpointExits75AndTheResumedRunContinuesTheSameLossCurve) {
+  const int sig = GetParam();
+  const fs::path d = temp_dir();
+  // The default one-cycle schedule: the learning rate of a step depends on the whole run's length.
+  const CliRun full = run(train_args("--loss-log " + (d / "full.jsonl").string()));
+  ASSERT_EQ(full.code, 0) << full.out;
+  const std::string args = train_args("--checkpoint-dir " + (d / "ck").string() + " --resume auto --loss-log " +
+                                      (d / "part.jsonl").string());
+  Child c = start(args, d / "preempted.log", {"RENAISSANCE_TEST_STEP_DELAY_MS=40"});
+  ASSERT_TRUE(wait_for([&] { return lines_of(d / "part.jsonl").size() >= 3; })) << "no steps";
+  ASSERT_EQ(::kill(c.pid, sig), 0);
+  const CliRun pre = c.wait();
+  ASSERT_EQ(pre.code, 75) << pre.out;
+  EXPECT_NE(pre.out.find("preempted by"), std::string::npos) << pre.out;
+  const auto ck = renaissance::io::read_checkpoint((d / "ck" / "latest.h5").string());
+  const std::size_t done = lines_of(d / "part.jsonl").size();
+  EXPECT_EQ(static_cast<std::size_t>(ck.state.step), done);  // checkpointed at the step boundary it stopped at
+  EXPECT_LT(done, 20u);
+  const CliRun resumed = run(args);
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+  EXPECT_EQ(lines_of(d / "full.jsonl"), lines_of(d / "part.jsonl"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, PreemptionCli, ::testing::Values(SIGUSR1, SIGTERM),
+                         [](const ::testing::TestParamInfo<int>& i) { return i.param == SIGUSR1 ? "USR1" : "TERM"; });
+
+TEST(CheckpointCli, OptionErrorsAreClear) {
+  const CliRun every = run(train_args("--checkpoint-every 5"));
+  EXPECT_NE(every.code, 0);
+  EXPECT_NE(every.out.find("--checkpoint-dir"), std::string::npos) << every.out;
+  const CliRun bad = run(train_args("--checkpoint-dir /tmp/x --checkpoint-every soon"));
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("soon"), std::string::npos) << bad.out;
+  const CliRun auto_no_dir = run(train_args("--resume auto"));
+  EXPECT_NE(auto_no_dir.code, 0);
+  EXPECT_NE(auto_no_dir.out.find("--checkpoint-dir"), std::string::npos) << auto_no_dir.out;
+}
+
+}  // namespace
