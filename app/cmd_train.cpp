@@ -1,10 +1,13 @@
 // `renaissance train`: train a model on an HDF5 dataset through the static plan.
+#include "checkpoint_options.h"
 #include "commands.h"
 #include "json_writer.h"
 #include "model_options.h"
 #include "run_config.h"
 
 #include <renaissance/core/error.h>
+#include <renaissance/dist/communicator.h>
+#include <renaissance/dist/watchdog.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/runtime/trainer.h>
@@ -39,6 +42,8 @@ struct TrainCli {
   std::string save;
   bool no_flip = false;
   bool no_validate = false;
+  double comm_timeout = 0;
+  CheckpointCli ckpt;  ///< --checkpoint-dir, --checkpoint-every, --keep, --resume, --loss-log
 };
 
 /// Progress: a bar with images/s and ETA on a terminal, one line per epoch otherwise (Slurm logs).
@@ -98,38 +103,56 @@ void ensure_default_data(const std::string& path) {
 }
 
 void run_train(TrainCli& c) {
-  refuse_multi_rank_launch("train");
   c.t.backend = pick_backend(c.device);
+  // Data-parallel under mpirun/srun (DESIGN §9): --batch is global; rank 0 prints and writes the files.
+  const std::unique_ptr<runtime::Communicator> comm = dist::open_communicator(c.t.backend, c.comm_timeout);
+  c.t.comm = comm.get();
+  const bool root = is_root_rank();
   c.t.optimizer = plan::optimizer_from_name(c.optimizer);
   c.t.schedule = runtime::schedule_from_name(c.schedule);
   c.t.augmentation.horizontal_flip = !c.no_flip;
   c.t.validate = !c.no_validate;
   RN_CHECK(c.t.epochs >= 1, "--epochs must be >= 1, got {}", c.t.epochs);
   RN_CHECK(c.t.batch >= 1, "--batch must be >= 1, got {}", c.t.batch);
-  ensure_default_data(c.data);
+  if (root) ensure_default_data(c.data);
+  barrier(comm.get());  // the other ranks read what rank 0 imported
   c.t.data_path = c.data;
   const blueprint::BluePrint bp = c.model.load();
+  c.ckpt.apply(c.t);
   runtime::Trainer trainer(bp, c.t);
-  std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs, batch %lld, %s, lr %g (%s)\n",
+  const bool resumed = c.ckpt.resume_into(trainer, root);
+  if (root && comm)
+    std::printf("data-parallel: %d ranks x %lld samples per step (global batch %lld)\n", comm->world_size(),
+                static_cast<long long>(c.t.batch / comm->world_size()), static_cast<long long>(c.t.batch));
+  if (root) std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs, batch %lld, %s, lr %g (%s)\n",
               bp.name.c_str(), c.data.c_str(), static_cast<long long>(trainer.plan().arch.parameter_count()),
               static_cast<double>(trainer.plan().arena_bytes()) / (1 << 20), static_cast<long long>(c.t.epochs),
               static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str());
   std::fflush(stdout);
   std::unique_ptr<std::ofstream> metrics;
-  if (!c.metrics.empty()) {
-    metrics = std::make_unique<std::ofstream>(c.metrics, std::ios::trunc);
+  if (!c.metrics.empty() && root) {
+    metrics = std::make_unique<std::ofstream>(c.metrics, resumed ? std::ios::app : std::ios::trunc);
     RN_CHECK_CTX(metrics->good(), c.metrics, "cannot open the metrics file for writing");
   }
   Progress progress(c.t.epochs);
   progress.m_batch_images = c.t.batch;
   progress.m_validate = c.t.validate;
   runtime::TrainObserver obs;
-  obs.on_step = [&](std::int64_t e, std::int64_t b, std::int64_t n, double ips) { progress.step(e, b, n, ips); };
+  obs.on_step = [&](std::int64_t e, std::int64_t b, std::int64_t n, double ips) {
+    if (root) progress.step(e, b, n, ips);
+  };
   obs.on_epoch = [&](const runtime::EpochMetrics& m) {
-    progress.epoch(m);
+    if (root) progress.epoch(m);
     if (metrics) *metrics << metrics_json(m, c.t.validate) << "\n" << std::flush;
   };
+  c.ckpt.observe(obs, root, resumed);
   const auto history = trainer.run(obs);
+  if (trainer.preempted()) {  // every rank: the checkpoint is written, the job script requeues on this code
+    c.ckpt.report_preempted(trainer, root);
+    set_exit_code(kExitPreempted);
+    return;
+  }
+  if (!root) return;
   if (!history.empty() && c.t.validate)
     std::printf("done: %lld steps, val_top1 %.4f\n", static_cast<long long>(trainer.steps()), history.back().val_top1);
   else
@@ -144,6 +167,8 @@ struct EvalCli {
   ModelOptions model;
   std::string data = kDefaultData;
   std::string weights;
+  std::string checkpoint;  ///< a checkpoint instead of --weights (its model unless --model/--model-file is given)
+  bool model_given = false;
   std::int64_t batch = 256;
   bool amp = false;
   bool ema = false;
@@ -155,22 +180,33 @@ void run_eval(const EvalCli& c) {
   runtime::TrainOptions t;
   t.data_path = c.data;
   t.backend = pick_backend(c.device);
+  // Under mpirun/srun the val batches are dealt over the ranks and the sums all-reduced; rank 0 prints.
+  const std::unique_ptr<runtime::Communicator> comm = dist::open_communicator(t.backend, dist::comm_timeout_from_env(dist::kDefaultCommTimeout));
+  t.comm = comm.get();
   t.batch = c.batch;
   t.amp = c.amp;
   t.ema = c.ema;
   t.epochs = 1;
-  const blueprint::BluePrint bp = c.model.load();
+  RN_CHECK(c.weights.empty() != c.checkpoint.empty(), "eval needs exactly one of --weights and --checkpoint");
+  blueprint::BluePrint bp = c.model.load();
+  if (!c.checkpoint.empty() && !c.model_given) bp = checkpoint_model(c.checkpoint);
   runtime::Trainer trainer(bp, t);
-  trainer.load_weights(c.weights);
+  if (c.checkpoint.empty())
+    trainer.load_weights(c.weights);
+  else
+    trainer.load_checkpoint(c.checkpoint, /*weights_only=*/true);
+  const std::string& source = c.checkpoint.empty() ? c.weights : c.checkpoint;
   const runtime::EpochMetrics m = trainer.evaluate(c.ema);
+  if (!is_root_rank()) return;
   if (c.json) {
     JsonWriter j;
-    j.begin_object().kv("model", bp.name).kv("data", c.data).kv("weights", c.weights).kv("ema", c.ema);
+    j.begin_object().kv("model", bp.name).kv("data", c.data).kv(c.checkpoint.empty() ? "weights" : "checkpoint", source);
+    j.kv("ema", c.ema);
     j.kv("val_loss", m.val_loss).kv("val_top1", m.val_top1).kv("val_top5", m.val_top5).end_object();
     std::puts(j.str().c_str());
   } else {
     std::printf("%s on %s (val split) with %s%s: loss %.4f  top1 %.4f  top5 %.4f\n", bp.name.c_str(), c.data.c_str(),
-                c.weights.c_str(), c.ema ? " (EMA)" : "", m.val_loss, m.val_top1, m.val_top5);
+                source.c_str(), c.ema ? " (EMA)" : "", m.val_loss, m.val_top1, m.val_top5);
   }
 }
 
@@ -208,6 +244,10 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--no-validate", c->no_validate, "Skip validation after each epoch");
   cmd->add_option("--save", c->save, "Write the trained weights (HDF5: /params, /bn, /ema) to this file");
   cmd->add_option("--config", c->config, "run.yaml: any of these options as keys (the command line wins)");
+  c->ckpt.add_to(*cmd);
+  add_comm_timeout_option(*cmd, c->comm_timeout);
+  cmd->add_flag("--sync-bn", c->t.sync_bn,
+                "Data-parallel runs: BatchNorm statistics over the global batch (all ranks; CPU ranks)");
   cmd->callback([c, cmd] {
     if (!c->config.empty()) apply_run_config(*cmd, c->config);
     run_train(*c);
@@ -219,13 +259,18 @@ void register_eval_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("eval", "Score trained weights on a dataset's validation split");
   c->model.add_to(*cmd);
   cmd->add_option("--data", c->data, "HDF5 dataset")->capture_default_str();
-  cmd->add_option("--weights", c->weights, "Weights file written by `renaissance train --save`")->required();
+  cmd->add_option("--weights", c->weights, "Weights file written by `renaissance train --save`");
+  cmd->add_option("--checkpoint", c->checkpoint,
+                  "Checkpoint written by `renaissance train --checkpoint-dir` (its model unless --model is given)");
   cmd->add_option("--batch", c->batch, "Batch size")->capture_default_str();
   cmd->add_flag("--amp", c->amp, "Evaluate in FP16 (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Evaluate the EMA weights");
   cmd->add_flag("--json", c->json, "Print the result as JSON");
   cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
-  cmd->callback([c] { run_eval(*c); });
+  cmd->callback([c, cmd] {
+    c->model_given = cmd->get_option("--model")->count() > 0 || cmd->get_option("--model-file")->count() > 0;
+    run_eval(*c);
+  });
 }
 
 }  // namespace renaissance::app

@@ -2,13 +2,34 @@
 #include "commands.h"
 
 #include <renaissance/core/error.h>
+#include <renaissance/dist/mpi_session.h>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 
+namespace {
+
+/// Seconds a failing rank waits for the others to fail too before it aborts the whole job.
+constexpr double kErrorGraceSeconds = 10.0;
+
+/// Every rank reports its own error, prefixed with its rank. When every rank failed (a configuration mismatch
+/// all of them detected) they exit normally with `code`; when some rank did not arrive (still in a collective,
+/// dead or hung), MPI_Abort ends the whole job so no rank is left waiting.
+int fail(renaissance::dist::MpiSession& mpi, const char* what, int code) {
+  std::fprintf(stderr, "renaissance: error: %s%s\n", mpi.rank_prefix().c_str(), what);
+  std::fflush(stderr);
+  if (mpi.world_size() > 1 && !mpi.all_ranks_failed(kErrorGraceSeconds)) mpi.abort(code);
+  return code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  // MPI first: under mpirun or `srun --mpi=pmix` this process is one rank of a data-parallel job; started alone it
+  // is a singleton of one rank (DESIGN §9).
+  renaissance::dist::MpiSession mpi(&argc, &argv);
   CLI::App app{"Renaissance: planned, graph-captured training of convolutional image classifiers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "renaissance 0.1.0");
@@ -17,16 +38,20 @@ int main(int argc, char** argv) {
   renaissance::app::register_train_command(app);
   renaissance::app::register_eval_command(app);
   renaissance::app::register_bench_command(app);
+  renaissance::app::register_checkpoint_command(app);
+  renaissance::app::register_predict_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return mpi.is_root() ? app.exit(e) : 0;  // --help, --version: printed once
+    const int code = app.exit(e);
+    // A rank that returned now would block in MPI_Finalize while the others wait in a collective.
+    if (mpi.world_size() > 1 && !mpi.all_ranks_failed(kErrorGraceSeconds)) mpi.abort(code);
+    return code;
   } catch (const renaissance::Error& e) {
-    std::fprintf(stderr, "renaissance: error: %s\n", e.what());
-    return 1;
+    return fail(mpi, e.what(), 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "renaissance: error: %s\n", e.what());
-    return 1;
+    return fail(mpi, e.what(), 1);
   }
-  return 0;
+  return renaissance::app::exit_code();
 }

@@ -20,8 +20,10 @@ void apply_run_config(CLI::App& cmd, const std::string& path) {
   if (root.IsNull()) return;
   RN_CHECK_CTX(root.IsMap(), path, "a run configuration must be a YAML map of option: value");
   for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
     const std::string where = fmt::format("{}:{}", path, kv.first.Mark().line + 1);
+    // A key like [a, b] or {a: 1} is valid YAML but no option name (found by tests/fuzz/fuzz_run_config).
+    RN_CHECK_CTX(kv.first.IsScalar(), where, "option names must be plain words, not a list or a map");
+    const std::string key = kv.first.as<std::string>();
     RN_CHECK_CTX(key != "config", where, "'config' cannot be set from a configuration file");
     CLI::Option* opt = cmd.get_option_no_throw("--" + key);
     RN_CHECK_CTX(opt != nullptr, where, "unknown option '{}' (see `renaissance {} --help`)", key, cmd.get_name());

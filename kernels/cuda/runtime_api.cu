@@ -73,6 +73,22 @@ void stream_destroy(StreamHandle s) noexcept {
 }
 void stream_synchronize(StreamHandle s) { CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s))); }
 
+EventHandle event_create() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+void event_destroy(EventHandle e) noexcept {
+  if (e) CUDA_CHECK_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(e)));
+}
+void event_record(EventHandle e, StreamHandle s) {
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(s)));
+}
+void event_synchronize(EventHandle e) { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e))); }
+void stream_wait_event(StreamHandle s, EventHandle e) {
+  CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0));
+}
+
 std::int64_t device_alloc_count() { return g_allocs.load(); }
 
 std::unique_ptr<GraphExec> GraphExec::capture(StreamHandle stream, const std::function<void()>& body) {

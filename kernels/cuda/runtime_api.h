@@ -26,6 +26,14 @@ void copy_h2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle
 StreamHandle stream_create();
 void stream_destroy(StreamHandle s) noexcept;
 void stream_synchronize(StreamHandle s);
+using EventHandle = void*;  ///< a cudaEvent_t (timing disabled)
+EventHandle event_create();
+void event_destroy(EventHandle e) noexcept;
+void event_record(EventHandle e, StreamHandle s);
+/// Host waits until the work before the last record of `e` has finished.
+void event_synchronize(EventHandle e);
+/// Work launched on `s` after this call waits for the last record of `e`.
+void stream_wait_event(StreamHandle s, EventHandle e);
 /// cudaMalloc calls made through device_alloc so far (tests: no allocation after start-up).
 std::int64_t device_alloc_count();
 

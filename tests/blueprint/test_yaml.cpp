@@ -283,3 +283,18 @@ TEST(YamlErrors, FilesAreNamed) {
   }
   fs::remove(tmp);
 }
+
+// Found by tests/fuzz/fuzz_blueprint_yaml: yaml-cpp 0.7's LoadAll never returns on a lone ',' (the first document
+// is now built by YAML::Load and the documents are counted with a bounded loop). Must answer, with an Error.
+TEST(Yaml, MalformedInputThatHangsYamlCppLoadAllIsAnError) {
+  for (const char* text : {",", ",,", "name: x\n,\n", "- ,"}) {
+    EXPECT_THROW(rb::blueprint_from_yaml(text, "hang.yaml"), renaissance::Error) << text;
+  }
+  try {
+    rb::blueprint_from_yaml("name: a\ninput: [4, 4, 1]\nlayers: [relu]\n---\nname: b\n", "two.yaml");
+    ADD_FAILURE() << "a second document must be refused";
+  } catch (const renaissance::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("two.yaml:5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("second one"), std::string::npos) << e.what();
+  }
+}

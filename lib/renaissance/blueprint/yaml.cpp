@@ -4,6 +4,7 @@
 #include <renaissance/blueprint/yaml.h>
 #include <renaissance/core/error.h>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -501,13 +502,54 @@ class Emitter {
 
 }  // namespace
 
+namespace {
+
+/// Counts the documents of a YAML text, stopping at `cap`. yaml-cpp 0.7's LoadAll never returns on some inputs
+/// (a lone ',' makes HandleNextDocument report an empty document forever; found by tests/fuzz), so the documents
+/// are counted with a bounded loop and only the first is built, by YAML::Load.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  int documents = 0;
+  int second_line = 0;  ///< 1-based line of the second document's root node (as a YAML::Node mark would say)
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents == 2) second_line = mark.line + 1;
+    m_root_seen = false;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override { node(m); }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  bool m_root_seen = false;
+  void node(const YAML::Mark& m) {
+    if (documents == 2 && !m_root_seen) second_line = m.line + 1;
+    m_root_seen = true;
+  }
+};
+
+}  // namespace
+
 BluePrint blueprint_from_yaml(const std::string& text, const std::string& source) {
   Parser parser(source);
   try {
-    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    std::istringstream in(text);
+    YAML::Parser events(in);
+    DocumentCounter counter;
+    for (int i = 0; i < 2 && events.HandleNextDocument(counter); ++i) {
+    }
     // A second document would otherwise be ignored silently.
-    if (docs.size() > 1) parser.fail(docs[1], "", "a model file holds one YAML document, found a second one");
-    return parser.parse_document(docs.empty() ? YAML::Node() : docs[0]);
+    if (counter.documents > 1)
+      parser.fail_line(counter.second_line, "", "a model file holds one YAML document, found a second one");
+    return parser.parse_document(YAML::Load(text));
   } catch (const YAML::Exception& e) {
     // Malformed YAML, or yaml-cpp refusing an operation on a node: both point at a mark.
     const int line = e.mark.line < 0 ? 1 : e.mark.line + 1;

@@ -5,4 +5,5 @@ target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/batch_loader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/importers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/weights.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint.cpp
 )

@@ -145,7 +145,19 @@ WeightsFile read_weights(const std::string& path) {
       H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "dataspace"), H5Sclose);
       hsize_t dims[4] = {0, 0, 0, 0};
       RN_CHECK_CTX(H5Sget_simple_extent_ndims(space) == 4, ctx, "tensor must have rank 4 (n, h, w, c)");
-      H5Sget_simple_extent_dims(space, dims, nullptr);
+      H5_CHECK(H5Sget_simple_extent_dims(space, dims, nullptr), ctx, "dimensions");
+      // A corrupt header must not make us allocate what the file cannot hold: no overflow in the element count,
+      // and at least one stored byte per element (FP32 takes 4; a compression filter would not beat 4x on weights).
+      std::int64_t elems = 1;
+      for (hsize_t d : dims) {
+        RN_CHECK_CTX(d <= (hsize_t(1) << 40) && (d == 0 || elems <= (std::int64_t(1) << 40) / static_cast<std::int64_t>(d)),
+                     ctx, "tensor shape {}x{}x{}x{} is too large (corrupt file?)", dims[0], dims[1], dims[2], dims[3]);
+        elems *= static_cast<std::int64_t>(d);
+      }
+      const hsize_t stored = H5Dget_storage_size(ds);
+      RN_CHECK_CTX(static_cast<hsize_t>(elems) <= stored, ctx,
+                   "tensor shape {}x{}x{}x{} ({} values) but only {} bytes are stored (truncated or corrupt file?)",
+                   dims[0], dims[1], dims[2], dims[3], elems, stored);
       NamedTensor t;
       t.group = group;
       t.name = name;

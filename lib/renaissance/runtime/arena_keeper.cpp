@@ -1,5 +1,6 @@
 #include <renaissance/core/error.h>
 #include <renaissance/runtime/arena_keeper.h>
+#include <renaissance/runtime/memory_guard.h>
 
 #ifdef RENAISSANCE_HAVE_CUDA
 #include <kernels/cuda/runtime_api.h>
@@ -23,6 +24,7 @@ ArenaKeeper::ArenaKeeper(Backend backend, std::int64_t bytes) : m_backend(backen
   const std::size_t n = static_cast<std::size_t>((bytes + 255) / 256 * 256);
   if (backend == Backend::CUDA) {
 #ifdef RENAISSANCE_HAVE_CUDA
+    guard_device_memory({"the arena", static_cast<std::int64_t>(n), 0, 0});
     // Zeroed like the CPU arena: slot padding must read as zeros for whole-range ops.
     m_base = static_cast<std::byte*>(cuda::device_alloc(static_cast<std::int64_t>(n), "the arena"));
     ++g_allocations;

@@ -118,6 +118,88 @@ void add_into(float* dst, const float* src, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+// ---- synchronised BatchNorm (--sync-bn, DESIGN §9) ----------------------------------------------------
+// The statistics of the global batch: every rank holds R = N·H·W of the R·W values of a channel (equal shards).
+// Forward: Σx summed over the ranks gives the mean, then Σ(x − mean)² the biased variance (two passes: no
+// cancellation). Backward: Σdy and Σdy·x̂ summed over the ranks enter dx; dγ, dβ stay this rank's sums (the
+// gradient all-reduce averages them like every other parameter gradient).
+
+bool sync_bn(const ExecEnv& env) { return env.sync_bn && env.comm && env.comm->world_size() > 1; }
+
+/// inputs: x, gamma, beta, hyper; outputs: y, batch mean, batch var (unbiased), invstd.
+void sync_bn_forward(const ResolvedNode& r, ExecEnv& env, const float* x, float* y) {
+  const Shape& s = r.in[0].shape;
+  const std::int64_t c = s.c, rows = s.elems() / c;
+  const double total = static_cast<double>(rows) * env.comm->world_size();
+  RN_CHECK(total > 1, "BatchNorm over a global batch of one value per channel");
+  const float* gamma = r.in[1].as<const float>();
+  const float* beta = r.in[2].as<const float>();
+  const float eps = hyper_of(r.in[3])[plan::kHyperBnEps];
+  std::vector<double> acc(static_cast<std::size_t>(c));
+  std::vector<float> buf(static_cast<std::size_t>(c)), mean(static_cast<std::size_t>(c)), invstd(static_cast<std::size_t>(c));
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t k = 0; k < c; ++k) acc[k] += x[i * c + k];
+  for (std::int64_t k = 0; k < c; ++k) buf[k] = static_cast<float>(acc[k]);
+  env.comm->allreduce_sum(buf.data(), c);
+  for (std::int64_t k = 0; k < c; ++k) mean[k] = static_cast<float>(buf[k] / total);
+  std::fill(acc.begin(), acc.end(), 0.0);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t k = 0; k < c; ++k) {
+      const double d = x[i * c + k] - mean[k];
+      acc[k] += d * d;
+    }
+  for (std::int64_t k = 0; k < c; ++k) buf[k] = static_cast<float>(acc[k]);
+  env.comm->allreduce_sum(buf.data(), c);
+  float* bmean = r.out[1].as<float>();
+  float* bvar = r.out[2].as<float>();
+  float* out_invstd = r.out[3].as<float>();
+  for (std::int64_t k = 0; k < c; ++k) {
+    const double var = buf[k] / total;
+    invstd[k] = static_cast<float>(1.0 / std::sqrt(var + eps));
+    bmean[k] = mean[k];
+    bvar[k] = static_cast<float>(var * total / (total - 1.0));
+    out_invstd[k] = invstd[k];
+  }
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t k = 0; k < c; ++k)
+      y[i * c + k] = (x[i * c + k] - mean[k]) * invstd[k] * gamma[k] + beta[k];
+}
+
+/// inputs: x, dy, gamma, batch mean, invstd; outputs: dx (may be absent), dgamma, dbeta (accumulated).
+void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const float* dy, float* dx, bool accumulate) {
+  const Shape& s = r.in[0].shape;
+  const std::int64_t c = s.c, rows = s.elems() / c;
+  const double total = static_cast<double>(rows) * env.comm->world_size();
+  const float* gamma = r.in[2].as<const float>();
+  const float* mean = r.in[3].as<const float>();
+  const float* invstd = r.in[4].as<const float>();
+  std::vector<double> s1(static_cast<std::size_t>(c)), s2(static_cast<std::size_t>(c));
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t k = 0; k < c; ++k) {
+      const double g = dy[i * c + k];
+      s1[k] += g;
+      s2[k] += g * (x[i * c + k] - mean[k]) * invstd[k];
+    }
+  float* dgamma = r.out[1].as<float>();
+  float* dbeta = r.out[2].as<float>();
+  std::vector<float> buf(static_cast<std::size_t>(2 * c));
+  for (std::int64_t k = 0; k < c; ++k) {
+    dgamma[k] += static_cast<float>(s2[k]);
+    dbeta[k] += static_cast<float>(s1[k]);
+    buf[k] = static_cast<float>(s1[k]);
+    buf[c + k] = static_cast<float>(s2[k]);
+  }
+  env.comm->allreduce_sum(buf.data(), 2 * c);  // every rank: the same collectives, dx or not
+  if (!dx) return;
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t k = 0; k < c; ++k) {
+      const float xhat = (x[i * c + k] - mean[k]) * invstd[k];
+      const float v = gamma[k] * invstd[k] *
+                      (dy[i * c + k] - static_cast<float>(buf[k] / total) - xhat * static_cast<float>(buf[c + k] / total));
+      dx[i * c + k] = accumulate ? dx[i * c + k] + v : v;
+    }
+}
+
 // ---- COMPUTE ops ------------------------------------------------------------------------------------
 
 void register_compute(KernelTable& t) {
@@ -143,12 +225,13 @@ void register_compute(KernelTable& t) {
                   cpu::conv2d_backward_filter(x, r.in[0].shape, dy, r.in[1].shape, dw.get(), db.get(),
                                               conv_params(*r.node), r.node->accumulate);
                 }));
-  t.add_compute(OpKind::BN_FWD_TRAIN, op([](const ResolvedNode& r, ExecEnv&) {
+  t.add_compute(OpKind::BN_FWD_TRAIN, op([](const ResolvedNode& r, ExecEnv& env) {
                   // Batch statistics go to B_NEXT_* (momentum 1 into zeroed buffers = the unbiased batch
                   // variance); UPDATE_STATS blends them into the running statistics once per step.
                   const float* h = hyper_of(r.in[3]);
                   const float* x = f32_in(r.in[0]);
                   F32Out y(r.out[0], false);
+                  if (sync_bn(env)) return sync_bn_forward(r, env, x, y.get());
                   float* bmean = r.out[1].as<float>();
                   float* bvar = r.out[2].as<float>();
                   const std::int64_t c = r.out[1].shape.c;
@@ -167,11 +250,12 @@ void register_compute(KernelTable& t) {
                                                    r.in[2].as<const float>(), r.in[3].as<const float>(),
                                                    r.in[4].as<const float>(), y.get(), h[plan::kHyperBnEps]);
                 }));
-  t.add_compute(OpKind::BN_BWD, op([](const ResolvedNode& r, ExecEnv&) {
+  t.add_compute(OpKind::BN_BWD, op([](const ResolvedNode& r, ExecEnv& env) {
                   // inputs: x, dy, gamma, batch_mean, invstd; outputs: dx (may be absent), dgamma, dbeta
                   const float* x = f32_in(r.in[0]);
                   const float* dy = f32_in(r.in[1]);
                   F32Out dx(r.out[0], r.node->accumulate);
+                  if (sync_bn(env)) return sync_bn_backward(r, env, x, dy, dx.get(), r.node->accumulate);
                   cpu::batchnorm_backward(x, dy, r.in[0].shape, r.in[2].as<const float>(), r.in[3].as<const float>(),
                                           r.in[4].as<const float>(), dx.get(), r.out[1].as<float>(),
                                           r.out[2].as<float>(), r.node->accumulate, true);
@@ -196,12 +280,12 @@ void register_compute(KernelTable& t) {
                   const float* x = f32_in(r.in[0]);
                   F32Out y(r.out[0], false);
                   cpu::maxpool2d_forward(x, r.in[0].shape, y.get(), r.out[0].shape, pool_params(*r.node),
-                                         r.out[1].as<std::int32_t>());
+                                         r.out[1].as<std::uint8_t>());
                 }));
   t.add_compute(OpKind::MAXPOOL_BWD, op([](const ResolvedNode& r, ExecEnv&) {
                   const float* dy = f32_in(r.in[0]);
                   F32Out dx(r.out[0], r.node->accumulate);
-                  cpu::maxpool2d_backward(dy, r.in[0].shape, nullptr, r.in[1].as<const std::int32_t>(), dx.get(),
+                  cpu::maxpool2d_backward(dy, r.in[0].shape, nullptr, r.in[1].as<const std::uint8_t>(), dx.get(),
                                           r.out[0].shape, pool_params(*r.node), r.node->accumulate);
                 }));
   t.add_compute(OpKind::GAP_FWD, op([](const ResolvedNode& r, ExecEnv&) {

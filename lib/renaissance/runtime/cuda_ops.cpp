@@ -4,6 +4,7 @@
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
 #include <renaissance/runtime/executor.h>
+#include <renaissance/runtime/memory_guard.h>
 
 #include <kernels/cuda/batchnorm.h>
 #include <kernels/cuda/common.h>
@@ -393,13 +394,18 @@ void register_range(KernelTable& t) {
     cuda::range_ema_update(stream_of(env), f(r.out_ranges[0]), f(r.in_ranges[0]), floats(r.in_ranges[0]),
                            hyper_slot(r.in[0], plan::kHyperEmaDecay), skip_flag(r));
   });
-  auto allreduce = [](const ResolvedNode&, ExecEnv& env) {
-    // One GPU: nothing to reduce. NCCL collectives are captured here by the distributed backend (DESIGN §9).
-    RN_CHECK(!env.comm || env.comm->world_size() == 1, "multi-GPU all-reduce is not available in this build yet");
+  // One GPU: nothing to reduce. Several: the communicator (NCCL, lib/renaissance/dist) enqueues one all-reduce per
+  // range on the compute stream, so the capture of DEEP_COMM/FIRST_COMM/... holds the collective (DESIGN §9).
+  auto allreduce = [](const ResolvedNode& r, ExecEnv& env, bool mean) {
+    if (!env.comm || env.comm->world_size() == 1) return;
+    for (const RangeView& v : r.out_ranges)
+      if (floats(v) > 0) env.comm->allreduce_device(f(v), floats(v), mean, env.stream);
   };
-  t.add_range(RangeOp::ALLREDUCE_MEAN, allreduce);
-  t.add_range(RangeOp::ALLREDUCE_SUM, allreduce);
-  t.add_range(RangeOp::BN_STATS_ALLREDUCE, allreduce);
+  t.add_range(RangeOp::ALLREDUCE_MEAN, [allreduce](const ResolvedNode& r, ExecEnv& env) { allreduce(r, env, true); });
+  t.add_range(RangeOp::ALLREDUCE_SUM, [allreduce](const ResolvedNode& r, ExecEnv& env) { allreduce(r, env, false); });
+  // Running statistics use the mean over ranks of the per-rank batch statistics.
+  t.add_range(RangeOp::BN_STATS_ALLREDUCE,
+              [allreduce](const ResolvedNode& r, ExecEnv& env) { allreduce(r, env, true); });
   t.add_range(RangeOp::BN_RUNNING_UPDATE, [](const ResolvedNode& r, ExecEnv& env) {
     RN_CHECK(r.in_ranges[0].bytes == r.out_ranges[0].bytes, "BN running/batch statistics ranges differ");
     cuda::range_bn_running_update(stream_of(env), f(r.out_ranges[0]), f(r.in_ranges[0]), floats(r.out_ranges[0]),
@@ -431,14 +437,22 @@ class CudaSession : public BackendSession {
     m_env.dnn = &cuda::DnnHandles::for_device(cuda::current_device());
     m_env.dnn->set_stream(static_cast<cudaStream_t>(m_stream));
     m_env.label_errors = static_cast<std::int32_t*>(cuda::device_alloc(256, "the label error counter"));
+    guard_device_memory({"the cuDNN/cuBLASLt workspace", 0, workspace_bytes, 0});
     m_workspace = static_cast<std::byte*>(cuda::device_alloc(workspace_bytes, "the cuDNN/cuBLASLt workspace"));
     env.stream = m_stream;
     env.dnn = &m_env;
     env.workspace = m_workspace;
     env.workspace_bytes = workspace_bytes;
+    m_transfer_stream = cuda::stream_create();
+    m_transferred = cuda::event_create();
+    for (auto& e : m_slot_done) e = cuda::event_create();
   }
   ~CudaSession() override {
+    cuda::stream_synchronize(m_transfer_stream);
     cuda::stream_synchronize(m_stream);
+    for (auto& e : m_slot_done) cuda::event_destroy(e);
+    cuda::event_destroy(m_transferred);
+    cuda::stream_destroy(m_transfer_stream);
     cuda::device_free(m_workspace);
     cuda::device_free(m_env.label_errors);
     cuda::stream_destroy(m_stream);
@@ -451,8 +465,32 @@ class CudaSession : public BackendSession {
   }
   void host_free(std::byte* p) noexcept override { cuda::pinned_free(p); }
 
+  void wait_slot(int s) override { cuda::event_synchronize(m_slot_done[s & 1]); }
+  void transfer(ExecEnv& env, int s, const std::function<void()>& launch) override {
+    // The copy into device buffer s waits for the compute work that last read it (the step two batches ago),
+    // runs beside the current step on its own stream, and the next compute work waits for it.
+    cuda::stream_wait_event(m_transfer_stream, m_slot_done[s & 1]);
+    env.stream = m_transfer_stream;
+    try {
+      launch();
+    } catch (...) {
+      env.stream = m_stream;
+      throw;
+    }
+    env.stream = m_stream;
+    cuda::event_record(m_transferred, m_transfer_stream);
+    cuda::stream_wait_event(m_stream, m_transferred);
+  }
+  void upload_async(std::byte* dst, const std::byte* src, std::int64_t bytes) override {
+    cuda::copy_h2d_async(dst, src, bytes, m_stream);
+  }
+  void release_slot(int s) override { cuda::event_record(m_slot_done[s & 1], m_stream); }
+
  private:
   cuda::StreamHandle m_stream = nullptr;
+  cuda::StreamHandle m_transfer_stream = nullptr;
+  cuda::EventHandle m_transferred = nullptr;
+  cuda::EventHandle m_slot_done[2] = {nullptr, nullptr};
   CudaEnv m_env;
   std::byte* m_workspace = nullptr;
 };

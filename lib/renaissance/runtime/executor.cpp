@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #ifdef RENAISSANCE_HAVE_CUDA
 #include <kernels/cuda/runtime_api.h>
@@ -116,10 +117,19 @@ ResolvedNode resolve(const plan::Node& n, const DeviceContext& ctx, plan::Varian
   return r;
 }
 
+void Communicator::allreduce_device(float* data, std::int64_t count, bool mean, void* stream) {
+  (void)data, (void)count, (void)mean, (void)stream;
+  RN_CHECK(world_size() == 1, "this communicator has no device all-reduce (a GPU run of {} ranks needs NCCL)",
+           world_size());
+}
+
 std::byte* BackendSession::host_alloc(std::int64_t bytes) {
   return static_cast<std::byte*>(std::calloc(static_cast<std::size_t>(bytes), 1));
 }
 void BackendSession::host_free(std::byte* p) noexcept { std::free(p); }
+void BackendSession::upload_async(std::byte* dst, const std::byte* src, std::int64_t bytes) {
+  std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+}
 
 std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64_t workspace_bytes) {
   if (b == Backend::CPU) return std::make_unique<BackendSession>();

@@ -24,6 +24,17 @@ class Communicator {
   /// Host-side agreement at a step boundary: the maximum of `value` over all ranks (blocking; e.g. "a rank
   /// received SIGUSR1, so every rank checkpoints and stops"). One rank: `value`.
   virtual std::int64_t agree_max(std::int64_t value) { return value; }
+  /// Host-side broadcast of a byte string from `root` (non-roots are resized to the root's length).
+  virtual void broadcast(std::vector<std::uint8_t>& bytes, int root = 0) { (void)bytes, (void)root; }
+  /// Device all-reduce of `count` floats at device pointer `data`, enqueued on `stream` (a cudaStream_t) so a
+  /// CUDA graph captures it; `mean` divides by the world size. Only communicators of GPU ranks have one.
+  virtual void allreduce_device(float* data, std::int64_t count, bool mean, void* stream);
+  /// The optimizer step now running (1-based), for the watchdog's messages.
+  virtual void set_step(std::int64_t step) { (void)step; }
+  /// Brackets a host wait for device work that contains collectives (GPU: the stream synchronisation after a
+  /// step), so a watchdog can abort a wait that never ends.
+  virtual void device_wait_begin(const char* what) { (void)what; }
+  virtual void device_wait_end() {}
 };
 
 /// A node with every tensor and range resolved for one variant.
@@ -46,6 +57,7 @@ struct ExecEnv {
   std::byte* workspace = nullptr;  ///< one device workspace for cuDNN/cuBLASLt, sized at start-up
   std::int64_t workspace_bytes = 0;
   bool deterministic = true;       ///< algorithm choices restricted to deterministic ones
+  bool sync_bn = false;            ///< BN training statistics over all ranks' samples (--sync-bn; CPU backend)
 };
 
 using OpFn = std::function<void(const ResolvedNode&, ExecEnv&)>;
@@ -132,6 +144,20 @@ class BackendSession {
   /// Host memory the backend copies from fastest (GPU: pinned), zeroed.
   virtual std::byte* host_alloc(std::int64_t bytes);
   virtual void host_free(std::byte* p) noexcept;
+
+  // Input double buffering (DESIGN §7): batch k+1 is staged on the host and copied to the device while step k
+  // runs. Slot s (A = 0, B = 1) owns a pinned staging buffer, a device input buffer and pinned step scalars.
+  /// Blocks the host until the work that last used slot `s` (released by release_slot) has finished, so its
+  /// pinned buffers may be rewritten. CPU: returns at once.
+  virtual void wait_slot(int s) { (void)s; }
+  /// Runs `launch` (the TRANSFER graph of slot `s`) on the transfer stream, after the compute work that last
+  /// read slot `s`; later compute work waits for the copy. CPU: calls `launch`.
+  virtual void transfer(ExecEnv& env, int s, const std::function<void()>& launch) { (void)env, (void)s, launch(); }
+  /// Copies per-step scalars from pinned host memory to the device, ordered with the compute work (GPU: an
+  /// asynchronous copy on the compute stream). CPU: memcpy.
+  virtual void upload_async(std::byte* dst, const std::byte* src, std::int64_t bytes);
+  /// Marks the end of the compute work that uses slot `s`.
+  virtual void release_slot(int s) { (void)s; }
 };
 /// CPU: a session that does nothing. CUDA: stream + handles + a `workspace_bytes` device workspace.
 std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64_t workspace_bytes);

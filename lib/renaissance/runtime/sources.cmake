@@ -1,11 +1,14 @@
 # Sources of lib/renaissance/runtime (explicit list).
 target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/arena_keeper.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/memory_guard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/device_context.cpp
   ${CMAKE_CURRENT_LIST_DIR}/executor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/data_pipeline.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/replicas.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/sharding.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cpp
 )
 if(RENAISSANCE_HAVE_CUDA)

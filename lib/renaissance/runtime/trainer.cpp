@@ -1,19 +1,27 @@
 #include <renaissance/core/error.h>
 #include <renaissance/core/philox.h>
+#include <renaissance/blueprint/yaml.h>
 #include <renaissance/io/batch_loader.h>
+#include <renaissance/io/checkpoint.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/weights.h>
+#include <renaissance/runtime/replicas.h>
+#include <renaissance/runtime/sharding.h>
+#include <renaissance/runtime/memory_guard.h>
 #include <renaissance/runtime/trainer.h>
 
 #include <kernels/cpu/half.h>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <set>
 
 namespace renaissance::runtime {
 
@@ -28,6 +36,15 @@ double now_s() {
 
 constexpr std::uint32_t kPurposeInit = 0x494e4954;  // "INIT"
 
+/// `order` and its augmentation keys without the first `count` entries (a run resumed mid-epoch).
+std::vector<std::int64_t> drop_batches(std::vector<std::int64_t> order, std::vector<std::int64_t>* positions,
+                                       std::int64_t count) {
+  count = std::min<std::int64_t>(count, static_cast<std::int64_t>(order.size()));
+  order.erase(order.begin(), order.begin() + count);
+  positions->erase(positions->begin(), positions->begin() + std::min<std::int64_t>(count, static_cast<std::int64_t>(positions->size())));
+  return order;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -41,10 +58,39 @@ struct Trainer::Impl {
   ExecEnv env;
   std::unique_ptr<BackendSession> session;
   std::byte* staging[2] = {nullptr, nullptr};
+  std::byte* hyper_staging[2] = {nullptr, nullptr};  ///< per-slot pinned copies of the step scalars
   std::int64_t staging_bytes = 0;
   std::int64_t staging_labels_off = 0, staging_data_off = 0;
   std::int64_t img_h = 0, img_w = 0, img_c = 0;
+  int world = 1, rank = 0;  ///< data-parallel ranks (DESIGN §9)
   std::vector<std::uint8_t> resized;
+
+  // Checkpoint and resume (DESIGN §10): where run() stands, so a checkpoint records it and run() resumes there.
+  // The definitions are in the checkpoint section at the end of this file.
+  std::string model_yaml;         ///< the BluePrint, recorded in checkpoints
+  std::int64_t cur_epoch = 0;     ///< the epoch the next step belongs to (0-based)
+  std::int64_t cur_position = 0;  ///< batches (global steps) of cur_epoch already trained
+  /// The partial epoch's metric sums of every rank ([world, 4], rank-major) when run() stopped mid-epoch or a
+  /// checkpoint was loaded; each rank resumes its own (summing in the same order keeps the epoch's metrics exact).
+  std::vector<float> stopped_metrics;
+  bool preempted = false;
+  std::string last_checkpoint;
+  int comm_rank() const { return env.comm ? env.comm->rank() : 0; }
+  int comm_world() const { return env.comm ? env.comm->world_size() : 1; }
+  /// Collective: the preemption flag agreed over all ranks (MAX).
+  bool stop_agreed() const;
+  bool checkpoint_due(std::int64_t step) const {
+    return !opt.checkpoint_dir.empty() && opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0;
+  }
+  /// Collective: every rank's partial-epoch metric sums, [world, 4] rank-major, on every rank.
+  std::vector<float> gather_train_metrics();
+  io::Checkpoint make_checkpoint(std::int64_t step, const std::vector<float>& metrics) const;
+  /// Collective: rank 0 writes a checkpoint into opt.checkpoint_dir; every rank learns whether it succeeded.
+  void write_checkpoint_in_dir(std::int64_t step, const std::vector<float>& metrics, const TrainObserver& observer);
+  /// The mean loss of the last training step's batch (this rank).
+  double step_loss() const;
+  /// Uploads this rank's row of stopped_metrics into the accumulators (another world size: rank 0 the total).
+  void restore_partial_metrics();
 
   Impl(const TrainOptions& o, const plan::CompiledPlan& p, io::DatasetFile file)
       : opt(o),
@@ -66,8 +112,13 @@ struct Trainer::Impl {
              "internal: the A and B input buffers are laid out differently");
     staging_bytes = range_a.bytes;
     for (auto& s : staging) s = session->host_alloc(staging_bytes);  // pinned on a GPU: capturable H2D copies
+    for (auto& h : hyper_staging) h = session->host_alloc(static_cast<std::int64_t>(sizeof(float) * plan::kHyperSlots));
     env.host_input[0] = staging[0];
     env.host_input[1] = staging[1];
+    env.comm = o.comm;
+    env.sync_bn = o.sync_bn;
+    world = o.comm ? o.comm->world_size() : 1;
+    rank = o.comm ? o.comm->rank() : 0;
     const io::SplitInfo& tr = data.info(io::Split::train);
     img_h = tr.height;
     img_w = tr.width;
@@ -75,8 +126,20 @@ struct Trainer::Impl {
   }
 
   ~Impl() {
+    // Also on an error: with several GPU ranks the work in flight may wait for a peer that never comes.
+    if (env.comm) env.comm->device_wait_begin("the device work in flight at shutdown (NCCL all-reduce)");
     session->synchronize();
+    if (env.comm) env.comm->device_wait_end();
     for (std::byte* s : staging) session->host_free(s);
+    for (std::byte* h : hyper_staging) session->host_free(h);
+  }
+
+  /// Waits until the step two batches back is done with slot `s`. With several GPU ranks that step holds NCCL
+  /// collectives: the communicator's watchdog bounds the wait (a dead or stopped peer never completes them).
+  void wait_slot(int s) {
+    if (env.comm) env.comm->device_wait_begin("a step's device work (NCCL all-reduce)");
+    session->wait_slot(s);
+    if (env.comm) env.comm->device_wait_end();
   }
 
   void replay(Variant v, GraphId g, bool graphs = true) {
@@ -143,6 +206,15 @@ struct Trainer::Impl {
   // Host mirrors of the device-resident scalars: written by the trainer, uploaded before the step.
   std::array<float, plan::kHyperSlots> hyper{};
   void push_hyper() const { ctx.upload(plan.baseline.hyper, hyper.data(), sizeof hyper); }
+  /// The per-step upload: through slot `s`'s pinned copy, ordered with the compute work, no host wait.
+  void push_hyper_async(int s) {
+    std::memcpy(hyper_staging[s], hyper.data(), sizeof hyper);
+    session->upload_async(ctx.ptr_at(plan.baseline.hyper), hyper_staging[s], sizeof hyper);
+  }
+  /// H2D of the batch staged in slot `s` (GPU: on the transfer stream, beside the step still running).
+  void transfer(Variant v, int s) {
+    session->transfer(env, s, [&] { replay(v, s == 0 ? GraphId::TRANSFER_A : GraphId::TRANSFER_B); });
+  }
   std::array<float, plan::kLossScaleSlots> read_loss_scale() const {
     std::array<float, plan::kLossScaleSlots> v{};
     ctx.download(plan.baseline.loss_scale, v.data(), sizeof v);
@@ -216,7 +288,7 @@ struct Trainer::Impl {
     h[plan::kHyperLabelSmoothing] = static_cast<float>(opt.label_smoothing);
     h[plan::kHyperBnMomentum] = static_cast<float>(opt.bn_momentum);
     h[plan::kHyperBnEps] = static_cast<float>(opt.bn_eps);
-    h[plan::kHyperWorldSize] = 1.0f;
+    h[plan::kHyperWorldSize] = static_cast<float>(world);
     push_hyper();
     std::array<float, plan::kLossScaleSlots> ls{};
     ls[plan::kLossScale] = opt.amp ? static_cast<float>(opt.loss_scale) : 1.0f;
@@ -272,18 +344,35 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   RN_CHECK_CTX(arch.num_classes == probe.num_classes(), opts.data_path,
                "the dataset has {} classes but model '{}' predicts {}", probe.num_classes(), bp.name, arch.num_classes);
   plan::TrainConfig cfg;
-  cfg.dataset_size = tr.count;
-  cfg.batch = opts.batch;
+  // Data-parallel: each rank's plan is compiled for its share of every global batch (sharding.h).
+  const int world = opts.comm ? opts.comm->world_size() : 1;
+  const ShardLayout shard = shard_layout(tr.count, opts.batch, world, opts.comm ? opts.comm->rank() : 0);
+  cfg.dataset_size = shard.rank_samples();
+  cfg.batch = shard.rank_batch;
   cfg.val_size = std::max<std::int64_t>(va.count, 1);
-  cfg.val_batch = opts.val_batch;
+  cfg.val_batch = opts.val_batch > 0 ? std::max<std::int64_t>(1, opts.val_batch / world) : 0;
   cfg.optimizer = opts.optimizer;
   cfg.ema = opts.ema;
   cfg.amp = opts.amp;
   cfg.start_resolution = opts.start_resolution;
+  cfg.reuse_memory = opts.reuse_memory;
   m_plan = std::make_unique<plan::CompiledPlan>(plan::Compiler::compile(arch, cfg));
+  // Rank 0's plan and options against this rank's: a difference is an error on every rank, before any capture.
+  if (opts.comm) check_replicas(*opts.comm, *m_plan, describe_run_options(opts));
+  RN_CHECK(!opts.sync_bn || opts.backend == Backend::CPU || world == 1,
+           "--sync-bn is available on CPU ranks only in this version (hint: leave it off on GPUs: each rank then "
+           "normalises with its own samples)");
+  if (opts.backend == Backend::CUDA)  // before the arena and the workspace exist: a clear error, not a cudaMalloc one
+    guard_device_memory({fmt::format("model '{}' (batch {}, {})", bp.name, opts.batch, opts.amp ? "amp" : "fp32"),
+                         m_plan->arena_bytes(), opts.workspace_mib << 20, 0});
   m_impl = std::make_unique<Impl>(opts, *m_plan, std::move(probe));  // the file opened once
   m_impl->capture_all();
   m_impl->init_weights();
+  try {
+    m_impl->model_yaml = blueprint::blueprint_to_yaml(model);  // recorded in checkpoints
+  } catch (const std::exception&) {
+    m_impl->model_yaml.clear();  // a model the YAML form cannot express: checkpoints then need --model
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -292,7 +381,12 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   Impl& I = *m_impl;
   const TrainOptions& o = I.opt;
   const std::int64_t n = I.data.size(io::Split::train);
-  const std::int64_t batches = (n + o.batch - 1) / o.batch;
+  // o.batch is the global batch; this rank trains its slice of each (sharding.h).
+  const ShardLayout shard = shard_layout(n, o.batch, I.world, I.rank);
+  const std::int64_t batches = shard.batches();
+  if (I.rank == 0 && shard.epoch_samples < n)
+    spdlog::info("{} ranks: the last {} sample(s) of each epoch's order are not trained (the partial global batch "
+                 "of {} is split evenly over the ranks)", I.world, n - shard.epoch_samples, n % o.batch);
   const std::int64_t total_steps = o.max_steps > 0 ? std::min(o.max_steps, batches * o.epochs) : batches * o.epochs;
   Schedule sched;
   sched.kind = o.schedule;
@@ -304,44 +398,69 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   const Augmentation aug = o.augmentation;
   const std::uint64_t seed = o.seed;
   std::vector<EpochMetrics> history;
-  for (std::int64_t epoch = 0; epoch < o.epochs && m_step < total_steps; ++epoch) {
+  I.preempted = false;
+  if (I.cur_position > 0) I.restore_partial_metrics();  // resuming mid-epoch: the epoch's sums so far
+  for (std::int64_t epoch = I.cur_epoch; epoch < o.epochs && m_step < total_steps; ++epoch) {
     const bool lowres = epoch < o.lowres_epochs && o.start_resolution > 0;
     const double t0 = now_s();
+    // The augmentation of a sample is keyed by its position in the global epoch order, whatever the rank count.
+    std::vector<std::int64_t> positions;
+    // Resuming mid-epoch: the same order and augmentation keys, without the batches already trained.
+    const std::int64_t first_batch = epoch == I.cur_epoch ? I.cur_position : 0;
     io::BatchLoader loader(
-        I.data, io::Split::train, o.batch, epoch_order(seed, epoch, n, o.shuffle),
+        I.data, io::Split::train, shard.rank_batch,
+        drop_batches(shard_order(shard, epoch_order(seed, epoch, n, o.shuffle), &positions), &positions,
+                     first_batch * shard.rank_batch),
         [&](std::uint8_t* images, std::int32_t*, std::int64_t count, std::int64_t first) {
           std::vector<std::uint8_t> scratch;
           const std::int64_t bytes = I.img_h * I.img_w * I.img_c;
           for (std::int64_t i = 0; i < count; ++i)
-            augment_image(images + i * bytes, I.img_h, I.img_w, I.img_c, aug, seed, epoch, first + i, scratch);
+            augment_image(images + i * bytes, I.img_h, I.img_w, I.img_c, aug, seed, epoch,
+                          positions[static_cast<std::size_t>(first + i)], scratch);
         });
     std::int64_t samples = 0;
     double lr = 0;
     while (auto b = loader.next()) {
       const int s = static_cast<int>(b->index % 2);
-      const bool last = b->count < o.batch;
+      const bool last = b->count < shard.rank_batch;
       const Variant v = lowres ? (last ? Variant::TRAIN_LOWRES_LAST : Variant::TRAIN_LOWRES)
                                : (last ? Variant::TRAIN_LAST : Variant::TRAIN_BASE);
       RN_CHECK(b->count == I.plan.specs[static_cast<std::size_t>(v)].batch_size,
                "internal: batch of {} samples for variant '{}'", b->count, plan::variant_name(v));
       I.check_labels(*b);
-      // data
+      // data: slot s was last used two batches ago; once that step is done, stage and copy this batch while the
+      // previous step still runs on the device.
+      I.wait_slot(s);
       I.stage(s, *b, v);
-      I.replay(v, s == 0 ? GraphId::TRANSFER_A : GraphId::TRANSFER_B);
+      I.transfer(v, s);
       lr = sched.lr(m_step);
       I.hyper[plan::kHyperLr] = static_cast<float>(lr);
       I.hyper[plan::kHyperStep] = static_cast<float>(m_step + 1);
-      I.push_hyper();
+      I.push_hyper_async(s);
+      if (o.comm) o.comm->set_step(m_step + 1);
       if (I.step(v, s, true) && !o.amp && o.backend == Backend::CPU)
         throw Error(fmt::format("NaN or inf in the gradients at step {} (epoch {}, batch {})", m_step + 1, epoch + 1,
                                 b->index),
                     "training", "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
-      // The staging buffer of this batch is refilled two batches later; on a GPU the step must be done by then.
-      I.session->synchronize();
+      I.session->release_slot(s);
       ++m_step;
-      samples += b->count;
+      samples += b->count * I.world;  // every rank trains the same count: the global batch
       if (observer.on_step)
-        observer.on_step(epoch + 1, b->index + 1, loader.num_batches(), static_cast<double>(samples) / (now_s() - t0));
+        observer.on_step(epoch + 1, first_batch + b->index + 1, batches, static_cast<double>(samples) / (now_s() - t0));
+      // Step boundary: checkpoint and preemption policy (collective; an epoch's last step is handled at its end).
+      I.cur_position = first_batch + b->index + 1;
+      if (observer.on_step_loss) observer.on_step_loss(m_step, epoch + 1, I.step_loss());
+      const bool stop = I.stop_agreed();
+      if (I.cur_position < batches && (stop || m_step >= total_steps || I.checkpoint_due(m_step))) {
+        const std::vector<float> partial = I.gather_train_metrics();
+        if (stop || m_step >= total_steps) I.stopped_metrics = partial;
+        if (!o.checkpoint_dir.empty()) I.write_checkpoint_in_dir(m_step, partial, observer);
+      }
+      if (stop) {
+        I.preempted = true;
+        if (I.cur_position < batches) return history;  // the resumed run reports this epoch whole
+        break;
+      }
       if (m_step >= total_steps) break;
     }
     const double train_s = now_s() - t0;
@@ -372,6 +491,15 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     m.seconds = now_s() - t0;
     history.push_back(m);
     if (observer.on_epoch) observer.on_epoch(m);
+    if (I.cur_position >= batches) {  // the epoch is complete: a checkpoint from here resumes at the next one
+      I.cur_epoch = epoch + 1;
+      I.cur_position = 0;
+      I.stopped_metrics.clear();
+      if (!o.checkpoint_dir.empty() &&
+          (I.preempted || m_step >= total_steps || o.checkpoint_each_epoch || I.checkpoint_due(m_step)))
+        I.write_checkpoint_in_dir(m_step, std::vector<float>(plan::kResultSlots * I.comm_world(), 0.0f), observer);
+      if (I.preempted) return history;
+    }
   }
   return history;
 }
@@ -395,15 +523,18 @@ BenchResult Trainer::benchmark(std::int64_t warmup, std::int64_t steps, bool gra
   I.push_hyper();
   for (std::int64_t i = 0; i < warmup; ++i) I.step(Variant::TRAIN_BASE, static_cast<int>(i % 2), graphs);
   I.session->synchronize();
+  if (I.env.comm) I.env.comm->agree_max(0);  // data-parallel: every rank starts the clock together
   const double t0 = now_s();
   for (std::int64_t i = 0; i < steps; ++i) I.step(Variant::TRAIN_BASE, static_cast<int>(i % 2), graphs);
   I.session->synchronize();
-  const double dt = now_s() - t0;
+  double dt = now_s() - t0;
+  if (I.env.comm) dt = static_cast<double>(I.env.comm->agree_max(static_cast<std::int64_t>(dt * 1e9))) * 1e-9;  // the slowest
   BenchResult r;
   r.steps = steps;
-  r.batch = b;
+  r.ranks = I.world;
+  r.batch = b * I.world;
   r.ms_per_step = 1e3 * dt / static_cast<double>(steps);
-  r.images_per_s = static_cast<double>(b * steps) / dt;
+  r.images_per_s = static_cast<double>(r.batch * steps) / dt;
   r.arena_bytes = I.arena.bytes();
   r.captures = static_cast<std::int64_t>(I.atlas.captures());
   m_step += warmup + steps;
@@ -423,16 +554,18 @@ EpochMetrics Trainer::evaluate(bool ema) {
   I.push_hyper();
   I.replay(Variant::VAL_BASE, GraphId::CLEAR_METRICS);
   if (ema && I.opt.amp) I.replay(Variant::VAL_BASE, GraphId::CAST_E_TO_E16);
-  io::BatchLoader loader(I.data, io::Split::val, vb, epoch_order(0, 0, n, false));
+  // Data-parallel: the val batches are dealt round-robin over the ranks; VAL_RESULT_COMM sums the metrics.
+  io::BatchLoader loader(I.data, io::Split::val, vb, round_robin_batches(epoch_order(0, 0, n, false), vb, I.world, I.rank));
   while (auto b = loader.next()) {
     const int s = static_cast<int>(b->index % 2);
     const Variant v = b->count < vb ? Variant::VAL_LAST : Variant::VAL_BASE;
     I.check_labels(*b);
+    I.wait_slot(s);  // the batch two back is done with slot s
     I.stage(s, *b, v);
-    I.replay(v, s == 0 ? GraphId::TRANSFER_A : GraphId::TRANSFER_B);
+    I.transfer(v, s);
     I.replay(v, ema ? (s == 0 ? GraphId::INF_EMA_A : GraphId::INF_EMA_B) : (s == 0 ? GraphId::INF_MAIN_A : GraphId::INF_MAIN_B));
     I.replay(v, s == 0 ? GraphId::ACCUM_METRICS_VAL_A : GraphId::ACCUM_METRICS_VAL_B);
-    I.session->synchronize();  // the staging buffer of this batch is refilled two batches later
+    I.session->release_slot(s);
   }
   I.replay(Variant::VAL_BASE, GraphId::VAL_RESULT_COMM);
   const auto acc = I.accumulated();
@@ -528,6 +661,415 @@ void Trainer::load_weights(const std::string& path) {
     m_impl->ctx.upload(t.id, src->values.data(), static_cast<std::int64_t>(src->values.size() * sizeof(float)));
   }
   if (m_impl->opt.amp) m_impl->replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
+}
+
+// ---- Checkpoints and resume (DESIGN §10, docs/checkpoints.md) -------------------------------------------------
+
+namespace {
+
+/// The checkpoint group of a tensor and its name there: masters /params, BN running statistics /bn, optimizer
+/// moments /optimizer ("<layer>.<tensor>.m" momentum or Adam's first moment, ".v" Adam's second moment), EMA
+/// weights /ema. Everything else is derived from these (FP16 copies, LARS norms) or rewritten every step.
+bool checkpoint_group(const DTensor& t, std::string* group, std::string* name) {
+  const RegionFamily f = region_family(t.region);
+  if (f == RegionFamily::M || f == RegionFamily::V) {
+    *group = "optimizer";
+    *name = t.name;
+    return true;
+  }
+  return weights_group(t, group, name);
+}
+
+/// The tensor's own name without its layer ("w", "gamma", "running_mean"; optimizer moments: "w.m").
+std::string tensor_leaf(const std::string& name, const std::string& group) {
+  std::size_t cut = name.rfind('.');
+  if (group == "optimizer" && cut != std::string::npos && cut > 0) cut = name.rfind('.', cut - 1);
+  return cut == std::string::npos ? name : name.substr(cut + 1);
+}
+
+bool is_first_conv(Region r) {
+  return r == Region::W_FIRST_CONV || r == Region::E_FIRST_CONV || r == Region::M_FIRST_CONV ||
+         r == Region::V_FIRST_CONV;
+}
+
+/// The training options as YAML (keys named like the `train` options), recorded in checkpoints.
+std::string options_yaml(const TrainOptions& o) {
+  std::string y;
+  auto kv = [&](const char* k, const auto& v) { y += fmt::format("{}: {}\n", k, v); };
+  kv("data", fmt::format("\"{}\"", o.data_path));
+  kv("epochs", o.epochs);
+  kv("batch", o.batch);
+  kv("val-batch", o.val_batch);
+  kv("optimizer", plan::optimizer_name(o.optimizer));
+  kv("lr", o.lr);
+  kv("momentum", o.momentum);
+  kv("beta1", o.beta1);
+  kv("beta2", o.beta2);
+  kv("eps", o.eps);
+  kv("weight-decay", o.weight_decay);
+  kv("lars-eta", o.lars_eta);
+  kv("schedule", schedule_name(o.schedule));
+  kv("warmup-epochs", o.warmup_epochs);
+  kv("step-epochs", o.step_epochs);
+  kv("step-gamma", o.step_gamma);
+  kv("label-smoothing", o.label_smoothing);
+  kv("ema", o.ema);
+  kv("ema-decay", o.ema_decay);
+  kv("amp", o.amp);
+  kv("fuse", o.fuse);
+  kv("seed", o.seed);
+  kv("max-steps", o.max_steps);
+  kv("crop-padding", o.augmentation.crop_padding);
+  kv("flip", o.augmentation.horizontal_flip);
+  kv("shuffle", o.shuffle);
+  kv("start-resolution", o.start_resolution);
+  kv("lowres-epochs", o.lowres_epochs);
+  kv("bn-momentum", o.bn_momentum);
+  kv("bn-eps", o.bn_eps);
+  kv("loss-scale", o.loss_scale);
+  kv("loss-scale-interval", o.loss_scale_interval);
+  kv("validate", o.validate);
+  kv("checkpoint-every", o.checkpoint_every);
+  kv("checkpoint-each-epoch", o.checkpoint_each_epoch);
+  kv("keep", o.checkpoint_keep);
+  return y;
+}
+
+}  // namespace
+
+bool Trainer::Impl::stop_agreed() const {
+  if (!opt.stop_request) return false;  // the same on every rank: no collective
+  const std::int64_t local = opt.stop_request->load() != 0 ? 1 : 0;
+  return (env.comm ? env.comm->agree_max(local) : local) != 0;
+}
+
+std::vector<float> Trainer::Impl::gather_train_metrics() {
+  session->synchronize();
+  const auto local = accumulated();
+  const int world = comm_world();
+  std::vector<float> all(local.begin(), local.end());
+  if (world <= 1) return all;
+  all.assign(static_cast<std::size_t>(plan::kResultSlots * world), 0.0f);
+  for (int r = 0; r < world; ++r) {  // a host gather through the broadcasts every communicator has
+    std::vector<std::uint8_t> bytes;
+    if (r == comm_rank()) bytes.assign(reinterpret_cast<const std::uint8_t*>(local.data()),
+                                       reinterpret_cast<const std::uint8_t*>(local.data()) + sizeof local);
+    env.comm->broadcast(bytes, r);
+    RN_CHECK(bytes.size() == sizeof local, "internal: rank {} sent {} bytes of metric sums", r, bytes.size());
+    std::memcpy(all.data() + r * plan::kResultSlots, bytes.data(), sizeof local);
+  }
+  return all;
+}
+
+void Trainer::Impl::restore_partial_metrics() {
+  std::array<float, plan::kResultSlots> mine{};
+  const std::size_t rows = stopped_metrics.size() / plan::kResultSlots;
+  if (rows == static_cast<std::size_t>(comm_world())) {
+    std::copy_n(stopped_metrics.begin() + comm_rank() * plan::kResultSlots, plan::kResultSlots, mine.begin());
+  } else if (comm_rank() == 0) {  // written by another number of ranks: rank 0 holds the total
+    for (std::size_t r = 0; r < rows; ++r)
+      for (int k = 0; k < plan::kResultSlots; ++k) mine[k] += stopped_metrics[r * plan::kResultSlots + k];
+  }
+  ctx.upload(plan.baseline.accumulated, mine.data(), sizeof mine);
+}
+
+double Trainer::Impl::step_loss() const {
+  session->synchronize();
+  std::array<float, plan::kResultSlots> r{};
+  ctx.download(plan.baseline.result, r.data(), sizeof r);
+  return static_cast<double>(r[plan::kResultLoss] / std::max(1.0f, r[plan::kResultCount]));
+}
+
+io::Checkpoint Trainer::Impl::make_checkpoint(std::int64_t step, const std::vector<float>& metrics) const {
+  session->synchronize();
+  io::Checkpoint ck;
+  io::CheckpointState& s = ck.state;
+  s.step = step;
+  s.epoch = cur_epoch;
+  s.position = cur_position;
+  s.samples_done = cur_position * opt.batch;
+  s.batch = opt.batch;
+  s.world_size = comm_world();
+  s.seed = opt.seed;
+  s.amp = opt.amp;
+  s.optimizer = plan::optimizer_name(opt.optimizer);
+  s.model = plan.arch.model_name;
+  s.model_yaml = model_yaml;
+  s.arch_plan = plan.arch.to_yaml();
+  s.run_config = options_yaml(opt);
+  s.plan_hash = fmt::format("{:016x}", plan.hash);
+  const auto ls = read_loss_scale();
+  s.loss_scale.assign(ls.begin(), ls.end());
+  s.train_metrics.assign(metrics.begin(), metrics.end());
+  for (const DTensor& t : plan.plan(Variant::TRAIN_BASE).tensors()) {
+    io::NamedTensor nt;
+    if (!checkpoint_group(t, &nt.group, &nt.name)) continue;
+    RN_CHECK(t.dtype == DType::F32, "internal: checkpoint tensor '{}' is {}, not F32", t.name, dtype_name(t.dtype));
+    nt.shape = t.shape;
+    nt.values.resize(static_cast<std::size_t>(t.shape.elems()));
+    ctx.download(t.id, nt.values.data(), static_cast<std::int64_t>(nt.values.size() * sizeof(float)));
+    ck.tensors.push_back(std::move(nt));
+  }
+  return ck;
+}
+
+void Trainer::Impl::write_checkpoint_in_dir(std::int64_t step, const std::vector<float>& metrics,
+                                            const TrainObserver& observer) {
+  std::exception_ptr error;
+  if (comm_rank() == 0) {
+    try {
+      last_checkpoint = io::save_checkpoint_in_dir(opt.checkpoint_dir, make_checkpoint(step, metrics),
+                                                   opt.checkpoint_keep);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  // Every rank waits for the write and learns its outcome: none trains on or exits while rank 0 writes.
+  const std::int64_t failed = env.comm ? env.comm->agree_max(error ? 1 : 0) : (error ? 1 : 0);
+  if (error) std::rethrow_exception(error);
+  if (failed)
+    throw Error(fmt::format("rank 0 could not write the checkpoint of step {} (see its error)", step),
+                opt.checkpoint_dir);
+  if (comm_rank() == 0 && observer.on_checkpoint) observer.on_checkpoint(last_checkpoint, step);
+}
+
+void Trainer::save_checkpoint(const std::string& path) const {
+  const Impl& I = *m_impl;
+  // Between runs the partial epoch's sums are the snapshot taken when run() stopped mid-epoch (or loaded).
+  std::vector<float> metrics(static_cast<std::size_t>(plan::kResultSlots * I.comm_world()), 0.0f);
+  if (I.cur_position > 0 && I.stopped_metrics.size() == metrics.size()) metrics = I.stopped_metrics;
+  io::write_checkpoint(path, I.make_checkpoint(m_step, metrics));
+}
+
+bool Trainer::preempted() const { return m_impl->preempted; }
+std::string Trainer::last_checkpoint() const { return m_impl->last_checkpoint; }
+
+std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool weights_only) {
+  Impl& I = *m_impl;
+  const TrainOptions& o = I.opt;
+  const io::Checkpoint ck = io::read_checkpoint(path);
+  const io::CheckpointState& s = ck.state;
+  std::vector<std::string> warnings;
+  auto warn = [&](std::string w) {
+    if (I.comm_rank() == 0) spdlog::warn("{}: {}", path, w);
+    warnings.push_back(std::move(w));
+  };
+  const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
+  const std::string& model = m_plan->arch.model_name;
+  const bool same_optimizer = !weights_only && s.optimizer == plan::optimizer_name(o.optimizer);
+
+  // 1. Match every tensor before touching the arena (a failed load changes nothing); the first mismatch, in plan
+  //    order, is named. By name; across AMP settings, whose fused layers have other names (cbr1.conv.w for
+  //    conv1.w), by position within each group (the file keeps the writer's plan order) when that fits exactly.
+  struct Load {
+    const DTensor* t;
+    const io::NamedTensor* src;
+  };
+  std::vector<Load> loads;
+  bool ema_from_params = false;
+  std::map<std::string, std::vector<const io::NamedTensor*>> file_groups;
+  for (const io::NamedTensor& nt : ck.tensors) file_groups[nt.group].push_back(&nt);
+  auto resolve = [&](bool by_position) -> std::string {
+    loads.clear();
+    ema_from_params = false;
+    std::set<std::string> wanted;
+    std::map<std::string, std::size_t> next;  // by position: the next file tensor of each group
+    for (const DTensor& t : mp.tensors()) {
+      std::string group, name;
+      if (!checkpoint_group(t, &group, &name)) continue;
+      wanted.insert(group + "/" + name);
+      if (group == "optimizer" && !same_optimizer) continue;
+      std::string from = group;
+      if (group == "ema" && file_groups["ema"].empty()) {
+        from = "params";  // a checkpoint without EMA: the EMA starts at the weights
+        ema_from_params = true;
+      }
+      const io::NamedTensor* src = nullptr;
+      if (!by_position) {
+        src = ck.find(from, name);
+      } else {
+        const auto& list = file_groups[from];
+        const std::size_t i = from == group ? next[group]++ : next["ema-from-params"]++;
+        if (i < list.size()) src = list[i];
+      }
+      if (src && by_position && tensor_leaf(src->name, group) != tensor_leaf(name, group))
+        src = nullptr;  // e.g. a BN's gamma against a beta: not the same tensor
+      if (!src)
+        return fmt::format("tensor /{}/{} of model '{}' is missing from the checkpoint, which was written for model "
+                           "'{}' (a different architecture?)",
+                           group, name, model, s.model);
+      const bool pad_channels = src->shape != t.shape && is_first_conv(t.region) &&
+                                (s.amp != o.amp || weights_only) && src->shape.n == t.shape.n &&
+                                src->shape.h == t.shape.h && src->shape.w == t.shape.w;
+      if (src->shape != t.shape && !pad_channels)
+        return fmt::format("tensor /{}/{} has shape {} in the checkpoint{} (model '{}') but model '{}' needs {} (a "
+                           "different architecture?)",
+                           group, name, src->shape.str(), by_position ? fmt::format(" (as /{}/{})", from, src->name) : "",
+                           s.model, model, t.shape.str());
+      RN_CHECK(t.dtype == DType::F32, "internal: checkpoint tensor '{}' is {}, not F32", t.name, dtype_name(t.dtype));
+      loads.push_back({&t, src});
+    }
+    for (const char* g : {"params", "bn"}) {
+      const auto& list = file_groups[g];
+      if (by_position) {
+        if (next[g] != list.size())
+          return fmt::format("the checkpoint has {} tensors in /{} but model '{}' has {}", list.size(), g, model,
+                             next[g]);
+      } else {
+        for (const io::NamedTensor* nt : list)
+          if (!wanted.count(nt->group + "/" + nt->name))
+            return fmt::format("tensor /{}/{} of the checkpoint (model '{}') is not in model '{}' (a different "
+                               "architecture?)",
+                               nt->group, nt->name, s.model, model);
+      }
+    }
+    return {};
+  };
+  const std::string by_name = resolve(false);
+  if (!by_name.empty()) {
+    // Only an AMP plan fuses layers (and renames their tensors): elsewhere a name mismatch is another model.
+    const bool fused_names = s.amp || o.amp;
+    RN_CHECK_CTX(fused_names && resolve(true).empty(), path, "{}", by_name);
+    if (!weights_only && !loads.empty())
+      warn(fmt::format("tensor names differ (AMP fuses layers): matched by position within each group, e.g. /{}/{} "
+                       "as {}",
+                       loads.front().src->group, loads.front().src->name, loads.front().t->name));
+  }
+
+  auto upload_tensors = [&] {
+    for (const Load& l : loads) {
+      const DTensor& t = *l.t;
+      if (l.src->shape == t.shape) {
+        I.ctx.upload(t.id, l.src->values.data(), static_cast<std::int64_t>(l.src->values.size() * sizeof(float)));
+        continue;
+      }
+      // The first conv's input channels: AMP pads them to 4 (zero input), so pad with zeros or drop the padding.
+      std::vector<float> v(static_cast<std::size_t>(t.shape.elems()), 0.0f);
+      const std::int64_t cs = l.src->shape.c, ct = t.shape.c, rows = t.shape.n * t.shape.h * t.shape.w;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < std::min(cs, ct); ++c)
+          v[static_cast<std::size_t>(r * ct + c)] = l.src->values[static_cast<std::size_t>(r * cs + c)];
+      I.ctx.upload(t.id, v.data(), static_cast<std::int64_t>(v.size() * sizeof(float)));
+    }
+  };
+  if (weights_only) {  // evaluation: the weights alone
+    upload_tensors();
+    if (o.amp) I.replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
+    I.session->synchronize();
+    return warnings;
+  }
+
+  // 2. What differs from the run that wrote it: loads, with a warning where results will differ.
+  std::int64_t position = s.position;
+  if (s.batch != o.batch) {
+    position = s.samples_done / o.batch;
+    warn(fmt::format("written with batch {}, resumed with batch {}: epoch {} continues at sample {} of its order "
+                     "({} done; the schedule, a function of the step, and the results differ from an uninterrupted "
+                     "run)",
+                     s.batch, o.batch, s.epoch + 1, position * o.batch, s.samples_done));
+  }
+  if (s.amp != o.amp)
+    warn(fmt::format("written {} AMP, resumed {}: the loss scale starts afresh and results differ",
+                     s.amp ? "with" : "without", o.amp ? "with it" : "without it"));
+  if (s.world_size != I.comm_world())
+    warn(fmt::format("written by {} rank(s), resumed on {}: sums are reduced in another order, so results are not "
+                     "bit-identical to an uninterrupted run",
+                     s.world_size, I.comm_world()));
+  if (s.seed != o.seed)
+    warn(fmt::format("written with seed {}, resumed with seed {}: the data order and augmentation of the rest of "
+                     "the run follow the new seed",
+                     s.seed, o.seed));
+  if (!same_optimizer)
+    warn(fmt::format("written with optimizer '{}', resumed with '{}': the optimizer state starts at zero", s.optimizer,
+                     plan::optimizer_name(o.optimizer)));
+  if (ema_from_params) warn("the checkpoint has no EMA weights: the EMA starts at the loaded weights");
+
+  // 3. Into the arena.
+  upload_tensors();
+  if (!same_optimizer)
+    for (const DTensor& t : mp.tensors()) {
+      const RegionFamily f = region_family(t.region);
+      if (f != RegionFamily::M && f != RegionFamily::V) continue;
+      const std::vector<float> zeros(static_cast<std::size_t>(t.shape.elems()), 0.0f);
+      I.ctx.upload(t.id, zeros.data(), static_cast<std::int64_t>(zeros.size() * sizeof(float)));
+    }
+  auto ls = I.read_loss_scale();
+  if (s.amp && o.amp) {
+    ls[plan::kLossScale] = s.loss_scale[plan::kLossScale];
+    ls[plan::kLossScaleCleanSteps] = s.loss_scale[plan::kLossScaleCleanSteps];
+  } else {
+    ls[plan::kLossScale] = o.amp ? static_cast<float>(o.loss_scale) : 1.0f;
+    ls[plan::kLossScaleCleanSteps] = 0.0f;
+  }
+  I.ctx.upload(m_plan->baseline.loss_scale, ls.data(), sizeof ls);
+  I.stopped_metrics = s.train_metrics;
+  if (position == 0) I.stopped_metrics.assign(s.train_metrics.size(), 0.0f);
+  I.restore_partial_metrics();
+  I.cur_epoch = s.epoch;
+  I.cur_position = position;
+  I.preempted = false;
+  m_step = s.step;
+  if (o.amp) I.replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
+  I.session->synchronize();
+  return warnings;
+}
+
+// ---- logits for interoperability checks (renaissance predict) -------------------------------------------------
+
+std::vector<float> Trainer::logits(io::Split split, std::int64_t first, std::int64_t count, bool ema) {
+  Impl& I = *m_impl;
+  RN_CHECK(!ema || I.opt.ema, "logits of the EMA weights need a run with --ema");
+  const std::int64_t n = I.data.size(split);
+  RN_CHECK_CTX(first >= 0 && count >= 1 && first + count <= n, I.data.path(),
+               "samples [{}, {}) are outside the {} split of {} samples", first, first + count, io::split_name(split),
+               n);
+  const Variant v = Variant::VAL_BASE;
+  const std::int64_t vb = I.plan.specs[static_cast<std::size_t>(v)].batch_size;
+  const std::int64_t classes = I.plan.arch.num_classes;
+  const std::int64_t sb = I.data.sample_bytes();
+  if (ema && I.opt.amp) I.replay(v, GraphId::CAST_E_TO_E16);
+  std::vector<std::uint8_t> images(static_cast<std::size_t>(vb * sb));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(vb));
+  std::vector<float> out(static_cast<std::size_t>(count * classes));
+  const TensorView lv = I.ctx.view(I.plan.baseline.logits, v);
+  RN_CHECK(lv.shape.n == vb && lv.shape.h * lv.shape.w * lv.shape.c == classes,
+           "internal: logits tensor {} for batch {} and {} classes", lv.shape.str(), vb, classes);
+  const std::int64_t row = lv.strides[0];  // elements per sample (CUDA pads channels)
+  std::vector<std::byte> raw(static_cast<std::size_t>(vb * row) * dtype_size(lv.dtype));
+  std::int64_t batch_index = 0;
+  for (std::int64_t done = 0; done < count; done += vb, ++batch_index) {
+    const std::int64_t k = std::min(vb, count - done);
+    I.data.read(split, first + done, k, images.data(), labels.data());
+    for (std::int64_t i = k; i < vb; ++i) {  // pad: inference treats samples independently (running BN stats)
+      std::memcpy(images.data() + i * sb, images.data() + (k - 1) * sb, static_cast<std::size_t>(sb));
+      labels[static_cast<std::size_t>(i)] = labels[static_cast<std::size_t>(k - 1)];
+    }
+    const io::Batch b{images.data(), labels.data(), vb, batch_index, first + done};
+    const int s = static_cast<int>(batch_index % 2);
+    I.check_labels(b);
+    I.wait_slot(s);
+    I.stage(s, b, v);
+    I.transfer(v, s);
+    I.replay(v, ema ? (s == 0 ? GraphId::INF_EMA_A : GraphId::INF_EMA_B)
+                    : (s == 0 ? GraphId::INF_MAIN_A : GraphId::INF_MAIN_B));
+    I.session->release_slot(s);
+    I.session->synchronize();
+    I.ctx.download_at(lv.ptr, raw.data(), static_cast<std::int64_t>(raw.size()));
+    for (std::int64_t i = 0; i < k; ++i)
+      for (std::int64_t c = 0; c < classes; ++c) {
+        const std::size_t at = static_cast<std::size_t>(i * row + c);
+        float x = 0;
+        if (lv.dtype == DType::F32) {
+          std::memcpy(&x, raw.data() + at * 4, 4);
+        } else {
+          std::uint16_t h = 0;
+          std::memcpy(&h, raw.data() + at * 2, 2);
+          x = cpu::half_to_float(h);
+        }
+        out[static_cast<std::size_t>((done + i) * classes + c)] = x;
+      }
+  }
+  return out;
 }
 
 }  // namespace renaissance::runtime

@@ -8,6 +8,7 @@
 #include <renaissance/runtime/executor.h>
 #include <renaissance/runtime/schedule.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,6 +17,7 @@
 
 namespace renaissance::io {
 class DatasetFile;
+enum class Split;
 }
 
 namespace renaissance::runtime {
@@ -52,6 +54,23 @@ struct TrainOptions {
   double loss_scale = 65536.0;  ///< AMP: initial dynamic loss scale
   std::int64_t loss_scale_interval = 2000;
   bool validate = true;
+  bool reuse_memory = true;  ///< plan features and gradients by liveness (plan::TrainConfig::reuse_memory)
+  // Checkpoints (DESIGN §10, docs/checkpoints.md): written by rank 0 into checkpoint_dir (empty: none) as
+  // ckpt-stepNNNNNNNN.h5 with latest.h5 pointing at the newest; the newest checkpoint_keep files are kept.
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 0;   ///< every this many steps (0: not by steps)
+  bool checkpoint_each_epoch = false;  ///< at the end of every epoch
+  int checkpoint_keep = 2;
+  /// Preemption: a flag a SIGUSR1/SIGTERM handler sets. At each step boundary the ranks agree on it (MAX); when
+  /// set, rank 0 writes a checkpoint into checkpoint_dir and run() returns early with preempted() true.
+  const std::atomic<int>* stop_request = nullptr;
+  /// Data-parallel runs (DESIGN §9): the collectives of this rank, borrowed (lib/renaissance/dist makes it);
+  /// nullptr: one rank. With N ranks `batch` (and `val_batch`) are global: each rank trains batch/N samples of
+  /// every global batch, the same samples in the same order with the same augmentation as one rank would.
+  Communicator* comm = nullptr;
+  /// Synchronised BatchNorm: training statistics of the global batch (all ranks), so N ranks train exactly
+  /// like one. Off: each rank normalises with its own batch/N samples (PyTorch DDP without SyncBatchNorm).
+  bool sync_bn = false;
 };
 
 struct EpochMetrics {
@@ -72,12 +91,18 @@ struct BenchResult {
   double ms_per_step = 0, images_per_s = 0;
   std::int64_t arena_bytes = 0;
   std::int64_t captures = 0;  ///< distinct captured subgraphs after deduplication
+  std::int64_t ranks = 1;     ///< data-parallel ranks: batch and images_per_s are global (all ranks together)
 };
 
 /// Progress reporting hook: called after every step (for the progress bar) and every epoch.
 struct TrainObserver {
   std::function<void(std::int64_t epoch, std::int64_t batch, std::int64_t batches, double images_per_s)> on_step;
   std::function<void(const EpochMetrics&)> on_epoch;
+  /// After every step (when set; it reads the loss back, a host sync): the step (1-based), its epoch (1-based)
+  /// and the mean training loss of its batch on this rank.
+  std::function<void(std::int64_t step, std::int64_t epoch, double loss)> on_step_loss;
+  /// After a checkpoint was written (rank 0).
+  std::function<void(const std::string& path, std::int64_t step)> on_checkpoint;
 };
 
 class Trainer {
@@ -105,6 +130,24 @@ class Trainer {
   /// Loads a weights file written for the same architecture; the first tensor that is missing or has
   /// another shape is an error naming it. EMA weights are loaded when both sides have them.
   void load_weights(const std::string& path);
+  /// FP32 logits [count][classes] of samples [first, first + count) of `split`: the inference graph on the current
+  /// weights (ema: the EMA weights), no augmentation, the dataset's normalisation. A last partial batch is padded
+  /// with copies of its last sample. For checks against other frameworks (`renaissance predict`).
+  std::vector<float> logits(io::Split split, std::int64_t first, std::int64_t count, bool ema = false);
+
+  /// A checkpoint of the state after the last step (masters, BN statistics, optimizer moments, EMA, loss scale,
+  /// the partial epoch's metric sums, step/epoch/position): a run resumed from it continues bit for bit. Not
+  /// collective: the calling rank writes (run() itself checkpoints into checkpoint_dir from rank 0).
+  void save_checkpoint(const std::string& path) const;
+  /// Loads a checkpoint (validated first; nothing changes when it fails); the next run() continues at its
+  /// step, epoch and position in the epoch. Another batch size, AMP setting, world size, seed or optimizer loads
+  /// with a warning (returned and logged); another architecture is an error naming the first mismatching tensor.
+  /// weights_only: the masters, BN statistics and EMA weights alone (for evaluation), no run state.
+  std::vector<std::string> load_checkpoint(const std::string& path, bool weights_only = false);
+  /// run() stopped early because of stop_request (a checkpoint was written when checkpoint_dir is set).
+  bool preempted() const;
+  /// The checkpoint run() wrote last (rank 0), or empty.
+  std::string last_checkpoint() const;
 
  private:
   struct Impl;

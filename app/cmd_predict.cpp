@@ -1,0 +1,145 @@
+// `renaissance predict`: the logits of trained weights on a slice of a dataset, written to HDF5, so another
+// framework (scripts/export_pytorch.py --check-logits) can be compared with Renaissance on the same batch.
+#include "commands.h"
+#include "model_options.h"
+
+#include <renaissance/core/error.h>
+#include <renaissance/io/dataset.h>
+#include <renaissance/io/hdf5_util.h>
+#include <renaissance/runtime/trainer.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+namespace renaissance::app {
+
+namespace {
+
+struct PredictCli {
+  ModelOptions model;
+  std::string data = "data/fashion-mnist.h5";
+  std::string weights;
+  std::string out;
+  std::string split = "val";
+  std::int64_t first = 0;
+  std::int64_t count = 256;
+  std::int64_t batch = 256;
+  bool amp = false;
+  bool ema = false;
+  std::string device = "auto";
+};
+
+void write_string_attr(hid_t obj, const char* name, const std::string& value, const std::string& ctx) {
+  io::H5Handle type(H5_CHECK(H5Tcopy(H5T_C_S1), ctx, "string type"), H5Tclose);
+  H5_CHECK(H5Tset_size(type, std::max<std::size_t>(value.size(), 1)), ctx, "string size");
+  io::H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), ctx, "scalar dataspace"), H5Sclose);
+  io::H5Handle attr(H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), ctx, "attribute '{}'", name),
+                    H5Aclose);
+  H5_CHECK(H5Awrite(attr, type, value.empty() ? "" : value.c_str()), ctx, "writing attribute '{}'", name);
+}
+
+void write_int_attr(hid_t obj, const char* name, long long value, const std::string& ctx) {
+  io::H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), ctx, "scalar dataspace"), H5Sclose);
+  io::H5Handle attr(
+      H5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), ctx, "attribute '{}'", name),
+      H5Aclose);
+  H5_CHECK(H5Awrite(attr, H5T_NATIVE_LLONG, &value), ctx, "writing attribute '{}'", name);
+}
+
+template <typename T>
+void write_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type, int rank, const hsize_t* dims,
+                   const T* values, const std::string& ctx) {
+  io::H5Handle space(H5_CHECK(H5Screate_simple(rank, dims, nullptr), ctx, "dataspace of '{}'", name), H5Sclose);
+  io::H5Handle ds(H5_CHECK(H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), ctx,
+                           "creating '{}'", name),
+                  H5Dclose);
+  H5_CHECK(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), ctx, "writing '{}'", name);
+}
+
+void run_predict(const PredictCli& c) {
+  RN_CHECK(c.count >= 1, "--count must be >= 1, got {}", c.count);
+  RN_CHECK(c.batch >= 1, "--batch must be >= 1, got {}", c.batch);
+  RN_CHECK(c.first >= 0, "--first must be >= 0, got {}", c.first);
+  const io::Split split = io::parse_split(c.split);
+  runtime::TrainOptions t;
+  t.data_path = c.data;
+  t.backend = pick_backend(c.device);
+  t.batch = std::min(c.batch, c.count);
+  t.amp = c.amp;
+  t.ema = c.ema;
+  t.epochs = 1;
+  const blueprint::BluePrint bp = c.model.load();
+  runtime::Trainer trainer(bp, t);
+  trainer.load_weights(c.weights);
+  const std::vector<float> logits = trainer.logits(split, c.first, c.count, c.ema);
+  const std::int64_t classes = trainer.plan().arch.num_classes;
+
+  // Labels alongside, so a reader can score the same samples without the dataset.
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(c.count));
+  io::DatasetFile(c.data).read(split, c.first, c.count, nullptr, labels.data());
+  std::int64_t correct = 0;
+  for (std::int64_t i = 0; i < c.count; ++i) {
+    const float* row = logits.data() + i * classes;
+    correct += (std::max_element(row, row + classes) - row) == labels[static_cast<std::size_t>(i)];
+  }
+
+  io::hdf5_init();
+  auto lock = io::hdf5_lock();
+  const std::string tmp = fmt::format("{}.tmp-{}", c.out, static_cast<long>(::getpid()));
+  try {
+    io::H5Handle fapl(io::make_file_access_plist(), H5Pclose);
+    io::H5Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), c.out, "create"), H5Fclose);
+    write_string_attr(file, "format", "renaissance-logits", c.out);
+    write_int_attr(file, "version", 1, c.out);
+    write_string_attr(file, "model", bp.name, c.out);
+    write_string_attr(file, "weights", c.weights, c.out);
+    write_string_attr(file, "data", c.data, c.out);
+    write_string_attr(file, "split", c.split, c.out);
+    write_string_attr(file, "device", runtime::backend_name(t.backend), c.out);
+    write_int_attr(file, "first", c.first, c.out);
+    write_int_attr(file, "amp", c.amp, c.out);
+    write_int_attr(file, "ema", c.ema, c.out);
+    const hsize_t ldims[2] = {static_cast<hsize_t>(c.count), static_cast<hsize_t>(classes)};
+    write_dataset(file, "logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, ldims, logits.data(), c.out);
+    const hsize_t n = static_cast<hsize_t>(c.count);
+    write_dataset(file, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, &n, labels.data(), c.out);
+    file.reset();
+    std::filesystem::rename(tmp, c.out);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+  std::printf("%s: logits of %s samples [%lld, %lld) (%s, %s%s) -> %s; top1 %.4f\n", bp.name.c_str(), c.split.c_str(),
+              static_cast<long long>(c.first), static_cast<long long>(c.first + c.count),
+              runtime::backend_name(t.backend), c.amp ? "fp16" : "fp32", c.ema ? ", EMA" : "", c.out.c_str(),
+              static_cast<double>(correct) / static_cast<double>(c.count));
+}
+
+}  // namespace
+
+void register_predict_command(CLI::App& app) {
+  auto c = std::make_shared<PredictCli>();
+  CLI::App* cmd = app.add_subcommand("predict", "Write the logits of trained weights on dataset samples (HDF5)");
+  c->model.add_to(*cmd);
+  cmd->add_option("--data", c->data, "HDF5 dataset")->capture_default_str();
+  cmd->add_option("--weights", c->weights, "Weights file written by `renaissance train --save`")->required();
+  cmd->add_option("--out", c->out, "Output HDF5: /logits float32 [count, classes], /labels int32 [count]")->required();
+  cmd->add_option("--split", c->split, "train|val")->capture_default_str();
+  cmd->add_option("--first", c->first, "First sample")->capture_default_str();
+  cmd->add_option("--count", c->count, "Number of samples")->capture_default_str();
+  cmd->add_option("--batch", c->batch, "Inference batch size")->capture_default_str();
+  cmd->add_flag("--amp", c->amp, "FP16 inference (FP32 accumulation)");
+  cmd->add_flag("--ema", c->ema, "Use the EMA weights");
+  cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
+  cmd->callback([c] { run_predict(*c); });
+}
+
+}  // namespace renaissance::app

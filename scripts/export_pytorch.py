@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Turn a Renaissance weights or checkpoint file (HDF5: /params, /bn, optional /ema) into a PyTorch state_dict.
+
+    python3 scripts/export_pytorch.py run/weights.h5 --out model.pt            # torchvision layout when possible
+    python3 scripts/export_pytorch.py run/weights.h5 --out model.pt --ema      # the EMA weights
+    python3 scripts/export_pytorch.py run/weights.h5 --out model.pt --layout renaissance
+
+    # Check: PyTorch logits on the first 256 validation images vs `renaissance predict` (docs/interop.md)
+    python3 scripts/export_pytorch.py run/weights.h5 --out model.pt --check-logits logits.h5 \
+        --data data/fashion-mnist.h5 [--device cuda]
+
+Loading the result:
+    import torch, renaissance_models as rm            # scripts/ on sys.path
+    model = torchvision.models.resnet50(num_classes=...)   # or rm.FmnistCnn(), rm.ResNet(...), see --print-model
+    model.load_state_dict(torch.load("model.pt")); model.eval()
+
+The input must be normalised as Renaissance does it: x = pixel/255, (x - mean[c]) / std[c] with mean/std the
+dataset file's root attributes, NCHW. Needs numpy, h5py, PyYAML and torch.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import renaissance_models as rm  # noqa: E402
+
+
+def build_state_dict(attrs, tensors, layout, ema):
+    arch = rm.arch_from_yaml(attrs["arch_plan"])
+    layers, classes, in_c = rm.model_info(arch)
+    layout = rm.pick_layout(layers, layout)
+    model = rm.torch_model(layers, classes, in_c, layout)
+    names = rm.module_names(layers, layout)
+    step = int(attrs.get("step", "0") or 0)
+    sd = {}
+    for i, l in enumerate(layers):
+        if l["kind"] not in rm.TENSOR_ROLES:
+            continue
+        prefix = names.get(l["name"])
+        if prefix is None:
+            raise SystemExit(f"layer {l['name']} ({l['kind']}) has no place in the {layout} layout")
+        for tname, pname in rm.TENSOR_ROLES[l["kind"]]:
+            group = rm.tensor_group(tname)
+            key = (group, f"{l['name']}.{tname}")
+            if ema and group == "params":
+                if ("ema", key[1]) not in tensors:
+                    raise SystemExit(f"--ema: the file has no /ema/{key[1]} (train with --ema)")
+                key = ("ema", key[1])
+            if l["kind"] == "Conv" and tname == "b" and not l.get("params", {}).get("bias", False):
+                continue  # convs without bias (the default)
+            if key not in tensors:
+                raise SystemExit(f"the file has no /{key[0]}/{key[1]}")
+            sd[f"{prefix}.{pname}"] = rm.torch.from_numpy(rm.to_torch(l, tname, tensors[key], layers, i))
+        if l["kind"].startswith("Bn"):
+            sd[f"{prefix}.num_batches_tracked"] = rm.torch.tensor(step, dtype=rm.torch.long)
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if missing or unexpected:
+        raise SystemExit(f"state_dict does not fit the {type(model).__name__}: missing {missing}, unexpected "
+                         f"{unexpected}")
+    return model, sd, layout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("weights", help="Renaissance weights/checkpoint HDF5 (renaissance train --save)")
+    ap.add_argument("--out", required=True, help="state_dict file to write (.pt)")
+    ap.add_argument("--layout", choices=["auto", "torchvision", "renaissance"], default="auto",
+                    help="auto: torchvision keys for ResNets and fmnist_cnn, else Renaissance layer names")
+    ap.add_argument("--ema", action="store_true", help="export the EMA weights (/ema) instead of /params")
+    ap.add_argument("--print-model", action="store_true", help="print the PyTorch module")
+    ap.add_argument("--check-logits", metavar="LOGITS_H5",
+                    help="compare PyTorch's logits with `renaissance predict --out LOGITS_H5` (needs --data)")
+    ap.add_argument("--data", help="the dataset the logits were computed on")
+    ap.add_argument("--device", default="cpu", help="PyTorch device for --check-logits (cpu, cuda)")
+    ap.add_argument("--tolerance", type=float, default=1e-4, help="max relative error (max|diff| / max|ref|)")
+    args = ap.parse_args()
+
+    attrs, tensors = rm.read_weights(args.weights)
+    model, sd, layout = build_state_dict(attrs, tensors, args.layout, args.ema)
+    rm.torch.save(sd, args.out)
+    print(f"{args.weights}: model '{attrs.get('model')}' step {attrs.get('step')} -> {args.out} "
+          f"({len(sd)} tensors, {layout} layout, {type(model).__name__})")
+    if args.print_model:
+        print(model)
+    if args.check_logits:
+        if not args.data:
+            raise SystemExit("--check-logits needs --data")
+        sys.exit(check_logits(model, args.check_logits, args.data, args.device, args.tolerance))
+
+
+def check_logits(model, logits_path, data_path, device, tolerance):
+    import h5py
+    import numpy as np
+    torch = rm.torch
+    with h5py.File(logits_path, "r") as f:
+        ref = np.asarray(f["logits"][...], np.float32)
+        labels = np.asarray(f["labels"][...])
+        split = rm._text(f.attrs["split"])
+        first = int(f.attrs["first"])
+    with h5py.File(data_path, "r") as d:
+        images = d[split]["images"][first:first + ref.shape[0]]
+        mean, std = d.attrs["mean"], d.attrs["std"]
+        assert (np.asarray(d[split]["labels"][first:first + ref.shape[0]]) == labels).all(), "labels differ"
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = model.to(device).eval()
+    with torch.no_grad():
+        out = model(rm.normalize(images, mean, std).to(device)).double().cpu().numpy()
+    err = rm.relative_error(out, ref)
+    agree = float((out.argmax(1) == ref.argmax(1)).mean())
+    ok = rm.isfinite_all(out, ref) and err <= tolerance
+    print(f"logits check on {ref.shape[0]} {split} samples ({device}): max relative error {err:.3e} "
+          f"(tolerance {tolerance:g}), arg-max agreement {agree:.4f}, top1 pytorch "
+          f"{float((out.argmax(1) == labels).mean()):.4f} renaissance {float((ref.argmax(1) == labels).mean()):.4f}"
+          f" -> {'OK' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    main()

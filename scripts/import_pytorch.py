@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Turn a PyTorch state_dict into a Renaissance weights file (`renaissance eval --weights`, `predict`, ...).
+
+    # the layer names come from the model's ArchPlan: from `renaissance plan --yaml` ...
+    python3 scripts/import_pytorch.py model.pt --out weights.h5 --model resnet18_cifar [--renaissance build/app/renaissance]
+    python3 scripts/import_pytorch.py model.pt --out weights.h5 --model-file models/tiny_resnet.yaml --classes 10
+    # ... or from any weights file Renaissance wrote for the same model
+    python3 scripts/import_pytorch.py model.pt --out weights.h5 --like run/weights.h5
+
+The state_dict may use the torchvision layout (conv1, bn1, layer1.0.conv1, ..., fc; fmnist_cnn: conv1..conv3,
+bn1..bn3, fc) or the "renaissance" layout that export_pytorch.py --layout renaissance writes (detected by its
+"mods." prefix). Conv weights go OIHW -> OHWI, an fc after a flatten gets its columns back in NHWC order.
+Needs numpy, h5py, PyYAML and torch.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import renaissance_models as rm  # noqa: E402
+
+
+def find_cli(explicit):
+    if explicit:
+        return explicit
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for cand in ("build/app/renaissance", "build-interop/app/renaissance", "build/release/app/renaissance"):
+        p = os.path.join(here, cand)
+        if os.access(p, os.X_OK):
+            return p
+    p = shutil.which("renaissance")
+    if p:
+        return p
+    raise SystemExit("cannot find the renaissance executable; pass --renaissance PATH or --like FILE.h5")
+
+
+def arch_yaml(args):
+    if args.like:
+        attrs, _ = rm.read_weights(args.like)
+        return attrs["arch_plan"]
+    cmd = [find_cli(args.renaissance), "plan", "--yaml"]
+    cmd += ["--model-file", args.model_file] if args.model_file else ["--model", args.model]
+    if args.classes:
+        cmd += ["--classes", str(args.classes)]
+    if args.resolution:
+        cmd += ["--resolution", str(args.resolution)]
+    if args.amp:
+        cmd += ["--amp"]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def write_weights(path, tensors, attrs):
+    import h5py
+    import numpy as np
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with h5py.File(tmp, "w") as f:
+            for k, v in attrs.items():
+                f.attrs[k] = np.bytes_(v.encode())  # fixed-length ASCII/UTF-8, as Renaissance writes them
+            for (group, name), value in tensors.items():
+                g = f.require_group(group)
+                g.create_dataset(name, data=value.astype("<f4"), chunks=value.shape, fletcher32=True)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("state_dict", help="PyTorch state_dict (.pt), e.g. written by export_pytorch.py")
+    ap.add_argument("--out", required=True, help="Renaissance weights file to write (.h5)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="zoo model name (see `renaissance plan --help`)")
+    src.add_argument("--model-file", help="model YAML")
+    src.add_argument("--like", help="a Renaissance weights/checkpoint file of the same model (gives the ArchPlan)")
+    ap.add_argument("--classes", type=int, default=0)
+    ap.add_argument("--resolution", type=int, default=0)
+    ap.add_argument("--amp", action="store_true", help="name the tensors for an --amp (fused) plan")
+    ap.add_argument("--renaissance", help="path of the renaissance executable (default: build/app/renaissance)")
+    ap.add_argument("--ema", action="store_true", help="also write the weights as the EMA copy (/ema)")
+    args = ap.parse_args()
+
+    torch = rm.torch
+    sd = torch.load(args.state_dict, map_location="cpu")
+    if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
+        sd = sd["state_dict"]
+    if hasattr(sd, "state_dict"):
+        sd = sd.state_dict()
+    text = arch_yaml(args)
+    arch = rm.arch_from_yaml(text)
+    layers, classes, in_c = rm.model_info(arch)
+    layout = "renaissance" if any(k.startswith("mods.") for k in sd) else "torchvision"
+    names = rm.module_names(layers, layout)
+
+    # Shapes come from the Renaissance side: the conversions need them (padded first-conv channels under AMP).
+    out, used = {}, set()
+    for i, l in enumerate(layers):
+        if l["kind"] not in rm.TENSOR_ROLES:
+            continue
+        prefix = names[l["name"]]
+        for tname, pname in rm.TENSOR_ROLES[l["kind"]]:
+            key = f"{prefix}.{pname}"
+            if l["kind"] == "Conv" and tname == "b" and not l.get("params", {}).get("bias", False):
+                continue
+            if key not in sd:
+                raise SystemExit(f"{args.state_dict}: no '{key}' for Renaissance tensor {l['name']}.{tname}")
+            value = sd[key].detach().cpu().float().numpy()
+            shape = renaissance_shape(l, tname)
+            out[(rm.tensor_group(tname), f"{l['name']}.{tname}")] = rm.from_torch(l, tname, value, shape, layers, i)
+            used.add(key)
+    unused = [k for k in sd if k not in used and not k.endswith("num_batches_tracked")]
+    if unused:
+        raise SystemExit(f"{args.state_dict}: tensors with no Renaissance counterpart: {unused[:8]}")
+    if args.ema:
+        for (g, n), v in list(out.items()):
+            if g == "params":
+                out[("ema", n)] = v
+    attrs = {"format": rm.WEIGHTS_FORMAT, "version": "1", "model": str(arch.get("model", "")), "arch_plan": text,
+             "step": "0", "plan_hash": "imported", "source": os.path.basename(args.state_dict)}
+    write_weights(args.out, out, attrs)
+    print(f"{args.state_dict} ({layout} layout) -> {args.out}: {len(out)} tensors for model '{attrs['model']}'")
+
+
+def renaissance_shape(layer, tname):
+    """(n, h, w, c) of a Renaissance tensor, as infer_tensors in lib/renaissance/plan/layers/ declares it."""
+    kind, p = layer["kind"], layer.get("params", {})
+    n, h, w, c = layer["in"]
+    if kind == "Conv":
+        if tname == "w":
+            groups = p.get("groups", 1) or 1
+            if groups < 1:
+                groups = c
+            return (p["out_c"], p["k"], p["k"], c // groups)
+        return (1, 1, 1, layer["out"][3])
+    if kind == "Fc":
+        return (p["out"], 1, 1, h * w * c) if tname == "w" else (1, 1, 1, p["out"])
+    return (1, 1, 1, c)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,552 @@
+"""PyTorch twins of Renaissance models and the weight-layout conversions between the two.
+
+Used by scripts/export_pytorch.py, scripts/import_pytorch.py and the interop test. Needs numpy, h5py, PyYAML and
+torch (Debian: python3-torch python3-h5py python3-yaml).
+
+Layouts (docs/interop.md):
+  * Renaissance stores activations NHWC and a conv weight as OHWI (out, kh, kw, in/groups); PyTorch uses OIHW.
+  * An fc weight is (out, 1, 1, in) where `in` follows Renaissance's NHWC flatten (h, w, c); PyTorch's
+    flatten is (c, h, w), so an fc after a flatten of an h×w×c map has its columns permuted.
+  * BN vectors are (1, 1, 1, C); PyTorch wants (C,). BN eps is 1e-5 as in PyTorch.
+  * An AMP plan pads the first conv's input channels to 4 (`logical_in_c` says how many are real) and fuses
+    layers (CBR, BasicBlock*, Bottleneck*, InvResidual*, GapFC); `lower()` expands them into the plain layers,
+    whose tensors are then named "<fused layer>.<part>.<tensor>" exactly as in the file.
+
+Two PyTorch layouts:
+  * "torchvision": conv1/bn1/layerS.B.{conv1,bn1,...,downsample.0,downsample.1}/fc for ResNets (the keys of
+    torchvision.models.resnet*), conv1/bn1/conv2/.../fc for plain stacks such as fmnist_cnn;
+  * "renaissance": an ArchPlanNet (any model) whose module names are the Renaissance layer names ('.' -> '_').
+"""
+
+import h5py
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+
+WEIGHTS_FORMAT = "renaissance-weights"
+BN_EPS = 1e-5
+
+FUSED = {"CBR", "GapFC", "BottleneckIdentity", "BottleneckProjection", "BasicBlockIdentity", "BasicBlockProjection",
+         "InvResidualNoShortcut", "InvResidualIdentity"}
+
+
+# ---- the Renaissance file ---------------------------------------------------------------------------------------
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def read_weights(path):
+    """attrs (str -> str) and tensors {(group, name): float32 array} of a weights/checkpoint file."""
+    with h5py.File(path, "r") as f:
+        attrs = {k: _text(v) if isinstance(v, (bytes, str)) else str(np.asarray(v).reshape(-1)[0])
+                 for k, v in f.attrs.items() if np.asarray(v).size == 1}
+        if attrs.get("format") not in (WEIGHTS_FORMAT, "renaissance-checkpoint"):
+            raise SystemExit(f"{path}: format is '{attrs.get('format')}', not a Renaissance weights/checkpoint file")
+        tensors = {}
+        for group in ("params", "bn", "ema"):
+            if group not in f:
+                continue
+            for name, ds in f[group].items():
+                tensors[(group, name)] = np.asarray(ds[...], dtype=np.float32)
+    return attrs, tensors
+
+
+def arch_from_yaml(text):
+    arch = yaml.safe_load(text)
+    if not isinstance(arch, dict) or arch.get("format") != "renaissance-arch-plan":
+        raise SystemExit("the arch_plan attribute is not a Renaissance ArchPlan")
+    return arch
+
+
+# ---- lowering fused layers (mirrors lib/renaissance/plan/layers/fused.cpp decompose_fused) ------------------------
+
+def _conv_out(hw, k, s, p):
+    return (hw + 2 * p - k) // s + 1
+
+
+def lower(layers):
+    """The plain layers of an ArchPlan layer list: fused kinds expanded into their parts, named like the file."""
+    out = []
+    for l in layers:
+        kind = l["kind"]
+        if kind not in FUSED:
+            out.append(l)
+            continue
+        name, p = l["name"], l.get("params", {})
+        cur = list(l["in"])
+
+        def add(k, part, params=None, shape=None, **extra):
+            nonlocal cur
+            e = {"kind": k, "name": f"{name}.{part}", "params": params or {}, "in": list(cur)}
+            e.update(extra)
+            if shape is not None:
+                cur = shape
+            e["out"] = list(cur)
+            out.append(e)
+
+        def conv(oc, k, s, g, part, logical=0):
+            n, h, w, _ = cur
+            pad = k // 2
+            add("Conv", part, {"out_c": oc, "k": k, "stride": s, "pad": pad, "groups": g, "bias": False,
+                               "logical_in_c": logical},
+                [n, _conv_out(h, k, s, pad), _conv_out(w, k, s, pad), oc])
+
+        def conv_bn(oc, k, s, g, tag, relu):
+            conv(oc, k, s, g, tag + "_conv")
+            add("Bn2d", tag + "_bn")
+            if relu:
+                add("Relu", tag + "_relu")
+
+        if kind == "CBR":
+            n, h, w, _ = cur
+            q = dict(p)
+            add("Conv", "conv", q, [n, _conv_out(h, q["k"], q["stride"], q["pad"]),
+                                    _conv_out(w, q["k"], q["stride"], q["pad"]), q["out_c"]])
+            add("Bn2d", "bn")
+            add("Relu", "relu")
+        elif kind == "GapFC":
+            n = cur[0]
+            add("Gap", "gap", shape=[n, 1, 1, cur[3]])
+            add("Fc", "fc", dict(p), [n, 1, 1, p["out"]])
+        elif kind.startswith(("Bottleneck", "BasicBlock")):
+            block_in = list(cur)
+            add("Add2Start", "start")
+            if kind.endswith("Projection"):
+                conv_bn(p["out_c"], 1, p["stride"], 1, "proj", False)
+            else:
+                add("Identity", "shortcut")
+            cur = block_in
+            add("Add2ShortcutEnd", "shortcut_end")
+            if kind.startswith("Bottleneck"):
+                conv_bn(p["mid_c"], 1, 1, 1, "c1", True)
+                conv_bn(p["mid_c"], 3, p["stride"], 1, "c2", True)
+                conv_bn(p["out_c"], 1, 1, 1, "c3", False)
+            else:
+                conv_bn(p["out_c"], 3, p["stride"], 1, "c1", True)
+                conv_bn(p["out_c"], 3, 1, 1, "c2", False)
+            add("Add2End", "add")
+            add("Relu", "relu")
+        else:  # InvResidual*
+            block_in = list(cur)
+            identity = kind == "InvResidualIdentity"
+            if identity:
+                add("Add2Start", "start")
+                add("Identity", "shortcut")
+                cur = block_in
+                add("Add2ShortcutEnd", "shortcut_end")
+            conv_bn(p["mid_c"], 1, 1, 1, "expand", True)
+            conv_bn(p["mid_c"], 3, p["stride"], p["mid_c"], "dw", True)
+            conv_bn(p["out_c"], 1, 1, 1, "project", False)
+            if identity:
+                add("Add2End", "add")
+        if cur != list(l["out"]):
+            raise SystemExit(f"fused layer {name}: lowering gives {cur}, the plan says {l['out']}")
+    return out
+
+
+# ---- tensor layout conversion -----------------------------------------------------------------------------------
+
+def _fc_source_hwc(layers, i):
+    """(h, w, c) of the map an fc at index i flattens, or None when its input is already a vector."""
+    n, h, w, c = layers[i]["in"]
+    if h * w > 1:
+        return h, w, c
+    j = i - 1
+    while j >= 0 and layers[j]["kind"] in ("Identity",):
+        j -= 1
+    if j >= 0 and layers[j]["kind"] == "Flatten":
+        _, h, w, c = layers[j]["in"]
+        if h * w > 1:
+            return h, w, c
+    return None
+
+
+def to_torch(layer, tensor, value, layers, index):
+    """A Renaissance tensor (NHWC conventions) of `layer` as the PyTorch tensor of the same role."""
+    kind = layer["kind"]
+    if kind == "Conv" and tensor == "w":
+        w = value.transpose(0, 3, 1, 2)  # OHWI -> OIHW
+        logical = layer.get("params", {}).get("logical_in_c", 0) or 0
+        if logical and w.shape[1] > logical:
+            w = w[:, :logical]  # AMP pads the first conv's input channels with zeros
+        return np.ascontiguousarray(w)
+    if kind == "Fc" and tensor == "w":
+        out = value.shape[0]
+        w = value.reshape(out, -1)
+        src = _fc_source_hwc(layers, index)
+        if src:
+            h, wd, c = src
+            w = w.reshape(out, h, wd, c).transpose(0, 3, 1, 2).reshape(out, c * h * wd)
+        return np.ascontiguousarray(w)
+    return np.ascontiguousarray(value.reshape(-1))
+
+
+def from_torch(layer, tensor, value, shape, layers, index):
+    """The inverse of to_torch: a PyTorch tensor back into the Renaissance shape `shape` (n, h, w, c)."""
+    kind = layer["kind"]
+    value = np.asarray(value, dtype=np.float32)
+    if kind == "Conv" and tensor == "w":
+        w = value.transpose(0, 2, 3, 1)  # OIHW -> OHWI
+        if w.shape[3] < shape[3]:
+            w = np.concatenate([w, np.zeros(w.shape[:3] + (shape[3] - w.shape[3],), np.float32)], axis=3)
+        return np.ascontiguousarray(w.reshape(shape))
+    if kind == "Fc" and tensor == "w":
+        out = value.shape[0]
+        src = _fc_source_hwc(layers, index)
+        w = value
+        if src:
+            h, wd, c = src
+            w = w.reshape(out, c, h, wd).transpose(0, 2, 3, 1)
+        return np.ascontiguousarray(w.reshape(shape))
+    return np.ascontiguousarray(value.reshape(shape))
+
+
+# (Renaissance tensor name, PyTorch parameter name) per plain layer kind.
+TENSOR_ROLES = {
+    "Conv": [("w", "weight"), ("b", "bias")],
+    "Fc": [("w", "weight"), ("b", "bias")],
+    "Bn2d": [("gamma", "weight"), ("beta", "bias"), ("running_mean", "running_mean"), ("running_var", "running_var")],
+    "Bn1d": [("gamma", "weight"), ("beta", "bias"), ("running_mean", "running_mean"), ("running_var", "running_var")],
+}
+
+
+def tensor_group(tensor):
+    return "bn" if tensor.startswith("running_") else "params"
+
+
+# ---- PyTorch module names ---------------------------------------------------------------------------------------
+
+def _segments(layers):
+    """Top-level layers and residual blocks: [('layer', l) | ('block', {'shortcut': [...], 'main': [...]})]."""
+    segs, i = [], 0
+    while i < len(layers):
+        l = layers[i]
+        if l["kind"] != "Add2Start":
+            segs.append(("layer", l))
+            i += 1
+            continue
+        depth, part, blk = 0, "shortcut", {"shortcut": [], "main": []}
+        i += 1
+        while i < len(layers):
+            k = layers[i]["kind"]
+            if k == "Add2Start":
+                depth += 1
+            elif k == "Add2End":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif k == "Add2ShortcutEnd" and depth == 0:
+                part = "main"
+                i += 1
+                continue
+            blk[part].append(layers[i])
+            i += 1
+        i += 1  # past Add2End
+        segs.append(("block", blk))
+    return segs
+
+
+def torchvision_names(layers):
+    """Renaissance layer name -> PyTorch module prefix in the torchvision layout, or None if the model does not
+    have that shape (nested blocks, more than one stem conv before the blocks, ...)."""
+    names, segs = {}, _segments(layers)
+    blocks = [s for s in segs if s[0] == "block"]
+    top = {"Conv": 0, "Bn": 0}
+    fcs = [l for kind, l in segs if kind == "layer" and l["kind"] == "Fc"]
+    stage, index, seen_block = 0, -1, False
+    for kind, s in segs:
+        if kind == "layer":
+            k = s["kind"]
+            if k == "Conv" or k.startswith("Bn"):
+                if blocks and seen_block:
+                    return None  # a conv after the residual stages: not a torchvision ResNet
+                key = "Conv" if k == "Conv" else "Bn"
+                top[key] += 1
+                names[s["name"]] = f"conv{top[key]}" if key == "Conv" else f"bn{top[key]}"
+            elif k == "Fc":
+                names[s["name"]] = "fc" if len(fcs) == 1 else f"fc{fcs.index(s) + 1}"
+            continue
+        if any(l["kind"] == "Add2Start" for l in s["shortcut"] + s["main"]):
+            return None
+        projection = any(l["kind"] == "Conv" for l in s["shortcut"])
+        if seen_block and projection:
+            stage, index = stage + 1, 0
+        else:
+            index += 1
+        seen_block = True
+        prefix = f"layer{stage + 1}.{index}"
+        sc = [l for l in s["shortcut"] if l["kind"] == "Conv" or l["kind"].startswith("Bn")]
+        for j, l in enumerate(sc):
+            names[l["name"]] = f"{prefix}.downsample.{j}"
+        counts = {"Conv": 0, "Bn": 0}
+        for l in s["main"]:
+            if l["kind"] == "Conv":
+                counts["Conv"] += 1
+                names[l["name"]] = f"{prefix}.conv{counts['Conv']}"
+            elif l["kind"].startswith("Bn"):
+                counts["Bn"] += 1
+                names[l["name"]] = f"{prefix}.bn{counts['Bn']}"
+    if blocks and top["Conv"] != 1:
+        return None
+    return names
+
+
+def renaissance_names(layers):
+    return {l["name"]: "mods." + l["name"].replace(".", "_") for l in layers if l["kind"] in TENSOR_ROLES}
+
+
+# ---- PyTorch models ---------------------------------------------------------------------------------------------
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)  # stride on the 3x3 (ResNet v1.5)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    """torchvision.models.ResNet, key for key, plus the small-input stem (3x3 stride 1, no max-pool) of the
+    *_cifar / *_fmnist zoo models and a base width other than 64 (resnet18_fmnist_narrow)."""
+
+    def __init__(self, block, layers, num_classes=1000, in_channels=3, width=64, small_stem=False):
+        super().__init__()
+        self.inplanes = width
+        if small_stem:
+            self.conv1 = nn.Conv2d(in_channels, width, 3, 1, 1, bias=False)
+            self.maxpool = nn.Identity()
+        else:
+            self.conv1 = nn.Conv2d(in_channels, width, 7, 2, 3, bias=False)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = self._make_layer(block, width, layers[0])
+        self.layer2 = self._make_layer(block, width * 2, layers[1], 2)
+        self.layer3 = self._make_layer(block, width * 4, layers[2], 2)
+        self.layer4 = self._make_layer(block, width * 8, layers[3], 2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(width * 8 * block.expansion, num_classes)
+
+    def _make_layer(self, block, planes, blocks, stride=1):
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
+                                       nn.BatchNorm2d(planes * block.expansion))
+        layers = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class FmnistCnn(nn.Module):
+    """The zoo's fmnist_cnn: 3 x (conv3x3 + BN + ReLU), max-pools after the first two, flatten, fc."""
+
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 32, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.conv3 = nn.Conv2d(64, 64, 3, 1, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(64)
+        self.fc = nn.Linear(64 * 7 * 7, num_classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2, 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2, 2)
+        x = F.relu(self.bn3(self.conv3(x)))
+        return self.fc(torch.flatten(x, 1))
+
+
+class ArchPlanNet(nn.Module):
+    """Any plain Renaissance ArchPlan run by PyTorch (NCHW), module names = Renaissance layer names."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.plan = layers
+        self.mods = nn.ModuleDict()
+        for i, l in enumerate(layers):
+            k, p, key = l["kind"], l.get("params", {}), l["name"].replace(".", "_")
+            if k == "Conv":
+                in_c = (p.get("logical_in_c") or 0) if i == _first_conv(layers) else 0
+                in_c = in_c or l["in"][3]
+                groups = p.get("groups", 1)
+                if groups == -1 or groups == 0:  # depthwise marker
+                    groups = l["in"][3]
+                self.mods[key] = nn.Conv2d(in_c, p["out_c"], p["k"], p["stride"], p["pad"], groups=groups,
+                                           bias=bool(p.get("bias", False)))
+            elif k in ("Bn2d", "Bn1d"):
+                self.mods[key] = (nn.BatchNorm2d if k == "Bn2d" else nn.BatchNorm1d)(l["in"][3])
+            elif k == "Fc":
+                self.mods[key] = nn.Linear(l["in"][1] * l["in"][2] * l["in"][3], p["out"])
+
+    def forward(self, x):
+        stack = []
+        for l in self.plan:
+            k, p = l["kind"], l.get("params", {})
+            key = l["name"].replace(".", "_")
+            if k in ("Conv", "Bn2d"):
+                x = self.mods[key](x)
+            elif k == "Bn1d":
+                x = self.mods[key](x.flatten(1)).reshape(x.shape)
+            elif k == "Relu":
+                x = F.relu(x)
+            elif k == "Tanh":
+                x = torch.tanh(x)
+            elif k == "MaxPool":
+                x = F.max_pool2d(x, p["k"], p["stride"], p["pad"])
+            elif k == "Gap":
+                x = x.mean(dim=(2, 3), keepdim=True)
+            elif k == "Flatten":
+                x = x.flatten(1)[:, :, None, None]
+            elif k == "Fc":
+                x = self.mods[key](x.flatten(1))[:, :, None, None]
+            elif k == "Add2Start":
+                stack.append([x, None])
+            elif k == "Add2ShortcutEnd":
+                stack[-1][1] = x
+                x = stack[-1][0]
+            elif k == "Add2End":
+                x = x + stack.pop()[1]
+            elif k in ("Identity", "SoftmaxCE"):
+                pass
+            else:
+                raise SystemExit(f"ArchPlanNet: layer kind {k} is not supported")
+        return x.flatten(1)
+
+
+def _first_conv(layers):
+    for i, l in enumerate(layers):
+        if l["kind"] == "Conv":
+            return i
+    return -1
+
+
+def resnet_from_layers(layers, num_classes, in_channels):
+    """A ResNet whose stages, block kind, width and stem match the plain layers, or None."""
+    segs = _segments(layers)
+    blocks = [s for k, s in segs if k == "block"]
+    if not blocks:
+        return None
+    stem = [s for k, s in segs if k == "layer" and s["kind"] == "Conv"]
+    if len(stem) != 1:
+        return None
+    main_convs = {sum(1 for l in b["main"] if l["kind"] == "Conv") for b in blocks}
+    if main_convs not in ({2}, {3}):
+        return None
+    block = BasicBlock if main_convs == {2} else Bottleneck
+    counts, seen = [], False
+    for b in blocks:
+        projection = any(l["kind"] == "Conv" for l in b["shortcut"])
+        if not counts or (seen and projection):
+            counts.append(0)
+        counts[-1] += 1
+        seen = True
+    if len(counts) != 4:
+        return None
+    p = stem[0]["params"]
+    small = p["k"] == 3 and p["stride"] == 1
+    return ResNet(block, counts, num_classes, in_channels, width=p["out_c"], small_stem=small)
+
+
+def torch_model(layers, num_classes, in_channels, layout):
+    """The PyTorch module for these plain layers in `layout` ('torchvision' or 'renaissance')."""
+    if layout == "renaissance":
+        return ArchPlanNet(layers)
+    segs = _segments(layers)
+    if any(k == "block" for k, _ in segs):
+        m = resnet_from_layers(layers, num_classes, in_channels)
+        if m is None:
+            raise SystemExit("this model is not a torchvision-style ResNet; use --layout renaissance")
+        return m
+    kinds = [l["kind"] for l in layers if l["kind"] in TENSOR_ROLES]
+    if kinds == ["Conv", "Bn2d"] * 3 + ["Fc"] and layers[_first_conv(layers)]["params"]["out_c"] == 32:
+        return FmnistCnn(num_classes, in_channels)
+    raise SystemExit("no torchvision-style twin for this model; use --layout renaissance")
+
+
+def module_names(layers, layout):
+    if layout == "renaissance":
+        return renaissance_names(layers)
+    names = torchvision_names(layers)
+    if names is None:
+        raise SystemExit("this model has no torchvision layout; use --layout renaissance")
+    return names
+
+
+def pick_layout(layers, layout):
+    if layout != "auto":
+        return layout
+    try:
+        torch_model(layers, 10, 1, "torchvision")
+        return "torchvision"
+    except SystemExit:
+        return "renaissance"
+
+
+def model_info(arch):
+    layers = lower(arch["layers"])
+    in_c = arch["input_channels"]
+    return layers, int(arch["num_classes"]), int(in_c)
+
+
+def normalize(images_u8, mean, std):
+    """uint8 NHWC images -> float32 NCHW, exactly as Renaissance normalises (x * 1/(255·std) - mean/std)."""
+    mean = np.asarray(mean, np.float32)
+    std = np.asarray(std, np.float32)
+    scale = (np.float32(1.0) / (np.float32(255.0) * std)).astype(np.float32)
+    bias = (-mean / std).astype(np.float32)
+    x = images_u8.astype(np.float32) * scale + bias
+    return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+
+
+def relative_error(a, b):
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def isfinite_all(*arrays):
+    return all(np.isfinite(np.asarray(a)).all() for a in arrays)
+

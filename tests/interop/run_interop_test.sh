@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# PyTorch interoperability (issue 6): weights trained by Renaissance, exported to a PyTorch state_dict, give the
+# same logits in PyTorch (FP32, eval mode) as `renaissance predict` on the same normalised batch, and a state_dict
+# imported back scores exactly like the original weights.
+#
+#   run_interop_test.sh CLI PYTHON WORKDIR [--device cpu|cuda] [--models "fmnist_cnn resnet50@32 models/x.yaml ..."]
+#
+# A model is a zoo name, optionally @RESOLUTION (3-channel zoo models get a synthetic 10-class dataset of that
+# size), or a YAML file under the source tree.
+#
+# Exit 77 (CTest: skipped) when PYTHON lacks torch, h5py, numpy or PyYAML.
+set -euo pipefail
+CLI=$1 PY=$2 WORK=$3
+shift 3
+DEVICE=cpu
+MODELS="fmnist_cnn models/resnet18_fmnist_narrow.yaml models/tiny_resnet.yaml resnet18@32 resnet50@32"
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --device) DEVICE=$2; shift 2 ;;
+    --models) MODELS=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if ! "$PY" -c "import torch, h5py, numpy, yaml" 2>/dev/null; then
+  echo "SKIP: $PY cannot import torch, h5py, numpy and yaml (Debian: python3-torch python3-h5py python3-yaml)"
+  exit 77
+fi
+RDEV=$DEVICE  # the same device on both sides
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
+dataset() {  # dataset H W C -> file name (made once)
+  local f="syn_$1x$2x$3.h5"
+  [[ -f $f ]] || "$CLI" data synthetic --out "$f" --train 256 --val 100 --shape "$1,$2,$3" --classes 10 --seed 1 >/dev/null
+  echo "$f"
+}
+
+fail=0
+for m in $MODELS; do
+  if [[ $m == *.yaml ]]; then
+    MODEL=(--model-file "$SRC/$m"); tag=$(basename "$m" .yaml)
+  elif [[ $m == *@* ]]; then
+    MODEL=(--model "${m%@*}" --resolution "${m#*@}" --classes 10); tag="${m%@*}_${m#*@}"
+  else
+    MODEL=(--model "$m"); tag=$m
+  fi
+  case $tag in
+    fmnist_cnn|*fmnist*) data=$(dataset 28 28 1) ;;
+    tiny_resnet|resnet18_cifar) data=$(dataset 32 32 3) ;;
+    *_*[0-9]) data=$(dataset "${m#*@}" "${m#*@}" 3) ;;
+    *) data=$(dataset 224 224 3) ;;
+  esac
+  echo "==== $tag on $data ($DEVICE)"
+  # A few steps, so the BN running statistics and weights are far from their initial values.
+  "$CLI" train "${MODEL[@]}" --data "$data" --epochs 1 --max-steps 6 --batch 16 --lr 0.02 --no-validate \
+    --device "$RDEV" --save "$tag.h5" | tail -1
+  # 100 samples in batches of 32: the last batch is partial (padded inside predict).
+  "$CLI" predict "${MODEL[@]}" --data "$data" --weights "$tag.h5" --count 100 --batch 32 --device "$RDEV" \
+    --out "$tag.logits.h5"
+  for layout in auto renaissance; do
+    "$PY" "$SRC/scripts/export_pytorch.py" "$tag.h5" --out "$tag.$layout.pt" --layout "$layout" \
+      --check-logits "$tag.logits.h5" --data "$data" --device "$DEVICE" --tolerance 1e-4 || fail=1
+  done
+  # Round trip: state_dict -> Renaissance weights -> identical tensors and identical eval.
+  "$PY" "$SRC/scripts/import_pytorch.py" "$tag.auto.pt" --out "$tag.rt.h5" "${MODEL[@]}" --renaissance "$CLI"
+  "$PY" - "$tag.h5" "$tag.rt.h5" <<'PYEOF' || fail=1
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+n = 0
+for g in ("params", "bn"):
+    if set(a[g]) != set(b[g]):
+        sys.exit(f"FAIL: /{g} names differ: {sorted(set(a[g]) ^ set(b[g]))[:5]}")
+    for k in a[g]:
+        if not np.array_equal(a[g][k][...], b[g][k][...]):
+            sys.exit(f"FAIL: /{g}/{k} differs after export + import")
+        n += 1
+print(f"round trip: {n} tensors bit-identical")
+PYEOF
+  e1=$("$CLI" eval "${MODEL[@]}" --data "$data" --weights "$tag.h5" --device "$RDEV" --json | tail -1)
+  e2=$("$CLI" eval "${MODEL[@]}" --data "$data" --weights "$tag.rt.h5" --device "$RDEV" --json | tail -1)
+  s1=$(echo "$e1" | sed 's/"weights":"[^"]*",//') s2=$(echo "$e2" | sed 's/"weights":"[^"]*",//')
+  if [[ "$s1" != "$s2" ]]; then
+    echo "FAIL: eval differs after the round trip:"; echo "  $e1"; echo "  $e2"; fail=1
+  else
+    echo "round trip eval identical: $s1"
+  fi
+done
+# The check can fail: logits off by 0.1 % must be reported.
+first=$(ls -- *.logits.h5 | head -1)
+cp "$first" perturbed.logits.h5
+"$PY" -c "import h5py; f = h5py.File('perturbed.logits.h5', 'r+'); f['logits'][...] = f['logits'][...] * 1.001"
+tag=${first%.logits.h5}
+if "$PY" "$SRC/scripts/export_pytorch.py" "$tag.h5" --out perturbed.pt --check-logits perturbed.logits.h5 \
+  --data "$(ls syn_*.h5 | head -1)" --device "$DEVICE" >/dev/null 2>&1; then
+  echo "FAIL: the logits check accepted perturbed logits"; fail=1
+else
+  echo "negative control: perturbed logits rejected"
+fi
+if [[ $fail -ne 0 ]]; then echo "INTEROP FAILED"; exit 1; fi
+echo "INTEROP OK"

@@ -1,0 +1,59 @@
+// The GPU-memory guard's decision, without a GPU: a plan that fits passes, one that does not is refused with the
+// model, required vs available GiB and a hint; the margin is max(256 MiB, 2 % of the device).
+#include <renaissance/core/error.h>
+#include <renaissance/runtime/memory_guard.h>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using namespace renaissance;
+using runtime::check_device_memory;
+using runtime::DeviceMemoryNeed;
+
+constexpr std::int64_t GiB = std::int64_t(1) << 30;
+constexpr std::int64_t MiB = std::int64_t(1) << 20;
+
+TEST(MemoryGuard, MarginIsAtLeast256MiBAndTwoPercent) {
+  EXPECT_EQ(runtime::default_margin_bytes(0), 256 * MiB);
+  EXPECT_EQ(runtime::default_margin_bytes(8 * GiB), 256 * MiB);
+  EXPECT_EQ(runtime::default_margin_bytes(140 * GiB), 140 * GiB / 50);
+}
+
+TEST(MemoryGuard, FittingPlanPasses) {
+  const DeviceMemoryNeed need{"model 'fmnist_cnn' (batch 128, fp32)", 20 * MiB, 256 * MiB, 256 * MiB};
+  EXPECT_NO_THROW(check_device_memory(need, 80 * GiB, 80 * GiB));
+  EXPECT_NO_THROW(check_device_memory(need, need.total(), 80 * GiB));  // exactly full still fits
+  EXPECT_NO_THROW(check_device_memory(need, -1, 0));                   // unknown free memory: let cudaMalloc decide
+}
+
+TEST(MemoryGuard, OversizedPlanIsRefusedWithNumbersAndHint) {
+  const DeviceMemoryNeed need{"model 'resnet50' (batch 65536, fp32)", 3000 * GiB, GiB / 4, 2 * GiB};
+  try {
+    check_device_memory(need, 139 * GiB, 140 * GiB);
+    FAIL() << "an arena larger than the device must be refused";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("resnet50"), std::string::npos) << m;
+    EXPECT_NE(m.find("3002.25 GiB"), std::string::npos) << m;  // required: arena + workspace + margin
+    EXPECT_NE(m.find("arena 3000.00 GiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("only 139.00 GiB of 140.00 GiB are free"), std::string::npos) << m;
+    EXPECT_NE(m.find("--batch"), std::string::npos) << m;
+    EXPECT_NE(m.find("--amp"), std::string::npos) << m;
+  }
+}
+
+TEST(MemoryGuard, OneByteOverIsRefused) {
+  const DeviceMemoryNeed need{"the arena", GiB, 0, 0};
+  EXPECT_THROW(check_device_memory(need, GiB - 1, 2 * GiB), Error);
+}
+
+TEST(MemoryGuard, CpuBuildOrNoDeviceNeverThrowsFromTheGuard) {
+#ifndef RENAISSANCE_HAVE_CUDA
+  EXPECT_NO_THROW(runtime::guard_device_memory({"anything", 1000 * GiB * 1000, 0, 0}));
+#else
+  GTEST_SKIP() << "a CUDA build asks the driver";
+#endif
+}
+
+}  // namespace
