@@ -225,7 +225,19 @@ TEST(Graph, TrainGraphRangeOpsPerConfiguration) {
           ASSERT_EQ(w2a.size(), 1u);
           EXPECT_TRUE(spans(w2a[0]->input_ranges, kWWeight));
           EXPECT_TRUE(spans(w2a[0]->output_ranges, (RegionRange{Region::A_FC_WEIGHT, Region::A_DEEP_CONV})));
-          EXPECT_EQ(range_ops(T, GraphId::CAST_G16_TO_G, RangeOp::CAST_F16_TO_F32).size(), 1u);
+          // G16 -> G per bucket: bucket 1's cast leads its all-reduce (so both run beside the first layer's backward),
+          // the rest of the gradients are cast after it.
+          const auto g2g = range_ops(T, GraphId::CAST_G16_TO_G, RangeOp::CAST_F16_TO_F32);
+          ASSERT_EQ(g2g.size(), 1u);
+          EXPECT_TRUE(spans(g2g[0]->input_ranges, (RegionRange{Region::G_FC_WEIGHT_FP16, Region::G_FIRST_CONV_FP16})));
+          EXPECT_TRUE(spans(g2g[0]->output_ranges, (RegionRange{Region::G_FC_WEIGHT, Region::G_FIRST_CONV})));
+          const auto deep_cast = range_ops(T, GraphId::DEEP_COMM, RangeOp::CAST_F16_TO_F32);
+          ASSERT_EQ(deep_cast.size(), 1u);
+          EXPECT_TRUE(spans(deep_cast[0]->input_ranges, (RegionRange{Region::G_DEEP_CONV_FP16, Region::G_DEEP_CONV_FP16})));
+          EXPECT_TRUE(spans(deep_cast[0]->output_ranges, rp::kGradBucketDeep));
+          EXPECT_EQ(T.bucket(GraphId::DEEP_COMM).front().range_op, RangeOp::CAST_F16_TO_F32);  // cast, then reduce
+        } else {
+          EXPECT_TRUE(range_ops(T, GraphId::DEEP_COMM, RangeOp::CAST_F16_TO_F32).empty());
         }
         // EMA only with EMA
         EXPECT_EQ(T.has(GraphId::EMA_UPDATE), ema);

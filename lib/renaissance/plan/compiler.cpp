@@ -556,7 +556,12 @@ CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
   T.add(GraphId::ZERO_GRAD, range_node(RangeOp::CLEAR, {}, {g_all}));
   if (amp) {
     T.add(GraphId::ZERO_GRAD, range_node(RangeOp::CLEAR, {}, {g16_all}));
-    T.add(GraphId::CAST_G16_TO_G, range_node(RangeOp::CAST_F16_TO_F32, {g16_all}, {{Region::G_FC_WEIGHT, Region::G_DEEP_CONV}}));
+    // Per bucket, so bucket 1 (deep convolutions) can be cast and all-reduced while the first layer's backward
+    // still runs (DESIGN §9): its cast leads DEEP_COMM; the rest is cast after the first layer's backward.
+    T.add(GraphId::CAST_G16_TO_G, range_node(RangeOp::CAST_F16_TO_F32, {{Region::G_FC_WEIGHT_FP16, Region::G_FIRST_CONV_FP16}},
+                                             {{Region::G_FC_WEIGHT, Region::G_FIRST_CONV}}));
+    T.add(GraphId::DEEP_COMM, range_node(RangeOp::CAST_F16_TO_F32, {{Region::G_DEEP_CONV_FP16, Region::G_DEEP_CONV_FP16}},
+                                         {kGradBucketDeep}));
   }
   T.add(GraphId::DEEP_COMM, range_node(RangeOp::ALLREDUCE_MEAN, {kGradBucketDeep}, {kGradBucketDeep}));
   T.add(GraphId::FIRST_COMM, range_node(RangeOp::ALLREDUCE_MEAN, {kGradBucketFirst}, {kGradBucketFirst}));

@@ -11,8 +11,8 @@ const std::vector<Phase>& replay_phases() {
   static const std::vector<Phase> phases = {
       {false,
        {GraphId::ZERO_GRAD, GraphId::FIRST_LAYER_FWD_A, GraphId::FIRST_LAYER_FWD_B, GraphId::DEEP_FWD_BWD,
-        GraphId::FIRST_LAYER_BWD_A, GraphId::FIRST_LAYER_BWD_B, GraphId::CAST_G16_TO_G, GraphId::DEEP_COMM,
-        GraphId::FIRST_COMM, GraphId::NAN_CHECK_AND_GRAD_SCALING, GraphId::STATS_COMM, GraphId::UPDATE_STATS,
+        GraphId::DEEP_COMM,  // beside the first layer's backward on a GPU (Trainer::step)
+        GraphId::FIRST_LAYER_BWD_A, GraphId::FIRST_LAYER_BWD_B, GraphId::CAST_G16_TO_G, GraphId::FIRST_COMM, GraphId::NAN_CHECK_AND_GRAD_SCALING, GraphId::STATS_COMM, GraphId::UPDATE_STATS,
         GraphId::OPTIMIZER, GraphId::LARS_NORM_OPT, GraphId::LARS_BIAS_OPT, GraphId::LARS_WEIGHT_OPT,
         GraphId::CAST_W_TO_A, GraphId::EMA_UPDATE, GraphId::ACCUM_METRICS_TRAIN, GraphId::TRAIN_RESULT_COMM,
         GraphId::CLEAR_METRICS}},

@@ -35,7 +35,9 @@ std::vector<RegionRange> contiguous_ranges() {
       {Region::A_FC_WEIGHT, Region::A_DEEP_CONV},           // W -> A cast target
       {Region::G_BN_BIAS, Region::G_DEEP_CONV},             // all gradients (zero-grad, NaN check)
       kGradBucketFirst,                                     // gradient bucket 2
-      {Region::G_FC_WEIGHT_FP16, Region::G_DEEP_CONV_FP16}, // G16 -> G cast source
+      {Region::G_FC_WEIGHT_FP16, Region::G_DEEP_CONV_FP16}, // G16 (zero-grad)
+      {Region::G_FC_WEIGHT_FP16, Region::G_FIRST_CONV_FP16}, // G16 -> G cast source, bucket 2 part
+      {Region::G_FC_WEIGHT, Region::G_FIRST_CONV},           // G16 -> G cast target, bucket 2 part
       {Region::I_A_LABEL, Region::I_B_DATA},                // double-buffered input
   };
 }

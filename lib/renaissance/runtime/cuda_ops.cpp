@@ -446,10 +446,17 @@ class CudaSession : public BackendSession {
     m_transfer_stream = cuda::stream_create();
     m_transferred = cuda::event_create();
     for (auto& e : m_slot_done) e = cuda::event_create();
+    m_side_stream = cuda::stream_create();
+    m_fork = cuda::event_create();
+    m_joined = cuda::event_create();
   }
   ~CudaSession() override {
     cuda::stream_synchronize(m_transfer_stream);
+    cuda::stream_synchronize(m_side_stream);
     cuda::stream_synchronize(m_stream);
+    cuda::event_destroy(m_fork);
+    cuda::event_destroy(m_joined);
+    cuda::stream_destroy(m_side_stream);
     for (auto& e : m_slot_done) cuda::event_destroy(e);
     cuda::event_destroy(m_transferred);
     cuda::stream_destroy(m_transfer_stream);
@@ -485,12 +492,28 @@ class CudaSession : public BackendSession {
     cuda::copy_h2d_async(dst, src, bytes, m_stream);
   }
   void release_slot(int s) override { cuda::event_record(m_slot_done[s & 1], m_stream); }
+  void side(ExecEnv& env, const std::function<void()>& launch) override {
+    cuda::event_record(m_fork, m_stream);
+    cuda::stream_wait_event(m_side_stream, m_fork);
+    env.stream = m_side_stream;
+    try {
+      launch();
+    } catch (...) {
+      env.stream = m_stream;
+      throw;
+    }
+    env.stream = m_stream;
+    cuda::event_record(m_joined, m_side_stream);
+  }
+  void join_side(ExecEnv& env) override { cuda::stream_wait_event(m_stream, m_joined); }
 
  private:
   cuda::StreamHandle m_stream = nullptr;
   cuda::StreamHandle m_transfer_stream = nullptr;
   cuda::EventHandle m_transferred = nullptr;
   cuda::EventHandle m_slot_done[2] = {nullptr, nullptr};
+  cuda::StreamHandle m_side_stream = nullptr;  ///< bucket-1 all-reduce beside the first layer's backward
+  cuda::EventHandle m_fork = nullptr, m_joined = nullptr;
   CudaEnv m_env;
   std::byte* m_workspace = nullptr;
 };

@@ -158,6 +158,11 @@ class BackendSession {
   virtual void upload_async(std::byte* dst, const std::byte* src, std::int64_t bytes);
   /// Marks the end of the compute work that uses slot `s`.
   virtual void release_slot(int s) { (void)s; }
+  /// Runs `launch` on the side stream after everything launched so far on the compute stream (GPU: the gradient
+  /// all-reduce of bucket 1 beside the first layer's backward). CPU: calls `launch`.
+  virtual void side(ExecEnv& env, const std::function<void()>& launch) { (void)env, launch(); }
+  /// Later compute work waits for the side stream's work.
+  virtual void join_side(ExecEnv& env) { (void)env; }
 };
 /// CPU: a session that does nothing. CUDA: stream + handles + a `workspace_bytes` device workspace.
 std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64_t workspace_bytes);

@@ -182,10 +182,13 @@ struct Trainer::Impl {
     replay(v, GraphId::ZERO_GRAD, graphs);
     replay(v, s == 0 ? GraphId::FIRST_LAYER_FWD_A : GraphId::FIRST_LAYER_FWD_B, graphs);
     replay(v, GraphId::DEEP_FWD_BWD, graphs);
+    // reduce: bucket 1 (deep convolutions) as soon as the deep backward ends, on the side stream, overlapping the
+    // first layer's backward; bucket 2 after it, once bucket 1 is done (one NCCL communicator: one collective at
+    // a time).
+    session->side(env, [&] { replay(v, GraphId::DEEP_COMM, graphs); });
     replay(v, s == 0 ? GraphId::FIRST_LAYER_BWD_A : GraphId::FIRST_LAYER_BWD_B, graphs);
-    // reduce
     replay(v, GraphId::CAST_G16_TO_G, graphs);
-    replay(v, GraphId::DEEP_COMM, graphs);
+    session->join_side(env);
     replay(v, GraphId::FIRST_COMM, graphs);
     replay(v, GraphId::NAN_CHECK_AND_GRAD_SCALING, graphs);
     const bool nan = opt.backend == Backend::CPU && nan_flag() != 0;
