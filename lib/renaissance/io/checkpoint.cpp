@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,13 +22,6 @@ namespace {
 
 constexpr const char* kTensorGroups[] = {"params", "bn", "optimizer", "ema"};
 constexpr std::size_t kStateSlots = 4;  // loss scale slots; metric slots
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
@@ -51,16 +43,6 @@ hid_t checksummed_fapl() {
   return fapl;
 }
 
-void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& ctx) {
-  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()), ctx, "string type");
-  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
-                         "create attribute '{}'", name),
-                H5Aclose);
-  H5_CHECK(H5Awrite(attr, type, value.empty() ? "" : value.c_str()), ctx, "write attribute '{}'", name);
-}
-
 template <typename T>
 void write_number_attr(hid_t obj, const std::string& name, T value, hid_t file_type, hid_t mem_type,
                        const std::string& ctx) {
@@ -69,22 +51,6 @@ void write_number_attr(hid_t obj, const std::string& name, T value, hid_t file_t
                          "create attribute '{}'", name),
                 H5Aclose);
   H5_CHECK(H5Awrite(attr, mem_type, &value), ctx, "write attribute '{}'", name);
-}
-
-/// One FP32 dataset with the Fletcher32 filter (chunked: filters need chunks).
-void write_dataset(hid_t parent, const std::string& name, const std::vector<hsize_t>& dims, const float* values,
-                   const std::string& ctx) {
-  H5Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), ctx, "dataspace"),
-                 H5Sclose);
-  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  std::vector<hsize_t> chunk(dims);
-  for (hsize_t& c : chunk) c = std::max<hsize_t>(c, 1);
-  H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), ctx, "chunking");
-  H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "checksum filter");
-  H5Handle ds(H5_CHECK(H5Dcreate2(parent, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), ctx,
-                       "create dataset"),
-              H5Dclose);
-  H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), ctx, "write");
 }
 
 /// A negative answer is an error (a corrupted object header fails its metadata checksum here).
@@ -242,9 +208,7 @@ std::vector<std::pair<std::int64_t, fs::path>> checkpoints_in(const fs::path& di
 }  // namespace
 
 const NamedTensor* Checkpoint::find(const std::string& group, const std::string& name) const {
-  for (const NamedTensor& t : tensors)
-    if (t.group == group && t.name == name) return &t;
-  return nullptr;
+  return find_tensor(tensors, group, name);
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
@@ -283,8 +247,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
     {
       H5Handle g(H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp, "create /state"),
                  H5Gclose);
-      write_dataset(g, "loss_scale", {kStateSlots}, s.loss_scale.data(), path + ": /state/loss_scale");
-      write_dataset(g, "train_metrics", {static_cast<hsize_t>(s.world_size), kStateSlots}, s.train_metrics.data(),
+      write_f32_dataset(g, "loss_scale", {kStateSlots}, s.loss_scale.data(), path + ": /state/loss_scale");
+      write_f32_dataset(g, "train_metrics", {static_cast<hsize_t>(s.world_size), kStateSlots}, s.train_metrics.data(),
                     path + ": /state/train_metrics");
     }
     std::map<std::string, H5Handle> groups;
@@ -301,7 +265,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
       RN_CHECK_CTX(g != groups.end(), ctx, "internal: unknown checkpoint group");
       RN_CHECK_CTX(static_cast<std::int64_t>(t.values.size()) == t.shape.elems(), ctx, "{} values for shape {}",
                    t.values.size(), t.shape.str());
-      write_dataset(g->second, t.name,
+      write_f32_dataset(g->second, t.name,
                     {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h), static_cast<hsize_t>(t.shape.w),
                      static_cast<hsize_t>(t.shape.c)},
                     t.values.data(), ctx);

@@ -1,5 +1,9 @@
 #include <renaissance/io/hdf5_util.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -103,6 +107,38 @@ std::string hdf5_error_text() {
 bool is_checksum_failure(const std::string& t) {
   return t.find("Fletcher32") != std::string::npos || t.find("fletcher32") != std::string::npos ||
          t.find("checksum") != std::string::npos;
+}
+
+void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& ctx) {
+  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()), ctx, "string type");
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
+                         "create attribute '{}'", name),
+                H5Aclose);
+  H5_CHECK(H5Awrite(attr, type, value.empty() ? "" : value.c_str()), ctx, "write attribute '{}'", name);
+}
+
+void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<hsize_t>& dims, const float* values,
+                       const std::string& ctx) {
+  H5Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), ctx, "dataspace"),
+                 H5Sclose);
+  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  std::vector<hsize_t> chunk(dims);
+  for (hsize_t& c : chunk) c = std::max<hsize_t>(c, 1);  // filters need chunks; a chunk dimension cannot be 0
+  H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), ctx, "chunking");
+  H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "checksum filter");
+  H5Handle ds(H5_CHECK(H5Dcreate2(parent, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), ctx,
+                       "create dataset"),
+              H5Dclose);
+  H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), ctx, "write");
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
 }
 
 namespace detail {

@@ -70,6 +70,15 @@ class H5Handle {
   CloseFn m_close = nullptr;
 };
 
+/// Writes a scalar fixed-length string attribute (weights and checkpoint files; h5py reads it as bytes/str).
+void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& ctx);
+/// One FP32 dataset of shape `dims`, chunked (one chunk) with the Fletcher32 filter, so corruption is detected on
+/// read.
+void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<hsize_t>& dims, const float* values,
+                       const std::string& ctx);
+/// fsync of a file or a directory (after a rename: the directory entry); errors are ignored (best effort).
+void fsync_path(const std::string& path, bool directory);
+
 namespace detail {
 /// Throws an Error "<what>: <HDF5 error stack>" with `context` (file/dataset) and a hint.
 [[noreturn]] void throw_h5_error(const char* file, int line, const std::string& context, const std::string& what,

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,23 +12,6 @@
 namespace renaissance::io {
 
 namespace {
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& ctx) {
-  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()), ctx, "string type");
-  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
-                         "create attribute '{}'", name),
-                H5Aclose);
-  H5_CHECK(H5Awrite(attr, type, value.empty() ? "" : value.c_str()), ctx, "write attribute '{}'", name);
-}
 
 std::string read_string_attr(hid_t obj, const std::string& name, const std::string& ctx) {
   H5Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), ctx, "open attribute '{}'", name), H5Aclose);
@@ -52,10 +34,15 @@ std::string read_string_attr(hid_t obj, const std::string& name, const std::stri
 
 }  // namespace
 
-const NamedTensor* WeightsFile::find(const std::string& group, const std::string& name) const {
+const NamedTensor* find_tensor(const std::vector<NamedTensor>& tensors, const std::string& group,
+                               const std::string& name) {
   for (const NamedTensor& t : tensors)
     if (t.group == group && t.name == name) return &t;
   return nullptr;
+}
+
+const NamedTensor* WeightsFile::find(const std::string& group, const std::string& name) const {
+  return find_tensor(tensors, group, name);
 }
 
 void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors,
@@ -81,16 +68,10 @@ void write_weights(const std::string& path, const std::vector<NamedTensor>& tens
                                                        ctx, "create group"),
                                              H5Gclose))
                 .first;
-      const hsize_t dims[4] = {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h),
-                               static_cast<hsize_t>(t.shape.w), static_cast<hsize_t>(t.shape.c)};
-      H5Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
-      H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-      H5_CHECK(H5Pset_chunk(dcpl, 4, dims), ctx, "chunking");
-      H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "checksum filter");  // corruption is detected on read
-      H5Handle ds(H5_CHECK(H5Dcreate2(g->second, t.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-                           ctx, "create dataset"),
-                  H5Dclose);
-      H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.values.data()), ctx, "write");
+      write_f32_dataset(g->second, t.name,
+                        {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h),
+                         static_cast<hsize_t>(t.shape.w), static_cast<hsize_t>(t.shape.c)},
+                        t.values.data(), ctx);
     }
     groups.clear();
     H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush");

@@ -25,6 +25,10 @@ struct NamedTensor {
 void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors,
                    const std::map<std::string, std::string>& attributes);
 
+/// The tensor `group/name` in `tensors`, or nullptr.
+const NamedTensor* find_tensor(const std::vector<NamedTensor>& tensors, const std::string& group,
+                               const std::string& name);
+
 struct WeightsFile {
   std::map<std::string, std::string> attributes;
   std::vector<NamedTensor> tensors;

@@ -477,14 +477,7 @@ class CudaSession : public BackendSession {
     // The copy into device buffer s waits for the compute work that last read it (the step two batches ago),
     // runs beside the current step on its own stream, and the next compute work waits for it.
     cuda::stream_wait_event(m_transfer_stream, m_slot_done[s & 1]);
-    env.stream = m_transfer_stream;
-    try {
-      launch();
-    } catch (...) {
-      env.stream = m_stream;
-      throw;
-    }
-    env.stream = m_stream;
+    launch_on(env, m_transfer_stream, launch);
     cuda::event_record(m_transferred, m_transfer_stream);
     cuda::stream_wait_event(m_stream, m_transferred);
   }
@@ -495,7 +488,15 @@ class CudaSession : public BackendSession {
   void side(ExecEnv& env, const std::function<void()>& launch) override {
     cuda::event_record(m_fork, m_stream);
     cuda::stream_wait_event(m_side_stream, m_fork);
-    env.stream = m_side_stream;
+    launch_on(env, m_side_stream, launch);
+    cuda::event_record(m_joined, m_side_stream);
+  }
+  void join_side(ExecEnv& env) override { cuda::stream_wait_event(m_stream, m_joined); }
+
+ private:
+  /// Runs `launch` with env.stream = `s` (what every op launches on), back to the compute stream after.
+  void launch_on(ExecEnv& env, cuda::StreamHandle s, const std::function<void()>& launch) {
+    env.stream = s;
     try {
       launch();
     } catch (...) {
@@ -503,11 +504,8 @@ class CudaSession : public BackendSession {
       throw;
     }
     env.stream = m_stream;
-    cuda::event_record(m_joined, m_side_stream);
   }
-  void join_side(ExecEnv& env) override { cuda::stream_wait_event(m_stream, m_joined); }
 
- private:
   cuda::StreamHandle m_stream = nullptr;
   cuda::StreamHandle m_transfer_stream = nullptr;
   cuda::EventHandle m_transferred = nullptr;
