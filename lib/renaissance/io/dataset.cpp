@@ -439,6 +439,7 @@ H5Handle reopen_with_cache(hid_t file, H5Handle ds, const std::string& link, std
                            std::int64_t chunk_samples, std::int64_t sample_bytes, std::int64_t budget,
                            const std::string& ctx) {
   if (chunk_samples <= 0 || count <= 0) return ds;
+  chunk_samples = std::min(chunk_samples, count);  // a chunk beyond the extent holds no more samples
   const std::int64_t chunk_bytes = chunk_samples * sample_bytes;
   const std::int64_t nchunks = (count + chunk_samples - 1) / chunk_samples;
   const std::int64_t total = nchunks * chunk_bytes;
@@ -542,12 +543,18 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
       if (rank != 4) RN_IO_FAIL(ictx, kRecreateHint, "images have rank {}, expected 4 [N,H,W,C]", rank);
       hsize_t dims[4];
       H5_CHECK(H5Sget_simple_extent_dims(space, dims, nullptr), ictx, "reading the dimensions");
+      if (dims[1] == 0 || dims[2] == 0 || dims[3] == 0)
+        RN_IO_FAIL(ictx, kRecreateHint, "images have an empty sample shape {}x{}x{}", dims[1], dims[2], dims[3]);
+      // A header can claim any extent; bound it before any size arithmetic (1 PiB of images: no real split).
+      constexpr hsize_t kMaxBytes = hsize_t{1} << 50;
+      if (dims[1] > kMaxBytes || dims[2] > kMaxBytes / dims[1] || dims[3] > kMaxBytes / (dims[1] * dims[2]) ||
+          dims[0] > kMaxBytes / (dims[1] * dims[2] * dims[3]))
+        RN_IO_FAIL(ictx, kRecreateHint, "images claim a shape of {}x{}x{}x{}, more than 1 PiB (corrupt header?)",
+                   dims[0], dims[1], dims[2], dims[3]);
       info.count = std::int64_t(dims[0]);
       info.height = std::int64_t(dims[1]);
       info.width = std::int64_t(dims[2]);
       info.channels = std::int64_t(dims[3]);
-      if (info.sample_bytes() <= 0)
-        RN_IO_FAIL(ictx, kRecreateHint, "images have an empty sample shape {}x{}x{}", dims[1], dims[2], dims[3]);
       read_storage(m.images[si], info, ictx);
       m.images[si] = reopen_with_cache(m.file, std::move(m.images[si]), fmt::format("/{}/images", split_name(s)),
                                        info.count, info.chunk_samples, info.sample_bytes(), cache_budget, ictx);
