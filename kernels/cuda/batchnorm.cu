@@ -13,6 +13,7 @@
 #include <kernels/cuda/pointwise_common.cuh>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace renaissance::cuda {
 
@@ -61,13 +62,21 @@ std::size_t partial_bytes(const Tiling& t, std::int64_t c_stride) {
 
 // ---- partials -------------------------------------------------------------------------------------------
 
-/// Forward: s1 = Σ (x − x[row 0]), s2 = Σ (x − x[row 0])². Backward: s1 = Σ dy, s2 = Σ dy·(x − mean).
-/// partials[(block_y·2 + k)·cs + c] = s_k over the block's rows.
-template <typename T, int V, bool kBwd>
+/// The ReLU mask of a fused BN → ReLU backward, recomputed from x exactly as the forward apply computed its output:
+/// the forward stored relu(round(o)) with o = (x − mean)·(invstd·γ) + β, so round(o) > 0 is the mask the stored output
+/// gives (the ReLU output is never read).
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  return detail::to_float(detail::from_float<T>(v));
+}
+
+/// Forward: s1 = Σ (x − x[row 0]), s2 = Σ (x − x[row 0])². Backward: s1 = Σ dy, s2 = Σ dy·(x − mean), with dy masked
+/// by the recomputed ReLU mask when kMask. partials[(block_y·2 + k)·cs + c] = s_k over the block's rows.
+template <typename T, int V, bool kBwd, bool kMask = false>
 __global__ void __launch_bounds__(kThreads)
     bn_partials_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ mean,
                        std::int64_t rows, int cs, int c, int tx_n, std::int64_t rows_per_block,
-                       float* __restrict__ partials) {
+                       float* __restrict__ partials, ReluMask mask = {}) {
   __shared__ float red[2][V][kThreads];
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % tx_n, ty = tid / tx_n, ty_n = kThreads / tx_n;
@@ -77,10 +86,16 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < V; ++j) s1[j] = s2[j] = 0.0f;
 
   if (c0 < c) {
-    float ref[V];
+    float ref[V], mb[V], md[V];
     if constexpr (kBwd) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) ref[j] = c0 + j < c ? mean[c0 + j] : 0.0f;
+      for (int j = 0; j < V; ++j) {
+        ref[j] = c0 + j < c ? mean[c0 + j] : 0.0f;
+        if constexpr (kMask) {
+          mb[j] = c0 + j < c ? mask.invstd[c0 + j] * mask.gamma[c0 + j] : 0.0f;
+          md[j] = c0 + j < c ? mask.beta[c0 + j] : 0.0f;
+        }
+      }
     } else {
       load_vec<V>(x + c0, ref);  // the shift: row 0 keeps the one-pass variance free of cancellation
     }
@@ -104,6 +119,9 @@ __global__ void __launch_bounds__(kThreads)
         if constexpr (kBwd) unpack<V>(gp[u], gv);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
+          if constexpr (kMask) {
+            if (!(round_to<T>((xv[j] - ref[j]) * mb[j] + md[j]) > 0.0f)) gv[j] = 0.0f;
+          }
           if constexpr (kBwd) {
             s1[j] += gv[j];
             s2[j] += gv[j] * (xv[j] - ref[j]);
@@ -228,36 +246,48 @@ struct ApplyParams {
   const float* coeff = nullptr;  // backward: k1 | mdy | k2, each cs floats
 };
 
-/// Train/infer: out = (x − a)·b + d. Backward: v = b·(dy − d − (x − a)·k); out (=|+=) v. Padding channels: 0, or
-/// unchanged when accumulating. x, dy, out may alias (element-wise in place).
-template <typename T, int V, Mode M, bool kAcc>
+/// Per-channel a, b, d of a forward apply, out = (x − a)·b + d.
+template <Mode M>
+__device__ __forceinline__ void forward_coeffs(const ApplyParams& p, int ch, float& a, float& b, float& d) {
+  a = p.mean[ch];
+  if constexpr (M == Mode::kTrain)
+    b = p.spread[ch] * p.gamma[ch];
+  else
+    b = static_cast<float>(1.0 / sqrt(static_cast<double>(p.spread[ch]) + static_cast<double>(*p.eps))) * p.gamma[ch];
+  d = p.beta[ch];
+}
+
+/// Train/infer: o = (x − a)·b + d; with a shortcut, o = round(round(o) + s') where s' = s or round(BN₂(s)) (the
+/// roundings of the plain parts: BN output, shortcut BN output and sum are each stored in T there); then
+/// o = max(o, 0) when relu. Backward: dy' = dy masked by the recomputed ReLU mask when kMask; v = b·(dy' − d − (x − a)·k);
+/// out (=|+=) v. Padding channels: 0, or unchanged when accumulating. x, s, dy, out may alias (element-wise in place).
+template <typename T, int V, Mode M, bool kAcc, Shortcut kSc = Shortcut::kNone, bool kMask = false>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_kernel(const T* x, const T* dy, T* out, std::int64_t rows, int cs, int c, int tx_n,
-                    std::int64_t rows_per_block, ApplyParams p) {
+                    std::int64_t rows_per_block, ApplyParams p, const T* s = nullptr, ApplyParams p2 = {},
+                    bool relu = false, ReluMask mask = {}) {
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % tx_n, ty = tid / tx_n, ty_n = kThreads / tx_n;
   const int c0 = (static_cast<int>(blockIdx.x) * tx_n + tx) * V;
   if (c0 >= cs) return;
-  float a[V], b[V], d[V], k[V];
+  float a[V], b[V], d[V], k[V], a2[V], b2[V], d2[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    a[j] = b[j] = d[j] = k[j] = 0.0f;
+    a[j] = b[j] = d[j] = k[j] = a2[j] = b2[j] = d2[j] = 0.0f;
     const int ch = c0 + j;
     if (ch >= c) continue;
-    if constexpr (M == Mode::kTrain) {
-      a[j] = p.mean[ch];
-      b[j] = p.spread[ch] * p.gamma[ch];
-      d[j] = p.beta[ch];
-    } else if constexpr (M == Mode::kInfer) {
-      a[j] = p.mean[ch];
-      b[j] = static_cast<float>(1.0 / sqrt(static_cast<double>(p.spread[ch]) + static_cast<double>(*p.eps))) *
-             p.gamma[ch];
-      d[j] = p.beta[ch];
-    } else {
+    if constexpr (M == Mode::kBackward) {
       a[j] = p.mean[ch];
       b[j] = p.coeff[ch];
       d[j] = p.coeff[cs + ch];
       k[j] = p.coeff[2 * cs + ch];
+      if constexpr (kMask) {
+        b2[j] = mask.invstd[ch] * mask.gamma[ch];
+        d2[j] = mask.beta[ch];
+      }
+    } else {
+      forward_coeffs<M>(p, ch, a[j], b[j], d[j]);
+      if constexpr (kSc == Shortcut::kBatchNorm) forward_coeffs<M>(p2, ch, a2[j], b2[j], d2[j]);
     }
   }
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_block;
@@ -270,6 +300,7 @@ __global__ void __launch_bounds__(kThreads)
       if (rr < r1) {
         xp[u] = load_packed<V>(x + rr * cs + c0);
         if constexpr (M == Mode::kBackward) gp[u] = load_packed<V>(dy + rr * cs + c0);
+        if constexpr (kSc != Shortcut::kNone) gp[u] = load_packed<V>(s + rr * cs + c0);
         if constexpr (kAcc) op[u] = load_packed<V>(out + rr * cs + c0);
       }
     }
@@ -279,17 +310,25 @@ __global__ void __launch_bounds__(kThreads)
       if (rr >= r1) break;
       float xv[V], gv[V] = {}, ov[V] = {}, o[V];
       unpack<V>(xp[u], xv);
-      if constexpr (M == Mode::kBackward) unpack<V>(gp[u], gv);
+      if constexpr (M == Mode::kBackward || kSc != Shortcut::kNone) unpack<V>(gp[u], gv);
       if constexpr (kAcc) unpack<V>(op[u], ov);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         if (c0 + j >= c) {
           o[j] = kAcc ? ov[j] : 0.0f;
         } else if constexpr (M == Mode::kBackward) {
-          const float v = b[j] * (gv[j] - d[j] - (xv[j] - a[j]) * k[j]);
+          float g = gv[j];
+          if constexpr (kMask) {
+            if (!(round_to<T>((xv[j] - a[j]) * b2[j] + d2[j]) > 0.0f)) g = 0.0f;
+          }
+          const float v = b[j] * (g - d[j] - (xv[j] - a[j]) * k[j]);
           o[j] = kAcc ? ov[j] + v : v;
         } else {
-          o[j] = (xv[j] - a[j]) * b[j] + d[j];
+          float v = (xv[j] - a[j]) * b[j] + d[j];
+          if constexpr (kSc == Shortcut::kTensor) v = round_to<T>(round_to<T>(v) + gv[j]);
+          if constexpr (kSc == Shortcut::kBatchNorm)
+            v = round_to<T>(round_to<T>(v) + round_to<T>((gv[j] - a2[j]) * b2[j] + d2[j]));
+          o[j] = relu && !(v > 0.0f) ? 0.0f : v;
         }
       }
       store_vec<V>(out + rr * cs + c0, o);
@@ -326,18 +365,15 @@ std::size_t batchnorm_workspace_bytes(const TensorRef& x) {
   return part + align256(static_cast<std::size_t>(3 * cs) * sizeof(float));
 }
 
-void batchnorm_forward_train(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
-                             const float* eps, const TensorRef& y, float* batch_mean, float* batch_var_unbiased,
-                             float* save_invstd, void* workspace, std::size_t workspace_bytes) {
-  const char* what = "batchnorm_forward_train";
+void batchnorm_train_statistics(cudaStream_t stream, const TensorRef& x, const float* eps, float* batch_mean,
+                                 float* batch_var_unbiased, float* save_invstd, void* workspace,
+                                 std::size_t workspace_bytes) {
+  const char* what = "batchnorm_train_statistics";
   check_common(x, what);
-  detail::check_float_tensor(y, what, "y");
-  detail::check_same_layout(x, y, what, "x", "y");
-  RN_CHECK(gamma && beta && eps && batch_mean && batch_var_unbiased && save_invstd,
-           "{}: a parameter or statistics pointer is null", what);
+  RN_CHECK(eps && batch_mean && batch_var_unbiased && save_invstd, "{}: eps or a statistics pointer is null", what);
   RN_CHECK(x.rows() > 1, "{}: {} has one value per channel; batch statistics need more", what, x.shape.str());
   const std::int64_t rows = x.rows(), cs = x.c_stride, c = x.shape.c;
-  const bool vec = detail::vectorisable(x.dtype, cs, {x.ptr, y.ptr});
+  const bool vec = detail::vectorisable(x.dtype, cs, {x.ptr});
   detail::dispatch_storage(x.dtype, vec, [&](auto type, auto width) {
     using T = typename decltype(type)::type;
     constexpr int V = decltype(width)::value;
@@ -352,49 +388,99 @@ void batchnorm_forward_train(cudaStream_t stream, const TensorRef& x, const floa
         partials, static_cast<int>(t.row_blocks), static_cast<int>(cs), static_cast<int>(c), rows, px, eps,
         batch_mean, batch_var_unbiased, save_invstd);
     CUDA_CHECK_LAUNCH();
-    ApplyParams p;
-    p.mean = batch_mean;
-    p.spread = save_invstd;
-    p.gamma = gamma;
-    p.beta = beta;
-    bn_apply_kernel<T, V, Mode::kTrain, false><<<grid_of(t), kThreads, 0, stream>>>(
-        px, nullptr, static_cast<T*>(y.ptr), rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block,
-        p);
-    CUDA_CHECK_LAUNCH();
   });
+}
+
+namespace {
+
+ApplyParams apply_params(const BnApply& a) {
+  ApplyParams p;
+  p.mean = a.mean;
+  p.spread = a.spread;
+  p.gamma = a.gamma;
+  p.beta = a.beta;
+  p.eps = a.eps;
+  return p;
+}
+
+void check_apply(const BnApply& a, bool inference, const char* what, const char* name) {
+  check_common(a.x, what);
+  RN_CHECK(a.gamma && a.beta && a.mean && a.spread && (!inference || a.eps),
+           "{}: a parameter or statistics pointer of {} is null", what, name);
+}
+
+}  // namespace
+
+void batchnorm_apply_fused(cudaStream_t stream, bool inference, const BnApply& main, Shortcut shortcut,
+                           const TensorRef& s, const BnApply* s_bn, bool relu, const TensorRef& y) {
+  const char* what = "batchnorm_apply_fused";
+  check_apply(main, inference, what, "the main branch");
+  detail::check_float_tensor(y, what, "y");
+  detail::check_same_layout(main.x, y, what, "x", "y");
+  const void* ps = nullptr;
+  if (shortcut == Shortcut::kTensor) {
+    detail::check_float_tensor(s, what, "the shortcut");
+    detail::check_same_layout(s, y, what, "the shortcut", "y");
+    ps = s.ptr;
+  } else if (shortcut == Shortcut::kBatchNorm) {
+    RN_CHECK(s_bn != nullptr, "{}: a batch-norm shortcut needs its parameters", what);
+    check_apply(*s_bn, inference, what, "the shortcut");
+    detail::check_same_layout(s_bn->x, y, what, "the shortcut", "y");
+    ps = s_bn->x.ptr;
+  }
+  const std::int64_t rows = y.rows(), cs = y.c_stride, c = y.shape.c;
+  const bool vec = detail::vectorisable(y.dtype, cs, {main.x.ptr, ps, y.ptr});
+  const ApplyParams p = apply_params(main);
+  const ApplyParams p2 = shortcut == Shortcut::kBatchNorm ? apply_params(*s_bn) : ApplyParams{};
+  detail::dispatch_storage(y.dtype, vec, [&](auto type, auto width) {
+    using T = typename decltype(type)::type;
+    constexpr int V = decltype(width)::value;
+    const Tiling t = make_tiling(rows, cs, V);
+    const T* px = static_cast<const T*>(main.x.ptr);
+    const T* pss = static_cast<const T*>(ps);
+    T* py = static_cast<T*>(y.ptr);
+    auto launch = [&](auto mode, auto sc) {
+      constexpr Mode M = decltype(mode)::value;
+      constexpr Shortcut S = decltype(sc)::value;
+      bn_apply_kernel<T, V, M, false, S><<<grid_of(t), kThreads, 0, stream>>>(
+          px, nullptr, py, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, p, pss, p2, relu);
+      CUDA_CHECK_LAUNCH();
+    };
+    auto with_mode = [&](auto sc) {
+      if (inference)
+        launch(std::integral_constant<Mode, Mode::kInfer>{}, sc);
+      else
+        launch(std::integral_constant<Mode, Mode::kTrain>{}, sc);
+    };
+    switch (shortcut) {
+      case Shortcut::kNone: with_mode(std::integral_constant<Shortcut, Shortcut::kNone>{}); break;
+      case Shortcut::kTensor: with_mode(std::integral_constant<Shortcut, Shortcut::kTensor>{}); break;
+      case Shortcut::kBatchNorm: with_mode(std::integral_constant<Shortcut, Shortcut::kBatchNorm>{}); break;
+    }
+  });
+}
+
+void batchnorm_forward_train(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
+                             const float* eps, const TensorRef& y, float* batch_mean, float* batch_var_unbiased,
+                             float* save_invstd, void* workspace, std::size_t workspace_bytes) {
+  RN_CHECK(gamma && beta, "batchnorm_forward_train: gamma or beta is null");
+  batchnorm_train_statistics(stream, x, eps, batch_mean, batch_var_unbiased, save_invstd, workspace, workspace_bytes);
+  batchnorm_apply_fused(stream, false, BnApply{x, gamma, beta, batch_mean, save_invstd, nullptr}, Shortcut::kNone, {},
+                        nullptr, false, y);
 }
 
 void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
                                  const float* running_mean, const float* running_var, const float* eps,
                                  const TensorRef& y) {
-  const char* what = "batchnorm_forward_inference";
-  check_common(x, what);
-  detail::check_float_tensor(y, what, "y");
-  detail::check_same_layout(x, y, what, "x", "y");
-  RN_CHECK(gamma && beta && running_mean && running_var && eps, "{}: a parameter or statistics pointer is null", what);
-  const std::int64_t rows = x.rows(), cs = x.c_stride, c = x.shape.c;
-  const bool vec = detail::vectorisable(x.dtype, cs, {x.ptr, y.ptr});
-  detail::dispatch_storage(x.dtype, vec, [&](auto type, auto width) {
-    using T = typename decltype(type)::type;
-    constexpr int V = decltype(width)::value;
-    const Tiling t = make_tiling(rows, cs, V);
-    ApplyParams p;
-    p.mean = running_mean;
-    p.spread = running_var;
-    p.gamma = gamma;
-    p.beta = beta;
-    p.eps = eps;
-    bn_apply_kernel<T, V, Mode::kInfer, false><<<grid_of(t), kThreads, 0, stream>>>(
-        static_cast<const T*>(x.ptr), nullptr, static_cast<T*>(y.ptr), rows, static_cast<int>(cs),
-        static_cast<int>(c), t.tx, t.rows_per_block, p);
-    CUDA_CHECK_LAUNCH();
-  });
+  batchnorm_apply_fused(stream, true, BnApply{x, gamma, beta, running_mean, running_var, eps}, Shortcut::kNone, {},
+                        nullptr, false, y);
 }
 
-void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
-                        const float* save_mean, const float* save_invstd, const TensorRef& dx, bool accumulate_dx,
-                        float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes) {
-  const char* what = "batchnorm_backward";
+void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
+                             const float* save_mean, const float* save_invstd, const ReluMask* mask,
+                             const TensorRef& dx, bool accumulate_dx, float* dgamma, float* dbeta, void* workspace,
+                             std::size_t workspace_bytes) {
+  const char* what = mask ? "batchnorm_relu_backward" : "batchnorm_backward";
   check_common(x, what);
   detail::check_float_tensor(dy, what, "dy");
   detail::check_same_layout(x, dy, what, "x", "dy");
@@ -403,8 +489,10 @@ void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef
     detail::check_same_layout(x, dx, what, "x", "dx");
   }
   RN_CHECK(gamma && save_mean && save_invstd, "{}: gamma, save_mean or save_invstd is null", what);
+  RN_CHECK(!mask || (mask->invstd && mask->gamma && mask->beta), "{}: a ReLU-mask pointer is null", what);
   const std::int64_t rows = x.rows(), cs = x.c_stride, c = x.shape.c;
   const bool vec = detail::vectorisable(x.dtype, cs, {x.ptr, dy.ptr, dx.ptr});
+  const ReluMask m = mask ? *mask : ReluMask{};
   detail::dispatch_storage(x.dtype, vec, [&](auto type, auto width) {
     using T = typename decltype(type)::type;
     constexpr int V = decltype(width)::value;
@@ -415,26 +503,42 @@ void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef
     float* coeff = dx ? reinterpret_cast<float*>(static_cast<char*>(workspace) + part) : nullptr;
     const T* px = static_cast<const T*>(x.ptr);
     const T* pdy = static_cast<const T*>(dy.ptr);
-    bn_partials_kernel<T, V, true><<<grid_of(t), kThreads, 0, stream>>>(
-        px, pdy, save_mean, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, partials);
+    const int ics = static_cast<int>(cs), ic = static_cast<int>(c);
+    if (mask)
+      bn_partials_kernel<T, V, true, true><<<grid_of(t), kThreads, 0, stream>>>(px, pdy, save_mean, rows, ics, ic, t.tx,
+                                                                              t.rows_per_block, partials, m);
+    else
+      bn_partials_kernel<T, V, true><<<grid_of(t), kThreads, 0, stream>>>(px, pdy, save_mean, rows, ics, ic, t.tx,
+                                                                        t.rows_per_block, partials);
     CUDA_CHECK_LAUNCH();
     bn_finalize_backward_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(
-        partials, static_cast<int>(t.row_blocks), static_cast<int>(cs), static_cast<int>(c), rows, gamma,
-        save_invstd, dgamma, dbeta, coeff);
+        partials, static_cast<int>(t.row_blocks), ics, ic, rows, gamma, save_invstd, dgamma, dbeta, coeff);
     CUDA_CHECK_LAUNCH();
     if (!dx) return;
     ApplyParams p;
     p.mean = save_mean;
     p.coeff = coeff;
     T* pdx = static_cast<T*>(dx.ptr);
+    auto launch = [&](auto acc, auto masked) {
+      constexpr bool kAcc = decltype(acc)::value, kMask = decltype(masked)::value;
+      bn_apply_kernel<T, V, Mode::kBackward, kAcc, Shortcut::kNone, kMask><<<grid_of(t), kThreads, 0, stream>>>(
+          px, pdy, pdx, rows, ics, ic, t.tx, t.rows_per_block, p, nullptr, ApplyParams{}, false, m);
+      CUDA_CHECK_LAUNCH();
+    };
+    using True = std::true_type;
+    using False = std::false_type;
     if (accumulate_dx)
-      bn_apply_kernel<T, V, Mode::kBackward, true><<<grid_of(t), kThreads, 0, stream>>>(
-          px, pdy, pdx, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, p);
+      mask ? launch(True{}, True{}) : launch(True{}, False{});
     else
-      bn_apply_kernel<T, V, Mode::kBackward, false><<<grid_of(t), kThreads, 0, stream>>>(
-          px, pdy, pdx, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, p);
-    CUDA_CHECK_LAUNCH();
+      mask ? launch(False{}, True{}) : launch(False{}, False{});
   });
+}
+
+void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
+                        const float* save_mean, const float* save_invstd, const TensorRef& dx, bool accumulate_dx,
+                        float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes) {
+  batchnorm_relu_backward(stream, x, dy, gamma, save_mean, save_invstd, nullptr, dx, accumulate_dx, dgamma, dbeta,
+                          workspace, workspace_bytes);
 }
 
 }  // namespace renaissance::cuda

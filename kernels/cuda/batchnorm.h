@@ -18,6 +18,34 @@ namespace renaissance::cuda {
 /// concurrently need separate workspaces.
 std::size_t batchnorm_workspace_bytes(const TensorRef& x);
 
+/// Training statistics alone (the first half of batchnorm_forward_train): batch_mean, batch_var_unbiased and
+/// save_invstd of x, for a later batchnorm_apply_fused.
+void batchnorm_train_statistics(cudaStream_t stream, const TensorRef& x, const float* eps, float* batch_mean,
+                                float* batch_var_unbiased, float* save_invstd, void* workspace,
+                                std::size_t workspace_bytes);
+
+/// One batch-norm apply: x with its per-channel parameters and statistics. Training: mean = batch mean, spread =
+/// save_invstd. Inference: mean = running mean, spread = running variance, eps from device memory.
+struct BnApply {
+  TensorRef x;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  const float* mean = nullptr;
+  const float* spread = nullptr;
+  const float* eps = nullptr;
+};
+
+/// What a fused apply adds before its ReLU: nothing, a tensor, or the batch-norm apply of a tensor (the projection
+/// shortcut of a residual block, whose statistics were computed earlier).
+enum class Shortcut { kNone = 0, kTensor = 1, kBatchNorm = 2 };
+
+/// The element-wise tail of a fused layer in one pass over memory: y = [relu](round(round(BN(x)) + s')) with s' the
+/// shortcut tensor or round(BN₂(shortcut x)), or y = [relu](BN(x)) without a shortcut. Every intermediate is rounded
+/// to the storage type exactly where the plain parts (BN, ADD2, RELU) store it, so the result equals theirs bit for
+/// bit. y may alias x or the shortcut.
+void batchnorm_apply_fused(cudaStream_t stream, bool inference, const BnApply& main, Shortcut shortcut,
+                           const TensorRef& s, const BnApply* s_bn, bool relu, const TensorRef& y);
+
 /// Training forward: per channel c over the R = N·H·W rows, mean_c and biased var_c (sums of x − x[row 0]);
 /// y = (x − mean)·(invstd·γ) + β with invstd = 1/√(var + eps). Writes batch_mean = mean, batch_var_unbiased =
 /// var·R/(R−1) and save_invstd = invstd (C floats each); the running statistics are blended later by
@@ -37,5 +65,20 @@ void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const 
 void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
                         const float* save_mean, const float* save_invstd, const TensorRef& dx, bool accumulate_dx,
                         float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes);
+
+/// The forward parameters of a BN → ReLU pair whose ReLU output the backward does not read: the mask is recomputed
+/// from x as round((x − mean)·(invstd·γ) + β) > 0, the forward apply's own formula.
+struct ReluMask {
+  const float* invstd = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+};
+
+/// batchnorm_backward of BN followed by ReLU, where dy is the gradient at the ReLU's output: the ReLU backward is
+/// folded into both passes (its gradient is never stored). mask == nullptr: plain batchnorm_backward.
+void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
+                             const float* save_mean, const float* save_invstd, const ReluMask* mask,
+                             const TensorRef& dx, bool accumulate_dx, float* dgamma, float* dbeta, void* workspace,
+                             std::size_t workspace_bytes);
 
 }  // namespace renaissance::cuda

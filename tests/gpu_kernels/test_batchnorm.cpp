@@ -5,7 +5,13 @@
 #include "gpu_test_util.h"
 
 #include <kernels/cpu/batchnorm.h>
+#include <kernels/cpu/elementwise.h>
 #include <kernels/cuda/batchnorm.h>
+#include <kernels/cuda/elementwise.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
 
 namespace renaissance::cuda::ktest {
 namespace {
@@ -164,6 +170,184 @@ TEST_F(BatchNormTest, RejectsSmallWorkspaceAndSingleRow) {
   EXPECT_THROW(batchnorm_forward_train(stream, x.ref(), f, f, f, y.ref(), f, f, f, ws.get(), 16), Error);
   DevTensor x2(Shape{4, 5, 5, 8}, DType::F32, 8), y2(Shape{4, 5, 5, 8}, DType::F32, 8);
   EXPECT_THROW(batchnorm_forward_train(stream, x2.ref(), f, f, f, y2.ref(), f, f, f, ws.get(), 16), Error);
+}
+
+
+// ---- fused element-wise tails (DESIGN §11): one pass must equal the plain parts bit for bit ----------------------
+
+/// y = relu(round(round(BN(x)) + s')) from the CPU kernels, rounding to the storage type where the parts store.
+Vec cpu_tail(const Vec& bn_x, const Vec* s, const Vec* bn_s, bool relu, DType t) {
+  Vec y = quantized(bn_x, t);
+  if (s || bn_s) {
+    const Vec sc = quantized(s ? *s : *bn_s, t);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = y[i] + sc[i];
+    y = quantized(y, t);
+  }
+  if (relu)
+    for (float& v : y) v = v > 0.0f ? v : 0.0f;
+  return y;
+}
+
+TEST_F(BatchNormTest, FusedApplyEqualsThePlainPartsBitForBit) {
+  std::uint32_t seed = 1300;
+  const float eps = 1e-5f;
+  const DeviceBuffer eps_dev = upload(std::vector<float>{eps});
+  for (const Layout& l : bn_layouts()) {
+    if (l.shape.n * l.shape.h * l.shape.w < 2) continue;
+    for (int inference = 0; inference < 2; ++inference) {
+      for (Shortcut sc : {Shortcut::kNone, Shortcut::kTensor, Shortcut::kBatchNorm}) {
+        for (int relu = 0; relu < 2; ++relu) {
+          const std::string name = fmt::format("{} {} shortcut {} relu {}", layout_name(l), inference ? "infer" : "train",
+                                               static_cast<int>(sc), relu);
+          const auto c = static_cast<std::size_t>(l.shape.c);
+          DevTensor x(l.shape, l.dtype, l.c_stride), xs(l.shape, l.dtype, l.c_stride);
+          DevTensor y_plain(l.shape, l.dtype, l.c_stride), s_plain(l.shape, l.dtype, l.c_stride);
+          DevTensor y_fused(l.shape, l.dtype, l.c_stride);
+          const Vec xv = bn_input(l.shape, seed, l.dtype), xsv = bn_input(l.shape, seed + 1, l.dtype);
+          const Vec gamma = random_vec(c, seed + 3, 0.5f, 1.5f), beta = random_vec(c, seed + 4, -0.5f, 0.5f);
+          const Vec gamma2 = random_vec(c, seed + 5, 0.5f, 1.5f), beta2 = random_vec(c, seed + 6, -0.5f, 0.5f);
+          const Vec rmean = random_vec(c, seed + 7, -2.0f, 2.0f), rvar = random_vec(c, seed + 8, 0.1f, 3.0f);
+          const Vec rmean2 = random_vec(c, seed + 9, -2.0f, 2.0f), rvar2 = random_vec(c, seed + 10, 0.1f, 3.0f);
+          seed += 20;
+          x.upload(xv);
+          xs.upload(xsv);
+          y_plain.poison();
+          s_plain.poison();
+          y_fused.poison();
+          const DeviceBuffer g = upload(gamma), b = upload(beta), g2 = upload(gamma2), b2 = upload(beta2);
+          const DeviceBuffer rm = upload(rmean), rv = upload(rvar), rm2 = upload(rmean2), rv2 = upload(rvar2);
+          DeviceBuffer mean(c * 4), var(c * 4), invstd(c * 4), mean2(c * 4), var2(c * 4), invstd2(c * 4);
+          const std::size_t ws_bytes = batchnorm_workspace_bytes(x.ref());
+          DeviceBuffer ws(ws_bytes);
+          // The plain parts: BN (and the shortcut's BN), ADD2 in place, ReLU in place.
+          const TensorRef shortcut = sc == Shortcut::kTensor ? xs.ref() : s_plain.ref();
+          if (inference) {
+            batchnorm_forward_inference(stream, x.ref(), g.as<float>(), b.as<float>(), rm.as<float>(), rv.as<float>(),
+                                        eps_dev.as<float>(), y_plain.ref());
+            if (sc == Shortcut::kBatchNorm)
+              batchnorm_forward_inference(stream, xs.ref(), g2.as<float>(), b2.as<float>(), rm2.as<float>(),
+                                          rv2.as<float>(), eps_dev.as<float>(), s_plain.ref());
+          } else {
+            if (sc == Shortcut::kBatchNorm)
+              batchnorm_forward_train(stream, xs.ref(), g2.as<float>(), b2.as<float>(), eps_dev.as<float>(),
+                                      s_plain.ref(), mean2.as<float>(), var2.as<float>(), invstd2.as<float>(), ws.get(),
+                                      ws_bytes);
+            batchnorm_forward_train(stream, x.ref(), g.as<float>(), b.as<float>(), eps_dev.as<float>(), y_plain.ref(),
+                                    mean.as<float>(), var.as<float>(), invstd.as<float>(), ws.get(), ws_bytes);
+          }
+          if (sc != Shortcut::kNone) add2_forward(stream, y_plain.ref(), shortcut, y_plain.ref());
+          if (relu) relu_forward(stream, y_plain.ref(), y_plain.ref());
+          // The fused pass (training: the statistics computed above are the ones a fused layer computes first).
+          const BnApply main = inference ? BnApply{x.ref(), g.as<float>(), b.as<float>(), rm.as<float>(), rv.as<float>(),
+                                                   eps_dev.as<float>()}
+                                         : BnApply{x.ref(), g.as<float>(), b.as<float>(), mean.as<float>(),
+                                                   invstd.as<float>(), nullptr};
+          const BnApply second = inference ? BnApply{xs.ref(), g2.as<float>(), b2.as<float>(), rm2.as<float>(),
+                                                     rv2.as<float>(), eps_dev.as<float>()}
+                                           : BnApply{xs.ref(), g2.as<float>(), b2.as<float>(), mean2.as<float>(),
+                                                     invstd2.as<float>(), nullptr};
+          batchnorm_apply_fused(stream, inference != 0, main, sc, sc == Shortcut::kTensor ? xs.ref() : TensorRef{},
+                                sc == Shortcut::kBatchNorm ? &second : nullptr, relu != 0, y_fused.ref());
+          sync();
+          const Vec got = y_fused.download();
+          expect_bits_equal(got, y_plain.download(), "fused vs plain " + name);
+          y_fused.expect_zero_padding("fused y " + name);
+          // And against the CPU kernels.
+          auto cpu_bn = [&](const Vec& in, const Vec& ga, const Vec& be, const Vec& m, const Vec& v) {
+            Vec out(in.size());
+            if (inference) {
+              cpu::batchnorm_forward_inference(in.data(), l.shape, ga.data(), be.data(), m.data(), v.data(), out.data(),
+                                               eps);
+              return out;
+            }
+            return cpu_forward(in, l.shape, ga, be, eps).y;
+          };
+          const Vec main_ref = cpu_bn(xv, gamma, beta, rmean, rvar);
+          const Vec s_ref = sc == Shortcut::kBatchNorm ? cpu_bn(xsv, gamma2, beta2, rmean2, rvar2) : xsv;
+          const Vec ref = cpu_tail(main_ref, sc == Shortcut::kTensor ? &s_ref : nullptr,
+                                   sc == Shortcut::kBatchNorm ? &s_ref : nullptr, relu != 0, l.dtype);
+          expect_near(got, ref, l.dtype == DType::F16 ? 2e-2 : 1e-5, "fused vs CPU " + name);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(BatchNormTest, ReluBackwardFoldedIntoTheBnBackwardEqualsThePlainParts) {
+  std::uint32_t seed = 1700;
+  const float eps = 1e-5f;
+  const DeviceBuffer eps_dev = upload(std::vector<float>{eps});
+  for (const Layout& l : bn_layouts()) {
+    for (int mode = 0; mode < 3; ++mode) {  // 0: dx written, 1: dx accumulated, 2: no dx
+      const bool acc = mode == 1, with_dx = mode != 2;
+      const std::string name = layout_name(l) + (mode == 0 ? "" : mode == 1 ? " acc" : " no-dx");
+      const auto c = static_cast<std::size_t>(l.shape.c);
+      DevTensor x(l.shape, l.dtype, l.c_stride), y(l.shape, l.dtype, l.c_stride), dy(l.shape, l.dtype, l.c_stride);
+      DevTensor dz(l.shape, l.dtype, l.c_stride), dx_plain(l.shape, l.dtype, l.c_stride);
+      DevTensor dx_fused(l.shape, l.dtype, l.c_stride);
+      const Vec xv = bn_input(l.shape, seed, l.dtype);
+      const Vec dyv = quantized(random_vec(x.elems(), seed + 7, -1.0f, 1.0f), l.dtype);
+      const Vec dx0 = quantized(random_vec(x.elems(), seed + 8, -1.0f, 1.0f), l.dtype);
+      const Vec gamma = random_vec(c, seed + 3, 0.5f, 1.5f), beta = random_vec(c, seed + 4, -0.5f, 0.5f);
+      const Vec dg0 = random_vec(c, seed + 5, -1.0f, 1.0f), db0 = random_vec(c, seed + 6, -1.0f, 1.0f);
+      seed += 10;
+      x.upload(xv);
+      dy.upload(dyv);
+      for (DevTensor* d : {&dx_plain, &dx_fused}) {
+        if (acc)
+          d->upload(dx0);
+        else
+          d->poison();
+      }
+      const DeviceBuffer g = upload(gamma), b = upload(beta);
+      DeviceBuffer mean(c * 4), var(c * 4), invstd(c * 4);
+      const DeviceBuffer dg_plain = upload(dg0), db_plain = upload(db0), dg_fused = upload(dg0), db_fused = upload(db0);
+      const std::size_t ws_bytes = batchnorm_workspace_bytes(x.ref());
+      DeviceBuffer ws(ws_bytes);
+      // Forward y = relu(BN(x)), then the plain backward: ReLU backward into dz, BN backward of dz.
+      batchnorm_forward_train(stream, x.ref(), g.as<float>(), b.as<float>(), eps_dev.as<float>(), y.ref(),
+                              mean.as<float>(), var.as<float>(), invstd.as<float>(), ws.get(), ws_bytes);
+      relu_forward(stream, y.ref(), y.ref());
+      relu_backward(stream, y.ref(), dy.ref(), dz.ref(), false);
+      batchnorm_backward(stream, x.ref(), dz.ref(), g.as<float>(), mean.as<float>(), invstd.as<float>(),
+                         with_dx ? dx_plain.ref() : TensorRef{}, acc, dg_plain.as<float>(), db_plain.as<float>(),
+                         ws.get(), ws_bytes);
+      const ReluMask mask{invstd.as<float>(), g.as<float>(), b.as<float>()};
+      batchnorm_relu_backward(stream, x.ref(), dy.ref(), g.as<float>(), mean.as<float>(), invstd.as<float>(), &mask,
+                              with_dx ? dx_fused.ref() : TensorRef{}, acc, dg_fused.as<float>(), db_fused.as<float>(),
+                              ws.get(), ws_bytes);
+      sync();
+      expect_bits_equal(download<float>(dg_fused, c), download<float>(dg_plain, c), "dgamma " + name);
+      expect_bits_equal(download<float>(db_fused, c), download<float>(db_plain, c), "dbeta " + name);
+      if (with_dx) {
+        expect_bits_equal(dx_fused.download(), dx_plain.download(), "dx " + name);
+        dx_fused.expect_zero_padding("dx " + name);
+      }
+      // Against the CPU kernels (the ReLU mask from the GPU's forward output, the rest computed on the CPU).
+      const Vec yv = y.download();
+      Vec dzv(dyv.size());
+      cpu::relu_backward(yv.data(), dyv.data(), dzv.data(), static_cast<std::int64_t>(dzv.size()), false);
+      const ForwardRef fwd = cpu_forward(xv, l.shape, gamma, beta, eps);
+      Vec dx_ref = dx0, dg_ref = dg0, db_ref = db0;
+      cpu::batchnorm_backward(xv.data(), dzv.data(), l.shape, gamma.data(), fwd.mean.data(), fwd.invstd.data(),
+                              with_dx ? dx_ref.data() : nullptr, dg_ref.data(), db_ref.data(), acc, true);
+      expect_near(download<float>(dg_fused, c), dg_ref, 1e-5, "dgamma vs CPU " + name, true);
+      expect_near(download<float>(db_fused, c), db_ref, 1e-5, "dbeta vs CPU " + name, true);
+      if (with_dx) expect_near(dx_fused.download(), dx_ref, tol_for(l.dtype), "dx vs CPU " + name, true);
+    }
+  }
+}
+
+TEST_F(BatchNormTest, FusedApplyRejectsMismatchedShortcut) {
+  DevTensor x(Shape{4, 5, 5, 8}, DType::F32, 8), y(Shape{4, 5, 5, 8}, DType::F32, 8), s(Shape{4, 5, 5, 16}, DType::F32, 16);
+  DeviceBuffer p(64);
+  float* f = p.as<float>();
+  const BnApply main{x.ref(), f, f, f, f, nullptr};
+  EXPECT_THROW(batchnorm_apply_fused(stream, false, main, Shortcut::kTensor, s.ref(), nullptr, true, y.ref()), Error);
+  EXPECT_THROW(batchnorm_apply_fused(stream, false, main, Shortcut::kBatchNorm, TensorRef{}, nullptr, true, y.ref()),
+               Error);
+  const BnApply no_beta{x.ref(), f, nullptr, f, f, nullptr};
+  EXPECT_THROW(batchnorm_apply_fused(stream, false, no_beta, Shortcut::kNone, TensorRef{}, nullptr, true, y.ref()), Error);
 }
 
 }  // namespace
