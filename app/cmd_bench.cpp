@@ -22,6 +22,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace renaissance::app {
 
@@ -34,14 +36,66 @@ struct BenchCli {
   std::int64_t steps = 50;
   bool amp = false;
   std::string graphs = "on";
+  std::string fused_kernels = "on";
+  std::string streams = "on";
   std::string device = "auto";
   std::string optimizer = "momentum";
   bool json = false;
   double comm_timeout = 0;
+  bool profile = false;
+  std::int64_t profile_steps = 10;
 };
+
+constexpr std::size_t kProfileRows = 40;  ///< rows of a profile table before "others"
+
+/// One profile table: the slowest kProfileRows rows, then the rest as "others".
+void print_profile_table(const char* title, const std::vector<runtime::ProfileRow>& rows, bool calls) {
+  if (calls)
+    std::printf("\n  %-44s %11s %10s %7s\n", title, "calls/step", "ms/step", "%");
+  else
+    std::printf("\n  %-44s %10s %7s\n", title, "ms/step", "%");
+  runtime::ProfileRow others;
+  std::size_t rest = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const runtime::ProfileRow& x = rows[i];
+    if (i >= kProfileRows) {
+      ++rest;
+      others.calls_per_step += x.calls_per_step;
+      others.ms_per_step += x.ms_per_step;
+      others.percent += x.percent;
+      continue;
+    }
+    if (calls)
+      std::printf("  %-44s %11.1f %10.4f %7.2f\n", x.label.c_str(), x.calls_per_step, x.ms_per_step, x.percent);
+    else
+      std::printf("  %-44s %10.4f %7.2f\n", x.label.c_str(), x.ms_per_step, x.percent);
+  }
+  if (rest == 0) return;
+  const std::string label = fmt::format("others ({} rows)", rest);
+  if (calls)
+    std::printf("  %-44s %11.1f %10.4f %7.2f\n", label.c_str(), others.calls_per_step, others.ms_per_step,
+                others.percent);
+  else
+    std::printf("  %-44s %10.4f %7.2f\n", label.c_str(), others.ms_per_step, others.percent);
+}
+
+void json_profile_rows(JsonWriter& j, const std::string& key, const std::vector<runtime::ProfileRow>& rows) {
+  j.key(key).begin_array();
+  for (const runtime::ProfileRow& x : rows) {
+    j.begin_object().kv("label", x.label);
+    if (!x.graph.empty()) j.kv("graph", x.graph);
+    j.kv("calls_per_step", x.calls_per_step).kv("ms_per_step", x.ms_per_step).kv("percent", x.percent);
+    j.end_object();
+  }
+  j.end_array();
+}
 
 void run_bench(const BenchCli& c) {
   RN_CHECK(c.graphs == "on" || c.graphs == "off", "--graphs must be on or off, got '{}'", c.graphs);
+  RN_CHECK(c.fused_kernels == "on" || c.fused_kernels == "off", "--fused-kernels must be on or off, got '{}'",
+           c.fused_kernels);
+  RN_CHECK(c.streams == "on" || c.streams == "off", "--streams must be on or off, got '{}'", c.streams);
+  RN_CHECK(c.profile_steps >= 1, "--profile-steps must be at least 1, got {}", c.profile_steps);
   blueprint::BluePrint bp = c.model.load();
   if (c.model.resolution > 0) bp.in_h = bp.in_w = c.model.resolution;
   plan::BuildOptions bo;
@@ -61,7 +115,10 @@ void run_bench(const BenchCli& c) {
   t.comm = comm.get();
   t.optimizer = plan::optimizer_from_name(c.optimizer);
   t.validate = false;
+  t.fuse_kernels = c.fused_kernels == "on";
+  t.concurrent_streams = c.streams == "on";
   runtime::BenchResult r;
+  runtime::ProfileResult prof;
   std::int64_t device_used = -1;
   {
     runtime::Trainer trainer(bp, t);
@@ -74,6 +131,8 @@ void run_bench(const BenchCli& c) {
       device_used = total_b - free_b;
     }
 #endif
+    // After the timed steps, on their own: the profile runs node by node, so it never touches the figures above.
+    if (c.profile) prof = trainer.profile(0, c.profile_steps);
   }
   std::filesystem::remove_all(dir);
   if (!is_root_rank()) return;
@@ -85,10 +144,18 @@ void run_bench(const BenchCli& c) {
     JsonWriter j;
     j.begin_object().kv("model", bp.name).kv("device", runtime::backend_name(t.backend)).kv("batch", c.batch);
     j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
+    j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", c.streams == "on");
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
     j.kv("ranks", r.ranks).kv("images_per_s_per_rank", per_rank);
     j.kv("arena_bytes", r.arena_bytes).kv("captures", r.captures).kv("host_peak_bytes", host_peak);
     if (device_used >= 0) j.kv("device_used_bytes", device_used);
+    if (c.profile) {
+      j.kv("profile_steps", prof.steps).kv("profile_total_ms_per_step", prof.total_ms_per_step);
+      j.kv("profile_wall_ms_per_step", prof.wall_ms_per_step);
+      json_profile_rows(j, "profile", prof.kernels);
+      json_profile_rows(j, "profile_graphs", prof.graphs);
+      json_profile_rows(j, "profile_graph_kernels", prof.graph_kernels);
+    }
     j.end_object();
     std::puts(j.str().c_str());
     return;
@@ -104,6 +171,15 @@ void run_bench(const BenchCli& c) {
               static_cast<double>(r.arena_bytes) / (1 << 20), static_cast<long long>(r.captures));
   if (device_used >= 0) std::printf("   device memory in use %.1f MiB", static_cast<double>(device_used) / (1 << 20));
   std::printf("   host peak RSS %.1f MiB\n", static_cast<double>(host_peak) / (1 << 20));
+  if (!c.profile) return;
+  std::printf("\nprofile: %lld steps run node by node (un-captured; launch gaps included: for where the time goes, "
+              "not throughput)\n",
+              static_cast<long long>(prof.steps));
+  std::printf("  %.4f ms/step in kernels, %.4f ms/step wall (%.1f%% host work and gaps outside the kernels)\n",
+              prof.total_ms_per_step, prof.wall_ms_per_step,
+              prof.wall_ms_per_step > 0 ? 100.0 * (1.0 - prof.total_ms_per_step / prof.wall_ms_per_step) : 0.0);
+  print_profile_table("subgraph", prof.graphs, false);
+  print_profile_table("kernel", prof.kernels, true);
 }
 
 }  // namespace
@@ -118,9 +194,18 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--steps", c->steps, "Timed steps")->capture_default_str();
   cmd->add_flag("--amp", c->amp, "FP16 storage, fused layers, dynamic loss scaling");
   cmd->add_option("--graphs", c->graphs, "on: replay captured graphs; off: launch node by node")->capture_default_str();
+  cmd->add_option("--fused-kernels", c->fused_kernels,
+                  "GPU, with --amp: on: one pass for BN-apply + add + ReLU of fused layers; off: one kernel per part")
+      ->capture_default_str();
+  cmd->add_option("--streams", c->streams,
+                  "GPU: on: weight gradients on a second compute stream beside data gradients; off: one stream")
+      ->capture_default_str();
   cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
   cmd->add_option("--optimizer", c->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")->capture_default_str();
   cmd->add_flag("--json", c->json, "Print the result as JSON");
+  cmd->add_flag("--profile", c->profile,
+                "After the benchmark, time every kernel of un-captured steps: tables per subgraph and per kernel");
+  cmd->add_option("--profile-steps", c->profile_steps, "Steps the profile times")->capture_default_str();
   add_comm_timeout_option(*cmd, c->comm_timeout);
   cmd->callback([c] { run_bench(*c); });
 }

@@ -8,7 +8,7 @@ Layouts (docs/interop.md):
   * An fc weight is (out, 1, 1, in) where `in` follows Renaissance's NHWC flatten (h, w, c); PyTorch's
     flatten is (c, h, w), so an fc after a flatten of an h×w×c map has its columns permuted.
   * BN vectors are (1, 1, 1, C); PyTorch wants (C,). BN eps is 1e-5 as in PyTorch.
-  * An AMP plan pads the first conv's input channels to 4 (`logical_in_c` says how many are real) and fuses
+  * An AMP plan pads the first conv's input channels to 8 (`logical_in_c` says how many are real) and fuses
     layers (CBR, BasicBlock*, Bottleneck*, InvResidual*, GapFC); `lower()` expands them into the plain layers,
     whose tensors are then named "<fused layer>.<part>.<tensor>" exactly as in the file.
 

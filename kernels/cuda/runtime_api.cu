@@ -89,6 +89,18 @@ void stream_wait_event(StreamHandle s, EventHandle e) {
   CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0));
 }
 
+EventHandle event_create_timed() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));
+  return e;
+}
+float event_elapsed_ms(EventHandle a, EventHandle b) {
+  CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(b)));
+  float ms = 0.0f;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a), static_cast<cudaEvent_t>(b)));
+  return ms;
+}
+
 std::int64_t device_alloc_count() { return g_allocs.load(); }
 
 std::unique_ptr<GraphExec> GraphExec::capture(StreamHandle stream, const std::function<void()>& body) {

@@ -34,6 +34,11 @@ void event_record(EventHandle e, StreamHandle s);
 void event_synchronize(EventHandle e);
 /// Work launched on `s` after this call waits for the last record of `e`.
 void stream_wait_event(StreamHandle s, EventHandle e);
+/// An event that records a time stamp (profiling only: timing events are slower to record and wait on).
+EventHandle event_create_timed();
+/// Milliseconds between the last records of `a` and `b`, both made by event_create_timed; waits until `b` has
+/// completed first.
+float event_elapsed_ms(EventHandle a, EventHandle b);
 /// cudaMalloc calls made through device_alloc so far (tests: no allocation after start-up).
 std::int64_t device_alloc_count();
 

@@ -184,3 +184,18 @@ TEST(CliPlan, Failures) {
     expect_contains(r.err, "adagrad");
   }
 }
+
+TEST(CliBench, OnOffOptionsRejectOtherValues) {
+  for (const std::string opt : {"--graphs", "--fused-kernels", "--streams"}) {
+    const Result r = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 " + opt + " maybe");
+    EXPECT_NE(r.code, 0) << opt;
+    expect_contains(r.err, opt + " must be on or off");
+    expect_contains(r.err, "maybe");
+  }
+  // On the CPU the two GPU switches change nothing; the run still works and reports them.
+  const Result ok = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --fused-kernels off "
+                        "--streams off --json");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  expect_contains(ok.out, "\"fused_kernels\":false");
+  expect_contains(ok.out, "\"streams\":false");
+}

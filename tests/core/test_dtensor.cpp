@@ -22,9 +22,9 @@ TEST(SlotBytes, TableEveryDtypeAndAlignmentCase) {
   const Shape s{1, 10, 10, 3};  // N·H·W = 100
   const Shape odd{2, 3, 5, 3};  // N·H·W = 30
   const std::vector<SlotCase> cases = {
-      // FP16 in I_*_DATA: C 3 -> 4; elems 400; 2·400+16 = 816 -> 1024
-      {s, DType::F16, Region::I_A_DATA, 4, 1024},
-      {s, DType::F16, Region::I_B_DATA, 4, 1024},
+      // FP16 in I_*_DATA: C 3 -> 8; elems 800; 2·800+16 = 1616 -> 1792
+      {s, DType::F16, Region::I_A_DATA, 8, 1792},
+      {s, DType::F16, Region::I_B_DATA, 8, 1792},
       // FP16 in F_FEATURE_FP16 / F_GRAD_SLOT_FP16: C 3 -> 8; elems 800; 1616 -> 1792
       {s, DType::F16, Region::F_FEATURE_FP16, 8, 1792},
       {s, DType::F16, Region::F_GRAD_SLOT_FP16, 8, 1792},
@@ -47,8 +47,8 @@ TEST(SlotBytes, TableEveryDtypeAndAlignmentCase) {
       {s, DType::I32, Region::T_TEMP_INT32, 1, 1536},
       {s, DType::I32, Region::I_A_LABEL, 1, 1536},
       // N = 2, 3×5, C = 3: N·H·W = 30
-      // FP16 I_A_DATA: 30·4 = 120; 256 -> 256
-      {odd, DType::F16, Region::I_A_DATA, 4, 256},
+      // FP16 I_A_DATA: 30·8 = 240; 496 -> 512
+      {odd, DType::F16, Region::I_A_DATA, 8, 512},
       // FP16 feature: 30·8 = 240; 496 -> 512
       {odd, DType::F16, Region::F_FEATURE_FP16, 8, 512},
       // INT8 mask: 240 + 16 = 256 -> 256 (exactly on the boundary)
@@ -83,7 +83,7 @@ TEST(SlotBytes, ChannelAlignmentEveryDtypeRegionPair) {
     const Region r = region_at(i);
     for (DType t : {DType::F32, DType::F16, DType::I32, DType::I8, DType::U8}) {
       std::int64_t want = 1;
-      if (t == DType::F16 && (r == Region::I_A_DATA || r == Region::I_B_DATA)) want = 4;
+      if (t == DType::F16 && (r == Region::I_A_DATA || r == Region::I_B_DATA)) want = 8;  // 16 bytes a pixel
       if (t == DType::F16 && (r == Region::F_FEATURE_FP16 || r == Region::F_GRAD_SLOT_FP16)) want = 8;
       if (t == DType::I8 && r == Region::S_MASK) want = 8;
       EXPECT_EQ(channel_alignment(t, r), want) << region_name(r) << " " << dtype_name(t);
@@ -129,7 +129,7 @@ TEST(Strides, PaddedVersusCompact) {
   EXPECT_EQ(f.slot_bytes, 512);  // 240 elems -> 496 -> 512
   EXPECT_EQ(f.bytes(), 2 * 90);  // logical bytes, compact
   const DTensor d = make_dtensor(4, "input.a.data", s, DType::F16, Region::I_A_DATA);
-  EXPECT_EQ(d.cuda_strides, (Strides{60, 20, 4, 1}));
+  EXPECT_EQ(d.cuda_strides, (Strides{120, 40, 8, 1}));
   const DTensor w = make_dtensor(5, "conv1.w", s, DType::F32, Region::W_DEEP_CONV);
   EXPECT_EQ(w.cuda_strides, w.cpu_strides);
   EXPECT_EQ(w.slot_bytes, 512);

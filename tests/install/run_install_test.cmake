@@ -51,14 +51,14 @@ if(NOT step_output MATCHES "Renaissance_DIR=${prefix}/")
 endif()
 run_step("consumer build" "${CMAKE_COMMAND}" --build "${consumer_build}" ${config_arg})
 
-# 3. run it: compute_slot_bytes(2x8x8x3, F16, I_A_DATA) = 2·(2·8·8·4) + 16 → 1040 → 1280
+# 3. run it: compute_slot_bytes(2x8x8x3, F16, I_A_DATA) = 2·(2·8·8·8) + 16 → 2064 → 2304
 find_program(consumer_exe renaissance_consumer PATHS "${consumer_build}" PATH_SUFFIXES "${CONFIG}" NO_DEFAULT_PATH)
 if(NOT consumer_exe)
   message(FATAL_ERROR "renaissance_consumer not built in ${consumer_build}")
 endif()
 run_step("consumer run" "${consumer_exe}")
 message(STATUS "${step_output}")
-if(NOT step_output MATCHES "compute_slot_bytes = 1280")
+if(NOT step_output MATCHES "compute_slot_bytes = 2304")
   message(FATAL_ERROR "unexpected consumer output:\n${step_output}")
 endif()
 

@@ -68,7 +68,7 @@ TEST(ZooFigures, Resnet50FusedStructure) {
   EXPECT_EQ(n[LayerKind::GapFC], 1);
   EXPECT_EQ(n[LayerKind::SoftmaxCE], 1);
   EXPECT_EQ(p.layers.size(), 20u);
-  EXPECT_EQ(p.input, (Shape{1, 224, 224, 4}));
+  EXPECT_EQ(p.input, (Shape{1, 224, 224, 8}));
   EXPECT_EQ(p.input_channels, 3);
   EXPECT_EQ(p.layers[1].out_shape, (Shape{1, 56, 56, 64}));
   EXPECT_EQ(p.layers[2].out_shape, (Shape{1, 56, 56, 256}));

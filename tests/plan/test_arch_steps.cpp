@@ -1,6 +1,7 @@
 // One test (or more) per ArchPlan step function (DESIGN §3), each against hand-worked expectations.
 #include "plan_test_util.h"
 
+#include <renaissance/core/dtensor.h>
 #include <renaissance/plan/arch_plan.h>
 
 #include <algorithm>
@@ -447,7 +448,7 @@ TEST(FuseCbr, ConvBn2dReluOnly) {
   ASSERT_EQ(kinds(v), (std::vector<K>{K::CBR, K::Conv, K::Bn2d, K::Conv, K::Relu, K::Bn2d, K::CBR, K::Gap, K::Fc,
                                       K::Bn1d, K::Relu, K::Fc, K::SoftmaxCE}))
       << kind_list(v);
-  EXPECT_EQ(v[0].in_shape, (Shape{1, 8, 8, 4}));  // AMP-padded data buffer
+  EXPECT_EQ(v[0].in_shape, (Shape{1, 8, 8, 8}));  // AMP-padded data buffer
   EXPECT_EQ(v[0].out_shape, (Shape{1, 8, 8, 8}));
   EXPECT_EQ(v[6].in_shape, (Shape{1, 8, 8, 8}));
   EXPECT_EQ(v[6].out_shape, (Shape{1, 4, 4, 8}));
@@ -502,13 +503,13 @@ TEST(PadFirstConvChannels, AmpPadsTo4AndKeepsParameterCount) {
     auto bp = model(rb::seq(rb::conv(8, 3, 1, 1), rb::bn(), rb::relu(), rb::gap_fc(2), rb::softmax_ce(2)), 8, c);
     steps::Layers v = steps::expand_tree(bp, amp_only());
     const Shape padded = steps::pad_first_conv_channels(v, Shape{1, 8, 8, c});
-    EXPECT_EQ(padded, (Shape{1, 8, 8, 4}));
+    EXPECT_EQ(padded, (Shape{1, 8, 8, renaissance::kAmpInputChannelAlign}));
     EXPECT_EQ(v[0].conv().logical_in_c, c);
     for (const auto& o : {amp_only(), fused()}) {
       const rp::ArchPlan a = rp::ArchPlan::build(bp, o);
-      EXPECT_EQ(a.input, (Shape{1, 8, 8, 4}));
+      EXPECT_EQ(a.input, (Shape{1, 8, 8, renaissance::kAmpInputChannelAlign}));
       EXPECT_EQ(a.input_channels, c);
-      EXPECT_EQ(a.layers[0].in_shape.c, 4);
+      EXPECT_EQ(a.layers[0].in_shape.c, renaissance::kAmpInputChannelAlign);
       EXPECT_EQ(a.layers[0].conv().logical_in_c, c);
       // conv 8·3·3·c + BN 16 + fc 8·2 + 2: the padding channels are not parameters
       EXPECT_EQ(a.parameter_count(), 72 * c + 16 + 18);
@@ -517,12 +518,14 @@ TEST(PadFirstConvChannels, AmpPadsTo4AndKeepsParameterCount) {
     EXPECT_EQ(rp::ArchPlan::build(bp, plain()).parameter_count(), 72 * c + 16 + 18);
     EXPECT_EQ(rp::ArchPlan::build(bp, plain()).input.c, c);
   }
-  // Already a multiple of 4: untouched. 5 -> 8.
+  // Already a multiple of 8: untouched. 5 -> 8, 9 -> 16.
   steps::Layers v = {L(K::Conv, rp::ConvParams{8, 3, 1, 1, 1})};
-  EXPECT_EQ(steps::pad_first_conv_channels(v, Shape{1, 8, 8, 4}), (Shape{1, 8, 8, 4}));
+  EXPECT_EQ(steps::pad_first_conv_channels(v, Shape{1, 8, 8, 8}), (Shape{1, 8, 8, 8}));
   EXPECT_EQ(v[0].conv().logical_in_c, 0);
   EXPECT_EQ(steps::pad_first_conv_channels(v, Shape{1, 8, 8, 5}), (Shape{1, 8, 8, 8}));
   EXPECT_EQ(v[0].conv().logical_in_c, 5);
+  steps::Layers v9 = {L(K::Conv, rp::ConvParams{8, 3, 1, 1, 1})};
+  EXPECT_EQ(steps::pad_first_conv_channels(v9, Shape{1, 8, 8, 9}), (Shape{1, 8, 8, 16}));
 }
 
 TEST(AssignNames, UniqueStableNames) {

@@ -372,17 +372,17 @@ TEST(CheckpointPortability, AnotherBatchSizeAmpSettingOrWorldSizeLoadsWithAWarni
   EXPECT_EQ(b.steps(), 8);
 
   auto o3 = o;
-  o3.amp = true;  // the first conv's input channels are padded to 4 under AMP
+  o3.amp = true;  // the first conv's input channels are padded to 8 under AMP
   runtime::Trainer c(bp::zoo_model("fmnist_cnn"), o3);
   const auto wc = c.load_checkpoint(p);
   ASSERT_EQ(wc.size(), 2u);  // AMP differs; the fused layers' names differ (matched by position)
   EXPECT_NE(wc[0].find("AMP"), std::string::npos) << wc[0];
   const std::string first_conv = c.plan().plan(plan::Variant::TRAIN_BASE).tensors().empty() ? "" : "cbr1.conv.w";
   const auto src = a.tensor_values("conv1.w"), padded = c.tensor_values(first_conv);
-  ASSERT_EQ(padded.size(), src.size() * 4);  // [32,3,3,1] → [32,3,3,4]
+  ASSERT_EQ(padded.size(), src.size() * 8);  // [32,3,3,1] → [32,3,3,8]
   for (std::size_t i = 0; i < src.size(); ++i) {
-    EXPECT_EQ(padded[i * 4], src[i]);
-    EXPECT_EQ(padded[i * 4 + 1], 0.0f);
+    EXPECT_EQ(padded[i * 8], src[i]);
+    for (int k = 1; k < 8; ++k) EXPECT_EQ(padded[i * 8 + k], 0.0f);
   }
   c.run();
   // ... and back: an AMP checkpoint into an FP32 run drops the padding.
@@ -391,7 +391,7 @@ TEST(CheckpointPortability, AnotherBatchSizeAmpSettingOrWorldSizeLoadsWithAWarni
   runtime::Trainer d(bp::zoo_model("fmnist_cnn"), o);
   EXPECT_EQ(d.load_checkpoint(pc).size(), 2u);
   const auto cw = c.tensor_values(first_conv), dw = d.tensor_values("conv1.w");
-  for (std::size_t i = 0; i < dw.size(); ++i) EXPECT_EQ(dw[i], cw[i * 4]);
+  for (std::size_t i = 0; i < dw.size(); ++i) EXPECT_EQ(dw[i], cw[i * 8]);
 
   // As if written by 2 ranks (each rank's partial-epoch sums in its row): loads with a warning, and the metric
   // sums of both rows go to the one rank.

@@ -6,7 +6,7 @@
 namespace renaissance {
 
 std::int64_t channel_alignment(DType dtype, Region region) {
-  if (dtype == DType::F16 && (region == Region::I_A_DATA || region == Region::I_B_DATA)) return 4;
+  if (dtype == DType::F16 && (region == Region::I_A_DATA || region == Region::I_B_DATA)) return kAmpInputChannelAlign;
   if (dtype == DType::F16 && (region == Region::F_FEATURE_FP16 || region == Region::F_GRAD_SLOT_FP16)) return 8;
   if (dtype == DType::I8 && region == Region::S_MASK) return 8;
   return 1;

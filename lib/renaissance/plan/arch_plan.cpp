@@ -1,6 +1,7 @@
 // ArchPlan: the ten steps of DESIGN §3 and the per-layer shape/parameter/MAC formulas.
 #include <renaissance/core/error.h>
 #include <renaissance/plan/arch_plan.h>
+#include <renaissance/core/dtensor.h>
 
 #include <fmt/format.h>
 
@@ -328,7 +329,7 @@ Shape infer_out_shape(const ArchLayer& l, const Shape& in) {
 }
 
 namespace {
-/// Input channels one output channel of a conv sees, counting the real input (not the AMP padding to 4).
+/// Input channels one output channel of a conv sees, counting the real input (not the AMP padding to 8).
 std::int64_t logical_in_per_group(const ArchLayer& l) {
   const ConvParams& p = l.conv();
   const std::int64_t in_c = p.logical_in_c > 0 ? p.logical_in_c : l.in_shape.c;
@@ -644,7 +645,7 @@ void mark_first_layer(Layers& layers) {
 }
 
 Shape pad_first_conv_channels(Layers& layers, const Shape& input) {
-  const std::int64_t padded = align_up(input.c, 4);
+  const std::int64_t padded = align_up(input.c, kAmpInputChannelAlign);
   if (padded == input.c || layers.empty()) return input;
   ArchLayer& first = layers.front();
   if (first.kind != LayerKind::Conv && first.kind != LayerKind::CBR) return input;

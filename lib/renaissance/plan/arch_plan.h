@@ -16,7 +16,7 @@ namespace renaissance::plan {
 struct ConvParams {
   std::int64_t out_c = 0, k = 1, stride = 1, pad = 0, groups = 1;
   bool bias = false;
-  /// Channels of the real input when the AMP data buffer pads the first conv's input (3 → 4); 0 = no padding.
+  /// Channels of the real input when the AMP data buffer pads the first conv's input (3 → 8); 0 = no padding.
   std::int64_t logical_in_c = 0;
   friend bool operator==(const ConvParams& a, const ConvParams& b) {
     return a.out_c == b.out_c && a.k == b.k && a.stride == b.stride && a.pad == b.pad && a.groups == b.groups &&
@@ -88,7 +88,7 @@ class ArchPlan {
   static ArchPlan from_yaml(const std::string& text, const std::string& source = "<arch plan>");
 
   std::string model_name;
-  Shape input;                ///< per sample (N = 1): the data buffer's shape (AMP: channels padded to 4)
+  Shape input;                ///< per sample (N = 1): the data buffer's shape (AMP: channels padded to 8)
   std::int64_t input_channels = 0;  ///< channels of the real data (before AMP padding)
   std::int64_t num_classes = 0;
   bool amp = false;
@@ -139,7 +139,7 @@ void fuse_cbr(Layers& layers);
 void fuse_gap_fc(Layers& layers);
 /// 10b. Marks the first layer (its input is the data buffer; its conv weight lives in *_FIRST_CONV).
 void mark_first_layer(Layers& layers);
-/// AMP: the data buffer's channels are padded to 4; the first conv reads the padded input.
+/// AMP: the data buffer's channels are padded to 8 (kAmpInputChannelAlign); the first conv reads the padded input.
 Shape pad_first_conv_channels(Layers& layers, const Shape& input);
 /// Gives every unnamed layer a stable name "<kind><ordinal>"; checks that names are unique.
 void assign_names(Layers& layers);

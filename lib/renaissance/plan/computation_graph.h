@@ -47,6 +47,14 @@ enum class OpKind : std::uint8_t {
 };
 const char* op_kind_name(OpKind k);
 
+/// A weight-gradient pass and the data-gradient pass right after it (same layer): they read the same gradient and
+/// neither reads what the other writes, so the runtime may run the first on a second compute stream beside the second
+/// (DESIGN §7), and the liveness analysis gives both one program point.
+inline bool runs_beside(OpKind weight_grad, OpKind data_grad) {
+  return (weight_grad == OpKind::CONV_BWD_FILTER && data_grad == OpKind::CONV_BWD_DATA) ||
+         (weight_grad == OpKind::FC_BWD_WEIGHT && data_grad == OpKind::FC_BWD_DATA);
+}
+
 /// RANGE ops: one kernel over a whole region range, however many layers the model has.
 #define RN_RANGE_OPS(X)                                                                                    \
   X(H2D_COPY) X(CLEAR) X(D2D_COPY) X(CAST_F32_TO_F16) X(CAST_F16_TO_F32) X(SGD_UPDATE) X(MOMENTUM_UPDATE)   \

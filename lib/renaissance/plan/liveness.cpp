@@ -26,8 +26,11 @@ const std::vector<Phase>& replay_phases() {
 }
 
 bool fused_node_runs_its_parts(LayerKind k) {
-  // Both backends run every FUSED_* node as its plain parts today (runtime/cpu_ops.cpp, cuda_ops.cpp). A kind that
-  // gets one fused kernel whose parts overlap in time is listed here, and its tensors stay live across the node.
+  // The CPU runs every FUSED_* node as its plain parts (runtime/cpu_ops.cpp). The GPU's fused kernels
+  // (runtime/cuda_ops.cpp, plan_fused) touch only tensors the parts touch, at the same or an earlier point inside the
+  // node, and check by address that nothing in between overwrites what they read later; its concurrent shortcut
+  // branch is checked the same way. A kind whose kernels needed more (tensors live across the whole node) is listed
+  // here.
   switch (k) {
     default: return true;
   }
@@ -110,8 +113,7 @@ struct Walker {
         prev = nullptr;
         continue;
       }
-      const bool with_prev = prev && ((prev->op == OpKind::CONV_BWD_FILTER && n.op == OpKind::CONV_BWD_DATA) ||
-                                      (prev->op == OpKind::FC_BWD_WEIGHT && n.op == OpKind::FC_BWD_DATA));
+      const bool with_prev = prev && runs_beside(prev->op, n.op);
       touch_node(n, with_prev ? next - 1 : next++);
       prev = &n;
     }

@@ -24,7 +24,7 @@ void augment_image(std::uint8_t* image, std::int64_t h, std::int64_t w, std::int
                    std::uint64_t seed, std::int64_t epoch, std::int64_t sample, std::vector<std::uint8_t>& scratch);
 
 /// Writes (pixel/255 − mean[c]) / std[c] for `count` uint8 HWC images into `dst` (F32 or F16) with `dst_c`
-/// channels (≥ c; extra channels are zero: the AMP data buffer pads to 4). Bilinear-free: sizes must match.
+/// channels (≥ c; extra channels are zero: the AMP data buffer pads to 8). Bilinear-free: sizes must match.
 void normalize_images(const std::uint8_t* src, std::int64_t count, std::int64_t h, std::int64_t w, std::int64_t c,
                       const float* mean, const float* stddev, std::byte* dst, DType dst_dtype, std::int64_t dst_c);
 

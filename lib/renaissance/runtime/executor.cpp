@@ -76,6 +76,13 @@ CapturedGraph::CapturedGraph(std::vector<ResolvedNode> nodes, std::vector<const 
   if (m_backend != Backend::CUDA || m_nodes.empty()) return;
 #ifdef RENAISSANCE_HAVE_CUDA
   m_graph = std::make_unique<cuda_detail::GraphHolder>();
+  // Never time inside a capture (event records would become graph nodes): the timer is off while capturing.
+  struct TimerOff {
+    ExecEnv& env;
+    OpTimer* saved;
+    ~TimerOff() { env.timer = saved; }
+  } timer_off{env, env.timer};
+  env.timer = nullptr;
   try {
     // One plain run first: libraries load their kernels lazily, which must not happen inside a capture.
     // (Start-up only: the trainer initialises weights and clears metrics after every capture is made.)
@@ -92,8 +99,57 @@ CapturedGraph::CapturedGraph(std::vector<ResolvedNode> nodes, std::vector<const 
 
 CapturedGraph::~CapturedGraph() = default;
 
+void run_in_order(std::size_t count, const std::function<const plan::Node*(std::size_t)>& node_of,
+                  const std::function<void(std::size_t)>& run, ExecEnv& env) {
+  if (!env.streams || env.timer) {
+    for (std::size_t i = 0; i < count; ++i) run(i);
+    return;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const plan::Node* a = node_of(i);
+    const plan::Node* b = i + 1 < count ? node_of(i + 1) : nullptr;
+    if (!a || !b || a->type != plan::NodeType::COMPUTE || b->type != plan::NodeType::COMPUTE ||
+        !plan::runs_beside(a->op, b->op)) {
+      run(i);
+      continue;
+    }
+    env.streams->begin_side(env, SideStream::kWeightGrad);
+    try {
+      run(i);
+    } catch (...) {
+      env.streams->end_side(env, SideStream::kWeightGrad);
+      throw;
+    }
+    env.streams->end_side(env, SideStream::kWeightGrad);
+    run(++i);
+    env.streams->join(env, SideStream::kWeightGrad);
+  }
+}
+
 void CapturedGraph::run_uncaptured(ExecEnv& env) const {
-  for (std::size_t i = 0; i < m_nodes.size(); ++i) (*m_fns[i])(m_nodes[i], env);
+  if (!env.timer) {
+    run_in_order(
+        m_nodes.size(), [&](std::size_t i) { return m_nodes[i].node; },
+        [&](std::size_t i) { (*m_fns[i])(m_nodes[i], env); }, env);
+    return;
+  }
+  // Profiling (`renaissance bench --profile`): every node bracketed by the timer, except FUSED_* nodes, whose
+  // runners bracket each of their own steps.
+  OpTimer& timer = *env.timer;
+  timer.graph(m_label);
+  for (std::size_t i = 0; i < m_nodes.size(); ++i) {
+    const plan::Node& n = *m_nodes[i].node;
+    const bool fused = n.type == plan::NodeType::COMPUTE &&
+                       (n.op == plan::OpKind::FUSED_FWD || n.op == plan::OpKind::FUSED_BWD ||
+                        n.op == plan::OpKind::FUSED_INFER);
+    if (fused) {
+      (*m_fns[i])(m_nodes[i], env);
+      continue;
+    }
+    timer.begin(env, n.type == plan::NodeType::RANGE ? plan::range_op_name(n.range_op) : plan::op_kind_name(n.op));
+    (*m_fns[i])(m_nodes[i], env);
+    timer.end(env);
+  }
 }
 
 void CapturedGraph::replay(ExecEnv& env) const {
@@ -131,12 +187,12 @@ void BackendSession::upload_async(std::byte* dst, const std::byte* src, std::int
   std::memcpy(dst, src, static_cast<std::size_t>(bytes));
 }
 
-std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64_t workspace_bytes) {
+std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64_t workspace_bytes, bool concurrent) {
   if (b == Backend::CPU) return std::make_unique<BackendSession>();
 #ifdef RENAISSANCE_HAVE_CUDA
-  return open_cuda_backend(env, workspace_bytes);
+  return open_cuda_backend(env, workspace_bytes, concurrent);
 #else
-  (void)env, (void)workspace_bytes;
+  (void)env, (void)workspace_bytes, (void)concurrent;
   RN_FAIL("this build has no CUDA backend (configure with -DRENAISSANCE_CUDA=ON on a machine with the toolkit)");
 #endif
 }

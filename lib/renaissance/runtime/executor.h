@@ -47,6 +47,40 @@ struct ResolvedNode {
   std::shared_ptr<void> state;
 };
 
+struct ExecEnv;
+
+/// Kernel timing (`renaissance bench --profile`): when ExecEnv::timer is set, un-captured execution brackets every
+/// node with begin/end, except FUSED_* nodes, whose runners bracket each of their steps (a plain part, or one fused
+/// kernel group such as "bn+add+relu"). GPU timers record events on env.stream; CPU timers read the clock.
+class OpTimer {
+ public:
+  virtual ~OpTimer() = default;
+  /// The subgraph whose nodes follow (CapturedGraph::label()).
+  virtual void graph(const std::string& label) { (void)label; }
+  virtual void begin(ExecEnv& env, const std::string& what) = 0;
+  virtual void end(ExecEnv& env) = 0;
+};
+
+/// The compute streams besides the main one (DESIGN §7, §11 lever 3). GPU sessions implement them; CPU: none.
+///   kWeightGrad: a weight-gradient pass beside the data-gradient pass that follows it (plan::runs_beside);
+///   kBranch: the projection shortcut of a residual block (its conv and BN statistics) beside the main branch.
+/// The two never run at the same time (every fork is joined before the next), so they share one workspace and one
+/// set of library handles of their own.
+enum class SideStream : int { kWeightGrad = 0, kBranch = 1 };
+class ComputeStreams {
+ public:
+  virtual ~ComputeStreams() = default;
+  /// From now on env launches on side stream `s` (after everything launched so far on the current one), with the
+  /// side streams' workspace and library handles.
+  virtual void begin_side(ExecEnv& env, SideStream s) = 0;
+  /// env launches on the stream it launched on before begin_side again.
+  virtual void end_side(ExecEnv& env, SideStream s) = 0;
+  /// Later work on the current stream waits for side stream `s`'s work.
+  virtual void join(ExecEnv& env, SideStream s) = 0;
+  /// What ops on the side streams must be prepared with in ExecEnv::dnn (the CUDA backend's handle set).
+  virtual void* side_dnn() = 0;
+};
+
 /// What ops may touch besides the arena.
 struct ExecEnv {
   const std::byte* host_input[2] = {nullptr, nullptr};  ///< staging buffers TRANSFER_A/B copy from
@@ -58,7 +92,19 @@ struct ExecEnv {
   std::int64_t workspace_bytes = 0;
   bool deterministic = true;       ///< algorithm choices restricted to deterministic ones
   bool sync_bn = false;            ///< BN training statistics over all ranks' samples (--sync-bn; CPU backend)
+  /// GPU: fused layers run their element-wise work as fused kernels (BN-apply + residual add + ReLU in one pass, the
+  /// ReLU backward folded into the BN backward). Off: every part runs as its own kernel (for comparisons).
+  bool fuse_kernels = true;
+  OpTimer* timer = nullptr;  ///< set only while profiling, never during a capture
+  ComputeStreams* streams = nullptr;  ///< GPU: the weight-gradient stream; null: everything in order on `stream`
 };
+
+/// Runs items 0..count-1 in order with `run(i)`. When env.streams is set (and no timer), an item whose node is a
+/// weight-gradient pass followed by its data-gradient pass (plan::runs_beside; node_of(i) == nullptr: not a plain node)
+/// runs on the side stream beside it, joined right after the data-gradient pass: the two share one program point of
+/// the liveness analysis, so no other node sees the overlap.
+void run_in_order(std::size_t count, const std::function<const plan::Node*(std::size_t)>& node_of,
+                  const std::function<void(std::size_t)>& run, ExecEnv& env);
 
 using OpFn = std::function<void(const ResolvedNode&, ExecEnv&)>;
 /// Optional per-node setup before capture (never inside a captured region).
@@ -163,11 +209,19 @@ class BackendSession {
   virtual void side(ExecEnv& env, const std::function<void()>& launch) { (void)env, launch(); }
   /// Later compute work waits for the side stream's work.
   virtual void join_side(ExecEnv& env) { (void)env; }
+  /// Runs `launch` on the update stream after everything launched so far on the compute stream (GPU: the optimizer,
+  /// the W → A cast and the EMA beside the BN running statistics and the metrics). CPU: calls `launch`.
+  virtual void update(ExecEnv& env, const std::function<void()>& launch) { (void)env, launch(); }
+  /// Later compute work waits for the update stream's work.
+  virtual void join_update(ExecEnv& env) { (void)env; }
 };
-/// CPU: a session that does nothing. CUDA: stream + handles + a `workspace_bytes` device workspace.
-std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64_t workspace_bytes);
+/// CPU: a session that does nothing. CUDA: streams + handles + a `workspace_bytes` device workspace (two with
+/// `concurrent`: the weight-gradient stream has its own).
+std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64_t workspace_bytes,
+                                             bool concurrent = true);
 #ifdef RENAISSANCE_HAVE_CUDA
-std::unique_ptr<BackendSession> open_cuda_backend(ExecEnv& env, std::int64_t workspace_bytes);  // cuda_ops.cpp
+/// `concurrent`: a second compute stream for weight gradients (ExecEnv::streams).
+std::unique_ptr<BackendSession> open_cuda_backend(ExecEnv& env, std::int64_t workspace_bytes, bool concurrent);  // cuda_ops.cpp
 #endif
 
 /// Where a GraphId lives: the train graph or the inference graph.

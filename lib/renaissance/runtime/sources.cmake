@@ -4,6 +4,7 @@ target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/memory_guard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/device_context.cpp
   ${CMAKE_CURRENT_LIST_DIR}/executor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/profiler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/data_pipeline.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp

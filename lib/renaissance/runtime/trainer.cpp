@@ -100,7 +100,7 @@ struct Trainer::Impl {
         ctx(arena, p),
         table(KernelTable::for_backend(o.backend)),
         atlas(ctx, table),
-        session(open_backend(o.backend, env, o.workspace_mib << 20)) {
+        session(open_backend(o.backend, env, o.workspace_mib << 20, o.concurrent_streams)) {
     const plan::MemoryPlan& mp = p.plan(Variant::TRAIN_BASE);
     const plan::ByteRange range_a = mp.resolve_region_bounds({Region::I_A_LABEL, Region::I_A_DATA});
     const plan::ByteRange range_b = mp.resolve_region_bounds({Region::I_B_LABEL, Region::I_B_DATA});
@@ -117,6 +117,7 @@ struct Trainer::Impl {
     env.host_input[1] = staging[1];
     env.comm = o.comm;
     env.sync_bn = o.sync_bn;
+    env.fuse_kernels = o.fuse_kernels;
     world = o.comm ? o.comm->world_size() : 1;
     rank = o.comm ? o.comm->rank() : 0;
     const io::SplitInfo& tr = data.info(io::Split::train);
@@ -192,19 +193,26 @@ struct Trainer::Impl {
     replay(v, GraphId::FIRST_COMM, graphs);
     replay(v, GraphId::NAN_CHECK_AND_GRAD_SCALING, graphs);
     const bool nan = opt.backend == Backend::CPU && nan_flag() != 0;
+    // update (weights, moments, the FP16 copies, the EMA) on the update stream, beside the BN running statistics
+    // and the metrics (other regions); the next step's work waits for both.
+    session->update(env, [&] {
+      replay(v, GraphId::OPTIMIZER, graphs);
+      replay(v, GraphId::LARS_NORM_OPT, graphs);
+      replay(v, GraphId::LARS_BIAS_OPT, graphs);
+      replay(v, GraphId::LARS_WEIGHT_OPT, graphs);
+      replay(v, GraphId::CAST_W_TO_A, graphs);
+      replay(v, GraphId::EMA_UPDATE, graphs);
+    });
     replay(v, GraphId::STATS_COMM, graphs);
     replay(v, GraphId::UPDATE_STATS, graphs);
-    // update
-    replay(v, GraphId::OPTIMIZER, graphs);
-    replay(v, GraphId::LARS_NORM_OPT, graphs);
-    replay(v, GraphId::LARS_BIAS_OPT, graphs);
-    replay(v, GraphId::LARS_WEIGHT_OPT, graphs);
-    replay(v, GraphId::CAST_W_TO_A, graphs);
-    replay(v, GraphId::EMA_UPDATE, graphs);
     // log
     replay(v, GraphId::ACCUM_METRICS_TRAIN, graphs);
+    session->join_update(env);
     return nan;
   }
+
+  /// benchmark() and profile(): one batch in both input buffers, the step scalars uploaded (definition below).
+  std::int64_t stage_bench_batch();
 
   // Host mirrors of the device-resident scalars: written by the trainer, uploaded before the step.
   std::array<float, plan::kHyperSlots> hyper{};
@@ -507,23 +515,29 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   return history;
 }
 
+/// benchmark() and profile(): the first training batch staged into both input buffers (they time the step, not the
+/// loader), the learning rate and step scalars uploaded. Returns the batch of a step on this rank.
+std::int64_t Trainer::Impl::stage_bench_batch() {
+  const std::int64_t b = plan.specs[static_cast<std::size_t>(Variant::TRAIN_BASE)].batch_size;
+  RN_CHECK_CTX(data.size(io::Split::train) >= b, data.path(), "the train split has fewer than {} samples", b);
+  std::vector<std::uint8_t> images(static_cast<std::size_t>(b * data.sample_bytes()));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(b));
+  data.read(io::Split::train, 0, b, images.data(), labels.data());
+  io::Batch batch{images.data(), labels.data(), b, 0, 0};
+  for (int s = 0; s < 2; ++s) {
+    stage(s, batch, Variant::TRAIN_BASE);
+    replay(Variant::TRAIN_BASE, s == 0 ? GraphId::TRANSFER_A : GraphId::TRANSFER_B);
+  }
+  hyper[plan::kHyperLr] = static_cast<float>(opt.lr);
+  hyper[plan::kHyperStep] = 1.0f;
+  push_hyper();
+  return b;
+}
+
 BenchResult Trainer::benchmark(std::int64_t warmup, std::int64_t steps, bool graphs) {
   Impl& I = *m_impl;
   RN_CHECK(steps >= 1 && warmup >= 0, "benchmark needs steps >= 1 and warmup >= 0");
-  const std::int64_t b = I.plan.specs[static_cast<std::size_t>(Variant::TRAIN_BASE)].batch_size;
-  RN_CHECK_CTX(I.data.size(io::Split::train) >= b, I.data.path(), "the train split has fewer than {} samples", b);
-  // One batch staged into both input buffers: the benchmark times the step, not the loader.
-  std::vector<std::uint8_t> images(static_cast<std::size_t>(b * I.data.sample_bytes()));
-  std::vector<std::int32_t> labels(static_cast<std::size_t>(b));
-  I.data.read(io::Split::train, 0, b, images.data(), labels.data());
-  io::Batch batch{images.data(), labels.data(), b, 0, 0};
-  for (int s = 0; s < 2; ++s) {
-    I.stage(s, batch, Variant::TRAIN_BASE);
-    I.replay(Variant::TRAIN_BASE, s == 0 ? GraphId::TRANSFER_A : GraphId::TRANSFER_B);
-  }
-  I.hyper[plan::kHyperLr] = static_cast<float>(I.opt.lr);
-  I.hyper[plan::kHyperStep] = 1.0f;
-  I.push_hyper();
+  const std::int64_t b = I.stage_bench_batch();
   for (std::int64_t i = 0; i < warmup; ++i) I.step(Variant::TRAIN_BASE, static_cast<int>(i % 2), graphs);
   I.session->synchronize();
   if (I.env.comm) I.env.comm->agree_max(0);  // data-parallel: every rank starts the clock together
@@ -540,6 +554,37 @@ BenchResult Trainer::benchmark(std::int64_t warmup, std::int64_t steps, bool gra
   r.images_per_s = static_cast<double>(r.batch * steps) / dt;
   r.arena_bytes = I.arena.bytes();
   r.captures = static_cast<std::int64_t>(I.atlas.captures());
+  m_step += warmup + steps;
+  I.replay(Variant::TRAIN_BASE, GraphId::CLEAR_METRICS);
+  return r;
+}
+
+ProfileResult Trainer::profile(std::int64_t warmup, std::int64_t steps) {
+  Impl& I = *m_impl;
+  RN_CHECK(steps >= 1 && warmup >= 0, "profile needs steps >= 1 and warmup >= 0");
+  const std::int64_t b = I.stage_bench_batch();
+  for (std::int64_t i = 0; i < warmup; ++i) I.step(Variant::TRAIN_BASE, static_cast<int>(i % 2), true);
+  I.session->synchronize();
+  // The profiled steps run node by node (every capture was made at start-up, so no capture sees the timer); the
+  // timer is off again when this returns or throws.
+  StepProfiler profiler(I.opt.backend);
+  struct TimerOff {
+    ExecEnv& env;
+    ~TimerOff() { env.timer = nullptr; }
+  } timer_off{I.env};
+  double wall = 0;
+  for (std::int64_t i = 0; i < steps; ++i) {
+    const double t0 = now_s();
+    I.env.timer = &profiler;
+    I.step(Variant::TRAIN_BASE, static_cast<int>(i % 2), false);
+    I.env.timer = nullptr;
+    I.session->synchronize();
+    wall += now_s() - t0;
+    profiler.finish_step();
+  }
+  ProfileResult r = profiler.result(steps);
+  r.batch = b * I.world;
+  r.wall_ms_per_step = 1e3 * wall / static_cast<double>(steps);
   m_step += warmup + steps;
   I.replay(Variant::TRAIN_BASE, GraphId::CLEAR_METRICS);
   return r;
@@ -946,7 +991,7 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
         I.ctx.upload(t.id, l.src->values.data(), static_cast<std::int64_t>(l.src->values.size() * sizeof(float)));
         continue;
       }
-      // The first conv's input channels: AMP pads them to 4 (zero input), so pad with zeros or drop the padding.
+      // The first conv's input channels: AMP pads them to 8 (zero input), so pad with zeros or drop the padding.
       std::vector<float> v(static_cast<std::size_t>(t.shape.elems()), 0.0f);
       const std::int64_t cs = l.src->shape.c, ct = t.shape.c, rows = t.shape.n * t.shape.h * t.shape.w;
       for (std::int64_t r = 0; r < rows; ++r)

@@ -6,6 +6,7 @@
 #include <renaissance/plan/compiler.h>
 #include <renaissance/runtime/data_pipeline.h>
 #include <renaissance/runtime/executor.h>
+#include <renaissance/runtime/profiler.h>
 #include <renaissance/runtime/schedule.h>
 
 #include <atomic>
@@ -55,6 +56,10 @@ struct TrainOptions {
   std::int64_t loss_scale_interval = 2000;
   bool validate = true;
   bool reuse_memory = true;  ///< plan features and gradients by liveness (plan::TrainConfig::reuse_memory)
+  bool fuse_kernels = true;  ///< GPU: fused element-wise kernels for fused layers (ExecEnv::fuse_kernels)
+  /// GPU: weight gradients on a second compute stream beside the data gradients (ExecEnv::streams; one more
+  /// workspace of workspace_mib). Off: one compute stream.
+  bool concurrent_streams = true;
   // Checkpoints (DESIGN §10, docs/checkpoints.md): written by rank 0 into checkpoint_dir (empty: none) as
   // ckpt-stepNNNNNNNN.h5 with latest.h5 pointing at the newest; the newest checkpoint_keep files are kept.
   std::string checkpoint_dir;
@@ -115,6 +120,11 @@ class Trainer {
   /// Times `steps` training steps on one staged batch after `warmup` steps (graphs: captured replay; off: the
   /// same nodes launched one by one). Measures the step itself: no loader, no validation.
   BenchResult benchmark(std::int64_t warmup, std::int64_t steps, bool graphs = true);
+  /// `renaissance bench --profile`: `warmup` steps as benchmark() runs them, then `steps` steps node by node
+  /// (un-captured) with a kernel timer, summed per subgraph and per kernel label. The same training steps as
+  /// benchmark(warmup, steps): profiling changes no result. For finding where the time goes, not for throughput
+  /// (un-captured steps include launch gaps).
+  ProfileResult profile(std::int64_t warmup, std::int64_t steps);
   /// Scores the current weights on the validation split: {loss, top1, top5}. ema: on the EMA weights.
   EpochMetrics evaluate(bool ema = false);
 

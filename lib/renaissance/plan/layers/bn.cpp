@@ -35,8 +35,10 @@ LayerDescriptor bn_descriptor(LayerKind kind) {
                                         {ids.y})};
   };
   d.build_backward = [](const ArchLayer& l, const LayerIds& ids, TensorId dy, TensorId dx, bool acc, const BuildFlags&) {
+    // β (input 5) is not needed by the BN backward itself: a fused BN → ReLU backward recomputes the ReLU mask from x.
     Node n = layer_node(OpKind::BN_BWD, l,
-                        {ids.x, dy, ids.param("gamma").master, ids.tensor("batch_mean"), ids.tensor("invstd")},
+                        {ids.x, dy, ids.param("gamma").master, ids.tensor("batch_mean"), ids.tensor("invstd"),
+                         ids.param("beta").master},
                         {dx, ids.param("gamma").grad, ids.param("beta").grad});
     n.accumulate = acc;
     return std::vector<Node>{n};

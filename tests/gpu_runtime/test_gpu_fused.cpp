@@ -1,0 +1,141 @@
+// The fused element-wise kernels of fused AMP layers (DESIGN §11, runtime/cuda_ops.cpp) on a whole network with every
+// fused kind: training and evaluation with the fused kernels equal running every part as its own kernel, bit for bit,
+// and the fused kernels really ran (the profile of a step lists them).
+#include <renaissance/blueprint/zoo.h>
+#include <renaissance/io/importers.h>
+#include <renaissance/runtime/trainer.h>
+
+#include <kernels/cuda/device_info.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+namespace {
+
+using namespace renaissance;
+namespace bp = renaissance::blueprint;
+
+class GpuFused : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU tests run on the GPU machine (scripts/gpu-test)";
+  }
+};
+
+std::string synthetic(std::int64_t n, std::int64_t hw, std::int64_t c) {
+  const auto dir = std::filesystem::temp_directory_path() / ("rn_gpu_fused_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string p = (dir / fmt::format("syn_{}_{}_{}.h5", n, hw, c)).string();
+  if (!std::filesystem::exists(p)) io::make_synthetic(p, n, 64, hw, hw, c, 10, 5);
+  return p;
+}
+
+/// Every fused kind: CBR, BasicBlock identity/projection, Bottleneck identity/projection, InvResidual
+/// identity/no-shortcut, GapFC.
+bp::BluePrint every_fused_kind() {
+  bp::BluePrint m;
+  m.name = "every_fused_kind";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
+                   bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 1),
+                   bp::block(16, 64, bp::BlockKind::RESNET_1_3_1, 2), bp::block(128, 64, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
+                   bp::block(128, 48, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
+  return m;
+}
+
+runtime::TrainOptions options(const std::string& data, bool fuse_kernels) {
+  runtime::TrainOptions o;
+  o.data_path = data;
+  o.backend = runtime::Backend::CUDA;
+  o.amp = true;
+  o.fuse = true;
+  o.fuse_kernels = fuse_kernels;
+  o.batch = 32;
+  o.epochs = 1;
+  o.max_steps = 3;
+  o.lr = 0.05;
+  o.schedule = runtime::ScheduleKind::CONSTANT;
+  o.seed = 5;
+  o.validate = false;
+  return o;
+}
+
+TEST_F(GpuFused, FusedKernelsEqualThePlainPartsBitForBit) {
+  const std::string data = synthetic(160, 16, 3);
+  runtime::Trainer fused(every_fused_kind(), options(data, true));
+  runtime::Trainer parts(every_fused_kind(), options(data, false));
+  std::set<plan::LayerKind> kinds;
+  for (const auto& l : fused.plan().arch.layers) kinds.insert(l.kind);
+  for (auto k : {plan::LayerKind::CBR, plan::LayerKind::BasicBlockIdentity, plan::LayerKind::BasicBlockProjection,
+                 plan::LayerKind::BottleneckIdentity, plan::LayerKind::BottleneckProjection,
+                 plan::LayerKind::InvResidualIdentity, plan::LayerKind::InvResidualNoShortcut, plan::LayerKind::GapFC})
+    ASSERT_TRUE(kinds.count(k)) << plan::layer_kind_name(k);
+  const auto hf = fused.run();
+  const auto hp = parts.run();
+  ASSERT_EQ(hf.size(), hp.size());
+  EXPECT_EQ(hf.back().train_loss, hp.back().train_loss);
+  const auto wf = fused.state_values(), wp = parts.state_values();
+  ASSERT_EQ(wf.size(), wp.size());
+  EXPECT_EQ(std::memcmp(wf.data(), wp.data(), wf.size() * sizeof(float)), 0) << "weights, BN statistics and optimizer state";
+  // Inference (FUSED_INFER: BN with running statistics + add + ReLU in one pass).
+  const auto ef = fused.evaluate(), ep = parts.evaluate();
+  EXPECT_EQ(ef.val_loss, ep.val_loss);
+  EXPECT_EQ(ef.val_top1, ep.val_top1);
+}
+
+TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {
+  // The equality above would hold trivially if nothing were fused: the profile of a step lists the fused groups
+  // (and with --fused-kernels off, none of them), with the calls per step the network implies.
+  const std::string data = synthetic(160, 16, 3);
+  auto calls = [](const runtime::ProfileResult& p, const std::string& label) {
+    for (const auto& r : p.kernels)
+      if (r.label == label) return r.calls_per_step;
+    return 0.0;
+  };
+  runtime::Trainer fused(every_fused_kind(), options(data, true));
+  const auto p = fused.profile(1, 2);
+  // CBR, 2 inner ReLUs per bottleneck and 1 per basic block, 2 per inverted residual: BN → ReLU in forward;
+  // identity blocks: BN + add + ReLU; projection blocks: BN + BN + add + ReLU; the same inner ReLUs in backward.
+  EXPECT_EQ(calls(p, "FUSED:bn+relu"), 1 + 2 * 1 + 2 * 2 + 2 * 2);
+  EXPECT_EQ(calls(p, "FUSED:bn+add+relu"), 2);     // BasicBlockIdentity, BottleneckIdentity
+  EXPECT_EQ(calls(p, "FUSED:bn+add"), 1);          // InvResidualIdentity (no ReLU after its add)
+  EXPECT_EQ(calls(p, "FUSED:bn+bn+add+relu"), 2);  // BasicBlockProjection, BottleneckProjection
+  EXPECT_EQ(calls(p, "FUSED:relu+bn backward"), 1 + 2 * 1 + 2 * 2 + 2 * 2);
+  EXPECT_EQ(calls(p, "RELU_FWD"), 0);
+  auto o = options(data, false);
+  runtime::Trainer parts(every_fused_kind(), o);
+  const auto q = parts.profile(1, 2);
+  EXPECT_EQ(calls(q, "FUSED:bn+relu"), 0);
+  EXPECT_EQ(calls(q, "FUSED:relu+bn backward"), 0);
+  EXPECT_GT(calls(q, "RELU_FWD"), 0);
+}
+
+TEST_F(GpuFused, ConcurrentStreamsEqualOneStreamBitForBit) {
+  // Weight gradients on the second compute stream beside the data gradients change the schedule, not the numbers:
+  // AMP with fused layers (the pairs inside FUSED_BWD nodes) and FP32 without (top-level pairs), graphs on and off.
+  const std::string data = synthetic(160, 16, 3);
+  for (bool amp : {true, false}) {
+    for (bool graphs : {true, false}) {
+      auto o = options(data, true);
+      o.amp = amp;
+      o.fuse = amp;
+      o.concurrent_streams = true;
+      runtime::Trainer two(every_fused_kind(), o);
+      o.concurrent_streams = false;
+      runtime::Trainer one(every_fused_kind(), o);
+      two.benchmark(0, 3, graphs);
+      one.benchmark(0, 3, graphs);
+      const auto a = two.state_values(), b = one.state_values();
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << (amp ? "AMP" : "FP32") << (graphs ? ", graphs" : ", node by node");
+    }
+  }
+}
+
+}  // namespace
