@@ -440,17 +440,10 @@ void prepare_fused(ResolvedNode& r, ExecEnv& env) {
       prepare_conv(0, false, 0, true, cuda::ConvPass::Forward)(r.sub[static_cast<std::size_t>(prog->branch_conv)], side);
     }
   }
-  for (const FusedStep& st : prog->steps) {
-    if (st.kind == FusedStep::kPlain) continue;
-    const ResolvedNode& s = r.sub[static_cast<std::size_t>(st.node)];
-    const std::size_t need = cuda::batchnorm_workspace_bytes(ref(s.in[0]));
-    RN_CHECK(need <= static_cast<std::size_t>(env.workspace_bytes),
-             "{}: a fused batch norm needs a {} byte workspace but {} were allocated", plan::op_kind_name(r.node->op),
-             need, env.workspace_bytes);
-  }
+  // Workspaces: a fused step's batch norm works on the tensors of its BN_FWD_TRAIN / BN_BWD sub-node, whose own
+  // prepare (run first) checked them against the workspace.
   r.state = prog;
 }
-
 
 // ---- COMPUTE ops ---------------------------------------------------------------------------------------
 
@@ -756,13 +749,12 @@ class CudaSession : public BackendSession, public ComputeStreams {
     m_workspace = static_cast<std::byte*>(cuda::device_alloc(workspace_bytes, "the cuDNN/cuBLASLt workspace"));
     if (concurrent) {
       for (auto& st : m_side_streams) st = cuda::stream_create();
-      m_wgrad_stream = m_side_streams[0];
-      m_wgrad_dnn = std::make_unique<cuda::DnnHandles>();
-      m_env.wgrad_dnn = m_wgrad_dnn.get();
-      m_wgrad_env = m_env;
-      m_wgrad_env.dnn = m_wgrad_dnn.get();
-      m_wgrad_workspace =
-          static_cast<std::byte*>(cuda::device_alloc(workspace_bytes, "the weight-gradient stream's workspace"));
+      m_side_dnn = std::make_unique<cuda::DnnHandles>();
+      m_env.wgrad_dnn = m_side_dnn.get();
+      m_side_env = m_env;
+      m_side_env.dnn = m_side_dnn.get();
+      m_side_workspace =
+          static_cast<std::byte*>(cuda::device_alloc(workspace_bytes, "the side compute streams' workspace"));
       for (auto& e : m_side_fork) e = cuda::event_create();
       for (auto& e : m_side_done) e = cuda::event_create();
       env.streams = this;
@@ -774,7 +766,7 @@ class CudaSession : public BackendSession, public ComputeStreams {
     m_transfer_stream = cuda::stream_create();
     m_transferred = cuda::event_create();
     for (auto& e : m_slot_done) e = cuda::event_create();
-    m_side_stream = cuda::stream_create();
+    m_comm_stream = cuda::stream_create();
     m_fork = cuda::event_create();
     m_joined = cuda::event_create();
     m_update_stream = cuda::stream_create();
@@ -782,25 +774,25 @@ class CudaSession : public BackendSession, public ComputeStreams {
     m_update_done = cuda::event_create();
   }
   ~CudaSession() override {
-    if (m_wgrad_stream) {
+    if (m_side_streams[0]) {
       for (std::size_t i = 0; i < 2; ++i) {
         cuda::stream_synchronize(m_side_streams[i]);
         cuda::event_destroy(m_side_fork[i]);
         cuda::event_destroy(m_side_done[i]);
         cuda::stream_destroy(m_side_streams[i]);
       }
-      cuda::device_free(m_wgrad_workspace);
+      cuda::device_free(m_side_workspace);
     }
     cuda::stream_synchronize(m_update_stream);
     cuda::event_destroy(m_update_fork);
     cuda::event_destroy(m_update_done);
     cuda::stream_destroy(m_update_stream);
     cuda::stream_synchronize(m_transfer_stream);
-    cuda::stream_synchronize(m_side_stream);
+    cuda::stream_synchronize(m_comm_stream);
     cuda::stream_synchronize(m_stream);
     cuda::event_destroy(m_fork);
     cuda::event_destroy(m_joined);
-    cuda::stream_destroy(m_side_stream);
+    cuda::stream_destroy(m_comm_stream);
     for (auto& e : m_slot_done) cuda::event_destroy(e);
     cuda::event_destroy(m_transferred);
     cuda::stream_destroy(m_transfer_stream);
@@ -831,9 +823,9 @@ class CudaSession : public BackendSession, public ComputeStreams {
   void release_slot(int s) override { cuda::event_record(m_slot_done[s & 1], m_stream); }
   void side(ExecEnv& env, const std::function<void()>& launch) override {
     cuda::event_record(m_fork, m_stream);
-    cuda::stream_wait_event(m_side_stream, m_fork);
-    launch_on(env, m_side_stream, launch);
-    cuda::event_record(m_joined, m_side_stream);
+    cuda::stream_wait_event(m_comm_stream, m_fork);
+    launch_on(env, m_comm_stream, launch);
+    cuda::event_record(m_joined, m_comm_stream);
   }
   void join_side(ExecEnv& env) override { cuda::stream_wait_event(m_stream, m_joined); }
   void update(ExecEnv& env, const std::function<void()>& launch) override {
@@ -851,8 +843,8 @@ class CudaSession : public BackendSession, public ComputeStreams {
     cuda::stream_wait_event(m_side_streams[i], m_side_fork[i]);
     m_main_stream_of_side = env.stream;
     env.stream = m_side_streams[i];
-    env.workspace = m_wgrad_workspace;
-    env.dnn = &m_wgrad_env;
+    env.workspace = m_side_workspace;
+    env.dnn = &m_side_env;
   }
   void end_side(ExecEnv& env, SideStream s) override {
     const auto i = static_cast<std::size_t>(s);
@@ -864,7 +856,7 @@ class CudaSession : public BackendSession, public ComputeStreams {
   void join(ExecEnv& env, SideStream s) override {
     cuda::stream_wait_event(env.stream, m_side_done[static_cast<std::size_t>(s)]);
   }
-  void* side_dnn() override { return &m_wgrad_env; }
+  void* side_dnn() override { return &m_side_env; }
 
  private:
   /// Runs `launch` with env.stream = `s` (what every op launches on), back to the compute stream after.
@@ -883,7 +875,7 @@ class CudaSession : public BackendSession, public ComputeStreams {
   cuda::StreamHandle m_transfer_stream = nullptr;
   cuda::EventHandle m_transferred = nullptr;
   cuda::EventHandle m_slot_done[2] = {nullptr, nullptr};
-  cuda::StreamHandle m_side_stream = nullptr;  ///< bucket-1 all-reduce beside the first layer's backward
+  cuda::StreamHandle m_comm_stream = nullptr;  ///< bucket-1 all-reduce beside the first layer's backward
   cuda::EventHandle m_fork = nullptr, m_joined = nullptr;
   cuda::StreamHandle m_update_stream = nullptr;  ///< optimizer, casts and EMA beside the statistics and metrics
   cuda::EventHandle m_update_fork = nullptr, m_update_done = nullptr;
@@ -892,11 +884,10 @@ class CudaSession : public BackendSession, public ComputeStreams {
   // the side compute streams (SideStream order; null when not concurrent), sharing one workspace and handles
   cuda::StreamHandle m_side_streams[2] = {nullptr, nullptr};
   cuda::EventHandle m_side_fork[2] = {nullptr, nullptr}, m_side_done[2] = {nullptr, nullptr};
-  cuda::StreamHandle m_wgrad_stream = nullptr;
   cuda::StreamHandle m_main_stream_of_side = nullptr;  ///< the stream begin_side forked from (main or the comm side)
-  std::unique_ptr<cuda::DnnHandles> m_wgrad_dnn;
-  CudaEnv m_wgrad_env;
-  std::byte* m_wgrad_workspace = nullptr;
+  std::unique_ptr<cuda::DnnHandles> m_side_dnn;
+  CudaEnv m_side_env;
+  std::byte* m_side_workspace = nullptr;
 };
 
 }  // namespace
