@@ -59,6 +59,17 @@ class Renaissance(CMakePackage, CudaPackage):
     depends_on("cuda@12:", when="+cuda")
     depends_on("cudnn@9:", when="+cuda")
     depends_on("nccl", when="+cuda")
+    # cudnn-frontend (header-only C++ over cuDNN's graph API, the convolutions) has no Spack package: its headers
+    # come from NVIDIA's PyPI wheel (a zip), unpacked beside the sources.
+    resource(
+        name="cudnn-frontend",
+        url="https://files.pythonhosted.org/packages/cp311/n/nvidia-cudnn-frontend/"
+        "nvidia_cudnn_frontend-1.32.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
+        sha256="c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0",
+        expand=True,
+        destination="cudnn-frontend",
+        when="+cuda",
+    )
 
     conflicts("%gcc@:8", msg="Renaissance needs C++17 (GCC 9 or newer)")
 
@@ -75,4 +86,7 @@ class Renaissance(CMakePackage, CudaPackage):
             archs = [a for a in spec.variants["cuda_arch"].value if a != "none"]
             args.append(self.define("CMAKE_CUDA_ARCHITECTURES", ";".join(archs) if archs else "90"))
             args.append(self.define("CUDAToolkit_ROOT", spec["cuda"].prefix))
+            args.append(
+                self.define("CUDNN_FRONTEND_ROOT", join_path(self.stage.source_path, "cudnn-frontend"))
+            )
         return args

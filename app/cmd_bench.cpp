@@ -1,5 +1,6 @@
 // `renaissance bench`: training-step throughput on synthetic data (N warm-up + M timed steps).
 #include "commands.h"
+#include "gpu_options.h"
 #include "json_writer.h"
 #include "model_options.h"
 
@@ -19,6 +20,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -44,6 +46,7 @@ struct BenchCli {
   double comm_timeout = 0;
   bool profile = false;
   std::int64_t profile_steps = 10;
+  GpuOptions gpu;  ///< --deterministic, --engine-cache, --conv-api
 };
 
 constexpr std::size_t kProfileRows = 40;  ///< rows of a profile table before "others"
@@ -117,11 +120,17 @@ void run_bench(const BenchCli& c) {
   t.validate = false;
   t.fuse_kernels = c.fused_kernels == "on";
   t.concurrent_streams = c.streams == "on";
+  c.gpu.apply(t, "");
   runtime::BenchResult r;
   runtime::ProfileResult prof;
+  runtime::StartupTimes startup;
   std::int64_t device_used = -1;
+  const auto t_start = std::chrono::steady_clock::now();
+  double startup_s = 0;
   {
     runtime::Trainer trainer(bp, t);
+    startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    startup = trainer.startup();
     r = trainer.benchmark(c.warmup, c.steps, c.graphs == "on");
 #ifdef RENAISSANCE_HAVE_CUDA
     // Everything is allocated at start-up, so what is in use now is the peak: arena, workspace, library state.
@@ -148,6 +157,11 @@ void run_bench(const BenchCli& c) {
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
     j.kv("ranks", r.ranks).kv("images_per_s_per_rank", per_rank);
     j.kv("arena_bytes", r.arena_bytes).kv("captures", r.captures).kv("host_peak_bytes", host_peak);
+    j.kv("deterministic", t.deterministic).kv("conv_api", c.gpu.conv_api);
+    j.kv("startup_s", startup_s).kv("startup_compile_s", startup.compile_s).kv("startup_engines_s", startup.engines_s);
+    j.kv("startup_capture_s", startup.capture_s).kv("startup_init_s", startup.init_s);
+    j.kv("engines_cached", startup.engines_cached).kv("engines_chosen", startup.engines_chosen);
+    j.kv("engines_legacy", startup.engines_legacy);
     if (device_used >= 0) j.kv("device_used_bytes", device_used);
     if (c.profile) {
       j.kv("profile_steps", prof.steps).kv("profile_total_ms_per_step", prof.total_ms_per_step);
@@ -155,6 +169,7 @@ void run_bench(const BenchCli& c) {
       json_profile_rows(j, "profile", prof.kernels);
       json_profile_rows(j, "profile_graphs", prof.graphs);
       json_profile_rows(j, "profile_graph_kernels", prof.graph_kernels);
+      json_profile_rows(j, "profile_nodes", prof.details);
     }
     j.end_object();
     std::puts(j.str().c_str());
@@ -171,6 +186,11 @@ void run_bench(const BenchCli& c) {
               static_cast<double>(r.arena_bytes) / (1 << 20), static_cast<long long>(r.captures));
   if (device_used >= 0) std::printf("   device memory in use %.1f MiB", static_cast<double>(device_used) / (1 << 20));
   std::printf("   host peak RSS %.1f MiB\n", static_cast<double>(host_peak) / (1 << 20));
+  std::printf("  start-up %.2f s: compile %.3f s, engines %.2f s (%lld from the cache, %lld chosen, %lld on the legacy "
+              "API), capture %.2f s, init %.2f s%s\n",
+              startup_s, startup.compile_s, startup.engines_s, static_cast<long long>(startup.engines_cached),
+              static_cast<long long>(startup.engines_chosen), static_cast<long long>(startup.engines_legacy),
+              startup.capture_s, startup.init_s, t.deterministic ? "" : "  (--deterministic off)");
   if (!c.profile) return;
   std::printf("\nprofile: %lld steps run node by node (un-captured; launch gaps included: for where the time goes, "
               "not throughput)\n",
@@ -180,6 +200,12 @@ void run_bench(const BenchCli& c) {
               prof.wall_ms_per_step > 0 ? 100.0 * (1.0 - prof.total_ms_per_step / prof.wall_ms_per_step) : 0.0);
   print_profile_table("subgraph", prof.graphs, false);
   print_profile_table("kernel", prof.kernels, true);
+  if (!prof.details.empty()) {
+    // Every convolution pass on its own row (all of them: which layers fell back to the legacy API shows here).
+    std::printf("\n  %-72s %-16s %10s\n", "convolution pass [engine]", "kernel", "ms/step");
+    for (const runtime::ProfileRow& x : prof.details)
+      std::printf("  %-72s %-16s %10.4f\n", x.label.c_str(), x.graph.c_str(), x.ms_per_step);
+  }
 }
 
 }  // namespace
@@ -206,6 +232,7 @@ void register_bench_command(CLI::App& app) {
   cmd->add_flag("--profile", c->profile,
                 "After the benchmark, time every kernel of un-captured steps: tables per subgraph and per kernel");
   cmd->add_option("--profile-steps", c->profile_steps, "Steps the profile times")->capture_default_str();
+  c->gpu.add_to(*cmd);
   add_comm_timeout_option(*cmd, c->comm_timeout);
   cmd->callback([c] { run_bench(*c); });
 }

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -111,7 +112,7 @@ void print_pool(const plan::CompiledPlan& p) {
   }
 }
 
-void print_json(const plan::CompiledPlan& p) {
+void print_json(const plan::CompiledPlan& p, double build_s, double compile_s) {
   const plan::ArchPlan& a = p.arch;
   JsonWriter j;
   j.begin_object();
@@ -151,6 +152,7 @@ void print_json(const plan::CompiledPlan& p) {
   j.end_array();
   j.key("graphs").begin_object().kv("train_nodes", static_cast<std::int64_t>(p.train.node_count()));
   j.kv("inference_nodes", static_cast<std::int64_t>(p.inference.node_count())).end_object();
+  j.key("startup").begin_object().kv("archplan_s", build_s).kv("compile_s", compile_s).end_object();
   j.end_object();
   std::puts(j.str().c_str());
 }
@@ -182,6 +184,8 @@ void register_plan_command(CLI::App& app) {
     bo.num_classes = opt->model.classes;
     bo.resolution = opt->model.resolution;
     plan::ArchPlan arch;
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
     try {
       arch = plan::ArchPlan::build(bp, bo);
     } catch (const Error& e) {
@@ -194,11 +198,17 @@ void register_plan_command(CLI::App& app) {
     }
     opt->cfg.optimizer = plan::optimizer_from_name(opt->optimizer);
     opt->cfg.reuse_memory = !opt->no_reuse;
+    const auto t1 = Clock::now();
     const plan::CompiledPlan compiled = plan::Compiler::compile(arch, opt->cfg);
-    if (opt->json)
-      print_json(compiled);
-    else
+    const double build_s = std::chrono::duration<double>(t1 - t0).count();
+    const double compile_s = std::chrono::duration<double>(Clock::now() - t1).count();
+    if (opt->json) {
+      print_json(compiled, build_s, compile_s);
+    } else {
       print_text(compiled);
+      // On the device `train` and `bench` add engine choice and capture to this (they report their own start-up).
+      fmt::print("Start-up on the host: ArchPlan {:.1f} ms, Compiler {:.1f} ms\n", 1e3 * build_s, 1e3 * compile_s);
+    }
     if (opt->pool && !opt->json) print_pool(compiled);
   });
 }

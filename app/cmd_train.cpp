@@ -1,6 +1,7 @@
 // `renaissance train`: train a model on an HDF5 dataset through the static plan.
 #include "checkpoint_options.h"
 #include "commands.h"
+#include "gpu_options.h"
 #include "json_writer.h"
 #include "model_options.h"
 #include "run_config.h"
@@ -44,6 +45,7 @@ struct TrainCli {
   bool no_validate = false;
   double comm_timeout = 0;
   CheckpointCli ckpt;  ///< --checkpoint-dir, --checkpoint-every, --keep, --resume, --loss-log
+  GpuOptions gpu;      ///< --deterministic, --engine-cache, --conv-api
 };
 
 /// Progress: a bar with images/s and ETA on a terminal, one line per epoch otherwise (Slurm logs).
@@ -119,6 +121,10 @@ void run_train(TrainCli& c) {
   c.t.data_path = c.data;
   const blueprint::BluePrint bp = c.model.load();
   c.ckpt.apply(c.t);
+  const std::string run_dir = !c.t.checkpoint_dir.empty() ? c.t.checkpoint_dir
+                              : !c.save.empty()           ? std::filesystem::path(c.save).parent_path().string()
+                                                          : std::string();
+  c.gpu.apply(c.t, run_dir.empty() && !c.save.empty() ? "." : run_dir);
   runtime::Trainer trainer(bp, c.t);
   const bool resumed = c.ckpt.resume_into(trainer, root);
   if (root && comm)
@@ -245,6 +251,7 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--save", c->save, "Write the trained weights (HDF5: /params, /bn, /ema) to this file");
   cmd->add_option("--config", c->config, "run.yaml: any of these options as keys (the command line wins)");
   c->ckpt.add_to(*cmd);
+  c->gpu.add_to(*cmd);
   add_comm_timeout_option(*cmd, c->comm_timeout);
   cmd->add_flag("--sync-bn", c->t.sync_bn,
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks; CPU ranks)");

@@ -1,12 +1,17 @@
 #include <kernels/cuda/conv.h>
 
+#include <kernels/cuda/conv_graph.h>
 #include <kernels/cuda/dnn_bias.h>
+#include <kernels/cuda/engine_cache.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 namespace renaissance::cuda {
 
@@ -228,17 +233,6 @@ const char* pass_name(ConvPass p) {
   return "?";
 }
 
-// ---- process-wide algorithm cache ------------------------------------------------------------------------------------
-
-std::mutex& cache_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::map<std::string, PassChoice>& cache() {
-  static std::map<std::string, PassChoice> c;
-  return c;
-}
-
 /// Bump-allocates 256-byte-aligned pieces of a workspace.
 struct Carve {
   char* p;
@@ -249,7 +243,83 @@ struct Carve {
   }
 };
 
+// ---- pass variants --------------------------------------------------------------------------------------------------
+// 0 forward, 1 backward data, 2 backward filter, 3 backward data accumulating, 4 backward filter accumulating.
+constexpr int kVariants = 5;
+int variant_of(ConvPass p, bool accumulate) {
+  return p == ConvPass::Forward ? 0 : static_cast<int>(p) + (accumulate ? 2 : 0);
+}
+ConvPass pass_of(int v) { return v == 0 ? ConvPass::Forward : static_cast<ConvPass>(v > 2 ? v - 2 : v); }
+bool accumulates(int v) { return v > 2; }
+unsigned bit_of(int v) { return conv_pass_bit(pass_of(v), accumulates(v)); }
+
+// ---- timing ------------------------------------------------------------------------------------------------------------
+constexpr int kTimedCandidates = 4;   // graph plans timed per pass (the heuristics' best that build)
+constexpr int kScannedCandidates = 24;  // heuristics entries tried for them
+constexpr int kWarmups = 2, kTimedRuns = 5;
+/// A later candidate replaces the best so far only when it is faster by more than this: timing noise alone must
+/// not flip a choice between near-equal engines.
+constexpr float kMinGain = 0.97f;
+
+/// Median milliseconds of `run` on the legacy default stream (setup: nothing else runs).
+float median_ms(const std::function<void()>& run) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  try {
+    for (int i = 0; i < kWarmups; ++i) run();
+    for (int i = 0; i < kTimedRuns; ++i) {
+      CUDA_CHECK(cudaEventRecord(a, nullptr));
+      run();
+      CUDA_CHECK(cudaEventRecord(b, nullptr));
+      CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms);
+    }
+  } catch (...) {
+    CUDA_CHECK_NOTHROW(cudaEventDestroy(a));
+    CUDA_CHECK_NOTHROW(cudaEventDestroy(b));
+    throw;
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+/// "NVIDIA H200 sm90 x132" for cache keys: a choice holds for this GPU model only.
+const std::string& device_key(int device) {
+  static std::mutex m;
+  static std::map<int, std::string> keys;
+  std::lock_guard<std::mutex> lock(m);
+  auto it = keys.find(device);
+  if (it != keys.end()) return it->second;
+  cudaDeviceProp p{};
+  CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return keys[device] = fmt::format("{} sm{}{} x{}", p.name, p.major, p.minor, p.multiProcessorCount);
+}
+
+std::mutex& seconds_mutex() {
+  static std::mutex m;
+  return m;
+}
+double& seconds_total() {
+  static double s = 0;
+  return s;
+}
+
 }  // namespace
+
+const char* conv_engine_name(ConvEngine e) {
+  switch (e) {
+    case ConvEngine::Auto: return "auto";
+    case ConvEngine::Graph: return "graph";
+    case ConvEngine::Legacy: return "legacy";
+  }
+  return "?";
+}
 
 // ---- ConvOp ------------------------------------------------------------------------------------------------------------
 
@@ -260,9 +330,15 @@ struct ConvOp::Impl {
   cudnnDataType_t data_type = CUDNN_DATA_FLOAT;
   TensorDesc x_strided, y_strided, x_compact, y_compact;
   FilterDesc w;
-  ConvDesc conv[3];  // one per pass: each carries the math type of its algorithm
-  PassChoice choice[3];
-  bool has[3] = {false, false, false};  // which passes were chosen
+  ConvDesc conv[3];  // legacy: one per pass, each carrying the math type of its algorithm
+  struct Variant {
+    bool has = false;
+    EngineChoice choice;
+    std::unique_ptr<GraphConv> graph;  ///< Api::Graph: the graph with its built plan
+    int plan = -1;                     ///< that plan's index in `graph`
+    std::string note;                  ///< why the legacy fallback was taken
+  };
+  Variant var[kVariants];
   bool chosen = false;
   DnnHandles* handles = nullptr;
 
@@ -278,15 +354,20 @@ struct ConvOp::Impl {
   }
   std::size_t x_stage_bytes() const { return x_padded() ? align256(x_rows() * spec.x.c * esize) : 0; }
   std::size_t y_stage_bytes() const { return y_padded() ? align256(y_rows() * spec.y.c * esize) : 0; }
+  /// Workspace bytes of the staging copies a pass makes (every pass stages whichever of x/dx and y/dy is padded).
+  std::size_t stage_bytes(ConvPass) const { return x_stage_bytes() + y_stage_bytes(); }
 
   PassDescs descs(ConvPass p, bool staged) const {
     return PassDescs{staged ? x_compact.d : x_strided.d, staged ? y_compact.d : y_strided.d, w.d,
                      conv[static_cast<int>(p)].d};
   }
 
-  std::size_t pass_bytes(ConvPass p) const {
-    const PassChoice& c = choice[static_cast<int>(p)];
-    std::size_t b = c.staged ? x_stage_bytes() + y_stage_bytes() + c.algo_ws : c.algo_ws;
+  std::size_t variant_bytes(int v) const {
+    const Variant& x = var[v];
+    if (!x.has) return 0;
+    const ConvPass p = pass_of(v);
+    const auto engine_ws = static_cast<std::size_t>(x.choice.workspace);
+    std::size_t b = x.choice.staged ? stage_bytes(p) + engine_ws : engine_ws;
     if (p == ConvPass::BackwardFilter) b = std::max(b, bias_grad_workspace_bytes(y_rows(), spec.y.c));
     return b;
   }
@@ -299,6 +380,25 @@ struct ConvOp::Impl {
                        dtype_name(s.dtype), s.allow_tf32, s.force_staging);
   }
 
+  GraphConvDesc graph_desc(int v, bool staged, bool deterministic, std::size_t limit) const {
+    GraphConvDesc d;
+    d.pass = pass_of(v);
+    // A staged data gradient accumulates in the copy back; a weight gradient is never staged itself.
+    d.accumulate = accumulates(v) && !(staged && d.pass == ConvPass::BackwardData);
+    d.x = spec.x;
+    d.y = spec.y;
+    d.x_cs = staged ? spec.x.c : x_cs;
+    d.y_cs = staged ? spec.y.c : y_cs;
+    const ConvParams& p = spec.params;
+    d.kernel_h = p.kernel_h, d.kernel_w = p.kernel_w, d.stride_h = p.stride_h, d.stride_w = p.stride_w;
+    d.pad_h = p.pad_h, d.pad_w = p.pad_w, d.groups = p.groups;
+    d.dtype = spec.dtype;
+    d.strict_fp32 = spec.dtype == DType::F32 && !spec.allow_tf32;
+    d.deterministic = deterministic;
+    d.workspace_limit = limit;
+    return d;
+  }
+
   void check_ref(const char* what, const TensorRef& t, const Shape& s, std::int64_t cs) const {
     RN_CHECK(t.ptr != nullptr, "conv {}: {} is null", signature(), what);
     RN_CHECK(t.shape == s, "conv {}: {} has shape {}, the op was set up for {}", signature(), what, t.shape.str(),
@@ -309,15 +409,260 @@ struct ConvOp::Impl {
     RN_CHECK(got == cs, "conv {}: {} has row stride {}, the op was set up for {}", signature(), what, got, cs);
   }
 
-  void check_run(ConvPass p, const Workspace& ws) const {
+  const Variant& check_run(int v, const Workspace& ws) const {
+    const ConvPass p = pass_of(v);
     RN_CHECK(chosen && handles, "conv {}: {} before choose()", signature(), pass_name(p));
-    RN_CHECK(has[static_cast<int>(p)], "conv {}: {} was not among the passes given to choose()", signature(),
-             pass_name(p));
-    const std::size_t need = pass_bytes(p);
+    RN_CHECK(var[v].has, "conv {}: {}{} was not among the passes given to choose()", signature(), pass_name(p),
+             accumulates(v) ? " (accumulating)" : "");
+    const std::size_t need = variant_bytes(v);
     RN_CHECK(ws.bytes >= need && (need == 0 || ws.ptr != nullptr), "conv {}: {} needs {} bytes of workspace, got {}",
              signature(), pass_name(p), need, ws.bytes);
     RN_CHECK(reinterpret_cast<std::uintptr_t>(ws.ptr) % kAlign == 0, "conv {}: workspace not 256-byte aligned",
              signature());
+    return var[v];
+  }
+
+  /// Runs variant v's conv on (already staged) pointers. x: x or dx, w: w or dw, y: y or dy. `beta` is for the
+  /// legacy API (the graph folds accumulation into its plan).
+  void run_conv(int v, cudaStream_t stream, const void* x, const void* w, const void* y, void* engine_ws,
+                float beta) const {
+    const Variant& x_ = var[v];
+    const ConvPass p = pass_of(v);
+    handles->set_stream(stream);
+    if (x_.choice.api == EngineChoice::Api::Graph) {
+      x_.graph->execute(handles->cudnn(), x_.plan, x, w, y, engine_ws);
+      return;
+    }
+    const float alpha = 1.0f;
+    const PassDescs d = descs(p, x_.choice.staged);
+    const std::size_t ws = static_cast<std::size_t>(x_.choice.workspace);
+    void* wsp = ws ? engine_ws : nullptr;
+    switch (p) {
+      case ConvPass::Forward:
+        CUDNN_CHECK(cudnnConvolutionForward(handles->cudnn(), &alpha, d.x, x, d.w, w, d.conv,
+                                            static_cast<cudnnConvolutionFwdAlgo_t>(x_.choice.algo), wsp, ws, &beta,
+                                            d.y, const_cast<void*>(y)));
+        break;
+      case ConvPass::BackwardData:
+        CUDNN_CHECK(cudnnConvolutionBackwardData(handles->cudnn(), &alpha, d.w, w, d.y, y, d.conv,
+                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(x_.choice.algo), wsp, ws,
+                                                 &beta, d.x, const_cast<void*>(x)));
+        break;
+      case ConvPass::BackwardFilter:
+        CUDNN_CHECK(cudnnConvolutionBackwardFilter(handles->cudnn(), &alpha, d.x, x, d.y, y, d.conv,
+                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(x_.choice.algo), wsp,
+                                                   ws, &beta, d.w, const_cast<void*>(w)));
+        break;
+    }
+  }
+
+  // ---- choosing ------------------------------------------------------------------------------------------------------
+
+  struct Setup {
+    DnnHandles* handles = nullptr;
+    ConvChoose how;
+    std::size_t limit = 0;          ///< engine workspace limit
+    void* engine_ws = nullptr;      ///< where timed engines get their workspace (null: no timing)
+    ConvTensors t;                  ///< the tensors to time on
+    bool can_time = false;
+  };
+
+  /// The tensors a timed run of a (staged) pass uses, as the real run would: a staged run reads and writes compact
+  /// copies at the front of the workspace (never the padded tensors themselves, whose padding lanes must stay
+  /// zero), the engine's workspace after them.
+  ConvTensors timing_tensors(const Setup& st, bool staged, void** engine_ws) const {
+    ConvTensors t = st.t;
+    Carve carve{static_cast<char*>(st.engine_ws)};
+    if (staged) {
+      if (x_padded()) t.x = carve.take(x_stage_bytes());
+      if (y_padded()) t.y = carve.take(y_stage_bytes());
+    }
+    *engine_ws = carve.p;
+    return t;
+  }
+
+  /// The graph API for variant v: the first (heuristics mode A, else FALLBACK) list that has candidates, the best few
+  /// of them built and, when timing, timed. Tries the strided layout first, then compact staging copies.
+  bool choose_graph(int v, const Setup& st, bool deterministic, std::string* notes) {
+    // cudnn-frontend reports through error_t, but some of its paths throw: a throw is an unsupported graph here.
+    try {
+      return choose_graph_impl(v, st, deterministic, notes);
+    } catch (const std::exception& e) {
+      (void)cudaGetLastError();
+      *notes += fmt::format(" [graph: {}]", e.what());
+      return false;
+    }
+  }
+  bool choose_graph_impl(int v, const Setup& st, bool deterministic, std::string* notes) {
+    const ConvPass p = pass_of(v);
+    const bool can_stage = x_padded() || y_padded();
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const bool staged = attempt == 1 || spec.force_staging;
+      if (attempt == 1 && (spec.force_staging || !can_stage)) break;
+      const std::size_t stage = staged ? stage_bytes(p) : 0;
+      if (stage > st.limit) continue;
+      for (const bool fallback_list : {false, true}) {
+        auto g = std::make_unique<GraphConv>(graph_desc(v, staged, deterministic, st.limit - stage), fallback_list);
+        std::string why;
+        const int n = g->query(st.handles->cudnn(), &why);
+        if (n == 0) {
+          *notes += fmt::format(" [graph{}{}: {}]", staged ? " staged" : "", fallback_list ? " fallback" : "", why);
+          continue;
+        }
+        int best = -1, built = 0;
+        float best_ms = 0;
+        std::string last;
+        for (int i = 0; i < n && i < kScannedCandidates && built < (st.can_time && st.how.time ? kTimedCandidates : 1);
+             ++i) {
+          if (!g->build(i, &last)) continue;
+          ++built;
+          float ms = -1.0f;
+          if (st.can_time && st.how.time) {
+            // staged engines are timed without the copies (their cost is the same for every candidate)
+            void* ews = nullptr;
+            const ConvTensors t = timing_tensors(st, staged, &ews);
+            try {
+              ms = median_ms([&] { g->execute(st.handles->cudnn(), i, t.x, t.w, t.y, ews); });
+            } catch (const Error& e) {
+              (void)cudaGetLastError();
+              last = e.what();
+              continue;
+            }
+          }
+          if (best < 0 || (ms >= 0 && ms < best_ms * kMinGain)) {
+            best = i;
+            best_ms = ms;
+          }
+        }
+        if (best < 0) {
+          *notes += fmt::format(" [graph{}{}: {} candidates, none built: {}]", staged ? " staged" : "",
+                                fallback_list ? " fallback" : "", n, last);
+          continue;
+        }
+        Variant& x = var[v];
+        x.choice = EngineChoice{};
+        x.choice.api = EngineChoice::Api::Graph;
+        x.choice.staged = staged;
+        x.choice.graph = g->config(best);
+        x.choice.deterministic = deterministic;
+        x.choice.time_ms = best_ms;
+        x.choice.workspace = g->workspace(best);
+        x.plan = best;
+        x.graph = std::move(g);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// The legacy API for variant v (one choice per pass, shared by its accumulate variants).
+  bool choose_legacy(int v, const Setup& st, bool deterministic, std::string* notes) {
+    const ConvPass p = pass_of(v);
+    for (int other : {1, 2, 3, 4}) {  // the other accumulate variant of the same pass already chose
+      if (other == v || pass_of(other) != p || !var[other].has || var[other].choice.api != EngineChoice::Api::Legacy)
+        continue;
+      var[v].choice = var[other].choice;
+      return true;
+    }
+    SearchRules rules;
+    rules.deterministic = deterministic;
+    rules.strict_fp32 = spec.dtype == DType::F32 && !spec.allow_tf32;
+    rules.request = spec.dtype == DType::F16 ? CUDNN_TENSOR_OP_MATH
+                    : rules.strict_fp32      ? CUDNN_FMA_MATH
+                                             : CUDNN_DEFAULT_MATH;  // FP32 with TF32 allowed
+    const bool can_stage = x_padded() || y_padded();
+    std::optional<PassChoice> found;
+    for (int attempt = 0; attempt < 2 && !found; ++attempt) {
+      const bool staged = attempt == 1 || spec.force_staging;
+      if (attempt == 1 && (spec.force_staging || !can_stage)) break;
+      const std::size_t stage = staged ? stage_bytes(p) : 0;
+      if (stage > st.limit) continue;
+      rules.limit = st.limit - stage;
+      void* ews = nullptr;
+      const ConvTensors t = st.can_time ? timing_tensors(st, staged, &ews) : ConvTensors{};
+      FindBuffers fb{t.x, t.w, t.y, ews};
+      const PassDescs d = descs(p, staged);
+      const FindBuffers* f = st.can_time && st.how.time ? &fb : nullptr;
+      switch (p) {
+        case ConvPass::Forward: found = search<FwdTraits>(st.handles->cudnn(), d, f, rules, notes); break;
+        case ConvPass::BackwardData: found = search<BwdDataTraits>(st.handles->cudnn(), d, f, rules, notes); break;
+        case ConvPass::BackwardFilter: found = search<BwdFilterTraits>(st.handles->cudnn(), d, f, rules, notes); break;
+      }
+      if (found) found->staged = staged;
+    }
+    if (!found) return false;
+    EngineChoice& c = var[v].choice;
+    c = EngineChoice{};
+    c.api = EngineChoice::Api::Legacy;
+    c.staged = found->staged;
+    c.algo = found->algo;
+    c.math = static_cast<int>(found->math);
+    c.deterministic = found->deterministic;
+    c.time_ms = found->time_ms;
+    c.workspace = static_cast<std::int64_t>(found->algo_ws);
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv[static_cast<int>(p)].d, found->math));
+    return true;
+  }
+
+  /// A cached choice made real: the graph plan rebuilt from its engine and knobs, or the legacy algorithm set.
+  bool adopt(int v, const EngineChoice& c, const Setup& st, bool deterministic, std::string* why) {
+    Variant& x = var[v];
+    const ConvPass p = pass_of(v);
+    if (c.api == EngineChoice::Api::Legacy) {
+      for (int other : {1, 2, 3, 4})  // the accumulate variants of a pass share its legacy descriptor
+        if (other != v && pass_of(other) == p && var[other].has && var[other].choice.api == EngineChoice::Api::Legacy &&
+            (var[other].choice.algo != c.algo || var[other].choice.math != c.math)) {
+          *why = "the other variant of the pass uses another legacy algorithm";
+          return false;
+        }
+      const auto math = static_cast<cudnnMathType_t>(c.math);
+      if (cudnnSetConvolutionMathType(conv[static_cast<int>(p)].d, math) != CUDNN_STATUS_SUCCESS) {
+        *why = "the cached math type is not accepted";
+        return false;
+      }
+      std::size_t bytes = 0;
+      const PassDescs d = descs(p, c.staged);
+      cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+      switch (p) {
+        case ConvPass::Forward:
+          s = FwdTraits::ws_size(st.handles->cudnn(), d, static_cast<FwdTraits::Algo>(c.algo), &bytes);
+          break;
+        case ConvPass::BackwardData:
+          s = BwdDataTraits::ws_size(st.handles->cudnn(), d, static_cast<BwdDataTraits::Algo>(c.algo), &bytes);
+          break;
+        case ConvPass::BackwardFilter:
+          s = BwdFilterTraits::ws_size(st.handles->cudnn(), d, static_cast<BwdFilterTraits::Algo>(c.algo), &bytes);
+          break;
+      }
+      if (s != CUDNN_STATUS_SUCCESS || bytes > st.limit) {
+        *why = "the cached legacy algorithm is not available with this workspace";
+        return false;
+      }
+      x.choice = c;
+      x.choice.workspace = static_cast<std::int64_t>(bytes);
+      return true;
+    }
+    const std::size_t stage = c.staged ? stage_bytes(p) : 0;
+    if (stage > st.limit) {
+      *why = "staging does not fit the workspace";
+      return false;
+    }
+    std::unique_ptr<GraphConv> g;
+    int i = -1;
+    try {
+      g = std::make_unique<GraphConv>(graph_desc(v, c.staged, deterministic, st.limit - stage));
+      i = g->replay(st.handles->cudnn(), c.graph, why);
+    } catch (const std::exception& e) {
+      (void)cudaGetLastError();
+      *why = e.what();
+      return false;
+    }
+    if (i < 0) return false;
+    x.choice = c;
+    x.choice.workspace = g->workspace(i);
+    x.plan = i;
+    x.graph = std::move(g);
+    return true;
   }
 };
 
@@ -385,93 +730,97 @@ std::size_t ConvOp::find_scratch_bytes(std::size_t workspace_limit) const {
 
 void ConvOp::choose(DnnHandles& handles, void* workspace_ptr, std::size_t workspace_bytes, bool deterministic,
                     unsigned passes) {
-  Impl& s = *m;
-  RN_CHECK((passes & kAllConvPasses) != 0, "conv {}: choose() without a pass", s.signature());
-  const std::size_t tensors = find_scratch_bytes(0);
-  FindBuffers buffers{};
-  SearchRules rules;
-  rules.deterministic = deterministic;
-  rules.strict_fp32 = s.spec.dtype == DType::F32 && !s.spec.allow_tf32;
-  rules.request = s.spec.dtype == DType::F16 ? CUDNN_TENSOR_OP_MATH
-                  : rules.strict_fp32        ? CUDNN_FMA_MATH
-                                             : CUDNN_DEFAULT_MATH;  // FP32 with TF32 allowed
-  if (workspace_ptr) {
-    RN_CHECK(workspace_bytes >= tensors,
-             "conv {}: setup scratch of {} bytes holds less than the {} bytes of tensors (find_scratch_bytes)",
-             s.signature(), workspace_bytes, tensors);
-    RN_CHECK(reinterpret_cast<std::uintptr_t>(workspace_ptr) % kAlign == 0,
-             "conv {}: setup scratch not 256-byte aligned", s.signature());
-    Carve carve{static_cast<char*>(workspace_ptr)};
-    buffers.x = carve.take(s.x_bytes());
-    buffers.w = carve.take(s.w_bytes());
-    buffers.y = carve.take(s.y_bytes());
-    buffers.ws = carve.p;
-    rules.limit = workspace_bytes - tensors;
-  } else {
-    rules.limit = workspace_bytes;
-  }
+  ConvChoose how;
+  how.deterministic = deterministic;
+  choose(handles, workspace_ptr, workspace_bytes, how, passes);
+}
 
+void ConvOp::choose(DnnHandles& handles, void* workspace_ptr, std::size_t workspace_bytes, const ConvChoose& how,
+                    unsigned passes) {
+  Impl& s = *m;
+  const auto t0 = std::chrono::steady_clock::now();
+  RN_CHECK((passes & kAllConvPasses) != 0, "conv {}: choose() without a pass", s.signature());
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   RN_CHECK(device == handles.device(), "conv {}: handles of device {} used on device {}", s.signature(),
            handles.device(), device);
-  const std::string base = fmt::format("dev{} cudnn{} {} det={} limit={} {}", device, cudnnGetVersion(),
-                                       s.signature(), deterministic, rules.limit, workspace_ptr ? "find" : "heur");
-  bool scratch_ready = false;
-  handles.set_stream(nullptr);  // setup runs on the legacy default stream
-
-  for (int pi = 0; pi < 3; ++pi) {
-    const ConvPass pass = static_cast<ConvPass>(pi);
-    if (!(passes & conv_pass_bit(pass))) continue;  // a pass this node never runs needs no algorithm
-    s.has[pi] = true;
-    const std::string key = fmt::format("{} {}", base, pi);
-    {
-      std::lock_guard<std::mutex> lock(cache_mutex());
-      auto it = cache().find(key);
-      if (it != cache().end()) {
-        s.choice[pi] = it->second;
-        CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv[pi].d, s.choice[pi].math));
-        continue;
-      }
-    }
-    if (workspace_ptr && !scratch_ready) {
+  Impl::Setup st;
+  st.handles = &handles;
+  st.how = how;
+  if (workspace_ptr) {
+    RN_CHECK(reinterpret_cast<std::uintptr_t>(workspace_ptr) % kAlign == 0,
+             "conv {}: setup scratch not 256-byte aligned", s.signature());
+    if (how.tensors) {
+      st.t = *how.tensors;
+      st.engine_ws = workspace_ptr;
+      st.limit = workspace_bytes;
+      st.can_time = st.t.x && st.t.w && st.t.y;
+    } else {
+      const std::size_t tensors = find_scratch_bytes(0);
+      RN_CHECK(workspace_bytes >= tensors,
+               "conv {}: setup scratch of {} bytes holds less than the {} bytes of tensors (find_scratch_bytes)",
+               s.signature(), workspace_bytes, tensors);
+      Carve carve{static_cast<char*>(workspace_ptr)};
+      st.t.x = carve.take(s.x_bytes());
+      st.t.w = carve.take(s.w_bytes());
+      st.t.y = carve.take(s.y_bytes());
+      st.engine_ws = carve.p;
+      st.limit = workspace_bytes - tensors;
+      st.can_time = true;
       // Defined contents (zeros) for the timed runs: no NaN/denormal slow paths, no uninitialised reads.
       CUDA_CHECK(cudaMemset(workspace_ptr, 0, tensors));
-      scratch_ready = true;
     }
-    std::string notes;
-    std::optional<PassChoice> found;
-    const bool can_stage = s.x_padded() || s.y_padded();
-    for (int attempt = 0; attempt < 2 && !found; ++attempt) {
-      const bool staged = attempt == 1 || s.spec.force_staging;
-      if (attempt == 1 && (s.spec.force_staging || !can_stage)) break;
-      const PassDescs d = s.descs(pass, staged);
-      const FindBuffers* fb = workspace_ptr ? &buffers : nullptr;
-      switch (pass) {
-        case ConvPass::Forward: found = search<FwdTraits>(handles.cudnn(), d, fb, rules, &notes); break;
-        case ConvPass::BackwardData: found = search<BwdDataTraits>(handles.cudnn(), d, fb, rules, &notes); break;
-        case ConvPass::BackwardFilter: found = search<BwdFilterTraits>(handles.cudnn(), d, fb, rules, &notes); break;
-      }
-      if (found) found->staged = staged;
-    }
-    RN_CHECK(found.has_value(),
-             "conv {}: no cuDNN {} algorithm (deterministic={}, workspace limit {} bytes):{}", s.signature(),
-             pass_name(pass), deterministic, rules.limit, notes);
-    s.choice[pi] = *found;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv[pi].d, found->math));
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    cache()[key] = *found;
+  } else {
+    st.limit = workspace_bytes;
   }
-  if (scratch_ready) CUDA_CHECK(cudaDeviceSynchronize());
+  handles.set_stream(nullptr);  // setup runs on the legacy default stream
+  EngineCache& cache = EngineCache::global();
+  const std::string base =
+      fmt::format("{} cudnn{} {} {} det={} limit={} {} {}", device_key(device), cudnnGetVersion(),
+                  cudnn_frontend_version(), s.signature(), how.deterministic, st.limit,
+                  st.can_time && how.time ? "timed" : "heur", conv_engine_name(how.engine));
+  for (int v = 0; v < kVariants; ++v) {
+    if (!(passes & bit_of(v))) continue;  // a pass this node never runs needs no engine
+    Impl::Variant& var = s.var[v];
+    var = Impl::Variant{};
+    const std::string key = fmt::format("{} {}{}", base, pass_name(pass_of(v)), accumulates(v) ? " acc" : "");
+    std::string why;
+    if (auto hit = cache.find(key); hit && s.adopt(v, *hit, st, how.deterministic, &why)) {
+      var.has = true;
+      cache.count(true);
+      continue;
+    }
+    cache.count(false);
+    std::string notes;
+    if (!why.empty()) notes = fmt::format(" [cached choice not usable: {}]", why);
+    bool ok = how.engine != ConvEngine::Legacy && s.choose_graph(v, st, how.deterministic, &notes);
+    if (!ok && how.engine != ConvEngine::Graph) {
+      ok = s.choose_legacy(v, st, how.deterministic, &notes);
+      if (ok && how.engine == ConvEngine::Auto) {
+        var.choice.fallback = true;
+        var.note = notes;
+      }
+    }
+    if (ok && var.note.empty() && !why.empty()) var.note = fmt::format(" [cached choice not usable: {}]", why);
+    RN_CHECK(ok, "conv {}: no cuDNN {} engine{} (deterministic={}, {} API, workspace limit {} bytes):{}",
+             s.signature(), pass_name(pass_of(v)), accumulates(v) ? " for the accumulating pass" : "",
+             how.deterministic, conv_engine_name(how.engine), st.limit, notes);
+    var.has = true;
+    cache.put(key, var.choice);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
   s.handles = &handles;
   s.chosen = true;
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(seconds_mutex());
+  seconds_total() += sec;
 }
 
 bool ConvOp::chosen() const { return m->chosen; }
 
 std::size_t ConvOp::workspace_bytes(ConvPass pass) const {
   RN_CHECK(m->chosen, "conv {}: workspace_bytes() before choose()", m->signature());
-  return m->has[static_cast<int>(pass)] ? m->pass_bytes(pass) : 0;
+  return std::max(m->variant_bytes(variant_of(pass, false)), m->variant_bytes(variant_of(pass, true)));
 }
 
 std::size_t ConvOp::workspace_bytes() const {
@@ -479,30 +828,47 @@ std::size_t ConvOp::workspace_bytes() const {
                    workspace_bytes(ConvPass::BackwardFilter)});
 }
 
-std::string ConvOp::describe(ConvPass pass) const {
-  if (!m->chosen || !m->has[static_cast<int>(pass)]) return "not chosen";
-  const PassChoice& c = m->choice[static_cast<int>(pass)];
-  std::string s = fmt::format("{} {}, {}, {} B workspace, {}, {}", pass_name(pass), algo_name(pass, c.algo),
-                              math_name(c.math), m->pass_bytes(pass), c.staged ? "staged (compact copies)" : "strided",
-                              c.deterministic ? "deterministic" : "non-deterministic");
-  if (c.timed) s += fmt::format(", {:.3f} ms", c.time_ms);
+bool ConvOp::uses_graph(ConvPass pass, bool accumulate) const {
+  const Impl::Variant& v = m->var[variant_of(pass, accumulate)];
+  return m->chosen && v.has && v.choice.api == EngineChoice::Api::Graph;
+}
+
+std::string ConvOp::engine_label(ConvPass pass, bool accumulate) const {
+  const int vi = variant_of(pass, accumulate);
+  const Impl::Variant& v = m->var[vi];
+  if (!m->chosen || !v.has) return "not chosen";
+  const EngineChoice& c = v.choice;
+  if (c.api == EngineChoice::Api::Graph) return fmt::format("graph {}{}", c.graph.name, c.staged ? " staged" : "");
+  return fmt::format("legacy {}{}{}", algo_name(pass, c.algo), c.staged ? " staged" : "",
+                     c.fallback ? " (fallback)" : "");
+}
+
+std::string ConvOp::describe(ConvPass pass, bool accumulate) const {
+  const int vi = variant_of(pass, accumulate);
+  const Impl::Variant& v = m->var[vi];
+  if (!m->chosen || !v.has) return "not chosen";
+  const EngineChoice& c = v.choice;
+  std::string s = fmt::format("{}{}: {}", pass_name(pass), accumulate ? " (accumulating)" : "", engine_label(pass, accumulate));
+  if (c.api == EngineChoice::Api::Legacy) s += fmt::format(", {}", math_name(static_cast<cudnnMathType_t>(c.math)));
+  s += fmt::format(", {} B workspace, {}", m->variant_bytes(vi), c.staged ? "staged (compact copies)" : "strided");
+  s += c.deterministic ? ", deterministic" : ", non-deterministic or unknown";
+  if (c.time_ms >= 0) s += fmt::format(", {:.3f} ms", c.time_ms);
+  if (!v.note.empty()) s += ";" + v.note;
   return s;
 }
 
 void ConvOp::forward(cudaStream_t stream, const TensorRef& x, const void* w, const float* bias, const TensorRef& y,
-                     Workspace workspace, float alpha) const {
+                     Workspace workspace) const {
   const Impl& s = *m;
-  s.check_run(ConvPass::Forward, workspace);
+  const int v = 0;
+  const Impl::Variant& var = s.check_run(v, workspace);
   s.check_ref("x", x, s.spec.x, s.x_cs);
   s.check_ref("y", y, s.spec.y, s.y_cs);
   RN_CHECK(w != nullptr, "conv {}: null weights", s.signature());
-  const PassChoice& c = s.choice[static_cast<int>(ConvPass::Forward)];
-  const float beta = 0.0f;
-  s.handles->set_stream(stream);
   Carve carve{static_cast<char*>(workspace.ptr)};
   const void* xp = x.ptr;
   void* yp = y.ptr;
-  if (c.staged) {
+  if (var.choice.staged) {
     if (s.x_padded()) {
       void* xs = carve.take(s.x_stage_bytes());
       copy_rows(stream, x.ptr, s.x_cs, xs, s.spec.x.c, s.spec.dtype, s.x_rows(), s.spec.x.c, 0.0f);
@@ -510,28 +876,24 @@ void ConvOp::forward(cudaStream_t stream, const TensorRef& x, const void* w, con
     }
     if (s.y_padded()) yp = carve.take(s.y_stage_bytes());
   }
-  const PassDescs d = s.descs(ConvPass::Forward, c.staged);
-  CUDNN_CHECK(cudnnConvolutionForward(s.handles->cudnn(), &alpha, d.x, xp, d.w, w, d.conv,
-                                      static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), c.algo_ws ? carve.p : nullptr,
-                                      c.algo_ws, &beta, d.y, yp));
+  s.run_conv(v, stream, xp, w, yp, carve.p, 0.0f);
   if (yp != y.ptr) copy_rows(stream, yp, s.spec.y.c, y.ptr, s.y_cs, s.spec.dtype, s.y_rows(), s.spec.y.c, 0.0f);
   if (bias) add_bias_rows(stream, y.ptr, s.spec.dtype, s.y_rows(), s.spec.y.c, s.y_cs, bias);
 }
 
 void ConvOp::backward_data(cudaStream_t stream, const TensorRef& dy, const void* w, const TensorRef& dx,
-                           bool accumulate, Workspace workspace, float alpha) const {
+                           bool accumulate, Workspace workspace) const {
   const Impl& s = *m;
-  s.check_run(ConvPass::BackwardData, workspace);
+  const int v = variant_of(ConvPass::BackwardData, accumulate);
+  const Impl::Variant& var = s.check_run(v, workspace);
   s.check_ref("dy", dy, s.spec.y, s.y_cs);
   s.check_ref("dx", dx, s.spec.x, s.x_cs);
   RN_CHECK(w != nullptr, "conv {}: null weights", s.signature());
-  const PassChoice& c = s.choice[static_cast<int>(ConvPass::BackwardData)];
   const float beta = accumulate ? 1.0f : 0.0f;
-  s.handles->set_stream(stream);
   Carve carve{static_cast<char*>(workspace.ptr)};
   const void* dyp = dy.ptr;
   void* dxp = dx.ptr;
-  if (c.staged) {
+  if (var.choice.staged) {
     if (s.y_padded()) {
       void* ys = carve.take(s.y_stage_bytes());
       copy_rows(stream, dy.ptr, s.y_cs, ys, s.spec.y.c, s.spec.dtype, s.y_rows(), s.spec.y.c, 0.0f);
@@ -539,28 +901,24 @@ void ConvOp::backward_data(cudaStream_t stream, const TensorRef& dy, const void*
     }
     if (s.x_padded()) dxp = carve.take(s.x_stage_bytes());
   }
-  const PassDescs d = s.descs(ConvPass::BackwardData, c.staged);
   const float conv_beta = dxp == dx.ptr ? beta : 0.0f;  // a staged dx is accumulated by the copy back
-  CUDNN_CHECK(cudnnConvolutionBackwardData(s.handles->cudnn(), &alpha, d.w, w, d.y, dyp, d.conv,
-                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-                                           c.algo_ws ? carve.p : nullptr, c.algo_ws, &conv_beta, d.x, dxp));
+  s.run_conv(v, stream, dxp, w, dyp, carve.p, conv_beta);
   if (dxp != dx.ptr) copy_rows(stream, dxp, s.spec.x.c, dx.ptr, s.x_cs, s.spec.dtype, s.x_rows(), s.spec.x.c, beta);
 }
 
 void ConvOp::backward_filter(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, void* dw, float* db,
-                             bool accumulate, Workspace workspace, float alpha) const {
+                             bool accumulate, Workspace workspace) const {
   const Impl& s = *m;
-  s.check_run(ConvPass::BackwardFilter, workspace);
+  const int v = variant_of(ConvPass::BackwardFilter, accumulate);
+  const Impl::Variant& var = s.check_run(v, workspace);
   s.check_ref("x", x, s.spec.x, s.x_cs);
   s.check_ref("dy", dy, s.spec.y, s.y_cs);
   RN_CHECK(dw != nullptr, "conv {}: null weight gradient", s.signature());
-  const PassChoice& c = s.choice[static_cast<int>(ConvPass::BackwardFilter)];
   const float beta = accumulate ? 1.0f : 0.0f;
-  s.handles->set_stream(stream);
   Carve carve{static_cast<char*>(workspace.ptr)};
   const void* xp = x.ptr;
   const void* dyp = dy.ptr;
-  if (c.staged) {
+  if (var.choice.staged) {
     if (s.x_padded()) {
       void* xs = carve.take(s.x_stage_bytes());
       copy_rows(stream, x.ptr, s.x_cs, xs, s.spec.x.c, s.spec.dtype, s.x_rows(), s.spec.x.c, 0.0f);
@@ -572,19 +930,18 @@ void ConvOp::backward_filter(cudaStream_t stream, const TensorRef& x, const Tens
       dyp = ys;
     }
   }
-  const PassDescs d = s.descs(ConvPass::BackwardFilter, c.staged);
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(s.handles->cudnn(), &alpha, d.x, xp, d.y, dyp, d.conv,
-                                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-                                             c.algo_ws ? carve.p : nullptr, c.algo_ws, &beta, d.w, dw));
+  s.run_conv(v, stream, xp, dw, dyp, carve.p, beta);
   // The workspace is free again once the filter gradient is queued (same stream): the reduction reuses its front.
   if (db)
-    bias_grad_rows(stream, dy.ptr, s.spec.dtype, s.y_rows(), s.spec.y.c, s.y_cs, db, accumulate, alpha,
+    bias_grad_rows(stream, dy.ptr, s.spec.dtype, s.y_rows(), s.spec.y.c, s.y_cs, db, accumulate, 1.0f,
                    workspace.ptr, workspace.bytes);
 }
 
-std::size_t ConvOp::algo_cache_size() {
-  std::lock_guard<std::mutex> lock(cache_mutex());
-  return cache().size();
+std::size_t ConvOp::algo_cache_size() { return EngineCache::global().size(); }
+
+double ConvOp::choose_seconds() {
+  std::lock_guard<std::mutex> lock(seconds_mutex());
+  return seconds_total();
 }
 
 }  // namespace renaissance::cuda

@@ -2,11 +2,17 @@
 // ([out][kh][kw][in/groups]), zero padding, groups. The same formulas as kernels/cpu/conv2d.h; arithmetic in FP32
 // (FP16 storage uses FP32 compute), so FP32 matches the CPU kernels to ~1e-6 of max|y|.
 //
-// Life cycle (DESIGN §7, §11.5): construct once per layer shape at setup (descriptors only), `choose` the three
-// algorithms once (timed search or heuristics, cached process-wide per shape), size one workspace from
-// `workspace_bytes()`, then run the passes as often as needed, also inside CUDA graph captures: the passes never
-// allocate, synchronise or search. Run every pass once outside a capture before the first capture (cuDNN loads
-// its kernels lazily).
+// Engines (DESIGN §11 lever 5): each pass runs through cuDNN's graph API (cudnn-frontend, conv_graph.h): the
+// engine configurations of cuDNN's heuristics, restricted by the numerics rules and the determinism setting, the
+// best few built and timed once on the real shapes, the fastest kept. cuDNN's legacy cudnnConvolution* API is the
+// fallback for a pass no graph plan supports (describe() and the profile say which). Choices are remembered in the
+// EngineCache (engine_cache.h) per shape, GPU and library version, so identical layers share one timing and a
+// saved cache makes the next start-up choose the same engines without timing again.
+//
+// Life cycle: construct once per layer shape at setup (descriptors only), `choose` the engines of the passes that
+// will run (setup only: builds plans, times, synchronises), size one workspace from `workspace_bytes()`, then run
+// the passes as often as needed, also inside CUDA graph captures: the passes never allocate, synchronise or search.
+// Run every pass once outside a capture before the first capture (cuDNN loads its kernels lazily).
 #pragma once
 
 #include <kernels/cuda/common.h>
@@ -41,12 +47,44 @@ struct ConvSpec {
 };
 
 enum class ConvPass : std::uint8_t { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
-constexpr unsigned conv_pass_bit(ConvPass p) { return 1u << static_cast<unsigned>(p); }
-constexpr unsigned kAllConvPasses = 7u;
+/// A pass as it will run: the gradients either overwrite their output or accumulate into it (dx of a residual
+/// branch). Each combination that will run gets its own engine (an accumulating graph adds the old output in the
+/// epilogue).
+constexpr unsigned conv_pass_bit(ConvPass p, bool accumulate = false) {
+  return 1u << (static_cast<unsigned>(p) + (accumulate && p != ConvPass::Forward ? 3u : 0u));
+}
+/// Every pass, overwriting and accumulating.
+constexpr unsigned kAllConvPasses = 0x37u;
 
-/// y = alpha · conv(x, w) + b, dx (+)= alpha · conv_bwd_data(dy, w), dw (+)= alpha · conv_bwd_filter(x, dy),
-/// db (+)= alpha · Σ_{n,h,w} dy; formulas in kernels/cpu/conv2d.h. Strict FP32 (the default) uses FMA math and only
-/// the GEMM-like and direct algorithms (no FFT or Winograd, whose transforms lose precision).
+/// Which cuDNN API the passes may use.
+enum class ConvEngine : std::uint8_t {
+  Auto,    ///< the graph API, the legacy API where no graph plan supports a pass
+  Graph,   ///< the graph API only: a pass without a graph plan is an error (tests)
+  Legacy,  ///< the legacy cudnnConvolution* API only (comparisons: `--conv-api legacy`)
+};
+const char* conv_engine_name(ConvEngine e);
+
+/// Real device tensors of the op's shape that choose() may time on (their contents are overwritten: setup only).
+/// x: x (dx), w: w (dw), y: y (dy). Null members: not available.
+struct ConvTensors {
+  void* x = nullptr;
+  void* w = nullptr;
+  void* y = nullptr;
+};
+
+/// How choose() picks.
+struct ConvChoose {
+  bool deterministic = true;           ///< only engines cuDNN marks deterministic
+  ConvEngine engine = ConvEngine::Auto;
+  bool time = true;                    ///< time the best candidates (false: the heuristics' first that builds)
+  /// Tensors to time on. Null: carved from the front of the setup workspace (see find_scratch_bytes); when they do
+  /// not fit, nothing is timed.
+  const ConvTensors* tensors = nullptr;
+};
+
+/// y = conv(x, w) + b, dx (+)= conv_bwd_data(dy, w), dw (+)= conv_bwd_filter(x, dy), db (+)= Σ_{n,h,w} dy; formulas
+/// in kernels/cpu/conv2d.h. Strict FP32 (the default) uses no tensor-core (TF32), FFT or Winograd engines, whose
+/// reduced-precision inputs or transforms lose precision.
 class ConvOp {
  public:
   /// Builds and checks the descriptors (y must be the shape the parameters give). No device work.
@@ -61,42 +99,51 @@ class ConvOp {
   /// out · kernel_h · kernel_w · (in / groups)
   std::int64_t weight_elems() const;
 
-  /// Bytes of the setup scratch for a timed search (x, w and y tensors, then up to `workspace_limit` bytes of
-  /// algorithm workspace): pass a buffer of this size to `choose`.
+  /// Bytes of the setup scratch for timing on carved tensors (x, w and y, then up to `workspace_limit` bytes of
+  /// engine workspace): pass a buffer of this size to `choose` when no real tensors are given.
   std::size_t find_scratch_bytes(std::size_t workspace_limit) const;
 
-  /// Chooses the forward, backward-data and backward-filter algorithms (setup only; synchronises).
-  /// With `workspace_ptr`: a timed search (cudnnFind*AlgorithmEx) on tensors carved from the front of that device
-  /// buffer of `workspace_bytes`; the rest is the algorithm workspace limit (see find_scratch_bytes). Without:
-  /// cuDNN's heuristics, `workspace_bytes` being the limit. `deterministic` keeps only algorithms cuDNN reports as
-  /// deterministic. Results are cached per (device, spec, limit, mode), so identical layers share one search.
-  /// `handles` must outlive the op; the passes rebind its cuDNN handle to their stream.
-  /// `passes`: a mask of conv_pass_bit(...) — only those passes get an algorithm (and may run); a layer whose
-  /// data gradient is never needed (the first layer) need not have a backward-data algorithm at all.
+  /// Chooses the engine of every pass in `passes` (a mask of conv_pass_bit(pass, accumulate); setup only: builds
+  /// plans, times them, synchronises). `workspace_ptr`/`workspace_bytes`: a device buffer for timing; every chosen
+  /// engine needs at most `workspace_bytes` (less the carved tensors when `how.tensors` is null). Without
+  /// `workspace_ptr`, nothing is timed and `workspace_bytes` is only the limit. Choices are looked up in and stored
+  /// into EngineCache::global(). `handles` must outlive the op; the passes rebind its cuDNN handle to their stream.
+  /// A pass not in `passes` cannot run (a first layer needs no data gradient).
+  void choose(DnnHandles& handles, void* workspace_ptr, std::size_t workspace_bytes, const ConvChoose& how,
+              unsigned passes = kAllConvPasses);
+  /// choose() with ConvChoose{deterministic}, timing when workspace_ptr is given.
   void choose(DnnHandles& handles, void* workspace_ptr, std::size_t workspace_bytes, bool deterministic,
               unsigned passes = kAllConvPasses);
   bool chosen() const;
 
-  /// Workspace the passes need (valid after choose): the largest of the three, or one pass's.
+  /// Workspace the passes need (valid after choose): the largest of all chosen, or one pass's (both of its
+  /// accumulate variants).
   std::size_t workspace_bytes() const;
   std::size_t workspace_bytes(ConvPass pass) const;
-  /// "IMPLICIT_PRECOMP_GEMM, tensor-op math, 1.5 MB workspace, strided" for logs.
-  std::string describe(ConvPass pass) const;
+  /// The engine of a pass for logs and the profile: "backward data: graph eng63_k25=1, 0.128 ms, 2.1 MB workspace,
+  /// deterministic" or "... legacy ALGO_1 (fallback: <why>) ...". `accumulate`: that variant's engine.
+  std::string describe(ConvPass pass, bool accumulate = false) const;
+  /// The short form for the profile table: "graph eng63_k25=1" / "legacy ALGO_1 (fallback)".
+  std::string engine_label(ConvPass pass, bool accumulate = false) const;
+  /// True when the pass (variant) runs through the graph API.
+  bool uses_graph(ConvPass pass, bool accumulate = false) const;
 
-  /// y = alpha · conv(x, w) + bias. `w` [out][kh][kw][in/groups] in the op's dtype; `bias` FP32 [out] or null.
+  /// y = conv(x, w) + bias. `w` [out][kh][kw][in/groups] in the op's dtype; `bias` FP32 [out] or null.
   /// y's padding channels are not written.
   void forward(cudaStream_t stream, const TensorRef& x, const void* w, const float* bias, const TensorRef& y,
-               Workspace workspace, float alpha = 1.0f) const;
-  /// dx = alpha · ∂L/∂x (accumulate: dx += ...). Without accumulate, dx is not read.
+               Workspace workspace) const;
+  /// dx = ∂L/∂x (accumulate: dx += ...). Without accumulate, dx is not read.
   void backward_data(cudaStream_t stream, const TensorRef& dy, const void* w, const TensorRef& dx, bool accumulate,
-                     Workspace workspace, float alpha = 1.0f) const;
-  /// dw = alpha · ∂L/∂w and, when db is not null, db = alpha · Σ dy over N·H·W (accumulate: add into both).
-  /// dw in the op's dtype, db FP32 [out]. The bias gradient is an own deterministic reduction.
+                     Workspace workspace) const;
+  /// dw = ∂L/∂w and, when db is not null, db = Σ dy over N·H·W (accumulate: add into both). dw in the op's dtype,
+  /// db FP32 [out]. The bias gradient is an own deterministic reduction.
   void backward_filter(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, void* dw, float* db,
-                       bool accumulate, Workspace workspace, float alpha = 1.0f) const;
+                       bool accumulate, Workspace workspace) const;
 
-  /// Entries in the process-wide algorithm cache (for tests and logs).
+  /// Entries in the process-wide engine cache (for tests and logs).
   static std::size_t algo_cache_size();
+  /// Seconds spent in choose() by all ConvOps of this process (building plans and timing: start-up figures).
+  static double choose_seconds();
 
  private:
   struct Impl;

@@ -2,6 +2,10 @@
 # Renaissance vs PyTorch on one GPU, in one call (DEVELOPERS.md: ratios come from one run on one machine).
 #   scripts/bench/compare_gpu.sh [build-dir] [out-dir]
 # Writes raw JSON lines (ours.jsonl, pytorch.jsonl) and a markdown table (table.md) to out-dir.
+# CASES: model:batch:pytorch-modes ...; OURS_EXTRA: more runs of ours per case beside graphs on/off:
+#   nondet (--deterministic off), legacy (--conv-api legacy: the convolutions on cuDNN's legacy API).
+# Ours runs with its default engine cache (~/.cache/renaissance/engines.txt): the first run of a shape times the
+# engines, later runs reuse them; its start-up figures are in the JSON lines.
 set -uo pipefail
 BUILD=${1:-build-gpu}
 OUT_DIR=${2:-${OUT:-out}}
@@ -14,9 +18,17 @@ MAX_AUTOTUNE_TIMEOUT=${MAX_AUTOTUNE_TIMEOUT:-300}
 : >"$OUT_DIR/pytorch.jsonl"
 for c in $CASES; do
   IFS=: read -r model batch modes <<<"$c"
-  for graphs in on off; do
-    timeout 300 "$RN" bench --model "$model" --batch "$batch" --amp --graphs "$graphs" --warmup 10 --steps 50 \
-      --device cuda --json >>"$OUT_DIR/ours.jsonl" 2>>"$OUT_DIR/ours.err" || echo "ours $model graphs=$graphs failed" >>"$OUT_DIR/ours.err"
+  runs=("--graphs on" "--graphs off")
+  for x in ${OURS_EXTRA:-}; do
+    case $x in
+      nondet) runs+=("--graphs on --deterministic off") ;;
+      legacy) runs+=("--graphs on --conv-api legacy") ;;
+    esac
+  done
+  for flags in "${runs[@]}"; do
+    # shellcheck disable=SC2086
+    timeout 300 "$RN" bench --model "$model" --batch "$batch" --amp $flags --warmup 10 --steps 50 \
+      --device cuda --json >>"$OUT_DIR/ours.jsonl" 2>>"$OUT_DIR/ours.err" || echo "ours $model $flags failed" >>"$OUT_DIR/ours.err"
   done
   for mode in ${modes//,/ }; do
     limit=420
@@ -31,21 +43,28 @@ import json, sys, os
 out = sys.argv[1]
 ours = [json.loads(l) for l in open(os.path.join(out, "ours.jsonl")) if l.strip()]
 pt = [json.loads(l) for l in open(os.path.join(out, "pytorch.jsonl")) if l.strip()]
-rows = ["| model | batch | ours img/s (graphs) | ours img/s (no graphs) | eager img/s | compile img/s | max-autotune img/s | ours/eager | ours/compile | ours/max-autotune | arena GiB | eager peak GiB | compile peak GiB | max-autotune peak GiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+rows = ["| model | batch | ours img/s (graphs) | no graphs | --deterministic off | --conv-api legacy | eager img/s | compile img/s | max-autotune img/s | ours/eager | ours/compile | ours/max-autotune | arena GiB | eager peak GiB | compile peak GiB | max-autotune peak GiB | ours start-up s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def pick(model, graphs=True, det=True, api="auto"):
+    return next((o for o in ours if o["model"] == model and o["graphs"] == graphs and o.get("deterministic", True) == det
+                 and o.get("conv_api", "auto") == api), None)
 for model in dict.fromkeys(o["model"] for o in ours):
-    og = next((o for o in ours if o["model"] == model and o["graphs"]), None)
-    on = next((o for o in ours if o["model"] == model and not o["graphs"]), None)
+    og = pick(model)
+    on = pick(model, graphs=False)
+    ond = pick(model, det=False)
+    ol = pick(model, api="legacy")
     e = next((p for p in pt if p["model"] == model and p["mode"] == "eager"), None)
     c = next((p for p in pt if p["model"] == model and p["mode"] == "compile"), None)
     x = next((p for p in pt if p["model"] == model and p["mode"] == "compile-max"), None)
     f = lambda d, k: f"{d[k]:,.0f}" if d else "n/a"
     g = lambda d, k: f"{d[k] / 2**30:.2f}" if d else "n/a"
     r = lambda a, b: f"{a['images_per_s'] / b['images_per_s']:.2f}" if a and b else "n/a"
+    s = lambda d: f"{d['startup_s']:.1f}" if d and "startup_s" in d else "n/a"
     rows.append(f"| {model} | {og['batch'] if og else '?'} | {f(og, 'images_per_s')} | {f(on, 'images_per_s')} | "
+                f"{f(ond, 'images_per_s')} | {f(ol, 'images_per_s')} | "
                 f"{f(e, 'images_per_s')} | {f(c, 'images_per_s')} | {f(x, 'images_per_s')} | {r(og, e)} | {r(og, c)} | "
                 f"{r(og, x)} | {g(og, 'arena_bytes')} | {g(e, 'peak_allocated_bytes')} | {g(c, 'peak_allocated_bytes')} | "
-                f"{g(x, 'peak_allocated_bytes')} |")
+                f"{g(x, 'peak_allocated_bytes')} | {s(og)} |")
 open(os.path.join(out, "table.md"), "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))
 PY

@@ -4,6 +4,12 @@
 # bench: Renaissance (graphs on/off) and PyTorch (MODES, default eager) on CASES, via compare_gpu.sh.
 # scaling: 1 vs N GPUs, Renaissance (mpirun) and PyTorch DDP (torchrun), via scaling_gpu.sh.
 # fmnist: Fashion-MNIST (idx.gz carried in data/cache/fashion-mnist) trained on the GPU with FMNIST_ARGS.
+# startup: ResNet-50 b256 AMP start-up with a cold and then a warm engine cache (bench --json), into misc.log.
+# profile: bench --profile of ResNet-50 b256 AMP (every convolution pass with its engine), graph API and
+#          --conv-api legacy, into profile.log.
+# repro: the issue-11 reproducer on synthetic 28x28 data: two `train` runs sharing an engine cache, two that time
+#        from scratch (--engine-cache off); how many saved tensors differ, into misc.log.
+# TARGETS: build only these targets (default: everything). The GPU machine needs .deps/cudnn-frontend carried.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${OUT:-out}
@@ -15,7 +21,9 @@ if [[ ! -x build-gpu/app/renaissance ]] || [[ ${REBUILD:-1} == 1 ]]; then
   G=Ninja; command -v ninja >/dev/null || G="Unix Makefiles"
   cmake -S . -B build-gpu -G "$G" -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DRENAISSANCE_BUILD_BENCHMARKS=OFF >"$OUT/configure.log" 2>&1 || { say "configure failed"; tail -20 "$OUT/configure.log"; exit 1; }
-  cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1 || { say "build failed"; grep -A5 error "$OUT/build.log" | head -40; exit 1; }
+  # shellcheck disable=SC2086
+  cmake --build build-gpu -j"$(nproc)" ${TARGETS:+--target $TARGETS} >"$OUT/build.log" 2>&1 ||
+    { say "build failed"; grep -A5 error "$OUT/build.log" | head -40; exit 1; }
   say "built"
   rm -f "$OUT/configure.log" "$OUT/build.log"  # at most 8 files come back from the GPU machine
 fi
@@ -33,6 +41,42 @@ for s in $STEPS; do
     scaling)
       scripts/bench/scaling_gpu.sh build-gpu "$OUT" >"$OUT/scaling.log" 2>&1
       say "scaling done"; cat "$OUT/scaling.md" 2>/dev/null; tail -5 "$OUT/scaling.err" 2>/dev/null ;;
+    startup)
+      rm -f "$OUT/cold-engines.txt"
+      for cache in cold warm; do
+        "$RN" bench --model resnet50 --batch 256 --amp --warmup 5 --steps 20 --device cuda --json \
+          --engine-cache "$OUT/cold-engines.txt" >>"$OUT/misc.log" 2>&1
+        say "startup ($cache cache) exit $?"
+      done
+      rm -f "$OUT/cold-engines.txt" "$OUT/cold-engines.txt.lock" ;;
+    profile)
+      for api in auto legacy; do
+        echo "=== conv-api $api" >>"$OUT/profile.log"
+        "$RN" bench --model resnet50 --batch 256 --amp --warmup 5 --steps 20 --device cuda --profile --profile-steps 3 \
+          --conv-api $api >>"$OUT/profile.log" 2>&1
+        say "profile ($api) exit $?"
+      done ;;
+    repro)
+      d=$(mktemp -d)
+      "$RN" data synthetic --out "$d/syn.h5" --train 2560 --val 512 --shape 28,28,1 --classes 10 --seed 3 >/dev/null
+      args="--model resnet18_fmnist --amp --epochs 2 --batch 256 --crop-padding 2 --device cuda --data $d/syn.h5"
+      mkdir -p "$d/shared"
+      for r in s1 s2; do "$RN" train $args --save "$d/shared/$r.h5" >>"$OUT/misc.log" 2>&1; done
+      for r in c1 c2; do "$RN" train $args --engine-cache off --save "$d/$r.h5" >>"$OUT/misc.log" 2>&1; done
+      python3 - "$d" <<'PY' >>"$OUT/misc.log" 2>&1
+import sys, h5py, numpy as np
+d = sys.argv[1]
+def tensors(p):
+    out = {}
+    with h5py.File(p) as f:
+        f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
+    return out
+for a, b in (("shared/s1", "shared/s2"), ("c1", "c2")):
+    x, y = tensors(f"{d}/{a}.h5"), tensors(f"{d}/{b}.h5")
+    diff = sum(1 for k in x if x[k].tobytes() != y[k].tobytes())
+    print(f"repro {a} vs {b}: {diff} of {len(x)} tensors differ")
+PY
+      tail -2 "$OUT/misc.log"; rm -rf "$d" ;;
     fmnist)
       "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fm.h5 >/dev/null || exit 1
       timeout "${FMNIST_TIMEOUT:-300}" "$RN" train --data data/fm.h5 --device cuda ${FMNIST_ARGS:---model resnet18_fmnist --amp --epochs 20 --batch 256 --crop-padding 2} \

@@ -31,9 +31,31 @@ def fmnist_cnn(classes=10):
                          nn.Linear(7 * 7 * 64, classes))
 
 
+def vgg16():
+    # as the zoo builds it: configuration D without BN and without dropout
+    m = torchvision.models.vgg16()
+    m.classifier = nn.Sequential(*[nn.Identity() if isinstance(l, nn.Dropout) else l for l in m.classifier])
+    return m
+
+
+def mobilenet_v2():
+    # as the zoo builds it: ReLU for ReLU6, no dropout
+    m = torchvision.models.mobilenet_v2()
+    for mod in m.modules():
+        for name, child in mod.named_children():
+            if isinstance(child, nn.ReLU6):
+                setattr(mod, name, nn.ReLU(inplace=True))
+            elif isinstance(child, nn.Dropout):
+                setattr(mod, name, nn.Identity())
+    return m
+
+
 MODELS = {
     "resnet50": (lambda: torchvision.models.resnet50(), 224, 3, 1000),
+    "resnet101": (lambda: torchvision.models.resnet101(), 224, 3, 1000),
     "resnet18": (lambda: torchvision.models.resnet18(), 224, 3, 1000),
+    "vgg16": (vgg16, 224, 3, 1000),
+    "mobilenet_v2": (mobilenet_v2, 224, 3, 1000),
     "resnet18_cifar": (resnet18_cifar, 32, 3, 10),
     "fmnist_cnn": (fmnist_cnn, 28, 1, 10),
 }

@@ -1,10 +1,12 @@
 // cuda::ConvOp (cuDNN) against the CPU convolution (kernels/cpu/conv2d.h) on random data: every pass, with and
-// without accumulation, FP32 (compact and padded rows) and FP16 (padded rows), timed search, heuristics and the
-// staged (compact copy) path; determinism, CUDA graph replay, the algorithm cache and run-time checks.
+// without accumulation, FP32 (compact and padded rows) and FP16 (padded rows), through cuDNN's graph API (timed and
+// the heuristics' first plan), the legacy API (timed search and heuristics) and the staged (compact copy) path;
+// determinism, CUDA graph replay, the engine cache and run-time checks.
 #include "dnn_test_util.h"
 
 #include <kernels/cpu/conv2d.h>
 #include <kernels/cuda/conv.h>
+#include <kernels/cuda/engine_cache.h>
 
 #include <cstdio>
 #include <tuple>
@@ -36,7 +38,10 @@ const ConvCase kCases[] = {
 };
 
 enum class Layout { F32, F32Padded, F16 };
-enum class Search { Find, Heuristic, Staged };
+/// Graph/GraphHeuristic: ConvEngine::Auto (the graph API; the legacy API only where no graph plan exists), timed or
+/// the heuristics' first plan. Find/Heuristic: the legacy API only, timed search or heuristics. Staged: Auto through
+/// compact copies.
+enum class Search { Graph, GraphHeuristic, Find, Heuristic, Staged };
 
 const char* layout_name(Layout l) {
   switch (l) {
@@ -48,6 +53,8 @@ const char* layout_name(Layout l) {
 }
 const char* search_name(Search s) {
   switch (s) {
+    case Search::Graph: return "graph";
+    case Search::GraphHeuristic: return "graphheur";
     case Search::Find: return "find";
     case Search::Heuristic: return "heuristic";
     case Search::Staged: return "staged";
@@ -86,17 +93,27 @@ ConvSpec make_spec(const ConvCase& k, Layout layout, bool force_staging = false)
 }
 
 void choose(ConvOp& op, Search search, bool deterministic, std::size_t limit = kLimit) {
-  if (search == Search::Heuristic) {
-    op.choose(handles(), nullptr, limit, deterministic);
+  ConvChoose how;
+  how.deterministic = deterministic;
+  how.engine = search == Search::Find || search == Search::Heuristic ? ConvEngine::Legacy : ConvEngine::Auto;
+  how.time = search != Search::Heuristic && search != Search::GraphHeuristic;
+  if (!how.time) {
+    op.choose(handles(), nullptr, limit, how);
   } else {
     DeviceBuffer scratch(op.find_scratch_bytes(limit));
-    op.choose(handles(), scratch.get(), scratch.bytes(), deterministic);
+    op.choose(handles(), scratch.get(), scratch.bytes(), how);
   }
 }
 
 void print_algos(const std::string& label, const ConvOp& op) {
-  std::printf("  [%s] %s | %s | %s\n", label.c_str(), op.describe(ConvPass::Forward).c_str(),
-              op.describe(ConvPass::BackwardData).c_str(), op.describe(ConvPass::BackwardFilter).c_str());
+  std::printf("  [%s] %s | %s | %s | %s | %s\n", label.c_str(), op.describe(ConvPass::Forward).c_str(),
+              op.describe(ConvPass::BackwardData).c_str(), op.describe(ConvPass::BackwardFilter).c_str(),
+              op.describe(ConvPass::BackwardData, true).c_str(), op.describe(ConvPass::BackwardFilter, true).c_str());
+}
+
+/// Dense (ungrouped) shapes have graph-API plans for every pass; grouped and depthwise ones may fall back.
+bool expect_graph(const ConvCase& k, Search s) {
+  return k.groups == 1 && (s == Search::Graph || s == Search::GraphHeuristic || s == Search::Staged);
 }
 
 /// Host data of one test: inputs already rounded to the op's dtype, so the CPU reference sees what the GPU sees.
@@ -145,6 +162,20 @@ TEST_P(GpuConv, MatchesCpu) {
   DeviceBuffer ws(op.workspace_bytes());
   Stream stream;
 
+  if (expect_graph(k, search)) {
+    for (ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
+      EXPECT_TRUE(op.uses_graph(p)) << op.describe(p);
+      if (p != ConvPass::Forward) {
+        EXPECT_TRUE(op.uses_graph(p, true)) << op.describe(p, true);
+      }
+    }
+  }
+  if (search == Search::Find || search == Search::Heuristic) {
+    for (ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
+      EXPECT_FALSE(op.uses_graph(p)) << "--conv-api legacy: " << op.describe(p);
+    }
+  }
+
   const ConvData h(spec, op.weight_elems(), 1000);
   ConvDevice d(spec, op.weight_elems());
   d.x.upload(h.x, 7.0f);
@@ -189,14 +220,6 @@ TEST_P(GpuConv, MatchesCpu) {
     EXPECT_TRUE(close(d.db.download(), ref_b, 1e-5)) << "bias gradient, accumulate=" << acc;
   }
 
-  // alpha scales every pass (loss-scale style): forward with alpha = 0.5 and no bias
-  d.y.upload(nan_vec(yn), 0.0f);
-  op.forward(stream.get(), x, d.w.ptr(), nullptr, y, ws.workspace(), 0.5f);
-  stream.sync();
-  std::vector<float> ref(yn);
-  cpu::conv2d_forward(h.x.data(), spec.x, h.w.data(), nullptr, ref.data(), spec.y, cp);
-  for (float& v : ref) v *= 0.5f;
-  EXPECT_TRUE(close(d.y.download(), ref, tol)) << "forward, alpha=0.5";
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
@@ -208,13 +231,16 @@ std::string conv_name(const ::testing::TestParamInfo<GpuConv::ParamType>& info) 
 INSTANTIATE_TEST_SUITE_P(Cases, GpuConv,
                          ::testing::Combine(::testing::ValuesIn(kCases),
                                             ::testing::Values(Layout::F32, Layout::F32Padded, Layout::F16),
-                                            ::testing::Values(Search::Find, Search::Heuristic, Search::Staged)),
+                                            ::testing::Values(Search::Graph, Search::GraphHeuristic, Search::Find,
+                                                              Search::Heuristic, Search::Staged)),
                          conv_name);
 
 // ---- determinism and graph replay -----------------------------------------------------------------------------------
 
 const ConvCase kBig[] = {
     {"k3_p1_32to64", 8, 28, 28, 32, 64, 3, 3, 1, 1, 1, 1, 1},
+    {"stem_k7_s2_c8", 4, 56, 56, 8, 64, 7, 7, 2, 2, 3, 3, 1, 8},
+    {"bottleneck_1x1_256to64", 8, 14, 14, 256, 64, 1, 1, 1, 1, 0, 0, 1},
     {"pointwise_s2_64to128", 8, 28, 28, 64, 128, 1, 1, 2, 2, 0, 0, 1},
     {"depthwise_k3", 8, 28, 28, 32, 32, 3, 3, 1, 1, 1, 1, 32},
     {"k3_s2_odd_padded", 4, 15, 13, 13, 24, 3, 3, 2, 2, 1, 1, 1},
@@ -257,8 +283,12 @@ TEST_P(GpuConvBig, DeterministicModeIsBitIdentical) {
   ConvOp op(spec);
   choose(op, Search::Find, true);
   print_algos(fmt::format("{} {} deterministic", k.name, layout_name(layout)), op);
-  for (ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter})
+  for (ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
     EXPECT_NE(op.describe(p).find(", deterministic"), std::string::npos) << op.describe(p);
+    if (k.groups == 1) {
+      EXPECT_TRUE(op.uses_graph(p)) << op.describe(p);
+    }
+  }
   DeviceBuffer ws(op.workspace_bytes());
   Stream stream;
   const ConvData h(spec, op.weight_elems(), 77);
@@ -380,6 +410,75 @@ TEST(GpuConvSetup, RunTimeChecks) {
   bad.params.groups = 3;
   EXPECT_THROW(ConvOp{bad}, Error) << "channels not divisible by groups";
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// A choice saved to the engine cache's text and loaded into an empty cache is replayed without timing: the same
+// engines, the same bits.
+TEST(GpuConvSetup, EngineCacheReplaysTheSameEnginesBitForBit) {
+  RN_SKIP_WITHOUT_GPU();
+  const ConvCase k{"replay", 4, 28, 28, 64, 64, 3, 3, 1, 1, 1, 1, 1};
+  const ConvSpec spec = make_spec(k, Layout::F16);
+  EngineCache& cache = EngineCache::global();
+  ConvOp first(spec);
+  choose(first, Search::Graph, true);
+  const std::string text = cache.serialize();
+  DeviceBuffer ws(first.workspace_bytes());
+  Stream stream;
+  const ConvData h(spec, first.weight_elems(), 5);
+  ConvDevice d(spec, first.weight_elems());
+  upload_inputs(d, h);
+  poison_outputs(d, spec, first.weight_elems());
+  const PassBytes a = run_all(first, d, ws.workspace(), stream.get());
+
+  cache.clear();
+  std::string error;
+  ASSERT_TRUE(cache.merge(text, &error)) << error;
+  const std::size_t entries = cache.size();
+  ConvOp second(spec);
+  choose(second, Search::Graph, true);
+  EXPECT_EQ(cache.size(), entries) << "a replayed choice must not be timed again";
+  EXPECT_GT(cache.hits(), 0u);
+  for (ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter})
+    EXPECT_EQ(first.engine_label(p), second.engine_label(p));
+  DeviceBuffer ws2(second.workspace_bytes());
+  poison_outputs(d, spec, second.weight_elems());
+  const PassBytes b = run_all(second, d, ws2.workspace(), stream.get());
+  EXPECT_TRUE(a.y == b.y && a.dx == b.dx && a.dw == b.dw) << "the replayed engines give other bits";
+}
+
+// A corrupted entry (an engine id that does not exist) is not trusted: the pass is chosen afresh.
+TEST(GpuConvSetup, AnUnusableCachedChoiceIsChosenAgain) {
+  RN_SKIP_WITHOUT_GPU();
+  const ConvCase k{"stale", 2, 12, 12, 16, 16, 3, 3, 1, 1, 1, 1, 1};
+  const ConvSpec spec = make_spec(k, Layout::F32);
+  EngineCache& cache = EngineCache::global();
+  cache.clear();
+  ConvOp first(spec);
+  choose(first, Search::Graph, true);
+  std::string text = cache.serialize();
+  // every graph entry's engine id → 99999
+  std::string bad;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    std::vector<std::string> f;
+    std::size_t a = 0;
+    for (std::size_t b; (b = line.find('\t', a)) != std::string::npos; a = b + 1) f.push_back(line.substr(a, b - a));
+    f.push_back(line.substr(a));
+    if (f.size() == 12 && f[1] == "graph") f[3] = "99999";
+    std::string joined;
+    for (std::size_t i = 0; i < f.size(); ++i) joined += (i ? "\t" : "") + f[i];
+    bad += joined + "\n";
+  }
+  cache.clear();
+  std::string error;
+  ASSERT_TRUE(cache.merge(bad, &error)) << error;
+  ConvOp second(spec);
+  choose(second, Search::Graph, true);
+  for (ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter})
+    EXPECT_NE(second.describe(p).find("cached choice not usable"), std::string::npos) << second.describe(p);
 }
 
 }  // namespace

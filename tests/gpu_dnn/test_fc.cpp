@@ -210,6 +210,33 @@ TEST_P(GpuFcBig, DeterministicModeIsBitIdentical) {
   EXPECT_TRUE(a.db == b.db) << "bias gradient differs between runs";
 }
 
+// cuBLASLt's heuristics are a function of the problem, the GPU and the library (no timing): two ops of one shape,
+// chosen independently on other buffers, get the same algorithms and the same bits. This is why the FC layers need
+// no engine cache to be reproducible across processes (docs/kernels-cuda.md).
+TEST_P(GpuFcBig, TwoOpsOfOneShapeChooseTheSameAlgorithmsAndBits) {
+  RN_SKIP_WITHOUT_GPU();
+  const FcSpec spec = make_spec(kBig, GetParam(), Bias::Epilogue);
+  FcOp first(spec), second(spec);
+  first.choose(handles(), kLimit, true);
+  second.choose(handles(), kLimit, true);
+  for (FcPass p : {FcPass::Forward, FcPass::BackwardData, FcPass::BackwardWeights})
+    EXPECT_EQ(first.describe(p), second.describe(p));
+  DeviceBuffer ws(std::max(first.workspace_bytes(), second.workspace_bytes()));
+  Stream stream;
+  const FcData h(spec, 9);
+  FcDevice a(spec), b(spec);
+  for (FcDevice* d : {&a, &b}) {
+    d->x.upload(h.x);
+    d->dy.upload(h.dy);
+    d->w.upload(h.w);
+    d->b.upload(h.b);
+    poison(*d, spec);
+  }
+  const FcBytes ra = run_all(first, kBig, a, ws.workspace(), stream.get());
+  const FcBytes rb = run_all(second, kBig, b, ws.workspace(), stream.get());
+  EXPECT_TRUE(ra.y == rb.y && ra.dx == rb.dx && ra.dw == rb.dw && ra.db == rb.db);
+}
+
 TEST_P(GpuFcBig, GraphReplayMatchesDirectBitForBit) {
   RN_SKIP_WITHOUT_GPU();
   const FcSpec spec = make_spec(kBig, GetParam(), Bias::Epilogue);

@@ -1,6 +1,9 @@
-// Exact resume on the GPU (issue 6): 2k steps uninterrupted vs k steps, checkpoint, a fresh Trainer resumes and
-// trains k more → the per-step losses and every checkpointed tensor are bit-identical. cuDNN algorithms are
-// restricted to deterministic ones (the default), so a GPU run is repeatable and a resumed run is the same run.
+// Exact resume on the GPU (issues 6 and 11): 2k steps uninterrupted vs k steps, checkpoint, a fresh Trainer resumes
+// and trains k more → the per-step losses and every checkpointed tensor are bit-identical, at a realistic size
+// (32×32, batch 128, every fused kind, side streams on). cuDNN engines are restricted to deterministic ones (the
+// default) and chosen once per process, so a GPU run is repeatable and a resumed run is the same run.
+#include "gpu_models.h"
+
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/importers.h>
@@ -28,15 +31,7 @@ fs::path work_dir(const std::string& name) {
   return d;
 }
 
-bp::BluePrint residual_model() {
-  bp::BluePrint m;
-  m.name = "gpu_resume_res";
-  m.in_h = m.in_w = 16;
-  m.in_c = 3;
-  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::maxpool(3, 2, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
-                   bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 2), bp::gap_fc(10), bp::softmax_ce(10));
-  return m;
-}
+bp::BluePrint residual_model() { return test::realistic_residual_model(); }
 
 struct Recorded {
   std::vector<double> losses;
@@ -74,11 +69,11 @@ TEST_P(GpuResume, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   const bool amp = GetParam();
   const fs::path dir = work_dir(amp ? "amp" : "fp32");
   const std::string data = (dir / "syn.h5").string();
-  io::make_synthetic(data, 200, 64, 16, 16, 3, 10, 5);
+  io::make_synthetic(data, 700, 64, 32, 32, 3, 10, 5);
   runtime::TrainOptions o;
   o.data_path = data;
   o.backend = runtime::Backend::CUDA;
-  o.batch = 32;  // 200 samples: 6 full batches and one of 8 per epoch
+  o.batch = 128;  // 700 samples: 5 full batches and one of 60 per epoch
   o.epochs = 2;
   o.lr = 0.02;
   o.schedule = runtime::ScheduleKind::ONE_CYCLE;
@@ -88,14 +83,15 @@ TEST_P(GpuResume, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   o.amp = amp;
   o.seed = 17;
   o.augmentation.crop_padding = 2;
-  o.max_steps = 12;  // 2k: epoch 1 (7 steps) and 5 of epoch 2
+  o.concurrent_streams = true;
+  o.max_steps = 12;  // 2k: epoch 1 (6 steps) and 6 of epoch 2
   Recorded full;
   runtime::Trainer ref(residual_model(), o);
   ref.run(recorder(full));
   ASSERT_EQ(full.losses.size(), 12u);
   snapshot(ref, full);
 
-  // k = 6: a "SIGUSR1" during step 6 (the preemption path: the same command line, so the same schedule) stops
+  // k = 4: a "SIGUSR1" during step 4 (the preemption path: the same command line, so the same schedule) stops
   // the run after a checkpoint; a fresh Trainer loads it and trains the other k steps.
   std::atomic<int> stop{0};
   o.stop_request = &stop;
@@ -106,17 +102,17 @@ TEST_P(GpuResume, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
     auto record = obs.on_step_loss;
     obs.on_step_loss = [&](std::int64_t step, std::int64_t epoch, double loss) {
       record(step, epoch, loss);
-      if (step == 6) stop = 1;
+      if (step == 4) stop = 1;  // mid-epoch
     };
     runtime::Trainer a(residual_model(), o);
     a.run(obs);
     ASSERT_TRUE(a.preempted());
-    ASSERT_EQ(part.losses.size(), 6u);
+    ASSERT_EQ(part.losses.size(), 4u);
   }
   stop = 0;
   runtime::Trainer b(residual_model(), o);
   b.load_checkpoint(io::find_latest_checkpoint(o.checkpoint_dir));
-  ASSERT_EQ(b.steps(), 6);
+  ASSERT_EQ(b.steps(), 4);
   b.run(recorder(part));
   ASSERT_EQ(part.losses.size(), 12u);
   for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(part.losses[i], full.losses[i]) << "step " << i + 1;

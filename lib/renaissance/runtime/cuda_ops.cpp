@@ -79,9 +79,19 @@ cuda::Pool2dParams pool_params(const plan::Node& n) {
   return c;
 }
 
-/// A ConvOp for x → y and the one pass this node runs, its algorithm chosen once (a timed search when the
-/// scratch fits the workspace). Deterministic mode falls back, with a warning, to the fastest algorithm when cuDNN
-/// has no deterministic one for a shape.
+const char* pass_label(cuda::ConvPass p) {
+  switch (p) {
+    case cuda::ConvPass::Forward: return "fwd";
+    case cuda::ConvPass::BackwardData: return "dgrad";
+    case cuda::ConvPass::BackwardFilter: return "wgrad";
+  }
+  return "?";
+}
+
+/// A ConvOp for x → y and the one pass (and accumulate mode) this node runs, its engine chosen once: the graph API's
+/// candidates (or the legacy fallback) timed on the node's own arena tensors, which hold nothing yet at start-up
+/// (a pass writes only its own output). Deterministic mode falls back, with a warning, to a non-deterministic engine
+/// when cuDNN has no deterministic one for a shape.
 PrepareFn prepare_conv(int x_index_in, bool x_is_output, int y_index_in, bool y_is_output, cuda::ConvPass pass) {
   return [=](ResolvedNode& r, ExecEnv& env) {
     const TensorView& x = x_is_output ? r.out[static_cast<std::size_t>(x_index_in)] : r.in[static_cast<std::size_t>(x_index_in)];
@@ -95,22 +105,33 @@ PrepareFn prepare_conv(int x_index_in, bool x_is_output, int y_index_in, bool y_
     spec.dtype = x.dtype;
     auto op = std::make_shared<cuda::ConvOp>(spec);
     const auto ws = static_cast<std::size_t>(env.workspace_bytes);
-    const bool find = op->find_scratch_bytes(ws / 2) <= ws;
+    // The pass's own tensors: x (dx), w (dw), y (dy).
+    cuda::ConvTensors t;
+    t.x = x.ptr;
+    t.y = y.ptr;
+    t.w = pass == cuda::ConvPass::BackwardFilter ? r.out[0].ptr : r.in[1].ptr;
     // Weight-gradient convolutions may run on the second compute stream: they get that stream's handle.
     cuda::DnnHandles& handles =
         pass == cuda::ConvPass::BackwardFilter && cenv(env).wgrad_dnn ? *cenv(env).wgrad_dnn : *cenv(env).dnn;
+    const bool acc = r.node->accumulate;
     auto choose = [&](bool deterministic) {
-      op->choose(handles, find ? env.workspace : nullptr, ws, deterministic, cuda::conv_pass_bit(pass));
+      cuda::ConvChoose how;
+      how.deterministic = deterministic;
+      how.engine = static_cast<cuda::ConvEngine>(env.conv_api);
+      how.tensors = &t;
+      op->choose(handles, env.workspace, ws, how, cuda::conv_pass_bit(pass, acc));
     };
     try {
       choose(env.deterministic);
     } catch (const Error& e) {
       if (!env.deterministic) throw;
-      spdlog::warn("{}; using a non-deterministic algorithm for this layer", e.what());
+      spdlog::warn("{}; using a non-deterministic engine for this layer", e.what());
       choose(false);
     }
     RN_CHECK(op->workspace_bytes() <= ws, "convolution needs a {} byte workspace but {} were allocated",
              op->workspace_bytes(), ws);
+    r.detail = fmt::format("{} {}{} [{}]", r.layer.empty() ? "conv" : r.layer, pass_label(pass), acc ? "+acc" : "",
+                           op->engine_label(pass, acc));
     r.state = op;
   };
 }
@@ -418,7 +439,9 @@ void run_fused(const ResolvedNode& r, ExecEnv& env) {
         const bool on_branch = branch && at >= prog.branch_begin && at < prog.branch_end;
         if (on_branch && at == prog.branch_begin) env.streams->begin_side(env, SideStream::kBranch);
         try {
-          if (env.timer) env.timer->begin(env, st.label);
+          if (env.timer)
+            env.timer->begin(env, st.label,
+                             st.kind == FusedStep::kPlain ? r.sub[static_cast<std::size_t>(st.node)].detail : std::string());
           run_fused_step(r, st, env);
           if (env.timer) env.timer->end(env);
         } catch (...) {

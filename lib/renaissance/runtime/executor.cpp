@@ -146,7 +146,8 @@ void CapturedGraph::run_uncaptured(ExecEnv& env) const {
       (*m_fns[i])(m_nodes[i], env);
       continue;
     }
-    timer.begin(env, n.type == plan::NodeType::RANGE ? plan::range_op_name(n.range_op) : plan::op_kind_name(n.op));
+    timer.begin(env, n.type == plan::NodeType::RANGE ? plan::range_op_name(n.range_op) : plan::op_kind_name(n.op),
+                m_nodes[i].detail);
     (*m_fns[i])(m_nodes[i], env);
     timer.end(env);
   }
@@ -165,6 +166,9 @@ void CapturedGraph::replay(ExecEnv& env) const {
 ResolvedNode resolve(const plan::Node& n, const DeviceContext& ctx, plan::Variant v) {
   ResolvedNode r;
   r.node = &n;
+  const auto& layers = ctx.plan().arch.layers;
+  if (n.layer_index >= 0 && static_cast<std::size_t>(n.layer_index) < layers.size())
+    r.layer = layers[static_cast<std::size_t>(n.layer_index)].name;
   for (TensorId id : n.inputs) r.in.push_back(ctx.view(id, v));
   for (TensorId id : n.outputs) r.out.push_back(ctx.view(id, v));
   for (RegionRange x : n.input_ranges) r.in_ranges.push_back(ctx.range(x, v));
@@ -230,6 +234,12 @@ void sign(const ResolvedNode& r, std::string& s) {
 }  // namespace
 
 GraphAtlas::GraphAtlas(const DeviceContext& ctx, const KernelTable& table) : m_ctx(ctx), m_table(table) {}
+
+std::vector<const CapturedGraph*> GraphAtlas::all() const {
+  std::vector<const CapturedGraph*> out;
+  for (const auto& [sig, g] : m_unique) out.push_back(g.get());
+  return out;
+}
 
 const CapturedGraph& GraphAtlas::get(plan::Variant v, GraphId g, ExecEnv& env) {
   const auto key = std::make_pair(static_cast<int>(v), static_cast<int>(g));

@@ -45,6 +45,9 @@ struct ResolvedNode {
   std::vector<ResolvedNode> sub;
   /// Backend state made once by the op's `prepare` before capture (cuDNN descriptors and algorithms, ...).
   std::shared_ptr<void> state;
+  std::string layer;   ///< the ArchPlan layer's name ("" for none)
+  /// What `prepare` chose, for the profile (GPU convolutions: "s1.b1.c1 dgrad graph eng63_k25=1"); "" for most ops.
+  std::string detail;
 };
 
 struct ExecEnv;
@@ -57,7 +60,8 @@ class OpTimer {
   virtual ~OpTimer() = default;
   /// The subgraph whose nodes follow (CapturedGraph::label()).
   virtual void graph(const std::string& label) { (void)label; }
-  virtual void begin(ExecEnv& env, const std::string& what) = 0;
+  /// `detail`: the node's ResolvedNode::detail (the profile lists every node that has one on its own row).
+  virtual void begin(ExecEnv& env, const std::string& what, const std::string& detail = {}) = 0;
   virtual void end(ExecEnv& env) = 0;
 };
 
@@ -90,7 +94,12 @@ struct ExecEnv {
   void* dnn = nullptr;             ///< cuda::DnnHandles*
   std::byte* workspace = nullptr;  ///< one device workspace for cuDNN/cuBLASLt, sized at start-up
   std::int64_t workspace_bytes = 0;
-  bool deterministic = true;       ///< algorithm choices restricted to deterministic ones
+  /// Engines and reductions restricted to deterministic ones (same inputs, same bits). Off: cuDNN engines cuDNN marks
+  /// non-deterministic and cuBLASLt's in-place split-K reductions are admitted when they are faster.
+  bool deterministic = true;
+  /// GPU convolutions: which cuDNN API (0 auto: the graph API, the legacy API where no graph plan supports a pass;
+  /// 1 the graph API only; 2 the legacy API only, for comparisons). cuda::ConvEngine's values.
+  int conv_api = 0;
   bool sync_bn = false;            ///< BN training statistics over all ranks' samples (--sync-bn; CPU backend)
   /// GPU: fused layers run their element-wise work as fused kernels (BN-apply + residual add + ReLU in one pass, the
   /// ReLU backward folded into the BN backward). Off: every part runs as its own kernel (for comparisons).
@@ -166,6 +175,8 @@ class GraphAtlas {
   /// request of a (variant, GraphId) prepares and captures it with `env`; later ones return the capture.
   const CapturedGraph& get(plan::Variant v, plan::GraphId g, ExecEnv& env);
   std::size_t captures() const { return m_unique.size(); }
+  /// Every distinct capture made so far, in signature order.
+  std::vector<const CapturedGraph*> all() const;
   std::size_t lookups_deduplicated() const { return m_dedup_hits; }
 
  private:

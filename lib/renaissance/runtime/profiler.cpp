@@ -39,13 +39,15 @@ void sort_rows(std::vector<ProfileRow>& rows) {
 
 struct StepProfiler::Impl {
   Backend backend;
-  std::map<std::string, int> graph_index, what_index;
-  std::vector<std::string> graphs, whats;
+  std::map<std::string, int> graph_index, what_index, detail_index;
+  std::vector<std::string> graphs, whats, details;
   int current_graph = -1;
   std::map<Key, Sum> sums;
+  std::map<Key, Sum> detail_sums;  // (kernel label, detail) -> the same brackets again, per node detail
 
   struct Open {
     Key key;
+    int detail = -1;
     Clock::time_point t0;  // CPU
     std::size_t event = 0;  // CUDA: index of the begin event
   };
@@ -56,6 +58,7 @@ struct StepProfiler::Impl {
   std::size_t next_event = 0;
   struct Pending {
     Key key;
+    int detail = -1;
     std::size_t begin = 0, end = 0;
   };
   std::vector<Pending> pending;
@@ -83,10 +86,15 @@ struct StepProfiler::Impl {
 #endif
   }
 
-  void add(Key k, double ms) {
+  void add(Key k, int detail, double ms) {
     Sum& s = sums[k];
     ++s.calls;
     s.ms += ms;
+    if (detail >= 0) {
+      Sum& d = detail_sums[{k.second, detail}];
+      ++d.calls;
+      d.ms += ms;
+    }
   }
 };
 
@@ -95,10 +103,11 @@ StepProfiler::~StepProfiler() = default;
 
 void StepProfiler::graph(const std::string& label) { m->current_graph = intern(m->graph_index, m->graphs, label); }
 
-void StepProfiler::begin(ExecEnv& env, const std::string& what) {
+void StepProfiler::begin(ExecEnv& env, const std::string& what, const std::string& detail) {
   if (m->current_graph < 0) m->current_graph = intern(m->graph_index, m->graphs, "(no subgraph)");
   Impl::Open o;
   o.key = {m->current_graph, intern(m->what_index, m->whats, what)};
+  if (!detail.empty()) o.detail = intern(m->detail_index, m->details, detail);
   if (m->backend == Backend::CUDA) {
     o.event = m->record(env.stream);
     m->open.push_back(o);
@@ -114,9 +123,9 @@ void StepProfiler::end(ExecEnv& env) {
   const Impl::Open o = m->open.back();
   m->open.pop_back();
   if (m->backend == Backend::CUDA) {
-    m->pending.push_back({o.key, o.event, m->record(env.stream)});
+    m->pending.push_back({o.key, o.detail, o.event, m->record(env.stream)});
   } else {
-    m->add(o.key, std::chrono::duration<double, std::milli>(t1 - o.t0).count());
+    m->add(o.key, o.detail, std::chrono::duration<double, std::milli>(t1 - o.t0).count());
   }
 }
 
@@ -124,7 +133,7 @@ void StepProfiler::finish_step() {
   RN_CHECK(m->open.empty(), "internal: {} profiling bracket(s) left open at the end of a step", m->open.size());
 #ifdef RENAISSANCE_HAVE_CUDA
   for (const Impl::Pending& p : m->pending)
-    m->add(p.key, static_cast<double>(cuda::event_elapsed_ms(m->events[p.begin], m->events[p.end])));
+    m->add(p.key, p.detail, static_cast<double>(cuda::event_elapsed_ms(m->events[p.begin], m->events[p.end])));
 #endif
   m->pending.clear();
   m->next_event = 0;
@@ -160,9 +169,13 @@ ProfileResult StepProfiler::result(std::int64_t steps) const {
   for (const auto& [k, s] : m->sums)
     r.graph_kernels.push_back(
         row(m->whats[static_cast<std::size_t>(k.second)], m->graphs[static_cast<std::size_t>(k.first)], s));
+  for (const auto& [k, s] : m->detail_sums)
+    r.details.push_back(
+        row(m->details[static_cast<std::size_t>(k.second)], m->whats[static_cast<std::size_t>(k.first)], s));
   sort_rows(r.graphs);
   sort_rows(r.kernels);
   sort_rows(r.graph_kernels);
+  sort_rows(r.details);
   return r;
 }
 

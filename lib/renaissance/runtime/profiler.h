@@ -28,6 +28,9 @@ struct ProfileResult {
   std::vector<ProfileRow> graphs;         ///< per subgraph, the slowest first
   std::vector<ProfileRow> kernels;        ///< per kernel label over all subgraphs, the slowest first
   std::vector<ProfileRow> graph_kernels;  ///< per (subgraph, kernel label), the slowest first
+  /// Per node detail (ResolvedNode::detail: every GPU convolution pass with its layer and engine), `graph` holding
+  /// the kernel label; the slowest first. These rows repeat time the other tables already count.
+  std::vector<ProfileRow> details;
 };
 
 /// Sums bracketed times per (subgraph, kernel label). CPU: the steady clock around each node (CPU ops run
@@ -42,7 +45,7 @@ class StepProfiler final : public OpTimer {
   StepProfiler& operator=(const StepProfiler&) = delete;
 
   void graph(const std::string& label) override;
-  void begin(ExecEnv& env, const std::string& what) override;
+  void begin(ExecEnv& env, const std::string& what, const std::string& detail = {}) override;
   void end(ExecEnv& env) override;
 
   /// Closes a profiled step once the device has finished it (GPU: reads the events' times); every begin must

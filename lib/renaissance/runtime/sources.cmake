@@ -3,6 +3,7 @@ target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/arena_keeper.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_guard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/device_context.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/engine_cache_file.cpp
   ${CMAKE_CURRENT_LIST_DIR}/executor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/profiler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp

@@ -5,6 +5,7 @@
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/weights.h>
+#include <renaissance/runtime/engine_cache_file.h>
 #include <renaissance/runtime/replicas.h>
 #include <renaissance/runtime/sharding.h>
 #include <renaissance/runtime/memory_guard.h>
@@ -118,6 +119,8 @@ struct Trainer::Impl {
     env.comm = o.comm;
     env.sync_bn = o.sync_bn;
     env.fuse_kernels = o.fuse_kernels;
+    env.deterministic = o.deterministic;
+    env.conv_api = o.conv_api;
     world = o.comm ? o.comm->world_size() : 1;
     rank = o.comm ? o.comm->rank() : 0;
     const io::SplitInfo& tr = data.info(io::Split::train);
@@ -210,6 +213,8 @@ struct Trainer::Impl {
     session->join_update(env);
     return nan;
   }
+
+  StartupTimes startup;
 
   /// benchmark() and profile(): one batch in both input buffers, the step scalars uploaded (definition below).
   std::int64_t stage_bench_batch();
@@ -348,6 +353,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
                bp.name, bp.in_c);
   RN_CHECK_CTX(bp.in_h == tr.height && bp.in_w == tr.width, opts.data_path,
                "images are {}x{} but model '{}' expects {}x{}", tr.height, tr.width, bp.name, bp.in_h, bp.in_w);
+  const double t_start = now_s();
   plan::BuildOptions bo;
   bo.amp = opts.amp;
   bo.fuse = opts.amp && opts.fuse;
@@ -376,9 +382,42 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   if (opts.backend == Backend::CUDA)  // before the arena and the workspace exist: a clear error, not a cudaMalloc one
     guard_device_memory({fmt::format("model '{}' (batch {}, {})", bp.name, opts.batch, opts.amp ? "amp" : "fp32"),
                          m_plan->arena_bytes(), opts.workspace_mib << 20, 0});
+  const double t_compiled = now_s();
   m_impl = std::make_unique<Impl>(opts, *m_plan, std::move(probe));  // the file opened once
-  m_impl->capture_all();
-  m_impl->init_weights();
+  Impl& I = *m_impl;
+  I.startup.compile_s = t_compiled - t_start;
+  auto log0 = [&](const std::string& line) {
+    if (line.empty() || I.rank != 0) return;
+    if (line.rfind("warning: ", 0) == 0)
+      spdlog::warn("{}", line.substr(9));
+    else
+      spdlog::info("{}", line);
+  };
+  const bool gpu = opts.backend == Backend::CUDA;
+  if (gpu && !opts.deterministic)
+    log0("--deterministic off: non-deterministic cuDNN engines and cuBLASLt reductions are admitted where they are "
+         "faster; runs with the same seed are not bit-identical");
+  if (gpu) log0(load_engine_cache(opts.engine_cache));
+  const EngineStats e0 = engine_stats();
+  const double t_capture = now_s();
+  I.capture_all();
+  const EngineStats e1 = engine_stats();
+  I.startup.engines_s = e1.seconds - e0.seconds;
+  I.startup.capture_s = now_s() - t_capture - I.startup.engines_s;
+  I.startup.engines_cached = static_cast<std::int64_t>(e1.cached - e0.cached);
+  I.startup.engines_chosen = static_cast<std::int64_t>(e1.chosen - e0.chosen);
+  for (const std::string& d : conv_engines())
+    if (d.find("[legacy") != std::string::npos) ++I.startup.engines_legacy;
+  if (gpu) {
+    log0(save_engine_cache(opts.engine_cache));
+    if (I.startup.engines_cached + I.startup.engines_chosen > 0)
+      log0(fmt::format("convolution engines: {} from the cache, {} chosen in {:.1f} s, {} on the legacy API",
+                       I.startup.engines_cached, I.startup.engines_chosen, I.startup.engines_s,
+                       I.startup.engines_legacy));
+  }
+  const double t_init = now_s();
+  I.init_weights();
+  I.startup.init_s = now_s() - t_init;
   try {
     m_impl->model_yaml = blueprint::blueprint_to_yaml(model);  // recorded in checkpoints
   } catch (const std::exception&) {
@@ -387,6 +426,19 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
 }
 
 Trainer::~Trainer() = default;
+
+const StartupTimes& Trainer::startup() const { return m_impl->startup; }
+
+std::vector<std::string> Trainer::conv_engines() const {
+  std::vector<std::string> out;
+  std::function<void(const ResolvedNode&)> walk = [&](const ResolvedNode& r) {
+    if (!r.detail.empty()) out.push_back(r.detail);
+    for (const ResolvedNode& s : r.sub) walk(s);
+  };
+  for (const CapturedGraph* g : m_impl->atlas.all())
+    for (const ResolvedNode& r : g->nodes()) walk(r);
+  return out;
+}
 
 std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   Impl& I = *m_impl;
@@ -777,6 +829,7 @@ std::string options_yaml(const TrainOptions& o) {
   kv("loss-scale", o.loss_scale);
   kv("loss-scale-interval", o.loss_scale_interval);
   kv("validate", o.validate);
+  kv("deterministic", o.deterministic);
   kv("checkpoint-every", o.checkpoint_every);
   kv("checkpoint-each-epoch", o.checkpoint_each_epoch);
   kv("keep", o.checkpoint_keep);
@@ -1027,6 +1080,14 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
     warn(fmt::format("written with seed {}, resumed with seed {}: the data order and augmentation of the rest of "
                      "the run follow the new seed",
                      s.seed, o.seed));
+  if (const std::string key = "\ndeterministic: "; s.run_config.find(key) != std::string::npos) {
+    const bool was = s.run_config.compare(s.run_config.find(key) + key.size(), 4, "true") == 0;
+    if (was != o.deterministic)
+      warn(fmt::format("written with --deterministic {}, resumed with --deterministic {}: the resumed steps {} "
+                       "bit-identical to an uninterrupted run",
+                       was ? "on" : "off", o.deterministic ? "on" : "off",
+                       o.deterministic && !was ? "are deterministic from here on, but not" : "are not"));
+  }
   if (!same_optimizer)
     warn(fmt::format("written with optimizer '{}', resumed with '{}': the optimizer state starts at zero", s.optimizer,
                      plan::optimizer_name(o.optimizer)));

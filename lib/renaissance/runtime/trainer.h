@@ -60,6 +60,16 @@ struct TrainOptions {
   /// GPU: weight gradients on a second compute stream beside the data gradients (ExecEnv::streams; one more
   /// workspace of workspace_mib). Off: one compute stream.
   bool concurrent_streams = true;
+  /// Same seed, same binary, same GPU (and the same engine choices, which `engine_cache` keeps) → the same weights,
+  /// BN statistics, optimizer state and losses bit for bit. Off: non-deterministic cuDNN engines and cuBLASLt
+  /// reductions are admitted where they are faster (ExecEnv::deterministic).
+  bool deterministic = true;
+  /// GPU: the file of convolution engine choices (engine_cache_file.h): loaded before the engines are chosen, new
+  /// choices saved after, so a second start-up times nothing and chooses the same engines. Empty: none.
+  std::string engine_cache;
+  /// GPU convolutions: 0 the cuDNN graph API with the legacy API as the fallback, 1 the graph API only, 2 the legacy
+  /// API only (ExecEnv::conv_api; for comparisons).
+  int conv_api = 0;
   // Checkpoints (DESIGN §10, docs/checkpoints.md): written by rank 0 into checkpoint_dir (empty: none) as
   // ckpt-stepNNNNNNNN.h5 with latest.h5 pointing at the newest; the newest checkpoint_keep files are kept.
   std::string checkpoint_dir;
@@ -89,6 +99,14 @@ struct EpochMetrics {
   double seconds = 0;
   double lr = 0;                 ///< at the last step of the epoch
   double loss_scale = 0;
+};
+
+/// Where a Trainer's start-up went (seconds): planning, choosing the GPU convolution engines (building cuDNN plans
+/// and timing them), preparing and capturing every subgraph less the engine choice, initialising the weights.
+struct StartupTimes {
+  double compile_s = 0, engines_s = 0, capture_s = 0, init_s = 0;
+  std::int64_t engines_cached = 0, engines_chosen = 0;  ///< convolution passes found in the engine cache / chosen
+  std::int64_t engines_legacy = 0;  ///< convolution passes on the legacy API (fallback or --conv-api legacy)
 };
 
 struct BenchResult {
@@ -129,6 +147,10 @@ class Trainer {
   EpochMetrics evaluate(bool ema = false);
 
   const plan::CompiledPlan& plan() const { return *m_plan; }
+  const StartupTimes& startup() const;
+  /// Every GPU convolution pass of every capture made at start-up with its layer and engine
+  /// ("s1.b1.c1 dgrad [graph eng63_k25=1]"); empty on the CPU.
+  std::vector<std::string> conv_engines() const;
   std::int64_t steps() const { return m_step; }
   /// FP32 values of a named tensor (e.g. "conv1.w", "bn2d1.running_mean") in the arena.
   std::vector<float> tensor_values(const std::string& name) const;

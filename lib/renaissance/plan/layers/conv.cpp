@@ -32,8 +32,10 @@ void register_conv_layers(LayerRegistry& r) {
     std::vector<Node> v;
     std::vector<TensorId> grads{ids.param("w").grad_target(f.amp)};
     if (ids.has_param("b")) grads.push_back(ids.param("b").grad);
+    // The weight gradient overwrites: each weight belongs to one layer, so nothing else adds to it (ZERO_GRAD still
+    // clears the region for the layers a step does not reach). An overwriting pass is what cuDNN's graph API runs
+    // without an add epilogue.
     Node wgrad = layer_node(OpKind::CONV_BWD_FILTER, l, {ids.x, dy}, grads);
-    wgrad.accumulate = true;
     v.push_back(wgrad);
     if (dx != kNoTensor) {
       Node dgrad = layer_node(OpKind::CONV_BWD_DATA, l, {dy, ids.param("w").read(f.amp, false)}, {dx});

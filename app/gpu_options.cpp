@@ -1,0 +1,42 @@
+#include "gpu_options.h"
+
+#include <renaissance/core/error.h>
+#include <renaissance/runtime/engine_cache_file.h>
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+
+namespace renaissance::app {
+
+void GpuOptions::add_to(CLI::App& cmd) {
+  cmd.add_option("--deterministic", deterministic,
+                 "GPU: on: deterministic engines and reductions only (same seed, same bits); off: admit "
+                 "non-deterministic ones where faster")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd.add_option("--engine-cache", engine_cache,
+                 "GPU: file of timed convolution engine choices, reused at the next start-up (auto: engines.txt in "
+                 "the checkpoint directory or beside --save, else ~/.cache/renaissance/engines.txt; off: none)")
+      ->capture_default_str();
+  cmd.add_option("--conv-api", conv_api,
+                 "GPU: cuDNN API of the convolutions: auto (graph API, legacy where no graph plan supports a pass), "
+                 "graph (graph API only), legacy (legacy API only, for comparisons)")
+      ->check(CLI::IsMember({"auto", "graph", "legacy"}))
+      ->capture_default_str();
+}
+
+void GpuOptions::apply(runtime::TrainOptions& t, const std::string& run_dir) const {
+  t.deterministic = deterministic == "on";
+  t.conv_api = conv_api == "graph" ? 1 : conv_api == "legacy" ? 2 : 0;
+  RN_CHECK(!engine_cache.empty(), "--engine-cache needs a path, auto or off");
+  if (engine_cache == "off")
+    t.engine_cache.clear();
+  else if (engine_cache == "auto")
+    t.engine_cache = run_dir.empty() ? runtime::default_engine_cache_path()
+                                     : (std::filesystem::path(run_dir) / "engines.txt").string();
+  else
+    t.engine_cache = engine_cache;
+}
+
+}  // namespace renaissance::app

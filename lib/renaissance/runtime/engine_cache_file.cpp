@@ -1,0 +1,147 @@
+#include <renaissance/runtime/engine_cache_file.h>
+
+#ifdef RENAISSANCE_HAVE_CUDA
+#include <kernels/cuda/conv.h>
+#include <kernels/cuda/engine_cache.h>
+#endif
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace renaissance::runtime {
+
+namespace fs = std::filesystem;
+
+std::string default_engine_cache_path() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "renaissance" / "engines.txt").string();
+  if (const char* h = std::getenv("HOME"); h && *h) return (fs::path(h) / ".cache" / "renaissance" / "engines.txt").string();
+  return "renaissance-engines.txt";
+}
+
+#ifdef RENAISSANCE_HAVE_CUDA
+
+namespace {
+
+/// The whole file, or nullopt-like empty with ok=false when it cannot be read.
+bool read_file(const std::string& path, std::string* text, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = std::strerror(errno);
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) {
+    *error = "read error";
+    return false;
+  }
+  *text = ss.str();
+  return true;
+}
+
+/// An advisory lock on PATH.lock for the life of the object (flock: released when the descriptor closes, also when
+/// the process dies).
+struct FileLock {
+  int fd = -1;
+  explicit FileLock(const std::string& path) {
+    fd = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0 && ::flock(fd, LOCK_EX) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~FileLock() {
+    if (fd >= 0) ::close(fd);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+};
+
+}  // namespace
+
+std::string load_engine_cache(const std::string& path, std::size_t* entries) {
+  if (entries) *entries = 0;
+  if (path.empty()) return "";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return fmt::format("engine cache {}: none yet (engines are timed and saved there)", path);
+  if (!fs::is_regular_file(path, ec)) return fmt::format("warning: engine cache {} is not a regular file: ignored", path);
+  std::string text, error;
+  if (!read_file(path, &text, &error)) return fmt::format("warning: engine cache {}: {}: ignored", path, error);
+  cuda::EngineCache loaded;
+  if (!loaded.merge(text, &error))
+    return fmt::format("warning: {} is not an engine cache of this version ({}): ignored, engines are timed again",
+                       path, error);
+  cuda::EngineCache& global = cuda::EngineCache::global();
+  const std::size_t before = global.size();
+  std::string unused;
+  global.merge(loaded.serialize(), &unused);
+  if (entries) *entries = loaded.size();
+  return fmt::format("engine cache {}: {} entries ({} new to this process)", path, loaded.size(),
+                     global.size() - before);
+}
+
+EngineStats engine_stats() {
+  const cuda::EngineCache& c = cuda::EngineCache::global();
+  return EngineStats{cuda::ConvOp::choose_seconds(), c.hits(), c.misses()};
+}
+
+std::string save_engine_cache(const std::string& path) {
+  cuda::EngineCache& global = cuda::EngineCache::global();
+  if (path.empty() || global.unsaved() == 0) return "";
+  std::error_code ec;
+  const fs::path p(path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  if (fs::exists(p, ec) && !fs::is_regular_file(fs::symlink_status(p, ec)))
+    return fmt::format("warning: engine cache {} is not a regular file: not written", path);
+  FileLock lock(path);
+  // What the file holds now (another process may have added to it since we loaded it) wins over our entries.
+  cuda::EngineCache merged;
+  std::string text, error;
+  if (fs::exists(p, ec) && read_file(path, &text, &error) && !merged.merge(text, &error)) merged.clear();
+  const std::size_t had = merged.size();
+  merged.merge(global.serialize(), &error);
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << merged.serialize();
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return fmt::format("warning: engine cache {} could not be written ({}); the next start-up times again", path,
+                         std::strerror(errno));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return fmt::format("warning: engine cache {} could not be replaced ({})", path, why);
+  }
+  global.mark_saved();
+  return fmt::format("engine cache {}: {} new entries saved ({} in all)", path, merged.size() - had, merged.size());
+}
+
+#else
+
+std::string load_engine_cache(const std::string&, std::size_t* entries) {
+  if (entries) *entries = 0;
+  return "";
+}
+std::string save_engine_cache(const std::string&) { return ""; }
+EngineStats engine_stats() { return {}; }
+
+#endif
+
+}  // namespace renaissance::runtime

@@ -1,0 +1,173 @@
+// The convolution engine cache (kernels/cuda/engine_cache.h) and its file (runtime/engine_cache_file.h): text round
+// trip, malformed files refused with the line named and nothing half-loaded, entries already present winning, and
+// the file written atomically beside a run. No GPU needed: runs in CI with every CUDA build.
+#include <kernels/cuda/engine_cache.h>
+#include <renaissance/runtime/engine_cache_file.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+using renaissance::cuda::EngineCache;
+using renaissance::cuda::EngineChoice;
+namespace fs = std::filesystem;
+
+EngineChoice graph_choice(std::int64_t engine, float ms) {
+  EngineChoice c;
+  c.api = EngineChoice::Api::Graph;
+  c.graph.engine = engine;
+  c.graph.knobs = {{2, 4}, {25, 1}};
+  c.graph.name = fmt::format("eng{}_k2=4_k25=1", engine);
+  c.time_ms = ms;
+  c.workspace = 1 << 20;
+  return c;
+}
+
+EngineChoice legacy_choice() {
+  EngineChoice c;
+  c.api = EngineChoice::Api::Legacy;
+  c.algo = 1;
+  c.math = 1;
+  c.staged = true;
+  c.fallback = true;
+  c.deterministic = true;
+  return c;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(EngineCache, TextRoundTrip) {
+  EngineCache a;
+  a.put("NVIDIA H200 sm90 x132 cudnn91400 fwd k3", graph_choice(62, 0.128f));
+  a.put("NVIDIA H200 sm90 x132 cudnn91400 dgrad acc", legacy_choice());
+  EngineCache b;
+  std::string error;
+  ASSERT_TRUE(b.merge(a.serialize(), &error)) << error;
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b.unsaved(), 0u) << "loaded entries are not new";
+  const auto g = b.find("NVIDIA H200 sm90 x132 cudnn91400 fwd k3");
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->api, EngineChoice::Api::Graph);
+  EXPECT_EQ(g->graph.engine, 62);
+  EXPECT_EQ(g->graph.knobs, graph_choice(62, 0).graph.knobs);
+  EXPECT_EQ(g->graph.name, "eng62_k2=4_k25=1");
+  EXPECT_FLOAT_EQ(g->time_ms, 0.128f);
+  const auto l = b.find("NVIDIA H200 sm90 x132 cudnn91400 dgrad acc");
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->api, EngineChoice::Api::Legacy);
+  EXPECT_TRUE(l->staged && l->fallback);
+  EXPECT_EQ(l->algo, 1);
+  EXPECT_EQ(b.serialize(), a.serialize());
+}
+
+TEST(EngineCache, MalformedTextIsRefusedWithTheLineAndNothingLoaded) {
+  EngineCache a;
+  a.put("k1", graph_choice(1, 1.0f));
+  a.put("k2", graph_choice(2, 2.0f));
+  const std::string good = a.serialize();
+  struct Case {
+    const char* what;
+    std::string text;
+    const char* expect;
+  };
+  std::string no_engine = good;
+  no_engine.replace(no_engine.find("\t1\t"), 3, "\tx\t");
+  const std::vector<Case> cases = {
+      {"empty", "", "empty"},
+      {"no header", "k\tgraph\n", "header"},
+      {"short line", good + "k3\tgraph\t0\n", "line 4"},
+      {"bad api", good + "k3\tcuda\t0\t1\t-\t-\t-1\t0\t1\t0.1\t0\t0\n", "api"},
+      {"bad number", no_engine, "engine"},
+      {"graph without engine", good + "k3\tgraph\t0\t-1\t-\t-\t-1\t0\t1\t0.1\t0\t0\n", "without an engine"},
+      {"binary junk", std::string(3, '\0') + "\xff\xfe", "header"},
+  };
+  for (const Case& c : cases) {
+    EngineCache b;
+    std::string error;
+    EXPECT_FALSE(b.merge(c.text, &error)) << c.what;
+    EXPECT_NE(error.find(c.expect), std::string::npos) << c.what << ": " << error;
+    EXPECT_EQ(b.size(), 0u) << c.what << ": nothing may be half-loaded";
+  }
+}
+
+TEST(EngineCache, EntriesAlreadyPresentKeepTheirValue) {
+  EngineCache a;
+  a.put("k", graph_choice(7, 1.0f));
+  EngineCache b;
+  b.put("k", graph_choice(9, 0.5f));
+  std::string error;
+  ASSERT_TRUE(b.merge(a.serialize(), &error)) << error;
+  EXPECT_EQ(b.find("k")->graph.engine, 9);
+}
+
+TEST(EngineCacheFile, SavedBesideTheRunAndLoadedBack) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rn_engine_cache_{}", ::getpid());
+  fs::remove_all(dir);
+  const fs::path file = dir / "sub" / "engines.txt";
+  EngineCache& g = EngineCache::global();
+  g.clear();
+  EXPECT_NE(renaissance::runtime::load_engine_cache(file.string()).find("none yet"), std::string::npos);
+  g.put("mine", graph_choice(3, 0.3f));
+  const std::string saved = renaissance::runtime::save_engine_cache(file.string());
+  EXPECT_NE(saved.find("1 new entries saved"), std::string::npos) << saved;
+  EXPECT_EQ(g.unsaved(), 0u);
+  EXPECT_EQ(renaissance::runtime::save_engine_cache(file.string()), "") << "nothing new: nothing written";
+  // Another process added "theirs" and its own "mine" meanwhile: the file's entries win, ours are added.
+  {
+    EngineCache other;
+    other.put("mine", graph_choice(4, 0.1f));
+    other.put("theirs", graph_choice(5, 0.2f));
+    std::ofstream(file) << other.serialize();
+  }
+  g.put("new", graph_choice(6, 0.4f));
+  renaissance::runtime::save_engine_cache(file.string());
+  EngineCache back;
+  std::string error;
+  ASSERT_TRUE(back.merge(slurp(file), &error)) << error;
+  EXPECT_EQ(back.size(), 3u);
+  EXPECT_EQ(back.find("mine")->graph.engine, 4);
+  EXPECT_EQ(back.find("new")->graph.engine, 6);
+  // Loading into an empty process cache.
+  g.clear();
+  std::size_t n = 0;
+  EXPECT_NE(renaissance::runtime::load_engine_cache(file.string(), &n).find("3 entries"), std::string::npos);
+  EXPECT_EQ(n, 3u);
+  EXPECT_EQ(g.find("theirs")->graph.engine, 5);
+  // No temporary file is left behind.
+  for (const auto& e : fs::directory_iterator(file.parent_path()))
+    EXPECT_TRUE(e.path().filename() == "engines.txt" || e.path().filename() == "engines.txt.lock") << e.path();
+  g.clear();
+  fs::remove_all(dir);
+}
+
+TEST(EngineCacheFile, ABadFileIsIgnoredWithAWarningNeverFatal) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rn_engine_cache_bad_{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  EngineCache& g = EngineCache::global();
+  g.clear();
+  std::ofstream(dir / "junk.txt") << "not an engine cache\n";
+  const std::string junk = renaissance::runtime::load_engine_cache((dir / "junk.txt").string());
+  EXPECT_NE(junk.find("warning:"), std::string::npos) << junk;
+  EXPECT_NE(junk.find("junk.txt"), std::string::npos) << junk;
+  EXPECT_EQ(g.size(), 0u);
+  const std::string d = renaissance::runtime::load_engine_cache(dir.string());
+  EXPECT_NE(d.find("not a regular file"), std::string::npos) << d;
+  g.put("k", graph_choice(1, 1.0f));
+  const std::string w = renaissance::runtime::save_engine_cache(dir.string());
+  EXPECT_NE(w.find("warning:"), std::string::npos) << w;
+  g.clear();
+  fs::remove_all(dir);
+}
+
+}  // namespace

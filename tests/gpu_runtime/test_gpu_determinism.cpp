@@ -1,0 +1,135 @@
+// GPU training is reproducible bit for bit (issue 11): same seed, same binary, same GPU, the same engine choices →
+// the same per-step losses, weights, BN statistics and optimizer state, with captured graphs and the side compute
+// streams on, in FP32 and AMP; also across processes that share an engine cache (the CLI's default), which is what
+// pins the timed engine choices.
+#include "gpu_models.h"
+
+#include <renaissance/io/importers.h>
+#include <renaissance/io/weights.h>
+#include <renaissance/runtime/trainer.h>
+
+#include <kernels/cuda/device_info.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+using namespace renaissance;
+namespace fs = std::filesystem;
+
+fs::path work_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / fmt::format("rn_gpu_det_{}_{}", ::getpid(), name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct TrainedRun {
+  std::vector<double> losses;
+  std::vector<float> state;               // masters + BN running statistics
+  std::vector<std::vector<float>> moments;  // optimizer state
+  runtime::EpochMetrics last;
+};
+
+TrainedRun train(const std::string& data, bool amp, bool deterministic = true) {
+  runtime::TrainOptions o;
+  o.data_path = data;
+  o.backend = runtime::Backend::CUDA;
+  o.amp = amp;
+  o.batch = 128;
+  o.epochs = 2;
+  o.lr = 0.05;
+  o.optimizer = plan::OptimizerKind::NESTEROV;
+  o.seed = 23;
+  o.augmentation.crop_padding = 2;
+  o.concurrent_streams = true;
+  o.deterministic = deterministic;
+  TrainedRun r;
+  runtime::Trainer t(test::realistic_residual_model(), o);
+  runtime::TrainObserver obs;
+  obs.on_step_loss = [&r](std::int64_t, std::int64_t, double loss) { r.losses.push_back(loss); };
+  const auto history = t.run(obs);
+  r.last = history.back();
+  r.state = t.state_values();
+  for (const DTensor& d : t.plan().plan(plan::Variant::TRAIN_BASE).tensors())
+    if (region_family(d.region) == RegionFamily::M) r.moments.push_back(t.tensor_values(d.name));
+  return r;
+}
+
+class GpuDeterminism : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU tests run on the GPU machine (scripts/gpu-test)";
+  }
+};
+
+TEST_P(GpuDeterminism, TwoTrainingsAreBitIdentical) {
+  const bool amp = GetParam();
+  const fs::path dir = work_dir(amp ? "amp" : "fp32");
+  const std::string data = (dir / "syn.h5").string();
+  io::make_synthetic(data, 700, 256, 32, 32, 3, 10, 11);  // 5 full batches and one of 60 per epoch
+  const TrainedRun a = train(data, amp);
+  const TrainedRun b = train(data, amp);
+  ASSERT_EQ(a.losses.size(), 12u);
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  EXPECT_TRUE(bit_equal(a.state, b.state)) << "weights / BN statistics differ";
+  ASSERT_EQ(a.moments.size(), b.moments.size());
+  ASSERT_FALSE(a.moments.empty());
+  for (std::size_t i = 0; i < a.moments.size(); ++i) EXPECT_TRUE(bit_equal(a.moments[i], b.moments[i])) << i;
+  EXPECT_EQ(a.last.val_loss, b.last.val_loss);
+  EXPECT_EQ(a.last.val_top1, b.last.val_top1);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp32AndAmp, GpuDeterminism, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? std::string("Amp") : std::string("Fp32"); });
+
+std::string run_cli(const std::string& args, const fs::path& log) {
+  const std::string cmd = std::string(RENAISSANCE_CLI) + " " + args + " > '" + log.string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(rc, 0) << cmd << "\n" << ss.str();
+  return ss.str();
+}
+
+// The issue's reproducer, as a user runs it: two `renaissance train` processes one after the other with the default
+// engine cache beside --save. The first times the engines and saves them, the second reads them: the same engines,
+// so the same weights file, tensor by tensor, bit for bit.
+TEST(GpuDeterminismCli, TwoProcessesSharingTheEngineCacheWriteTheSameWeights) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = work_dir("cli");
+  const std::string data = (dir / "syn.h5").string();
+  io::make_synthetic(data, 1280, 256, 28, 28, 1, 10, 3);
+  const std::string common = fmt::format(
+      "train --model resnet18_fmnist --amp --epochs 2 --batch 256 --crop-padding 2 --device cuda --data '{}'", data);
+  const std::string first = run_cli(common + " --save '" + (dir / "a.h5").string() + "'", dir / "a.log");
+  const std::string second = run_cli(common + " --save '" + (dir / "b.h5").string() + "'", dir / "b.log");
+  EXPECT_TRUE(fs::exists(dir / "engines.txt")) << "the default engine cache lives beside --save";
+  EXPECT_NE(second.find(" 0 chosen"), std::string::npos) << "the second run should time nothing:\n" << second;
+  const io::WeightsFile a = io::read_weights((dir / "a.h5").string());
+  const io::WeightsFile b = io::read_weights((dir / "b.h5").string());
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+    ASSERT_EQ(a.tensors[i].name, b.tensors[i].name);
+    if (!bit_equal(a.tensors[i].values, b.tensors[i].values)) ++differ;
+  }
+  EXPECT_EQ(differ, 0u) << differ << " of " << a.tensors.size() << " tensors differ";
+  fs::remove_all(dir);
+}
+
+}  // namespace
