@@ -383,8 +383,8 @@ struct ConvOp::Impl {
   GraphConvDesc graph_desc(int v, bool staged, bool deterministic, std::size_t limit) const {
     GraphConvDesc d;
     d.pass = pass_of(v);
-    // A staged data gradient accumulates in the copy back; a weight gradient is never staged itself.
-    d.accumulate = accumulates(v) && !(staged && d.pass == ConvPass::BackwardData);
+    // A staged data gradient of a padded dx accumulates in the copy back; a weight gradient is never staged itself.
+    d.accumulate = accumulates(v) && !(staged && d.pass == ConvPass::BackwardData && x_padded());
     d.x = spec.x;
     d.y = spec.y;
     d.x_cs = staged ? spec.x.c : x_cs;
@@ -650,8 +650,19 @@ struct ConvOp::Impl {
     std::unique_ptr<GraphConv> g;
     int i = -1;
     try {
-      g = std::make_unique<GraphConv>(graph_desc(v, c.staged, deterministic, st.limit - stage));
-      i = g->replay(st.handles->cudnn(), c.graph, why);
+      // The choice among the heuristics' candidates (the list it was chosen from: same filters, same library), else
+      // rebuilt from its engine id and knobs alone.
+      for (const bool fallback_list : {false, true}) {
+        g = std::make_unique<GraphConv>(graph_desc(v, c.staged, deterministic, st.limit - stage), fallback_list);
+        std::string unused;
+        if (g->query(st.handles->cudnn(), &unused) > 0) i = g->find(c.graph);
+        if (i >= 0) break;
+      }
+      if (i >= 0 && !g->build(i, why)) return false;
+      if (i < 0) {
+        g = std::make_unique<GraphConv>(graph_desc(v, c.staged, deterministic, st.limit - stage));
+        i = g->replay(st.handles->cudnn(), c.graph, why);
+      }
     } catch (const std::exception& e) {
       (void)cudaGetLastError();
       *why = e.what();
@@ -802,6 +813,7 @@ void ConvOp::choose(DnnHandles& handles, void* workspace_ptr, std::size_t worksp
       }
     }
     if (ok && var.note.empty() && !why.empty()) var.note = fmt::format(" [cached choice not usable: {}]", why);
+    if (!why.empty()) cache.reject(fmt::format("{}: {}", key, why));
     RN_CHECK(ok, "conv {}: no cuDNN {} engine{} (deterministic={}, {} API, workspace limit {} bytes):{}",
              s.signature(), pass_name(pass_of(v)), accumulates(v) ? " for the accumulating pass" : "",
              how.deterministic, conv_engine_name(how.engine), st.limit, notes);

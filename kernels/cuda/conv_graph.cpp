@@ -164,6 +164,16 @@ bool GraphConv::build(int i, std::string* why) {
   return true;
 }
 
+int GraphConv::find(const EngineConfig& c) const {
+  EngineConfig want = c;
+  std::sort(want.knobs.begin(), want.knobs.end());
+  for (int i = 0; i < candidates(); ++i) {
+    const EngineConfig got = config(i);
+    if (got.engine == want.engine && got.knobs == want.knobs) return i;
+  }
+  return -1;
+}
+
 int GraphConv::replay(cudnnHandle_t handle, const EngineConfig& config, std::string* why) {
   Impl& s = *m;
   if (!s.validate_error.empty()) {

@@ -61,8 +61,11 @@ class GraphConv {
   int query(cudnnHandle_t handle, std::string* why);
   /// Builds candidate i's execution plan; false (with `why`) when the engine refuses the graph or the limits.
   bool build(int i, std::string* why);
-  /// Replays a cached choice: a plan for exactly this engine and these knobs. Returns its index (for execute and
-  /// workspace), or -1 with `why`.
+  /// After query(): the candidate with exactly this engine and these knobs, or -1.
+  int find(const EngineConfig& config) const;
+  /// Replays a cached choice without the heuristics: a plan for exactly this engine and these knobs (cuDNN's
+  /// create_execution_plan). Returns its index (for execute and workspace), or -1 with `why`. Some engine
+  /// configurations do not replay this way; ConvOp first looks for the choice among the heuristics' candidates.
   int replay(cudnnHandle_t handle, const EngineConfig& config, std::string* why);
   int candidates() const;
   EngineConfig config(int i) const;

@@ -95,7 +95,8 @@ void EngineCache::mark_saved() {
 void EngineCache::clear() {
   std::lock_guard<std::mutex> lock(m_mutex);
   m_entries.clear();
-  m_unsaved = m_hits = m_misses = 0;
+  m_unsaved = m_hits = m_misses = m_rejected = 0;
+  m_first_rejection.clear();
 }
 
 std::size_t EngineCache::hits() const {
@@ -105,6 +106,18 @@ std::size_t EngineCache::hits() const {
 std::size_t EngineCache::misses() const {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_misses;
+}
+void EngineCache::reject(const std::string& why) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  if (m_rejected++ == 0) m_first_rejection = why;
+}
+std::size_t EngineCache::rejected() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_rejected;
+}
+std::string EngineCache::first_rejection() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_first_rejection;
 }
 void EngineCache::count(bool hit) {
   std::lock_guard<std::mutex> lock(m_mutex);

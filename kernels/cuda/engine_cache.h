@@ -60,11 +60,16 @@ class EngineCache {
   std::size_t hits() const;
   std::size_t misses() const;
   void count(bool hit);
+  /// A cached choice that could not be made real again (chosen afresh instead): counted, the first reason kept.
+  void reject(const std::string& why);
+  std::size_t rejected() const;
+  std::string first_rejection() const;
 
  private:
   mutable std::mutex m_mutex;
   std::map<std::string, EngineChoice> m_entries;
-  std::size_t m_unsaved = 0, m_hits = 0, m_misses = 0;
+  std::size_t m_unsaved = 0, m_hits = 0, m_misses = 0, m_rejected = 0;
+  std::string m_first_rejection;
 };
 
 }  // namespace renaissance::cuda

@@ -9,6 +9,7 @@
 #          --conv-api legacy, into profile.log.
 # repro: the issue-11 reproducer on synthetic 28x28 data: two `train` runs sharing an engine cache, two that time
 #        from scratch (--engine-cache off); how many saved tensors differ, into misc.log.
+# CTEST_ARGS: more ctest arguments for `tests` (e.g. -E interop); TESTS_TIMEOUT (s, default 300).
 # TARGETS: build only these targets (default: everything). The GPU machine needs .deps/cudnn-frontend carried.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -31,7 +32,8 @@ RN=build-gpu/app/renaissance
 for s in $STEPS; do
   case $s in
     tests)
-      OUT=$(cd "$OUT" && pwd); (cd build-gpu && timeout 300 ctest -L gpu --output-on-failure -j4 >"$OUT/ctest-gpu.log" 2>&1)
+      # shellcheck disable=SC2086
+      OUT=$(cd "$OUT" && pwd); (cd build-gpu && timeout "${TESTS_TIMEOUT:-300}" ctest -L gpu --output-on-failure -j4 ${CTEST_ARGS:-} >"$OUT/ctest-gpu.log" 2>&1)
       say "gpu tests exit $?: $(grep -E 'tests passed' "$OUT/ctest-gpu.log")"
       grep -E '\*\*\*|Failed ' "$OUT/ctest-gpu.log" | head -20 ;;
     bench)

@@ -162,12 +162,11 @@ TEST_P(GpuConv, MatchesCpu) {
   DeviceBuffer ws(op.workspace_bytes());
   Stream stream;
 
+  // Accumulating passes may fall back to the legacy API: cuDNN 9 offers their add epilogue only in
+  // runtime-compiled engines, which are not admitted (docs/kernels-cuda.md).
   if (expect_graph(k, search)) {
     for (ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
       EXPECT_TRUE(op.uses_graph(p)) << op.describe(p);
-      if (p != ConvPass::Forward) {
-        EXPECT_TRUE(op.uses_graph(p, true)) << op.describe(p, true);
-      }
     }
   }
   if (search == Search::Find || search == Search::Heuristic) {
@@ -281,7 +280,7 @@ TEST_P(GpuConvBig, DeterministicModeIsBitIdentical) {
   const auto& [k, layout] = GetParam();
   const ConvSpec spec = make_spec(k, layout);
   ConvOp op(spec);
-  choose(op, Search::Find, true);
+  choose(op, Search::Graph, true);
   print_algos(fmt::format("{} {} deterministic", k.name, layout_name(layout)), op);
   for (ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
     EXPECT_NE(op.describe(p).find(", deterministic"), std::string::npos) << op.describe(p);
@@ -309,7 +308,7 @@ TEST_P(GpuConvBig, GraphReplayMatchesDirectBitForBit) {
   const auto& [k, layout] = GetParam();
   const ConvSpec spec = make_spec(k, layout);
   ConvOp op(spec);
-  choose(op, Search::Find, true);
+  choose(op, Search::Graph, true);
   DeviceBuffer ws(op.workspace_bytes());
   Stream stream;
   const ConvData h(spec, op.weight_elems(), 91);

@@ -95,7 +95,7 @@ std::string load_engine_cache(const std::string& path, std::size_t* entries) {
 
 EngineStats engine_stats() {
   const cuda::EngineCache& c = cuda::EngineCache::global();
-  return EngineStats{cuda::ConvOp::choose_seconds(), c.hits(), c.misses()};
+  return EngineStats{cuda::ConvOp::choose_seconds(), c.hits(), c.misses(), c.rejected(), c.first_rejection()};
 }
 
 std::string save_engine_cache(const std::string& path) {

@@ -24,6 +24,8 @@ std::string save_engine_cache(const std::string& path);
 struct EngineStats {
   double seconds = 0;
   std::size_t cached = 0, chosen = 0;
+  std::size_t rejected = 0;   ///< cached choices that could not be made real again (chosen afresh)
+  std::string first_rejection;
 };
 EngineStats engine_stats();
 

@@ -409,6 +409,9 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   for (const std::string& d : conv_engines())
     if (d.find("[legacy") != std::string::npos) ++I.startup.engines_legacy;
   if (gpu) {
+    if (e1.rejected > e0.rejected)
+      log0(fmt::format("warning: {} cached engine choice(s) could not be used again and were chosen afresh (first: {})",
+                       e1.rejected - e0.rejected, e1.first_rejection));
     log0(save_engine_cache(opts.engine_cache));
     if (I.startup.engines_cached + I.startup.engines_chosen > 0)
       log0(fmt::format("convolution engines: {} from the cache, {} chosen in {:.1f} s, {} on the legacy API",
