@@ -130,8 +130,11 @@ PrepareFn prepare_conv(int x_index_in, bool x_is_output, int y_index_in, bool y_
     }
     RN_CHECK(op->workspace_bytes() <= ws, "convolution needs a {} byte workspace but {} were allocated",
              op->workspace_bytes(), ws);
-    r.detail = fmt::format("{} {}{} [{}]", r.layer.empty() ? "conv" : r.layer, pass_label(pass), acc ? "+acc" : "",
-                           op->engine_label(pass, acc));
+    // A fused layer holds several convolutions: the shapes tell them apart.
+    const cuda::ConvParams& cp = spec.params;
+    r.detail = fmt::format("{} {}{} {}x{}x{}>{} k{}s{}{} [{}]", r.layer.empty() ? "conv" : r.layer, pass_label(pass),
+                           acc ? "+acc" : "", spec.x.h, spec.x.w, spec.x.c, spec.y.c, cp.kernel_h, cp.stride_h,
+                           cp.groups > 1 ? fmt::format("g{}", cp.groups) : "", op->engine_label(pass, acc));
     r.state = op;
   };
 }
