@@ -5,6 +5,7 @@
 #include <renaissance/dist/mpi_session.h>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
   // MPI first: under mpirun or `srun --mpi=pmix` this process is one rank of a data-parallel job; started alone it
   // is a singleton of one rank (DESIGN §9).
   renaissance::dist::MpiSession mpi(&argc, &argv);
+  // Logs go to stderr: stdout carries the results (--json lines, tables) that scripts read.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("renaissance"));
   CLI::App app{"Renaissance: planned, graph-captured training of convolutional image classifiers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "renaissance 0.1.0");

@@ -2,7 +2,8 @@
 # Renaissance vs PyTorch on one GPU, in one call (DEVELOPERS.md: ratios come from one run on one machine).
 #   scripts/bench/compare_gpu.sh [build-dir] [out-dir]
 # Writes raw JSON lines (ours.jsonl, pytorch.jsonl) and a markdown table (table.md) to out-dir.
-# CASES: model:batch:pytorch-modes ...; OURS_EXTRA: more runs of ours per case beside graphs on/off:
+# CASES: model:batch:pytorch-modes ...; NO_GRAPHS_OFF=1 skips ours with --graphs off; OURS_EXTRA: more runs of
+# ours per case beside graphs on/off:
 #   nondet (--deterministic off), legacy (--conv-api legacy: the convolutions on cuDNN's legacy API).
 # Ours runs with its default engine cache (~/.cache/renaissance/engines.txt): the first run of a shape times the
 # engines, later runs reuse them; its start-up figures are in the JSON lines.
@@ -18,7 +19,8 @@ MAX_AUTOTUNE_TIMEOUT=${MAX_AUTOTUNE_TIMEOUT:-300}
 : >"$OUT_DIR/pytorch.jsonl"
 for c in $CASES; do
   IFS=: read -r model batch modes <<<"$c"
-  runs=("--graphs on" "--graphs off")
+  runs=("--graphs on")
+  [[ ${NO_GRAPHS_OFF:-0} == 1 ]] || runs+=("--graphs off")
   for x in ${OURS_EXTRA:-}; do
     case $x in
       nondet) runs+=("--graphs on --deterministic off") ;;
