@@ -96,6 +96,32 @@ TEST_P(GpuDeterminism, TwoTrainingsAreBitIdentical) {
 INSTANTIATE_TEST_SUITE_P(Fp32AndAmp, GpuDeterminism, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? std::string("Amp") : std::string("Fp32"); });
 
+// Start-up runs every subgraph once before capturing it; none of that may leak into the run.
+TEST(GpuStartUp, OptimizerStateAndGradientsStartAtZero) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = work_dir("zero");
+  const std::string data = (dir / "syn.h5").string();
+  io::make_synthetic(data, 256, 64, 32, 32, 3, 10, 1);
+  for (const bool amp : {false, true}) {
+    runtime::TrainOptions o;
+    o.data_path = data;
+    o.backend = runtime::Backend::CUDA;
+    o.amp = amp;
+    o.batch = 64;
+    o.optimizer = plan::OptimizerKind::ADAMW;
+    runtime::Trainer t(test::realistic_residual_model(), o);
+    std::size_t checked = 0;
+    for (const DTensor& d : t.plan().plan(plan::Variant::TRAIN_BASE).tensors()) {
+      const RegionFamily f = region_family(d.region);
+      if (f != RegionFamily::M && f != RegionFamily::V && f != RegionFamily::G && f != RegionFamily::G16) continue;
+      for (float v : t.tensor_values(d.name)) ASSERT_EQ(v, 0.0f) << d.name << (amp ? " (AMP)" : " (FP32)");
+      ++checked;
+    }
+    EXPECT_GT(checked, 0u);
+  }
+  fs::remove_all(dir);
+}
+
 std::string run_cli(const std::string& args, const fs::path& log) {
   const std::string cmd = std::string(RENAISSANCE_CLI) + " " + args + " > '" + log.string() + "' 2>&1";
   const int rc = std::system(cmd.c_str());

@@ -408,6 +408,30 @@ TEST(CheckpointPortability, AnotherBatchSizeAmpSettingOrWorldSizeLoadsWithAWarni
   EXPECT_NE(we[0].find("2 rank"), std::string::npos) << we[0];
 }
 
+// The checkpoint records --deterministic (in its run config); resuming with the other setting warns, like seed and
+// batch do.
+TEST(CheckpointPortability, AnotherDeterminismSettingLoadsWithAWarning) {
+  TempDir dir;
+  const std::string data = synthetic(dir);
+  auto o = options(data);
+  o.max_steps = 2;
+  o.validate = false;
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  a.run();
+  const std::string p = dir.file("det.h5");
+  a.save_checkpoint(p);
+  EXPECT_NE(io::read_checkpoint(p).state.run_config.find("deterministic: true"), std::string::npos);
+  auto o2 = o;
+  o2.deterministic = false;
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o2);
+  const auto w = b.load_checkpoint(p);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("--deterministic on"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("--deterministic off"), std::string::npos) << w[0];
+  runtime::Trainer c(bp::zoo_model("fmnist_cnn"), o);
+  EXPECT_TRUE(c.load_checkpoint(p).empty()) << "the same setting: no warning";
+}
+
 TEST(CheckpointPortability, AnotherArchitectureFailsNamingTheFirstMismatchingTensor) {
   TempDir dir;
   const std::string data = synthetic(dir, 300, 16, 3);

@@ -65,6 +65,23 @@ TEST(Trainer, SameSeedGivesBitIdenticalWeightsAfterAnEpoch) {
   EXPECT_FALSE(bit_equal(wa, fresh.state_values()));
 }
 
+// Start-up runs every subgraph once (the warm-up before each capture, on whatever the arena holds then); none of
+// that may leak into the run: optimizer moments, EMA and gradients start at zero, like a fresh PyTorch optimizer.
+TEST(Trainer, OptimizerStateStartsAtZeroAfterStartUp) {
+  const std::string data = synthetic(300, 100);
+  auto o = small_options(data);
+  o.optimizer = plan::OptimizerKind::ADAMW;
+  runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
+  std::size_t checked = 0;
+  for (const DTensor& d : t.plan().plan(plan::Variant::TRAIN_BASE).tensors()) {
+    const RegionFamily f = region_family(d.region);
+    if (f != RegionFamily::M && f != RegionFamily::V && f != RegionFamily::G) continue;
+    for (float v : t.tensor_values(d.name)) ASSERT_EQ(v, 0.0f) << d.name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u);
+}
+
 TEST(Trainer, DifferentSeedGivesDifferentWeights) {
   const std::string data = synthetic(300, 100);
   auto o = small_options(data);

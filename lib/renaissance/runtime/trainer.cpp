@@ -284,6 +284,21 @@ struct Trainer::Impl {
       }
       ctx.upload(t.id, host.data(), n * static_cast<std::int64_t>(sizeof(float)));
     }
+    // Optimizer state and gradients start at zero. The arena was zeroed at creation, but on a GPU every subgraph ran
+    // once at start-up (the warm-up before its capture, on whatever the arena held then: the softmax gradient of zero
+    // logits reaches the FC bias), so the moments are reset here, not assumed.
+    {
+      std::vector<std::byte> zeros;
+      for (const DTensor& t : mp.tensors()) {
+        const RegionFamily f = region_family(t.region);
+        if (f != RegionFamily::M && f != RegionFamily::V && f != RegionFamily::N && f != RegionFamily::G &&
+            f != RegionFamily::G16)
+          continue;
+        const auto bytes = static_cast<std::size_t>(t.shape.elems()) * dtype_size(t.dtype);
+        if (zeros.size() < bytes) zeros.assign(bytes, std::byte{0});
+        ctx.upload(t.id, zeros.data(), static_cast<std::int64_t>(bytes));
+      }
+    }
     // EMA starts at the initial weights.
     if (opt.ema) {
       const plan::ByteRange wr = mp.resolve_region_bounds({Region::W_BN_BIAS, Region::W_DEEP_CONV});
