@@ -89,3 +89,63 @@ inline void write_text(const fs::path& p, const std::string& s) {
   } while (0)
 
 }  // namespace hardening
+
+#include <hdf5.h>
+
+#include <cstring>
+#include <vector>
+
+namespace hardening {
+
+/// Overwrites bytes [offset, offset + n) of a file with zeros (a zeroed disk block).
+inline void zero_bytes(const fs::path& p, std::uint64_t offset, std::uint64_t n) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << p;
+  f.seekp(static_cast<std::streamoff>(offset));
+  const std::vector<char> z(static_cast<std::size_t>(n), 0);
+  f.write(z.data(), static_cast<std::streamsize>(n));
+}
+
+/// File offset and size of the chunk of `link` whose first sample is `first` (HDF5's own answer, which also holds for
+/// a file with a user block: HDF5 reports addresses from the superblock).
+inline std::pair<std::uint64_t, std::uint64_t> chunk_at(const fs::path& p, const std::string& link, hsize_t first) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, link.c_str(), H5P_DEFAULT);
+  hsize_t off[4] = {first, 0, 0, 0};
+  unsigned mask = 0;
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  EXPECT_GE(H5Dget_chunk_info_by_coord(d, off, &mask, &addr, &size), 0);
+  H5Dclose(d);
+  H5Fclose(f);
+  return {addr, size};
+}
+
+/// Grows the extent of `link` along dimension 0 without writing anything (a header that claims samples).
+inline void claim_extent(const fs::path& p, const std::string& link, hsize_t n) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << p;
+  const hid_t d = H5Dopen2(f, link.c_str(), H5P_DEFAULT);
+  const hid_t sp = H5Dget_space(d);
+  hsize_t dims[4] = {0};
+  const int rank = H5Sget_simple_extent_dims(sp, dims, nullptr);
+  ASSERT_GT(rank, 0);
+  dims[0] = n;
+  EXPECT_GE(H5Dset_extent(d, dims), 0);
+  H5Sclose(sp);
+  H5Dclose(d);
+  H5Fclose(f);
+}
+
+/// Where `needle` (some of a tensor's values) lies in a file: found by content, independent of any header.
+inline std::uint64_t find_bytes(const fs::path& p, const void* needle, std::size_t n) {
+  const std::string bytes = read_text(p);
+  const auto pos = bytes.find(std::string(static_cast<const char*>(needle), n));
+  EXPECT_NE(pos, std::string::npos);
+  EXPECT_EQ(bytes.find(std::string(static_cast<const char*>(needle), n), pos + 1), std::string::npos) << "not unique";
+  return pos == std::string::npos ? 0 : pos;
+}
+
+}  // namespace hardening

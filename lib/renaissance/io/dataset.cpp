@@ -1,9 +1,16 @@
 #include <renaissance/io/dataset.h>
 
+#include <renaissance/core/paths.h>
 #include <renaissance/io/hdf5_util.h>
+
+#include <zlib.h>
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
+#include <list>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -189,6 +196,18 @@ std::string rows_what(std::int64_t start, std::int64_t count, std::int64_t chunk
   return fmt::format("samples [{}, {})", start, start + count);
 }
 
+/// The content checksum of a block (format 2): CRC-32 (zlib, as Python's zlib.crc32) of its image bytes, continued
+/// over its labels as int32 little-endian.
+std::uint32_t content_crc(std::uint32_t crc, const std::uint8_t* p, std::size_t n) {
+  return static_cast<std::uint32_t>(crc32_z(crc, p, n));
+}
+std::uint32_t labels_crc(std::uint32_t crc, const std::vector<std::int32_t>& labels) {
+  std::vector<std::uint8_t> le(labels.size() * 4);
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    for (int b = 0; b < 4; ++b) le[i * 4 + b] = static_cast<std::uint8_t>((static_cast<std::uint32_t>(labels[i]) >> (8 * b)) & 0xff);
+  return content_crc(crc, le.data(), le.size());
+}
+
 std::int64_t auto_chunk_samples(std::int64_t sample_bytes) {
   const std::int64_t target = 1 << 20;
   return std::clamp<std::int64_t>(target / std::max<std::int64_t>(sample_bytes, 1), 1, 256);
@@ -218,6 +237,30 @@ struct DatasetWriter::Impl {
   std::int64_t counts[2] = {0, 0};
   std::vector<std::uint64_t> sum, sumsq;  // train pixel sums per channel: exact, so mean/std are reproducible
   bool finished = false;
+  // Content checksums (format 2): one CRC-32 per block of `block` samples, over the block's image bytes then its
+  // labels (int32 LE). The open block's image CRC runs as samples stream in; its labels wait for the block's end.
+  std::int64_t block = 0;
+  std::vector<std::uint32_t> checksums[2];
+  std::uint32_t open_crc[2] = {0, 0};
+  std::vector<std::int32_t> open_labels[2];
+
+  void checksum(int si, const std::uint8_t* images, const std::int32_t* labels, std::int64_t count) {
+    const std::int64_t sb = h * w * c;
+    for (std::int64_t i = 0; i < count;) {
+      const std::int64_t room = block - static_cast<std::int64_t>(open_labels[si].size());
+      const std::int64_t take = std::min(room, count - i);
+      open_crc[si] = content_crc(open_crc[si], images + i * sb, static_cast<std::size_t>(take * sb));
+      open_labels[si].insert(open_labels[si].end(), labels + i, labels + i + take);
+      i += take;
+      if (static_cast<std::int64_t>(open_labels[si].size()) == block) close_block(si);
+    }
+  }
+  void close_block(int si) {
+    if (open_labels[si].empty()) return;
+    checksums[si].push_back(labels_crc(open_crc[si], open_labels[si]));
+    open_crc[si] = 0;
+    open_labels[si].clear();
+  }
 
   void close_all() noexcept {
     for (int s = 0; s < 2; ++s) {
@@ -260,13 +303,16 @@ DatasetWriter::DatasetWriter(std::string path, std::int64_t height, std::int64_t
       options.chunk_samples > 0 ? options.chunk_samples : auto_chunk_samples(height * width * channels);
   m.sum.assign(channels, 0);
   m.sumsq.assign(channels, 0);
+  m.block = chunk;  // one content checksum per images chunk
 
   const fs::path target(m.path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   if (!fs::is_directory(dir))
     RN_IO_FAIL(m.path, "create the directory first", "output directory '{}' does not exist", dir.string());
-  // Same directory as the target so that the final rename is atomic (no cross-file-system copy).
-  m.tmp_path = fmt::format("{}.tmp-{}", m.path, static_cast<long>(getpid()));
+  // Same directory as the target so that the final rename is atomic (no cross-file-system copy). A symlink at the
+  // target is followed (its file is replaced, the link stays); a device or directory there is refused.
+  m.path = resolve_output_file(m.path, "--out");
+  m.tmp_path = temporary_name(m.path);
 
   H5Handle fapl(make_file_access_plist(), H5Pclose);
   // STRONG: closing the file closes every object, so finish() really releases it before the rename.
@@ -352,6 +398,7 @@ void DatasetWriter::append(Split split, const std::uint8_t* images, const std::i
     rows_io(true, m.labels[si], H5T_NATIVE_INT32, base, count, const_cast<std::int32_t*>(labels), ctx,
             rows_what(base, count, 0));
   }
+  m.checksum(si, images, labels, count);
   if (split == Split::train) {
     const std::int64_t pixels = count * m.h * m.w;
     for (std::int64_t p = 0; p < pixels; ++p) {
@@ -385,6 +432,27 @@ void DatasetWriter::finish() {
   write_float_array_attr(m.file, "mean", mean, ctx);
   write_float_array_attr(m.file, "std", stddev, ctx);
   if (!m.class_names.empty()) write_string_array_attr(m.file, "class_names", m.class_names, ctx);
+  for (int si = 0; si < 2; ++si) {
+    m.close_block(si);
+    const Split s = static_cast<Split>(si);
+    const std::string cctx = ds_ctx(m.path, s, "checksums");
+    const hsize_t n = m.checksums[si].size();
+    const hsize_t cdims[1] = {std::max<hsize_t>(1, std::min<hsize_t>(n, 4096))};
+    H5Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr), cctx, "creating the dataspace"), H5Sclose);
+    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), cctx, "creating a property list"), H5Pclose);
+    H5_CHECK(H5Pset_chunk(dcpl, 1, cdims), cctx, "setting chunks");
+    H5_CHECK(H5Pset_fletcher32(dcpl), cctx, "enabling the Fletcher32 checksum");
+    H5Handle ds(H5_CHECK(H5Dcreate2(m.groups[si], "checksums", H5T_STD_U32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                         cctx, "creating the dataset"),
+                H5Dclose);
+    if (n > 0) H5_CHECK(H5Dwrite(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.checksums[si].data()), cctx, "writing");
+    H5Handle aspace(H5_CHECK(H5Screate(H5S_SCALAR), cctx, "creating a scalar dataspace"), H5Sclose);
+    H5Handle attr(H5_CHECK(H5Acreate2(ds, "block_samples", H5T_STD_I64LE, aspace, H5P_DEFAULT, H5P_DEFAULT), cctx,
+                           "creating attribute 'block_samples'"),
+                  H5Aclose);
+    const long long block = m.block;
+    H5_CHECK(H5Awrite(attr, H5T_NATIVE_LLONG, &block), cctx, "writing attribute 'block_samples'");
+  }
 
   for (int s = 0; s < 2; ++s) {
     m.images[s].reset();
@@ -403,21 +471,107 @@ void DatasetWriter::finish() {
 // ================================================= DatasetFile =================================================
 
 struct DatasetFile::Impl {
+  /// Decoded samples [first, first + count) of one split: what a read copies from.
+  struct Block {
+    std::int64_t first = 0, count = 0;
+    std::vector<std::uint8_t> images;
+    std::vector<std::int32_t> labels;
+  };
+  struct SplitData {
+    H5Handle images, labels;
+    std::int64_t block = 1;                ///< samples per block (= per content checksum in format 2)
+    std::vector<std::uint32_t> checksums;  ///< format 2: one per block; empty in format 1
+    std::int64_t capacity = 2;             ///< blocks kept in memory (all of them when the split fits the budget)
+    std::map<std::int64_t, std::pair<std::shared_ptr<Block>, std::list<std::int64_t>::iterator>> cache;
+    std::list<std::int64_t> lru;  ///< most recent first (only when not every block fits)
+    std::int64_t blocks(std::int64_t count) const { return (count + block - 1) / block; }
+  };
   std::string path;
   int version = 0;
   int num_classes = 0;
   std::vector<float> mean, stddev;
   std::vector<std::string> class_names;
   H5Handle file;
-  H5Handle images[2], labels[2];
+  int fd = -1;                  ///< the file as HDF5 holds it open (to notice a truncation during a run)
+  std::int64_t file_bytes = 0;  ///< its size when opened
+  SplitData split[2];
   SplitInfo info[2];
   ~Impl() {
     const auto lock = hdf5_lock();  // closing handles is HDF5 use too
     for (int s = 0; s < 2; ++s) {
-      images[s].reset();
-      labels[s].reset();
+      split[s].images.reset();
+      split[s].labels.reset();
     }
     file.reset();
+  }
+
+  /// The file must not have shrunk since it was opened: HDF5 reads the bytes past a truncated end as zeros, which
+  /// pass Fletcher32.
+  void check_size(Split s, std::int64_t first, std::int64_t count) const {
+    struct stat st {};
+    const bool ok = fd >= 0 ? ::fstat(fd, &st) == 0 : ::stat(path.c_str(), &st) == 0;
+    if (ok && static_cast<std::int64_t>(st.st_size) < file_bytes)
+      RN_IO_FAIL(ds_ctx(path, s, "images"), "another process truncated or rewrote the file during the run",
+                 "the file shrank from {} to {} bytes while samples [{}, {}) were read", file_bytes,
+                 static_cast<std::int64_t>(st.st_size), first, first + count);
+  }
+
+  /// Reads and verifies block k: both datasets' rows, the file size after the read, the content checksum.
+  std::shared_ptr<Block> load(Split s, std::int64_t k, const std::string& request) const {
+    const SplitData& d = split[static_cast<int>(s)];
+    const SplitInfo& in = info[static_cast<int>(s)];
+    auto b = std::make_shared<Block>();
+    b->first = k * d.block;
+    b->count = std::min(d.block, in.count - b->first);
+    const std::int64_t sb = in.sample_bytes();
+    b->images.resize(static_cast<std::size_t>(b->count * sb));
+    b->labels.resize(static_cast<std::size_t>(b->count));
+    const std::string what = rows_what(b->first, b->count, in.chunk_samples);
+    try {
+      rows_io(false, d.images, H5T_NATIVE_UINT8, b->first, b->count, b->images.data(), ds_ctx(path, s, "images"), what);
+      rows_io(false, d.labels, H5T_NATIVE_INT32, b->first, b->count, b->labels.data(), ds_ctx(path, s, "labels"), what);
+    } catch (const Error& e) {
+      if (request.empty() || request == what) throw;
+      throw Error(fmt::format("{} (reading {})", e.message(), request), e.context(), e.hint(), e.where());
+    }
+    check_size(s, b->first, b->count);
+    if (!d.checksums.empty()) {
+      const std::uint32_t want = d.checksums[static_cast<std::size_t>(k)];
+      const std::uint32_t got = labels_crc(content_crc(0, b->images.data(), b->images.size()), b->labels);
+      if (got != want) {
+        const bool zeros = std::all_of(b->images.begin(), b->images.end(), [](std::uint8_t v) { return v == 0; });
+        RN_IO_FAIL(ds_ctx(path, s, "images"), "the file is corrupted; re-create or re-copy it",
+                   "samples [{}, {}) fail their content checksum (stored {:08x}, read {:08x}){}", b->first,
+                   b->first + b->count, want, got,
+                   zeros ? ": their images read as all zero (a zeroed chunk, one never written, or one past the end "
+                           "of a truncated file)"
+                         : "");
+      }
+    }
+    return b;
+  }
+
+  /// Block k from the cache, loading (and caching) it when missing.
+  std::shared_ptr<Block> block(Split s, std::int64_t k, const std::string& request) {
+    SplitData& d = split[static_cast<int>(s)];
+    const bool all = d.capacity >= d.blocks(info[static_cast<int>(s)].count);
+    const auto it = d.cache.find(k);
+    if (it != d.cache.end()) {
+      if (!all) d.lru.splice(d.lru.begin(), d.lru, it->second.second);
+      return it->second.first;
+    }
+    auto b = load(s, k, request);
+    if (all) {
+      d.cache.emplace(k, std::make_pair(b, d.lru.end()));
+      return b;
+    }
+    d.lru.push_front(k);
+    d.cache.emplace(k, std::make_pair(b, d.lru.begin()));
+    while (static_cast<std::int64_t>(d.lru.size()) > d.capacity) {
+      d.cache.erase(d.lru.back());
+      d.lru.pop_back();
+    }
+    return b;
   }
 };
 
@@ -476,6 +630,100 @@ void read_storage(hid_t ds, SplitInfo& info, const std::string& ctx) {
   }
 }
 
+
+/// Every sample the extent claims must be stored: a chunk never written reads back as the fill value (zeros) with
+/// no error at all, and a header can claim any extent (`data inspect` would read 10^12 missing samples). Chunked
+/// datasets: the allocated chunks are counted (H5Dget_num_chunks walks the chunk index, not the extent) and the
+/// first missing one is named; contiguous ones: the stored bytes.
+void check_stored(hid_t ds, const std::string& ctx, std::int64_t count, std::int64_t sample_bytes,
+                  std::int64_t chunk_samples) {
+  if (count <= 0) return;
+  H5Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx, "reading the creation properties"), H5Pclose);
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  if (layout == H5D_CHUNKED) {
+    H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "reading the dataspace"), H5Sclose);
+    const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), ctx, "reading the rank");
+    hsize_t dims[H5S_MAX_RANK] = {0}, cdims[H5S_MAX_RANK] = {0}, grid[H5S_MAX_RANK] = {0};
+    H5_CHECK(H5Sget_simple_extent_dims(space, dims, nullptr), ctx, "reading the dimensions");
+    H5_CHECK(H5Pget_chunk(dcpl, rank, cdims), ctx, "reading the chunk shape");
+    long double expected = 1;
+    for (int i = 0; i < rank; ++i) {
+      if (cdims[i] == 0) RN_IO_FAIL(ctx, kRecreateHint, "a chunk dimension is 0");
+      grid[i] = (dims[i] + cdims[i] - 1) / cdims[i];
+      expected *= static_cast<long double>(grid[i]);
+    }
+    hsize_t stored = 0;
+    H5_CHECK(H5Dget_num_chunks(ds, space, &stored), ctx, "counting the stored chunks");
+    if (static_cast<long double>(stored) >= expected) return;
+    // The first chunk (in storage order) that is missing: at most stored + 1 lookups.
+    hsize_t first_missing = 0;
+    for (hsize_t idx = 0; idx <= stored; ++idx) {
+      hsize_t off[H5S_MAX_RANK] = {0}, rest = idx;
+      for (int i = rank - 1; i >= 0; --i) {
+        off[i] = (rest % grid[i]) * cdims[i];
+        rest /= grid[i];
+      }
+      unsigned mask = 0;
+      haddr_t addr = HADDR_UNDEF;
+      hsize_t size = 0;
+      if (H5Dget_chunk_info_by_coord(ds, off, &mask, &addr, &size) < 0 || addr == HADDR_UNDEF) {
+        H5Eclear2(H5E_DEFAULT);
+        first_missing = off[0];
+        break;
+      }
+    }
+    const std::int64_t a = static_cast<std::int64_t>(first_missing);
+    const std::int64_t b = std::min<std::int64_t>(count, a + static_cast<std::int64_t>(cdims[0]));
+    RN_IO_FAIL(ctx, kRecreateHint,
+               "samples [{}, {}) were never written: the extent claims {} samples but only {} of its {:.0f} chunks are "
+               "stored (a truncated import, or a corrupt header)",
+               a, b, count, stored, static_cast<double>(expected));
+  }
+  (void)chunk_samples;
+  const hsize_t want = static_cast<hsize_t>(count) * static_cast<hsize_t>(sample_bytes);
+  const hsize_t stored = H5Dget_storage_size(ds);
+  if (layout == H5D_CONTIGUOUS && stored < want)
+    RN_IO_FAIL(ctx, kRecreateHint, "only {} of its {} bytes are stored (samples past {} were never written)", stored,
+               want, stored / static_cast<hsize_t>(std::max<std::int64_t>(sample_bytes, 1)));
+}
+
+/// Blocks, content checksums (format 2) and the cache of one split.
+void open_blocks(DatasetFile::Impl& m, Split s, std::int64_t budget) {
+  const int si = static_cast<int>(s);
+  auto& d = m.split[si];
+  const SplitInfo& in = m.info[si];
+  const std::int64_t sb = in.sample_bytes();
+  d.block = in.chunk_samples > 0 ? in.chunk_samples : auto_chunk_samples(sb);
+  if (m.version >= 2) {
+    const std::string ctx = ds_ctx(m.path, s, "checksums");
+    const std::string link = fmt::format("/{}/checksums", split_name(s));
+    if (!H5_CHECK(H5Lexists(m.file, link.c_str(), H5P_DEFAULT), ctx, "looking for the dataset"))
+      RN_IO_FAIL(ctx, kRecreateHint, "missing: a version 2 dataset stores a content checksum per block of samples");
+    H5Handle ds(H5_CHECK(H5Dopen2(m.file, link.c_str(), H5P_DEFAULT), ctx, "opening the dataset"), H5Dclose);
+    H5Handle type(H5_CHECK(H5Dget_type(ds), ctx, "reading the type"), H5Tclose);
+    if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 4 || H5Tget_sign(type) != H5T_SGN_NONE)
+      RN_IO_FAIL(ctx, kRecreateHint, "checksums have type {}, expected uint32", describe_type(type));
+    H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "reading the dataspace"), H5Sclose);
+    if (H5_CHECK(H5Sget_simple_extent_ndims(space), ctx, "reading the rank") != 1)
+      RN_IO_FAIL(ctx, kRecreateHint, "checksums must have rank 1");
+    hsize_t n = 0;
+    H5_CHECK(H5Sget_simple_extent_dims(space, &n, nullptr), ctx, "reading the dimensions");
+    const long long block = read_int_attr(ds, "block_samples", ctx);
+    if (block < 1 || block > (1LL << 31)) RN_IO_FAIL(ctx, kRecreateHint, "attribute 'block_samples' = {}", block);
+    d.block = block;
+    if (static_cast<std::int64_t>(n) != d.blocks(in.count))
+      RN_IO_FAIL(ctx, kRecreateHint, "{} checksums for {} samples in blocks of {} ({} expected)", n, in.count, block,
+                 d.blocks(in.count));
+    check_stored(ds, ctx, static_cast<std::int64_t>(n), 4, 0);
+    d.checksums.resize(static_cast<std::size_t>(n));
+    if (n > 0)
+      H5_CHECK(H5Dread(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.checksums.data()), ctx, "reading");
+  }
+  const std::int64_t block_bytes = std::max<std::int64_t>(1, d.block * sb);
+  d.capacity = in.count * sb <= budget ? std::max<std::int64_t>(d.blocks(in.count), 1)
+                                       : std::max<std::int64_t>(2, budget / block_bytes);
+}
+
 }  // namespace
 
 DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m_impl(std::make_unique<Impl>()) {
@@ -515,9 +763,9 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
     RN_IO_FAIL(path, "this is not a Renaissance dataset; create one with `renaissance data import`",
                "format attribute is '{}', expected '{}'", format.empty() ? "" : format[0], kDatasetFormat);
   const long long version = read_int_attr(m.file, "version", path);
-  if (version != kDatasetVersion)
+  if (version < 1 || version > kDatasetVersion)
     RN_IO_FAIL(path, "upgrade Renaissance or re-import the dataset with this version",
-               "unsupported dataset version {} (this build reads version {})", version, kDatasetVersion);
+               "unsupported dataset version {} (this build reads versions 1 to {})", version, kDatasetVersion);
   m.version = static_cast<int>(version);
   const long long classes = read_int_attr(m.file, "num_classes", path);
   if (classes < 1 || classes > (1LL << 30))
@@ -533,12 +781,12 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
     SplitInfo& info = m.info[si];
 
     const std::string ictx = ds_ctx(path, s, "images");
-    m.images[si] = open_dataset(m.file, path, s, "images");
+    m.split[si].images = open_dataset(m.file, path, s, "images");
     {
-      H5Handle type(H5_CHECK(H5Dget_type(m.images[si]), ictx, "reading the type"), H5Tclose);
+      H5Handle type(H5_CHECK(H5Dget_type(m.split[si].images), ictx, "reading the type"), H5Tclose);
       if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 || H5Tget_sign(type) != H5T_SGN_NONE)
         RN_IO_FAIL(ictx, kRecreateHint, "images have type {}, expected uint8", describe_type(type));
-      H5Handle space(H5_CHECK(H5Dget_space(m.images[si]), ictx, "reading the dataspace"), H5Sclose);
+      H5Handle space(H5_CHECK(H5Dget_space(m.split[si].images), ictx, "reading the dataspace"), H5Sclose);
       const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), ictx, "reading the rank");
       if (rank != 4) RN_IO_FAIL(ictx, kRecreateHint, "images have rank {}, expected 4 [N,H,W,C]", rank);
       hsize_t dims[4];
@@ -555,28 +803,32 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
       info.height = std::int64_t(dims[1]);
       info.width = std::int64_t(dims[2]);
       info.channels = std::int64_t(dims[3]);
-      read_storage(m.images[si], info, ictx);
-      m.images[si] = reopen_with_cache(m.file, std::move(m.images[si]), fmt::format("/{}/images", split_name(s)),
-                                       info.count, info.chunk_samples, info.sample_bytes(), cache_budget, ictx);
+      read_storage(m.split[si].images, info, ictx);
+      check_stored(m.split[si].images, ictx, info.count, info.sample_bytes(), info.chunk_samples);
+      // Decoded blocks are cached by us (verified once); HDF5 keeps only a few chunks.
+      m.split[si].images = reopen_with_cache(m.file, std::move(m.split[si].images),
+                                             fmt::format("/{}/images", split_name(s)), info.count, info.chunk_samples,
+                                             info.sample_bytes(), 0, ictx);
     }
 
     const std::string lctx = ds_ctx(path, s, "labels");
-    m.labels[si] = open_dataset(m.file, path, s, "labels");
+    m.split[si].labels = open_dataset(m.file, path, s, "labels");
     {
-      H5Handle type(H5_CHECK(H5Dget_type(m.labels[si]), lctx, "reading the type"), H5Tclose);
+      H5Handle type(H5_CHECK(H5Dget_type(m.split[si].labels), lctx, "reading the type"), H5Tclose);
       if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 4 || H5Tget_sign(type) != H5T_SGN_2)
         RN_IO_FAIL(lctx, kRecreateHint, "labels have type {}, expected int32", describe_type(type));
-      H5Handle space(H5_CHECK(H5Dget_space(m.labels[si]), lctx, "reading the dataspace"), H5Sclose);
+      H5Handle space(H5_CHECK(H5Dget_space(m.split[si].labels), lctx, "reading the dataspace"), H5Sclose);
       const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), lctx, "reading the rank");
       if (rank != 1) RN_IO_FAIL(lctx, kRecreateHint, "labels have rank {}, expected 1 [N]", rank);
       hsize_t n = 0;
       H5_CHECK(H5Sget_simple_extent_dims(space, &n, nullptr), lctx, "reading the dimensions");
       if (std::int64_t(n) != info.count) RN_IO_FAIL(lctx, kRecreateHint, "{} labels for {} images", n, info.count);
       SplitInfo linfo;
-      read_storage(m.labels[si], linfo, lctx);
+      read_storage(m.split[si].labels, linfo, lctx);
+      check_stored(m.split[si].labels, lctx, info.count, 4, linfo.chunk_samples);
       // Labels are small: always cached whole (budget -1 = unlimited).
-      m.labels[si] =
-          reopen_with_cache(m.file, std::move(m.labels[si]), fmt::format("/{}/labels", split_name(s)), info.count,
+      m.split[si].labels =
+          reopen_with_cache(m.file, std::move(m.split[si].labels), fmt::format("/{}/labels", split_name(s)), info.count,
                             linfo.chunk_samples, 4, std::numeric_limits<std::int64_t>::max(), lctx);
     }
   }
@@ -588,6 +840,34 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
 
   m.mean = read_float_array_attr(m.file, "mean", t.channels, path);
   m.stddev = read_float_array_attr(m.file, "std", t.channels, path);
+  // Training normalises by them: a NaN, an infinity or a zero std would turn every input into NaN or inf, and the
+  // run would fail much later as a "diverged" loss.
+  for (std::size_t ch = 0; ch < m.stddev.size(); ++ch) {
+    if (!std::isfinite(m.mean[ch]))
+      RN_IO_FAIL(path, kRecreateHint, "attribute 'mean' of channel {} is {}, not a finite number", ch, m.mean[ch]);
+    if (!std::isfinite(m.stddev[ch]) || m.stddev[ch] <= 0)
+      RN_IO_FAIL(path,
+                 m.stddev[ch] == 0 ? "every pixel of that channel has the same value in /train; such a dataset cannot "
+                                     "be normalised"
+                                   : kRecreateHint,
+                 "attribute 'std' of channel {} is {} (a standard deviation must be finite and > 0: training divides "
+                 "by it)",
+                 ch, m.stddev[ch]);
+  }
+  for (Split s : kAllSplits) open_blocks(m, s, cache_budget);
+  // The size the file has now: a read that later finds it smaller reports the truncation.
+  {
+    hsize_t size = 0;
+    H5_CHECK(H5Fget_filesize(m.file, &size), path, "reading the file size");
+    m.file_bytes = static_cast<std::int64_t>(size);
+    void* handle = nullptr;
+    H5Handle fapl2(H5_CHECK(H5Fget_access_plist(m.file), path, "access properties"), H5Pclose);
+    if (H5Pget_driver(fapl2) == H5FD_SEC2 && H5Fget_vfd_handle(m.file, fapl2, &handle) >= 0 && handle)
+      m.fd = *static_cast<int*>(handle);
+    H5Eclear2(H5E_DEFAULT);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) m.file_bytes = static_cast<std::int64_t>(st.st_size);
+  }
   OpenAttr names = open_attr(m.file, "class_names", path, /*required=*/false);
   if (names.attr.valid()) {
     m.class_names = read_strings(names, "class_names", path);
@@ -614,19 +894,29 @@ void DatasetFile::read(Split split, std::int64_t start, std::int64_t count, std:
                        std::int32_t* labels) const {
   const auto lock = hdf5_lock();
   hdf5_init();
-  const Impl& m = *m_impl;
+  Impl& m = *m_impl;
   const int si = static_cast<int>(split);
   const SplitInfo& info = m.info[si];
-  if (start < 0 || count < 0 || start + count > info.count)
+  if (start < 0 || count < 0 || start > info.count || count > info.count - start)
     RN_IO_FAIL(ds_ctx(m.path, split, "images"), "indices run from 0 to the split size - 1",
                "samples [{}, {}) out of range: the split has {} samples", start, start + count, info.count);
   if (count == 0) return;
-  if (images)
-    rows_io(false, m.images[si], H5T_NATIVE_UINT8, start, count, images, ds_ctx(m.path, split, "images"),
-            rows_what(start, count, info.chunk_samples));
-  if (labels)
-    rows_io(false, m.labels[si], H5T_NATIVE_INT32, start, count, labels, ds_ctx(m.path, split, "labels"),
-            rows_what(start, count, 0));
+  if (!images) {  // labels alone (validation, histograms): straight from their dataset
+    if (labels)
+      rows_io(false, m.split[si].labels, H5T_NATIVE_INT32, start, count, labels, ds_ctx(m.path, split, "labels"),
+              rows_what(start, count, 0));
+    m.check_size(split, start, count);
+    return;
+  }
+  // Images go through verified blocks: each is read once (whole chunks), checked, and cached.
+  const std::string request = rows_what(start, count, info.chunk_samples);
+  const std::int64_t sb = info.sample_bytes(), bs = m.split[si].block;
+  for (std::int64_t k = start / bs; k <= (start + count - 1) / bs; ++k) {
+    const std::shared_ptr<Impl::Block> b = m.block(split, k, request);
+    const std::int64_t lo = std::max(start, b->first), hi = std::min(start + count, b->first + b->count);
+    std::memcpy(images + (lo - start) * sb, b->images.data() + (lo - b->first) * sb, static_cast<std::size_t>((hi - lo) * sb));
+    if (labels) std::copy(b->labels.begin() + (lo - b->first), b->labels.begin() + (hi - b->first), labels + (lo - start));
+  }
 }
 
 void DatasetFile::read_indices(Split split, const std::vector<std::int64_t>& idx, std::uint8_t* images,
@@ -715,23 +1005,12 @@ void DatasetFile::validate_labels() const {
 
 void DatasetFile::verify(Split split) const {
   validate_labels(split);
-  const SplitInfo& info = m_impl->info[static_cast<int>(split)];
-  // Whole chunks per read, ~64 MiB at a time, so each chunk is decompressed and checked exactly once.
-  const std::int64_t chunk = std::max<std::int64_t>(info.chunk_samples, 1);
-  const std::int64_t block = std::max<std::int64_t>(1, (64 << 20) / (chunk * info.sample_bytes())) * chunk;
-  std::vector<std::uint8_t> buf;
-  for (std::int64_t start = 0; start < info.count; start += block) {
-    const std::int64_t count = std::min(block, info.count - start);
-    buf.resize(static_cast<size_t>(count * info.sample_bytes()));
-    try {
-      read(split, start, count, buf.data(), nullptr);
-    } catch (const Error&) {
-      // Name the bad chunk, not the 64 MiB block: re-read the block one chunk at a time.
-      for (std::int64_t c = start; c < start + count; c += chunk)
-        read(split, c, std::min(chunk, start + count - c), buf.data(), nullptr);
-      throw;
-    }
-  }
+  const auto lock = hdf5_lock();
+  const Impl& m = *m_impl;
+  const int si = static_cast<int>(split);
+  // Every block once, not cached: each chunk is decompressed and checked (Fletcher32, the file size, the content
+  // checksum), and a failure names its samples.
+  for (std::int64_t k = 0; k < m.split[si].blocks(m.info[si].count); ++k) (void)m.load(split, k, {});
 }
 
 std::vector<std::int64_t> DatasetFile::label_histogram(Split split) const {

@@ -11,7 +11,8 @@
 namespace renaissance::io {
 
 inline constexpr const char* kDatasetFormat = "renaissance-dataset";
-inline constexpr int kDatasetVersion = 1;
+/// Version 2 adds /<split>/checksums (a CRC-32 per block of samples, data/README.md); version 1 stays readable.
+inline constexpr int kDatasetVersion = 2;
 
 enum class Split { train, val };
 const char* split_name(Split s);          // "train" / "val"
@@ -97,8 +98,10 @@ class DatasetFile {
   /// Counts per class; labels out of range are not counted (validate_labels reports them).
   std::vector<std::int64_t> label_histogram(Split split) const;
 
+ public:
+  struct Impl;  ///< (public so the file's own helpers can name it)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> m_impl;
 };
 
