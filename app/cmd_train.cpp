@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "json_writer.h"
 #include "model_options.h"
+#include "preflight.h"
 #include "run_config.h"
 
 #include <renaissance/core/error.h>
@@ -19,7 +20,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -119,6 +122,8 @@ void run_train(TrainCli& c) {
   c.t.data_path = c.data;
   const blueprint::BluePrint bp = c.model.load();
   c.ckpt.apply(c.t);
+  const TrainPreflight preflight = preflight_train(
+      {c.data, c.model.model_file, c.config, c.ckpt.resume, c.save, c.metrics, c.ckpt.loss_log, c.ckpt.dir}, c.t, root);
   runtime::Trainer trainer(bp, c.t);
   const bool resumed = c.ckpt.resume_into(trainer, root);
   if (root && comm)
@@ -143,7 +148,8 @@ void run_train(TrainCli& c) {
   };
   obs.on_epoch = [&](const runtime::EpochMetrics& m) {
     if (root) progress.epoch(m);
-    if (metrics) *metrics << metrics_json(m, c.t.validate) << "\n" << std::flush;
+    if (metrics && !(*metrics << metrics_json(m, c.t.validate) << "\n" << std::flush))
+      RN_FAIL_CTX(c.metrics, "--metrics: writing epoch {} failed: {}", m.epoch, std::strerror(errno));
   };
   c.ckpt.observe(obs, root, resumed);
   const auto history = trainer.run(obs);
@@ -250,6 +256,7 @@ void register_train_command(CLI::App& app) {
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks; CPU ranks)");
   cmd->callback([c, cmd] {
     if (!c->config.empty()) apply_run_config(*cmd, c->config);
+    check_train_numbers(*cmd);
     run_train(*c);
   });
 }

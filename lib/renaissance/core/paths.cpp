@@ -20,6 +20,7 @@ const char* kind_of(const struct stat& st) {
   if (S_ISBLK(st.st_mode)) return "a block device";
   if (S_ISFIFO(st.st_mode)) return "a FIFO";
   if (S_ISSOCK(st.st_mode)) return "a socket";
+  if (S_ISREG(st.st_mode)) return "a file";
   return "not a regular file";
 }
 
@@ -49,7 +50,7 @@ void require_writable_dir(const std::string& dir, const std::string& option) {
   if (::stat(dir.c_str(), &st) != 0) {
     // A directory that will be created: its nearest existing ancestor must be a writable directory.
     const int err = errno;
-    RN_CHECK_CTX(err == ENOENT, dir, "{}: {}", option, std::strerror(err));
+    RN_CHECK_CTX(err == ENOENT || err == ENOTDIR, dir, "{}: {}", option, std::strerror(err));
     fs::path up = fs::path(dir).parent_path();
     while (!up.empty() && ::stat(up.c_str(), &st) != 0) up = up.parent_path();
     const std::string anc = up.empty() ? "." : up.string();

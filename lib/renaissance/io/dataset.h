@@ -97,6 +97,10 @@ class DatasetFile {
   void verify(Split split) const;
   /// Counts per class; labels out of range are not counted (validate_labels reports them).
   std::vector<std::int64_t> label_histogram(Split split) const;
+  /// A hash of the file's content, for ranks to compare at start (issue 13): format 2, of every block's content
+  /// checksum (so of every sample) and the attributes, without reading the images; format 1, of the attributes,
+  /// every label and the first and last block of images of each split.
+  std::uint64_t content_fingerprint() const;
 
  public:
   struct Impl;  ///< (public so the file's own helpers can name it)
