@@ -152,7 +152,22 @@ void run_train(TrainCli& c) {
       RN_FAIL_CTX(c.metrics, "--metrics: writing epoch {} failed: {}", m.epoch, std::strerror(errno));
   };
   c.ckpt.observe(obs, root, resumed);
-  const auto history = trainer.run(obs);
+  std::vector<runtime::EpochMetrics> history;
+  try {
+    history = trainer.run(obs);
+  } catch (const std::exception& e) {
+    // Preempted, and the checkpoint could not be written (a full disk): still 75, so the job is requeued and resumes
+    // from the previous checkpoint, which the failed write left in place.
+    if (trainer.preempted()) {
+      std::fprintf(stderr, "renaissance: error: %s\n", e.what());
+      if (root)
+        std::fprintf(stderr, "renaissance: preempted, but this checkpoint could not be written: the previous one in %s "
+                             "stays; exit %d (requeue: the run resumes from it)\n", c.ckpt.dir.c_str(), kExitPreempted);
+      set_exit_code(kExitPreempted);
+      return;
+    }
+    throw;
+  }
   if (trainer.preempted()) {  // every rank: the checkpoint is written, the job script requeues on this code
     c.ckpt.report_preempted(trainer, root);
     set_exit_code(kExitPreempted);

@@ -444,6 +444,14 @@ namespace detail {
 
 void throw_h5_error(const char* file, int line, const std::string& context, const std::string& what, std::string hint) {
   std::string h5 = hdf5_error_text();
+  // HDF5's file-driver failures carry a multi-line dump ("file write failed: time = ..., errno = 28, error message =
+  // 'No space left on device', buf = 0x...") of which the errno is what a user needs.
+  if (const auto e = h5.find("errno = "); e != std::string::npos && h5.find("file ") != std::string::npos) {
+    const int err = std::atoi(h5.c_str() + e + 8);
+    const bool write = h5.find("write failed") != std::string::npos;
+    h5 = fmt::format("{} {}", write ? "writing the file failed:" : "reading the file failed:",
+                     err > 0 ? describe_write_errno(err) : std::string("unknown error"));
+  }
   if (hint.empty()) {
     if (h5.find("metadata checksum") != std::string::npos)
       hint = "the file is corrupted (its metadata failed a checksum); re-create or re-copy it";

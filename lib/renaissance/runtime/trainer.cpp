@@ -462,6 +462,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.cur_position = first_batch + b->index + 1;
       if (observer.on_step_loss) observer.on_step_loss(m_step, epoch + 1, I.step_loss());
       const bool stop = I.stop_agreed();
+      if (stop) I.preempted = true;  // before the checkpoint: a failed write is still a preemption (exit 75)
       if (I.cur_position < batches && (stop || m_step >= total_steps || I.checkpoint_due(m_step))) {
         const std::vector<float> partial = I.gather_train_metrics();
         if (stop || m_step >= total_steps) I.stopped_metrics = partial;
