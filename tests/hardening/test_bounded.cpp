@@ -87,3 +87,12 @@ TEST(HardeningBounded, ACheckpointWhoseModelYamlExpandsIsNotValid) {
   EXPECT_EQ(good.code, 0) << good.out;
   EXPECT_NE(good.out.find("valid ("), std::string::npos) << good.out;
 }
+
+TEST(HardeningBounded, AnAbsurdBatchIsRefusedInsteadOfWrappingAround) {
+  // plan --batch 9e15 used to print a negative region (int64 overflow); 2e9 samples of 224x224x3 a 24 GiB "arena".
+  EXPECT_CLEAN_ERROR(run("plan --model vgg16 --batch 9000000000000000 --dataset-size 9000000000000000"),
+                     "batch must be from 1 to 2^31, got 9000000000000000");
+  EXPECT_CLEAN_ERROR(run("plan --model vgg16 --batch 2000000000 --dataset-size 2000000000"), "more than 2^46 elements");
+  const CliResult ok = run("plan --model resnet50 --batch 1000000 --dataset-size 1000000");
+  EXPECT_EQ(ok.code, 0) << ok.out;  // big, but representable
+}

@@ -11,6 +11,10 @@
 
 namespace renaissance::plan {
 
+namespace {
+constexpr std::int64_t kMaxArenaBytes = std::int64_t(1) << 52;  ///< 4 PiB: no device or host has it; sums stay in int64
+}  // namespace
+
 bool lifetimes_intersect(const Lifetime& a, const Lifetime& b) {
   std::size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
@@ -361,6 +365,8 @@ void MemoryPlan::finalize(const MemoryPlan* same_layout) {
       if (region_index(t.region) != r || m_alias_of.count(t.id)) continue;
       t.offset = cursor;
       cursor += t.slot_bytes;
+      RN_CHECK(cursor <= kMaxArenaBytes, "memory plan '{}': the arena would exceed {} bytes (at tensor '{}'; hint: a "
+               "batch or resolution far too large?)", m_variant, kMaxArenaBytes, t.name);
     }
     m_regions[static_cast<std::size_t>(r)] = ByteRange{start, cursor - start};
   }
