@@ -53,8 +53,8 @@ void require_writable_dir(const std::string& dir, const std::string& option) {
     RN_CHECK_CTX(err == ENOENT || err == ENOTDIR, dir, "{}: {}", option, std::strerror(err));
     fs::path up = fs::path(dir).parent_path();
     while (!up.empty() && ::stat(up.c_str(), &st) != 0) up = up.parent_path();
-    const std::string anc = up.empty() ? "." : up.string();
-    if (up.empty() && ::stat(".", &st) != 0) RN_FAIL_CTX(dir, "{}: the current directory is gone", option);
+    const std::string anc = up.empty() ? std::string(".") : up.string();
+    RN_CHECK_CTX(::stat(anc.c_str(), &st) == 0, dir, "{}: {}", option, std::strerror(errno));
     RN_CHECK_CTX(S_ISDIR(st.st_mode), dir, "{}: cannot create the directory: '{}' is {}", option, anc, kind_of(st));
     RN_CHECK_CTX(::access(anc.c_str(), W_OK | X_OK) == 0, dir, "{}: cannot create the directory in '{}': {}", option,
                  anc, std::strerror(errno));

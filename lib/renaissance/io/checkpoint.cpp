@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -290,12 +291,27 @@ std::string not_a_checkpoint(const std::string& format) {
   return fmt::format("not a checkpoint: its format is '{}', not '{}'", format, kCheckpointFormat);
 }
 
+namespace {
+Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& verified);
+}  // namespace
+
 Checkpoint read_checkpoint(const std::string& path) {
   hdf5_init();
   auto lock = hdf5_lock();
   require_input_file(path, "checkpoint");
-  // Format 2: the whole file and each tensor's bytes verified before HDF5 parses any of it.
+  // Format 2: the whole file and each tensor's bytes verified before HDF5 parses any of it. Format 1 (no header):
+  // HDF5 parses unverified metadata, first in a child process, so a corrupt file that crashes HDF5 is an Error.
   const VerifiedFile verified = read_verified_file(path);
+  if (!verified.checksummed)
+    (void)run_contained(path, [&] {
+      (void)read_checkpoint_from(path, verified);
+      return std::string("ok");
+    });
+  return read_checkpoint_from(path, verified);
+}
+
+namespace {
+Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& verified) {
   H5Handle file = open_verified(verified, path);
   Checkpoint out;
   CheckpointState& s = out.state;
@@ -362,6 +378,132 @@ Checkpoint read_checkpoint(const std::string& path) {
   return out;
 }
 
+}  // namespace
+
+namespace {
+
+/// The HDF5 part of inspect_checkpoint: every root attribute and every tensor (its shape, whether it reads back).
+void list_with_hdf5(const VerifiedFile& verified, const std::string& path, CheckpointReport& r) {
+  H5Handle file;
+  try {
+    file = open_verified(verified, path);
+  } catch (const std::exception&) {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  H5O_info_t info;
+#if H5_VERSION_GE(1, 12, 0)
+  const herr_t st = H5Oget_info3(file, &info, H5O_INFO_NUM_ATTRS);
+#else
+  const herr_t st = H5Oget_info2(file, &info, H5O_INFO_NUM_ATTRS);
+#endif
+  if (st >= 0) {
+    for (hsize_t i = 0; i < info.num_attrs; ++i) {
+      char name[256];
+      if (H5Aget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0) continue;
+      try {
+        r.attributes[name] = attr_text(file, name, path);
+      } catch (const std::exception&) {
+        r.attributes[name] = "<unreadable>";
+      }
+    }
+  }
+  for (const char* group : {"state", "params", "bn", "optimizer", "ema"}) {
+    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) continue;
+    const hid_t gid = H5Gopen2(file, group, H5P_DEFAULT);
+    if (gid < 0) continue;
+    H5Handle g(gid, H5Gclose);
+    std::vector<std::string> names;
+    try {
+      names = link_names(g, path);
+    } catch (const std::exception&) {
+      continue;
+    }
+    for (const std::string& name : names) {
+      CheckpointReport::Entry e;
+      e.group = group;
+      e.name = name;
+      try {
+        std::vector<hsize_t> dims;
+        (void)read_dataset(g, name, path, &dims);
+        for (hsize_t d : dims) e.dims.push_back(static_cast<std::int64_t>(d));
+        e.ok = true;
+      } catch (const std::exception&) {
+        e.ok = false;
+        const hid_t ds = H5Dopen2(g, name.c_str(), H5P_DEFAULT);
+        if (ds >= 0) {
+          H5Handle d(ds, H5Dclose);
+          H5Handle sp(H5Dget_space(d), H5Sclose);
+          hsize_t dims[8];
+          const int rank = sp.valid() ? H5Sget_simple_extent_ndims(sp) : -1;
+          if (rank > 0 && rank <= 8) {
+            H5Sget_simple_extent_dims(sp, dims, nullptr);
+            for (int k = 0; k < rank; ++k) e.dims.push_back(static_cast<std::int64_t>(dims[k]));
+          }
+        }
+      }
+      r.tensors.push_back(std::move(e));
+    }
+  }
+  H5Eclear2(H5E_DEFAULT);
+}
+
+void put_text(std::string& out, const std::string& s) {
+  const std::uint64_t n = s.size();
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out += s;
+}
+std::string get_text(const std::string& in, std::size_t& at) {
+  std::uint64_t n = 0;
+  if (at + sizeof n > in.size()) return {};
+  std::memcpy(&n, in.data() + at, sizeof n);
+  at += sizeof n;
+  n = std::min<std::uint64_t>(n, in.size() - at);
+  std::string s = in.substr(at, static_cast<std::size_t>(n));
+  at += static_cast<std::size_t>(n);
+  return s;
+}
+
+/// The listing as bytes and back (it crosses the pipe of run_contained).
+std::string encode(const CheckpointReport& r) {
+  std::string out;
+  for (const auto& [k, v] : r.attributes) {
+    out += 'A';
+    put_text(out, k);
+    put_text(out, v);
+  }
+  for (const auto& e : r.tensors) {
+    out += e.ok ? 'T' : 't';
+    put_text(out, e.group);
+    put_text(out, e.name);
+    std::string dims;
+    for (std::int64_t d : e.dims) dims += std::to_string(d) + ",";
+    put_text(out, dims);
+  }
+  return out;
+}
+void decode(const std::string& in, CheckpointReport& r) {
+  std::size_t at = 0;
+  while (at < in.size()) {
+    const char kind = in[at++];
+    if (kind == 'A') {
+      std::string k = get_text(in, at);
+      r.attributes[k] = get_text(in, at);
+    } else {
+      CheckpointReport::Entry e;
+      e.ok = kind == 'T';
+      e.group = get_text(in, at);
+      e.name = get_text(in, at);
+      std::stringstream dims(get_text(in, at));
+      for (std::string d; std::getline(dims, d, ',');)
+        if (!d.empty()) e.dims.push_back(std::stoll(d));
+      r.tensors.push_back(std::move(e));
+    }
+  }
+}
+
+}  // namespace
+
 CheckpointReport inspect_checkpoint(const std::string& path) {
   CheckpointReport r;
   try {
@@ -390,65 +532,17 @@ CheckpointReport inspect_checkpoint(const std::string& path) {
       }
       return r;
     }
-    H5Handle file;
-    try {
-      file = open_verified(verified, path);
-    } catch (const std::exception&) {
-      H5Eclear2(H5E_DEFAULT);
-      return r;
-    }
-    H5O_info_t info;
-#if H5_VERSION_GE(1, 12, 0)
-    const herr_t st = H5Oget_info3(file, &info, H5O_INFO_NUM_ATTRS);
-#else
-    const herr_t st = H5Oget_info2(file, &info, H5O_INFO_NUM_ATTRS);
-#endif
-    if (st >= 0) {
-      for (hsize_t i = 0; i < info.num_attrs; ++i) {
-        char name[256];
-        if (H5Aget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0) continue;
-        try {
-          r.attributes[name] = attr_text(file, name, path);
-        } catch (const std::exception&) {
-          r.attributes[name] = "<unreadable>";
-        }
-      }
-    }
-    for (const char* group : {"state", "params", "bn", "optimizer", "ema"}) {
-      if (H5Lexists(file, group, H5P_DEFAULT) <= 0) continue;
-      const hid_t gid = H5Gopen2(file, group, H5P_DEFAULT);
-      if (gid < 0) continue;
-      H5Handle g(gid, H5Gclose);
-      std::vector<std::string> names;
+    if (verified.checksummed) {
+      list_with_hdf5(verified, path, r);
+    } else {  // format 1: HDF5 walks unverified metadata, in a child process (a crash there is only a short listing)
       try {
-        names = link_names(g, path);
+        decode(run_contained(path, [&] {
+                 CheckpointReport mine;
+                 list_with_hdf5(verified, path, mine);
+                 return encode(mine);
+               }),
+               r);
       } catch (const std::exception&) {
-        continue;
-      }
-      for (const std::string& name : names) {
-        CheckpointReport::Entry e;
-        e.group = group;
-        e.name = name;
-        try {
-          std::vector<hsize_t> dims;
-          (void)read_dataset(g, name, path, &dims);
-          for (hsize_t d : dims) e.dims.push_back(static_cast<std::int64_t>(d));
-          e.ok = true;
-        } catch (const std::exception&) {
-          e.ok = false;
-          const hid_t ds = H5Dopen2(g, name.c_str(), H5P_DEFAULT);
-          if (ds >= 0) {
-            H5Handle d(ds, H5Dclose);
-            H5Handle sp(H5Dget_space(d), H5Sclose);
-            hsize_t dims[8];
-            const int rank = sp.valid() ? H5Sget_simple_extent_ndims(sp) : -1;
-            if (rank > 0 && rank <= 8) {
-              H5Sget_simple_extent_dims(sp, dims, nullptr);
-              for (int k = 0; k < rank; ++k) e.dims.push_back(static_cast<std::int64_t>(dims[k]));
-            }
-          }
-        }
-        r.tensors.push_back(std::move(e));
       }
     }
     H5Eclear2(H5E_DEFAULT);

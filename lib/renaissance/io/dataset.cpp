@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <numeric>
 
@@ -54,27 +55,40 @@ H5Handle vlen_string_type() {
   return t;
 }
 
+/// A fixed-length UTF-8 string type of `size` bytes: stored in the object header (checksummed in format 2), not in
+/// a global heap as variable-length strings are (which HDF5 reads without bounds checks).
+H5Handle fixed_string_type(std::size_t size) {
+  H5Handle t(H5_CHECK(H5Tcopy(H5T_C_S1), "HDF5", "copying the string type"), H5Tclose);
+  H5_CHECK(H5Tset_size(t, std::max<std::size_t>(size, 1)), "HDF5", "sizing a string type");
+  H5_CHECK(H5Tset_strpad(t, H5T_STR_NULLPAD), "HDF5", "setting the string padding");
+  H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8), "HDF5", "setting UTF-8");
+  return t;
+}
+
 void write_string_attr(hid_t loc, const char* name, const std::string& value, const std::string& ctx) {
-  H5Handle type = vlen_string_type();
+  H5Handle type = fixed_string_type(value.size());
   H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), ctx, "creating a scalar dataspace"), H5Sclose);
   H5Handle attr(
       H5_CHECK(H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT), ctx, "creating attribute '{}'", name),
       H5Aclose);
-  const char* p = value.c_str();
-  H5_CHECK(H5Awrite(attr, type, &p), ctx, "writing attribute '{}'", name);
+  std::string buf = value;
+  buf.resize(std::max<std::size_t>(value.size(), 1), '\0');
+  H5_CHECK(H5Awrite(attr, type, buf.data()), ctx, "writing attribute '{}'", name);
 }
 
 void write_string_array_attr(hid_t loc, const char* name, const std::vector<std::string>& values,
                              const std::string& ctx) {
-  H5Handle type = vlen_string_type();
+  std::size_t width = 1;
+  for (const auto& v : values) width = std::max(width, v.size());
+  H5Handle type = fixed_string_type(width);
   const hsize_t n = values.size();
   H5Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr), ctx, "creating a dataspace"), H5Sclose);
   H5Handle attr(
       H5_CHECK(H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT), ctx, "creating attribute '{}'", name),
       H5Aclose);
-  std::vector<const char*> ptrs;
-  for (const auto& v : values) ptrs.push_back(v.c_str());
-  H5_CHECK(H5Awrite(attr, type, ptrs.data()), ctx, "writing attribute '{}'", name);
+  std::vector<char> buf(values.size() * width, '\0');
+  for (std::size_t i = 0; i < values.size(); ++i) std::memcpy(buf.data() + i * width, values[i].data(), values[i].size());
+  H5_CHECK(H5Awrite(attr, type, buf.data()), ctx, "writing attribute '{}'", name);
 }
 
 void write_int_attr(hid_t loc, const char* name, int value, const std::string& ctx) {
@@ -315,6 +329,9 @@ DatasetWriter::DatasetWriter(std::string path, std::int64_t height, std::int64_t
   m.tmp_path = temporary_name(m.path);
 
   H5Handle fapl(make_file_access_plist(), H5Pclose);
+  // Format 2: checksummed metadata (superblock 3, object headers 2, a checksummed chunk index), so a corrupt header
+  // is a checksum error, never input HDF5's parsers trust.
+  H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), m.path, "setting the format version bounds");
   // STRONG: closing the file closes every object, so finish() really releases it before the rename.
   H5_CHECK(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), m.path, "setting the close degree");
   m.file = own(H5_CHECK(H5Fcreate(m.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), m.path,
@@ -487,6 +504,7 @@ struct DatasetFile::Impl {
     std::int64_t blocks(std::int64_t count) const { return (count + block - 1) / block; }
   };
   std::string path;
+  std::string format_attr;  ///< as read (a child process hands it over: see the constructor)
   int version = 0;
   int num_classes = 0;
   std::vector<float> mean, stddev;
@@ -726,6 +744,42 @@ void open_blocks(DatasetFile::Impl& m, Split s, std::int64_t budget) {
 
 }  // namespace
 
+namespace {
+
+/// The string attributes, read where HDF5 may crash on them (below).
+struct StringAttrs {
+  std::string format;
+  std::vector<std::string> class_names;
+};
+
+/// The version of the HDF5 superblock, found as HDF5 does (at 0, 512, 1024, ...), read by us: -1 when there is none.
+/// Version 2 and later checksum all metadata; 0 and 1 (HDF5's default for new files) checksum none of it.
+int superblock_version(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  const char sig[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+  for (std::uint64_t at = 0; at < (std::uint64_t(1) << 30); at = at ? at * 2 : 512) {
+    char buf[9] = {0};
+    f.seekg(static_cast<std::streamoff>(at));
+    if (!f.read(buf, 9)) return -1;
+    if (std::memcmp(buf, sig, 8) == 0) return static_cast<unsigned char>(buf[8]);
+  }
+  return -1;
+}
+
+/// A variable-length string attribute where this process must not read one (open_into, vlen_strings false).
+struct NeedsChild {};
+
+void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache_budget, const StringAttrs* strings,
+               bool vlen_strings);
+
+/// read_strings, unless the attribute is variable-length and this process may not read those.
+std::vector<std::string> guarded_strings(const OpenAttr& a, const char* name, const std::string& ctx, bool vlen_strings) {
+  if (!vlen_strings && H5Tget_class(a.type) == H5T_STRING && H5Tis_variable_str(a.type) > 0) throw NeedsChild{};
+  return read_strings(a, name, ctx);
+}
+
+}  // namespace
+
 DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m_impl(std::make_unique<Impl>()) {
   const auto lock = hdf5_lock();
   hdf5_init();
@@ -748,6 +802,46 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
                "dataset file not found");
   if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .h5 file, not its directory", "is a directory");
 
+  // HDF5 1.10 parses metadata without checksums (superblock 0/1, the default of h5py and of files before format 2)
+  // and variable-length strings (a global heap, never checksummed) without bounds: a corrupt file can crash it
+  // inside its own code (an overlapping memcpy in H5HG_read, found by tests/fuzz). Such a file is opened and walked
+  // in a child process first (io::run_contained: a crash there is an Error), which also reads the string
+  // attributes, so this process never reads a global heap itself. Format 2 files, written with checksummed
+  // metadata and fixed-length strings, need no child.
+  if (superblock_version(path) >= 2) {
+    try {
+      open_into(m, path, cache_budget, nullptr, /*vlen_strings=*/false);
+      return;
+    } catch (const NeedsChild&) {  // checksummed metadata, but variable-length strings (h5py's)
+      m_impl = std::make_unique<Impl>();
+    }
+  }
+  Impl& mc = *m_impl;
+  const std::string got = run_contained(path, [&] {
+    DatasetFile::Impl probe;
+    open_into(probe, path, cache_budget, nullptr, /*vlen_strings=*/true);
+    std::string out = probe.format_attr;
+    for (const std::string& n : probe.class_names) out += '\0' + n;
+    return out;
+  });
+  StringAttrs strings;
+  std::size_t at = 0;
+  const auto next = [&] {
+    const auto end = got.find('\0', at);
+    std::string v = got.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? got.size() + 1 : end + 1;
+    return v;
+  };
+  strings.format = next();
+  while (at <= got.size()) strings.class_names.push_back(next());
+  open_into(mc, path, cache_budget, &strings, /*vlen_strings=*/false);
+}
+
+namespace {
+
+void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache_budget, const StringAttrs* strings,
+               bool vlen_strings) {
+  m.path = path;
   H5Handle fapl(make_file_access_plist(), H5Pclose);
 #if H5_VERSION_GE(1, 12, 0)
   const htri_t is_h5 = H5Fis_accessible(path.c_str(), fapl);
@@ -758,7 +852,10 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
   if (is_h5 < 0) detail::throw_h5_error(__FILE__, __LINE__, path, "checking the file signature");
   m.file = own(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, "opening the file"), H5Fclose);
 
-  const std::vector<std::string> format = read_strings(open_attr(m.file, "format", path), "format", path);
+  const std::vector<std::string> format =
+      strings ? std::vector<std::string>{strings->format}
+              : guarded_strings(open_attr(m.file, "format", path), "format", path, vlen_strings);
+  if (!format.empty()) m.format_attr = format[0];
   if (format.size() != 1 || format[0] != kDatasetFormat)
     RN_IO_FAIL(path, "this is not a Renaissance dataset; create one with `renaissance data import`",
                "format attribute is '{}', expected '{}'", format.empty() ? "" : format[0], kDatasetFormat);
@@ -870,12 +967,14 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
   }
   OpenAttr names = open_attr(m.file, "class_names", path, /*required=*/false);
   if (names.attr.valid()) {
-    m.class_names = read_strings(names, "class_names", path);
+    m.class_names = strings ? strings->class_names : guarded_strings(names, "class_names", path, vlen_strings);
     if (static_cast<int>(m.class_names.size()) != m.num_classes)
       RN_IO_FAIL(path, kRecreateHint, "attribute 'class_names' has {} entries for num_classes = {}",
                  m.class_names.size(), m.num_classes);
   }
 }
+
+}  // namespace
 
 DatasetFile::~DatasetFile() = default;
 DatasetFile::DatasetFile(DatasetFile&&) noexcept = default;

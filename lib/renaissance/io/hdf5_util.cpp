@@ -7,14 +7,20 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+
+/// Weak: present only in sanitizer builds (scripts/sanitize, scripts/fuzz), where run_contained's child clears it.
+extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
 
 namespace renaissance::io {
 
@@ -377,6 +383,67 @@ H5Handle open_verified(const VerifiedFile& f, const std::string& path) {
   // A name that is no file on disk: the core driver would otherwise look at the file of that name.
   const std::string name = fmt::format("{}#verified-image-{}", path, static_cast<const void*>(f.bytes.data()));
   return H5Handle(H5_CHECK(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl), path, "open (in memory)"), H5Fclose);
+}
+
+std::string run_contained(const std::string& path, const std::function<std::string()>& fn) {
+  int fds[2];
+  RN_CHECK_CTX(::pipe(fds) == 0, path, "pipe: {}", std::strerror(errno));
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    RN_FAIL_CTX(path, "fork: {}", std::strerror(errno));
+  }
+  if (pid == 0) {  // the child: one byte of outcome, then the payload or the error text; _exit (no atexit, no LSan)
+    ::close(fds[0]);
+    // A crash here must end just this process, as a plain signal the parent reports: no crash handler inherited
+    // from a sanitizer or a fuzzer (libFuzzer would save the input as its own crash) may run.
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
+    if (&__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) ::dup2(null, 2);
+    std::string out;
+    char outcome = 'O';
+    try {
+      out = fn();
+    } catch (const std::exception& e) {
+      outcome = 'E';
+      out = e.what();
+    }
+    auto put = [&](const void* p, std::size_t n) {
+      const char* c = static_cast<const char*>(p);
+      while (n > 0) {
+        const ssize_t w = ::write(fds[1], c, n);
+        if (w <= 0) ::_exit(3);
+        c += w;
+        n -= static_cast<std::size_t>(w);
+      }
+    };
+    put(&outcome, 1);
+    put(out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string got;
+  char buf[65536];
+  for (;;) {
+    const ssize_t r = ::read(fds[0], buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got.append(buf, static_cast<std::size_t>(r));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status) || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || got.empty())
+    RN_IO_FAIL(path, "the file is corrupted; use an older checkpoint or re-create it",
+               "HDF5 crashed reading this file ({}): its metadata is corrupt (nothing checksums it before HDF5 reads "
+               "it: a file of format 1, or written by another tool)",
+               WIFSIGNALED(status) ? fmt::format("signal {}", WTERMSIG(status)) : std::string("no answer"));
+  if (got[0] == 'E') throw Error(got.substr(1));
+  return got.substr(1);
 }
 
 std::string temporary_name(const std::string& path) {

@@ -141,6 +141,12 @@ struct ChecksumEntry {
 };
 VerifiedFile read_verified_file(const std::string& path, std::vector<ChecksumEntry>* entries = nullptr);
 
+/// Runs `fn` in a child process (fork) and returns what it returned; an Error it throws comes back as an Error with
+/// the same text. For files HDF5 must parse without our checksums (format 1 checkpoints and weights): HDF5 1.10
+/// crashes inside its own code on some corrupt metadata (docs/fuzzing.md), and a crash in the child is an Error
+/// here ("HDF5 crashed reading ..."), never a crash of this process. The child's stderr goes to /dev/null.
+std::string run_contained(const std::string& path, const std::function<std::string()>& fn);
+
 /// Opens the HDF5 file: from the verified bytes in memory, or from disk for a file without the header.
 H5Handle open_verified(const VerifiedFile& f, const std::string& path);
 
