@@ -12,7 +12,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -65,9 +67,10 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
       t.checkpoint_each_epoch = true;
     } else {
       char* end = nullptr;
+      errno = 0;
       const long long n = std::strtoll(every.c_str(), &end, 10);
-      RN_CHECK(end && *end == '\0' && n >= 1, "--checkpoint-every must be a number of steps >= 1 or 'epoch', got '{}'",
-               every);
+      RN_CHECK(end && *end == '\0' && errno == 0 && n >= 1 && n <= (1LL << 53),
+               "--checkpoint-every must be a number of steps from 1 to 2^53, or 'epoch', got '{}'", every);
       t.checkpoint_every = n;
     }
   } else if (!dir.empty()) {
@@ -113,7 +116,8 @@ void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed
       if (log) {
         JsonWriter j;
         j.begin_object().kv("step", step).kv("epoch", epoch).kv("loss", loss).end_object();
-        *log << j.str() << "\n" << std::flush;
+        if (!(*log << j.str() << "\n" << std::flush))
+          RN_FAIL("--loss-log: writing the loss of step {} failed: {}", step, std::strerror(errno));
       }
       if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     };

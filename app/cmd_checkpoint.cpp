@@ -7,6 +7,7 @@
 #include <renaissance/blueprint/yaml.h>
 #include <renaissance/core/error.h>
 #include <renaissance/io/checkpoint.h>
+#include <renaissance/plan/arch_plan.h>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -29,8 +30,29 @@ struct InspectCli {
 
 bool is_long_attribute(const std::string& k) { return k == "model_yaml" || k == "arch_plan" || k == "run_config"; }
 
+/// The YAML a checkpoint carries must parse too: `eval --checkpoint` builds its model from model_yaml, and a few KB
+/// of aliases there could otherwise expand without bound. The first problem, or empty.
+std::string check_recorded_yaml(const io::CheckpointReport& r, const std::string& file) {
+  try {
+    auto text = [&](const char* k) {
+      const auto it = r.attributes.find(k);
+      return it == r.attributes.end() ? std::string() : it->second;
+    };
+    if (!text("model_yaml").empty()) (void)blueprint::blueprint_from_yaml(text("model_yaml"), file + ": model_yaml");
+    (void)plan::ArchPlan::from_yaml(text("arch_plan"), file + ": arch_plan");
+    blueprint::check_yaml_limits(text("run_config"), file + ": run_config");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
 void run_inspect(const InspectCli& c) {
-  const io::CheckpointReport r = io::inspect_checkpoint(c.file);
+  io::CheckpointReport r = io::inspect_checkpoint(c.file);
+  if (r.valid) {
+    r.error = check_recorded_yaml(r, c.file);
+    r.valid = r.error.empty();
+  }
   std::map<std::string, std::vector<const io::CheckpointReport::Entry*>> groups;
   for (const auto& e : r.tensors) groups[e.group].push_back(&e);
   if (c.json) {

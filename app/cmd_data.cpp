@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include <renaissance/core/error.h>
+#include <renaissance/core/paths.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
 
@@ -86,9 +87,10 @@ void inspect(const std::string& path, bool json, bool quick) {
   const io::DatasetFile& f = *file;
   if (json) {
     std::string out = fmt::format(
-        "{{\"file\": \"{}\", \"valid\": true, \"checksums_verified\": {}, \"format\": \"{}\", "
-        "\"version\": {}, ",
-        json_escape(path), quick ? "false" : "true", io::kDatasetFormat, f.version());
+        "{{\"file\": \"{}\", \"valid\": true, \"checksums_verified\": {}, \"content_checksums\": {}, "
+        "\"format\": \"{}\", \"version\": {}, ",
+        json_escape(path), quick ? "false" : "true", !quick && f.version() >= 2 ? "true" : "false", io::kDatasetFormat,
+        f.version());
     out += fmt::format("\"num_classes\": {}, \"mean\": {}, \"std\": {}, \"class_names\": {}, \"splits\": {{",
                        f.num_classes(), json_array(f.mean()), json_array(f.stddev()), json_array(f.class_names()));
     bool first = true;
@@ -122,8 +124,13 @@ void inspect(const std::string& path, bool json, bool quick) {
     }
     out += "\n";
   }
-  out += quick ? "labels valid: yes (image checksums not read: --quick)\n"
-               : "labels valid: yes\nchecksums:   every chunk verified\n";
+  if (quick)
+    out += "labels valid: yes (image checksums not read: --quick)\n";
+  else if (f.version() >= 2)
+    out += "labels valid: yes\nchecksums:   every chunk verified (Fletcher32), every block's content checksum matches\n";
+  else
+    out += "labels valid: yes\nchecksums:   every chunk verified (Fletcher32 only: a version 1 file has no content "
+           "checksums, so a zeroed chunk would pass; re-import to get them)\n";
   std::fputs(out.c_str(), stdout);
 }
 
@@ -170,6 +177,11 @@ void register_data_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 9));
   fmnist->callback([args] {
+    std::vector<std::pair<std::string, std::string>> inputs;
+    for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                          "t10k-labels-idx1-ubyte.gz"})
+      inputs.emplace_back("--src", args->src + "/" + f);
+    require_distinct_files(inputs, {{"--out", args->out}});
     io::import_fashion_mnist(args->out, args->src, args->options);
     print_summary(args->out);
   });
@@ -185,6 +197,9 @@ void register_data_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 9));
   idx->callback([args] {
+    require_distinct_files({{"--train-images", args->train.images}, {"--train-labels", args->train.labels},
+                            {"--val-images", args->val.images}, {"--val-labels", args->val.labels}},
+                           {{"--out", args->out}});
     io::import_idx(args->out, args->train, args->val, args->classes, {}, args->options);
     print_summary(args->out);
   });
@@ -200,10 +215,13 @@ void register_data_command(CLI::App& app) {
   auto sargs = std::make_shared<SynthArgs>();
   CLI::App* synth = data->add_subcommand("synthetic", "Deterministic random dataset (benchmarks, smoke tests)");
   synth->add_option("--out", sargs->out, "Output .h5 file")->required();
-  synth->add_option("--train", sargs->train, "Train samples")->required()->check(CLI::PositiveNumber);
-  synth->add_option("--val", sargs->val, "Val samples")->required()->check(CLI::NonNegativeNumber);
+  // Integer ranges (CLI11's PositiveNumber printed its bound as a 309-digit double).
+  synth->add_option("--train", sargs->train, "Train samples")
+      ->required()
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 31));
+  synth->add_option("--val", sargs->val, "Val samples")->required()->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 31));
   synth->add_option("--shape", sargs->shape, "Image shape H,W,C (e.g. 32,32,3)")->required();
-  synth->add_option("--classes", sargs->classes, "Number of classes")->required()->check(CLI::PositiveNumber);
+  synth->add_option("--classes", sargs->classes, "Number of classes")->required()->check(CLI::Range(1, 1 << 20));
   synth->add_option("--seed", sargs->seed, "Random seed")->capture_default_str();
   synth->add_option("--deflate", sargs->deflate, "Deflate level 0-9 (0 = off)")
       ->capture_default_str()

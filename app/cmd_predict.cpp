@@ -4,6 +4,7 @@
 #include "model_options.h"
 
 #include <renaissance/core/error.h>
+#include <renaissance/core/paths.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/hdf5_util.h>
 #include <renaissance/runtime/trainer.h>
@@ -68,6 +69,9 @@ void run_predict(const PredictCli& c) {
   RN_CHECK(c.batch >= 1, "--batch must be >= 1, got {}", c.batch);
   RN_CHECK(c.first >= 0, "--first must be >= 0, got {}", c.first);
   const io::Split split = io::parse_split(c.split);
+  // Before any work: --out must not be an input, and must be a file we can write.
+  require_distinct_files({{"--data", c.data}, {"--weights", c.weights}}, {{"--out", c.out}});
+  (void)resolve_output_file(c.out, "--out");
   runtime::TrainOptions t;
   t.data_path = c.data;
   t.backend = pick_backend(c.device);
@@ -92,10 +96,10 @@ void run_predict(const PredictCli& c) {
 
   io::hdf5_init();
   auto lock = io::hdf5_lock();
-  const std::string tmp = fmt::format("{}.tmp-{}", c.out, static_cast<long>(::getpid()));
-  try {
-    io::H5Handle fapl(io::make_file_access_plist(), H5Pclose);
-    io::H5Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), c.out, "create"), H5Fclose);
+  std::vector<std::uint8_t> bytes;
+  {
+    io::MemoryH5File mem(c.out);  // in memory, then one atomic write of ours (a full disk is a clean error)
+    const hid_t file = mem.file();
     write_string_attr(file, "format", "renaissance-logits", c.out);
     write_int_attr(file, "version", 1, c.out);
     write_string_attr(file, "model", bp.name, c.out);
@@ -110,13 +114,9 @@ void run_predict(const PredictCli& c) {
     write_dataset(file, "logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, ldims, logits.data(), c.out);
     const hsize_t n = static_cast<hsize_t>(c.count);
     write_dataset(file, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, &n, labels.data(), c.out);
-    file.reset();
-    std::filesystem::rename(tmp, c.out);
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
+    bytes = mem.finish({});
   }
+  io::write_file_atomically(c.out, bytes);
   std::printf("%s: logits of %s samples [%lld, %lld) (%s, %s%s) -> %s; top1 %.4f\n", bp.name.c_str(), c.split.c_str(),
               static_cast<long long>(c.first), static_cast<long long>(c.first + c.count),
               runtime::backend_name(t.backend), c.amp ? "fp16" : "fp32", c.ema ? ", EMA" : "", c.out.c_str(),

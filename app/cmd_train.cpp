@@ -4,6 +4,7 @@
 #include "gpu_options.h"
 #include "json_writer.h"
 #include "model_options.h"
+#include "preflight.h"
 #include "run_config.h"
 
 #include <renaissance/core/error.h>
@@ -20,7 +21,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -125,6 +128,8 @@ void run_train(TrainCli& c) {
                               : !c.save.empty()           ? std::filesystem::path(c.save).parent_path().string()
                                                           : std::string();
   c.gpu.apply(c.t, run_dir.empty() && !c.save.empty() ? "." : run_dir);
+  const TrainPreflight preflight = preflight_train(
+      {c.data, c.model.model_file, c.config, c.ckpt.resume, c.save, c.metrics, c.ckpt.loss_log, c.ckpt.dir}, c.t, root);
   runtime::Trainer trainer(bp, c.t);
   const bool resumed = c.ckpt.resume_into(trainer, root);
   if (root && comm)
@@ -149,10 +154,26 @@ void run_train(TrainCli& c) {
   };
   obs.on_epoch = [&](const runtime::EpochMetrics& m) {
     if (root) progress.epoch(m);
-    if (metrics) *metrics << metrics_json(m, c.t.validate) << "\n" << std::flush;
+    if (metrics && !(*metrics << metrics_json(m, c.t.validate) << "\n" << std::flush))
+      RN_FAIL_CTX(c.metrics, "--metrics: writing epoch {} failed: {}", m.epoch, std::strerror(errno));
   };
   c.ckpt.observe(obs, root, resumed);
-  const auto history = trainer.run(obs);
+  std::vector<runtime::EpochMetrics> history;
+  try {
+    history = trainer.run(obs);
+  } catch (const std::exception& e) {
+    // Preempted, and the checkpoint could not be written (a full disk): still 75, so the job is requeued and resumes
+    // from the previous checkpoint, which the failed write left in place.
+    if (trainer.preempted()) {
+      std::fprintf(stderr, "renaissance: error: %s\n", e.what());
+      if (root)
+        std::fprintf(stderr, "renaissance: preempted, but this checkpoint could not be written: the previous one in %s "
+                             "stays; exit %d (requeue: the run resumes from it)\n", c.ckpt.dir.c_str(), kExitPreempted);
+      set_exit_code(kExitPreempted);
+      return;
+    }
+    throw;
+  }
   if (trainer.preempted()) {  // every rank: the checkpoint is written, the job script requeues on this code
     c.ckpt.report_preempted(trainer, root);
     set_exit_code(kExitPreempted);
@@ -257,6 +278,7 @@ void register_train_command(CLI::App& app) {
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks; CPU ranks)");
   cmd->callback([c, cmd] {
     if (!c->config.empty()) apply_run_config(*cmd, c->config);
+    check_train_numbers(*cmd);
     run_train(*c);
   });
 }

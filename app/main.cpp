@@ -8,6 +8,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstdio>
 
 namespace {
@@ -25,9 +26,23 @@ int fail(renaissance::dist::MpiSession& mpi, const char* what, int code) {
   return code;
 }
 
+/// stdout closed under us (`renaissance train | head`): the run goes on (its files are what matters) and says once,
+/// on stderr, that its output was lost.
+void warn_if_stdout_was_lost() {
+  std::fflush(stdout);
+  if (std::ferror(stdout))
+    std::fprintf(stderr, "renaissance: warning: standard output was closed (a broken pipe?): some of this command's "
+                         "output was lost; the command itself ran to its end\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A reader of stdout that goes away (SIGPIPE) must not kill a run silently, nor a file-size limit (SIGXFSZ) one
+  // that is writing a checkpoint: both become write errors, reported where they happen.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGXFSZ, SIG_IGN);
+  std::atexit(warn_if_stdout_was_lost);
   // MPI first: under mpirun or `srun --mpi=pmix` this process is one rank of a data-parallel job; started alone it
   // is a singleton of one rank (DESIGN §9).
   renaissance::dist::MpiSession mpi(&argc, &argv);

@@ -1,37 +1,88 @@
 #include "run_config.h"
 
+#include <renaissance/blueprint/yaml.h>
 #include <renaissance/core/error.h>
+#include <renaissance/core/paths.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
 namespace renaissance::app {
 
+namespace {
+
+/// Options that choose one thing between them: setting either on the command line overrides both in the file, and
+/// the file may set only one of them (as on the command line).
+const std::vector<std::vector<std::string>> kExclusiveGroups = {{"model", "model-file"}, {"weights", "checkpoint"}};
+
+}  // namespace
+
 void apply_run_config(CLI::App& cmd, const std::string& path) {
+  require_input_file(path, "--config");
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    RN_CHECK_CTX(in.good() || in.eof(), path, "--config: cannot read the run configuration");
+    text = ss.str();
+  }
+  blueprint::check_yaml_limits(text, path);
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    RN_FAIL_CTX(path, "cannot read the run configuration");
+    root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     RN_FAIL_CTX(fmt::format("{}:{}", path, e.mark.line + 1), "malformed YAML: {}", e.msg);
   }
   if (root.IsNull()) return;
   RN_CHECK_CTX(root.IsMap(), path, "a run configuration must be a YAML map of option: value");
+  // Every key first: names, duplicates and exclusive pairs are errors before any value is applied.
+  std::map<std::string, int> line_of;
+  std::vector<std::pair<std::string, YAML::Node>> entries;
   for (const auto& kv : root) {
-    const std::string where = fmt::format("{}:{}", path, kv.first.Mark().line + 1);
+    const int line = kv.first.Mark().line + 1;
+    const std::string where = fmt::format("{}:{}", path, line);
     // A key like [a, b] or {a: 1} is valid YAML but no option name (found by tests/fuzz/fuzz_run_config).
     RN_CHECK_CTX(kv.first.IsScalar(), where, "option names must be plain words, not a list or a map");
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();
+    const auto seen = line_of.find(key);
+    RN_CHECK_CTX(seen == line_of.end(), where, "option '{}' is set twice (lines {} and {})", key,
+                 seen == line_of.end() ? 0 : seen->second, line);
+    line_of[key] = line;
     RN_CHECK_CTX(key != "config", where, "'config' cannot be set from a configuration file");
+    RN_CHECK_CTX(cmd.get_option_no_throw("--" + key) != nullptr, where, "unknown option '{}' (see `renaissance {} --help`)",
+                 key, cmd.get_name());
+    entries.emplace_back(key, kv.second);
+  }
+  std::map<std::string, bool> overridden;  // keys the command line decides, directly or through its group
+  for (const auto& group : kExclusiveGroups) {
+    std::vector<std::string> in_file;
+    bool on_cli = false;
+    for (const std::string& k : group) {
+      CLI::Option* o = cmd.get_option_no_throw("--" + k);
+      if (!o) continue;
+      on_cli = on_cli || o->count() > 0;
+      if (line_of.count(k)) in_file.push_back(k);
+    }
+    if (in_file.size() > 1)
+      RN_FAIL_CTX(fmt::format("{}:{}", path, line_of[in_file[1]]), "'{}' (line {}) and '{}' cannot both be set",
+                  in_file[0], line_of[in_file[0]], in_file[1]);
+    if (on_cli)
+      for (const std::string& k : group) overridden[k] = true;
+  }
+  for (const auto& [key, value] : entries) {
+    const std::string where = fmt::format("{}:{}", path, line_of[key]);
     CLI::Option* opt = cmd.get_option_no_throw("--" + key);
-    RN_CHECK_CTX(opt != nullptr, where, "unknown option '{}' (see `renaissance {} --help`)", key, cmd.get_name());
-    if (opt->count() > 0) continue;  // the command line wins
-    RN_CHECK_CTX(kv.second.IsScalar(), where, "option '{}' needs a single value", key);
-    std::string value = kv.second.as<std::string>();
+    if (opt->count() > 0 || overridden[key]) continue;  // the command line wins
+    RN_CHECK_CTX(value.IsScalar(), where, "option '{}' needs a single value", key);
     try {
-      opt->add_result(value);
+      opt->add_result(value.Scalar());
       opt->run_callback();
     } catch (const CLI::Error& e) {
       RN_FAIL_CTX(where, "option '{}': {}", key, e.what());

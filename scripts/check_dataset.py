@@ -2,7 +2,8 @@
 """Check a Renaissance dataset file against the MNIST-format (idx) files it was imported from.
 
 An independent reader: h5py + numpy + gzip, none of Renaissance's code. Verifies the format attributes,
-shapes, dtypes, chunking/Fletcher32, every image and label, and mean/std recomputed from the train split.
+shapes, dtypes, chunking/Fletcher32, every image and label, mean/std recomputed from the train split, and (format 2)
+every block's content checksum recomputed with zlib.crc32.
 
     scripts/check_dataset.py data/fashion-mnist.h5 --idx-dir /usr/share/datasets/fashion-mnist
 
@@ -10,6 +11,7 @@ Exit codes: 0 match, 1 mismatch, 77 skipped (h5py/numpy or the inputs are missin
 """
 import argparse
 import gzip
+import zlib
 import os
 import struct
 import sys
@@ -76,7 +78,8 @@ def main():
         if isinstance(fmt, bytes):
             fmt = fmt.decode()
         check(fmt == "renaissance-dataset", f"format attribute is {fmt!r}")
-        check(int(f.attrs.get("version", -1)) == 1, f"version attribute is {f.attrs.get('version')!r}")
+        version = int(f.attrs.get("version", -1))
+        check(version in (1, 2), f"version attribute is {f.attrs.get('version')!r}")
         num_classes = int(f.attrs["num_classes"])
         labels_seen = []
         for split, prefix in SPLITS.items():
@@ -98,6 +101,17 @@ def main():
             check(diff.size == 0, f"/{split}/images: {diff.size} samples differ, first at index {diff[:1]}")
             diff = np.nonzero(h5_lab != labels.astype(np.int32))[0]
             check(diff.size == 0, f"/{split}/labels: {diff.size} labels differ, first at index {diff[:1]}")
+            if version >= 2:
+                # Content checksums: CRC-32 of each block's image bytes, continued over its labels as int32 LE.
+                sums = f[f"{split}/checksums"]
+                block = int(sums.attrs["block_samples"])
+                want = [zlib.crc32(h5_lab[a:a + block].astype("<i4").tobytes(), zlib.crc32(h5_img[a:a + block].tobytes()))
+                        for a in range(0, len(h5_img), block)]
+                bad = [k for k, (w, s) in enumerate(zip(want, sums[...])) if w != int(s)]
+                check(len(want) == len(sums) and not bad,
+                      f"/{split}/checksums: {len(sums)} stored for {len(want)} blocks, mismatches at blocks {bad[:3]}")
+                print(f"/{split}: {len(want)} content checksums (blocks of {block}) "
+                      f"{'match' if not bad and len(want) == len(sums) else 'DIFFER'}")
             labels_seen.append(labels)
             verdict = "match" if len(errors) == n_errors else "DIFFER from"
             print(f"/{split}: {len(h5_img)} images {h5_img.shape[1:]} and labels {verdict} {prefix}-*-ubyte.gz")

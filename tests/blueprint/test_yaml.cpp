@@ -3,9 +3,11 @@
 #include <renaissance/blueprint/yaml.h>
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/core/error.h>
+#include <renaissance/plan/arch_plan.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -296,5 +298,88 @@ TEST(Yaml, MalformedInputThatHangsYamlCppLoadAllIsAnError) {
   } catch (const renaissance::Error& e) {
     EXPECT_NE(std::string(e.what()).find("two.yaml:5"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("second one"), std::string::npos) << e.what();
+  }
+}
+
+// ---- issue 13: bounded parsing --------------------------------------------------------------------------------
+
+namespace {
+
+/// A model whose layers are 9 levels of anchors, each a seq of ten aliases of the one before: 697 bytes that
+/// expand to 10^9 relu layers ("billion laughs").
+std::string billion_laughs_model() {
+  std::string s = "name: lol\ninput: [28, 28, 1]\nlayers:\n  - &a0 {seq: [relu, relu, relu, relu, relu, relu, relu, relu, relu, relu]}\n";
+  for (int i = 1; i < 9; ++i) {
+    s += "  - &a" + std::to_string(i) + " {seq: [";
+    for (int k = 0; k < 10; ++k) s += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    s += "]}\n";
+  }
+  return s + "  - gap\n  - fc: {out: 10}\n  - softmax_ce: {classes: 10}\n";
+}
+
+}  // namespace
+
+TEST(YamlLimits, BillionLaughsIsRefusedQuicklyNamingTheFileAndTheLimit) {
+  const std::string text = billion_laughs_model();
+  ASSERT_LT(text.size(), 1000u);
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error(text, {"bad.yaml:", "aliases expand to more than 1000000 nodes", "billion laughs"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  // The same limit guards every other YAML reader: the arch plan (the reader behind weights' arch_plan).
+  try {
+    renaissance::plan::ArchPlan::from_yaml("format: renaissance-arch-plan\nx: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" +
+                                               [] {
+                                                 std::string s;
+                                                 for (int i = 1; i < 8; ++i) {
+                                                   s += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+                                                   for (int k = 0; k < 10; ++k)
+                                                     s += std::string(k ? ", " : "") +
+                                                          (i == 1 ? "*a" : "*a" + std::to_string(i - 1));
+                                                   s += "]\n";
+                                                 }
+                                                 return s;
+                                               }(),
+                                           "plan.yaml");
+    ADD_FAILURE() << "expected an Error";
+  } catch (const renaissance::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plan.yaml:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1000000"), std::string::npos) << e.what();
+  }
+}
+
+TEST(YamlLimits, DeepNestingNamesTheFileAndTheLimit) {
+  const std::string deep = "name: deep\ninput: [8, 8, 3]\nlayers: " + std::string(5000, '[') + std::string(5000, ']') + "\n";
+  expect_error(deep, {"bad.yaml:3", "deeper than 100 levels", "the limit"});
+  // Nesting built by aliases counts too: each anchor nests the one before 60 levels deeper.
+  std::string viaalias = "name: deep\ninput: [8, 8, 3]\na: &a " + std::string(60, '[') + std::string(60, ']') + "\n";
+  viaalias += "b: &b " + std::string(59, '[') + "*a" + std::string(59, ']') + "\nlayers: [relu]\n";
+  expect_error(viaalias, {"bad.yaml:4", "with this alias expanded", "deeper than 100"});
+}
+
+TEST(YamlLimits, ModestAnchorsAndNestingStillParse) {
+  // An anchor reused a few times (a repeated block) and 40 levels of nested seq are fine.
+  std::string nested = "layers:\n  - &c {cbr: {out: 8, k: 3, pad: 1}}\n  - *c\n  - *c\n  - ";
+  for (int i = 0; i < 40; ++i) nested += "{seq: [";
+  nested += "relu";
+  for (int i = 0; i < 40; ++i) nested += "]}";
+  nested += "\n  - gap\n  - fc: {out: 10}\n  - softmax_ce: {classes: 10}\n";
+  rb::BluePrint bp;
+  ASSERT_NO_THROW(bp = rb::blueprint_from_yaml("name: ok\ninput: [8, 8, 3]\n" + nested, "ok.yaml"));
+  EXPECT_EQ(bp.root.children.size(), 7u);
+  EXPECT_TRUE(bp.root.children[0] == bp.root.children[2]);  // the alias is the anchored layer
+}
+
+TEST(YamlLimits, ADirectoryOrMissingModelFileIsNamedAsSuch) {
+  try {
+    rb::load_blueprint_file(fs::temp_directory_path().string());
+    ADD_FAILURE();
+  } catch (const renaissance::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory, not a file"), std::string::npos) << e.what();
+  }
+  try {
+    rb::load_blueprint_file("/nonexistent/m.yaml");
+    ADD_FAILURE();
+  } catch (const renaissance::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/m.yaml: model file: no such file"), std::string::npos) << e.what();
   }
 }

@@ -14,6 +14,11 @@
 #   sigstop         SIGSTOP one of 2 ranks: the other's watchdog aborts the job, the same bounds
 #   slurm-ntasks    a Slurm step whose tasks did not join one MPI job (SLURM_STEP_NUM_TASKS=2, one process):
 #                   a clear error, exit != 0
+#   startup-stop    (issue 13) rank 1 stopped before MPI_Init: rank 0's start-up watchdog ends the job, exit 3
+#   startup-kill9   rank 1 killed before MPI_Init: the job ends at once (mpirun reports the signal)
+#   finalize-stop   rank 1 stops itself on its way into MPI_Finalize: the job ends within the timeout, exit 3
+#   sigterm-mpirun  SIGTERM to scripts/mpirun-preemptible mid-run: the ranks checkpoint and the launcher exits 75
+#   data-differs    rank 1's dataset has the same shapes but other contents: every rank reports it, exit 1
 # --launch "srun --mpi=pmix" runs the ranks through Slurm instead of mpirun (inside an allocation).
 set -uo pipefail
 
@@ -64,6 +69,7 @@ cat >rank_wrapper.sh <<WRAP
 #!/usr/bin/env bash
 r=\${OMPI_COMM_WORLD_RANK:-\${PMIX_RANK:-\${SLURM_PROCID:-0}}}
 echo \$\$ > "$WORK/pid.\$r"
+if [[ "\$r" == 1 && -n "\${RANK1_SIGNAL:-}" ]]; then kill -"\$RANK1_SIGNAL" \$\$; fi  # before MPI_Init
 args=("\$@")
 if [[ "\$r" == 1 && -n "\${RANK1_OPT:-}" ]]; then  # rank 1: RANK1_OPT's value becomes RANK1_VAL
   for i in "\${!args[@]}"; do
@@ -169,6 +175,68 @@ PYEOF
     if [[ $MODE == sigstop ]]; then
       grep -q "rank 0: .*did not finish within $TIMEOUT s" out.txt || fail "no watchdog message from rank 0"
     fi
+    ;;
+  startup-stop | startup-kill9 | finalize-stop)
+    export RENAISSANCE_COMM_TIMEOUT=$TIMEOUT
+    case $MODE in
+      startup-stop) export RANK1_SIGNAL=STOP WHAT="MPI start-up (MPI_Init, waiting for every rank) did not finish" ;;
+      startup-kill9) export RANK1_SIGNAL=KILL WHAT="exited on signal 9" ;;
+      finalize-stop) export RENAISSANCE_TEST_STOP_BEFORE_FINALIZE=1 WHAT="MPI_Finalize (waiting for every rank) did not finish" ;;
+    esac
+    t0=$SECONDS
+    launch2 ./rank_wrapper.sh "${TRAIN[@]}" --epochs 1 --max-steps 2 >out.txt 2>&1 &
+    launcher=$!
+    limit=$((TIMEOUT + 30))
+    while kill -0 $launcher 2>/dev/null && ((SECONDS - t0 < limit + 5)); do sleep 0.2; done
+    if kill -0 $launcher 2>/dev/null; then
+      for r in 0 1; do [[ -f pid.$r ]] && { kill -CONT "$(cat pid.$r)"; kill -9 "$(cat pid.$r)"; } 2>/dev/null; done
+      kill -9 $launcher 2>/dev/null
+      cat out.txt
+      fail "the job still runs $limit s after the fault"
+    fi
+    wait $launcher
+    rc=$?
+    cat out.txt
+    echo "launcher exit $rc after $((SECONDS - t0)) s"
+    grep -q "$WHAT" out.txt || fail "no message '$WHAT'"
+    if [[ $MODE == startup-kill9 ]]; then
+      ((rc != 0)) || fail "exit 0 after a rank was killed"
+    else
+      ((rc == 3)) || fail "exit $rc, not 3 (a collective timed out)"
+    fi
+    for r in 0 1; do
+      p=$(cat pid.$r 2>/dev/null) || continue
+      st=$(ps -o stat= -p "$p" 2>/dev/null)
+      if [[ -n "$st" && "$st" != Z* ]]; then kill -CONT "$p"; kill -9 "$p"; fail "rank $r ($p) is still alive"; fi
+    done
+    ;;
+  sigterm-mpirun)
+    # Open MPI's mpirun aborts on SIGTERM with exit 1 and cannot forward it: the wrapper turns it into SIGUSR1.
+    export RENAISSANCE_TEST_STEP_DELAY_MS=150
+    "$HERE/../../scripts/mpirun-preemptible" -n 2 "$CLI" train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 50 \
+      --checkpoint-dir ck --metrics m.jsonl >out.txt 2>&1 &
+    launcher=$!
+    for _ in $(seq 1 600); do [[ -s m.jsonl ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+    [[ -s m.jsonl ]] || { cat out.txt; fail "training did not start"; }
+    kill -TERM $launcher
+    wait $launcher
+    rc=$?
+    cat out.txt
+    ((rc == 75)) || fail "exit $rc after SIGTERM, not 75"
+    grep -q "preempted by SIGUSR1" out.txt || fail "no preemption message"
+    [[ -L ck/latest.h5 ]] && "$CLI" checkpoint inspect ck/latest.h5 >/dev/null || fail "no valid checkpoint"
+    ;;
+  data-differs)
+    "$CLI" data synthetic --out ds_other.h5 --train 200 --val 50 --shape 28,28,1 --classes 10 --seed 4 >/dev/null
+    export RANK1_OPT=--data RANK1_VAL=ds_other.h5
+    launch2 ./rank_wrapper.sh "${TRAIN[@]}" >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 1)) || fail "exit $rc, not 1"
+    for r in 0 1; do
+      grep -q "error: rank $r/2: data-parallel run: the dataset's content differs between ranks: rank 1's copy" out.txt ||
+        fail "rank $r did not report the difference"
+    done
     ;;
   slurm-ntasks)
     env SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 "$CLI" "${TRAIN[@]}" >out.txt 2>&1

@@ -166,6 +166,11 @@ TEST(EngineCacheFile, ABadFileIsIgnoredWithAWarningNeverFatal) {
   g.put("k", graph_choice(1, 1.0f));
   const std::string w = renaissance::runtime::save_engine_cache(dir.string());
   EXPECT_NE(w.find("warning:"), std::string::npos) << w;
+  // A file that is not an engine cache (a dataset named by mistake) is never overwritten.
+  const std::string before = slurp(dir / "junk.txt");
+  const std::string j = renaissance::runtime::save_engine_cache((dir / "junk.txt").string());
+  EXPECT_NE(j.find("not overwritten"), std::string::npos) << j;
+  EXPECT_EQ(slurp(dir / "junk.txt"), before);
   g.clear();
   fs::remove_all(dir);
 }

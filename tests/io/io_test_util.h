@@ -162,6 +162,42 @@ inline void replace_dataset(const std::string& path, const std::string& link, hi
   H5Fclose(f);
 }
 
+/// After editing a format-2 checkpoint or weights file with HDF5 (an attribute changed, a link deleted): recomputes
+/// its checksum header (hdf5_util.h documents it) the way a writer would, so the reader's checks behind the header
+/// see the edit. Written from the documented layout with zlib, not with the library's code. No-op without a header.
+inline void reseal_checksum_header(const std::string& path) {
+  std::vector<std::uint8_t> b;
+  {
+    std::ifstream f(path, std::ios::binary);
+    b.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  if (b.size() < 40 || std::string(b.begin(), b.begin() + 8) != std::string("RNSUMS1\n", 8)) return;
+  auto get = [&](std::size_t at, int n) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v |= std::uint64_t(b[at + i]) << (8 * i);
+    return v;
+  };
+  auto put = [&](std::size_t at, int n, std::uint64_t v) {
+    for (int i = 0; i < n; ++i) b[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+  };
+  auto crc = [&](std::size_t at, std::size_t n) {
+    return static_cast<std::uint32_t>(crc32(crc32(0L, Z_NULL, 0), b.data() + at, static_cast<uInt>(n)));
+  };
+  const std::size_t header = get(8, 4), table = get(28, 4);
+  std::size_t at = 40;
+  for (std::uint64_t i = 0, n = get(12, 4); i < n; ++i) {
+    const std::uint64_t off = get(at, 8), len = get(at + 8, 8);
+    if (off + len <= b.size()) put(at + 16, 4, crc(off, len));
+    at += 22 + get(at + 20, 2);
+  }
+  put(16, 8, b.size());
+  put(24, 4, crc(header, b.size() - header));
+  put(32, 4, crc(40, table));
+  put(36, 4, crc(0, 36));
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(b.data()),
+                                                                static_cast<std::streamsize>(b.size()));
+}
+
 /// File offset and size of chunk `index` of a chunked dataset.
 inline std::pair<haddr_t, hsize_t> chunk_location(const std::string& path, const std::string& link, hsize_t index) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);

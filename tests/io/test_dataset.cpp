@@ -27,7 +27,7 @@ TEST(Dataset, RoundTripContiguous) {
   const SmallSpec spec;
   write_small(path, spec);
   const DatasetFile f(path);
-  EXPECT_EQ(f.version(), 1);
+  EXPECT_EQ(f.version(), 2);  // format 2: content checksums per block
   EXPECT_EQ(f.num_classes(), spec.classes);
   ASSERT_EQ(f.class_names().size(), 10u);
   EXPECT_EQ(f.class_names()[3], "class 3");

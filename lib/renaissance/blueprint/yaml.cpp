@@ -3,10 +3,12 @@
 // model without reading C++. Shapes are checked later by the planner.
 #include <renaissance/blueprint/yaml.h>
 #include <renaissance/core/error.h>
+#include <renaissance/core/paths.h>
 
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -536,10 +538,100 @@ class DocumentCounter : public YAML::EventHandler {
   }
 };
 
+/// The bounded pass behind check_yaml_limits: the depth of every collection, and the expanded size of every
+/// anchored node, so each alias adds what it stands for. Throws as soon as a limit is crossed, before any number
+/// can grow further.
+class LimitScanner : public YAML::EventHandler {
+ public:
+  explicit LimitScanner(const std::string& source) : m_source(source) {}
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t a) override { leaf(m, a); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t a, const std::string&) override { leaf(m, a); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t a) override {
+    const Anchored size = a < m_anchors.size() ? m_anchors[a] : Anchored{};
+    m_alias_nodes += size.nodes;
+    m_nodes += size.nodes;
+    if (m_alias_nodes > kMaxYamlAliasNodes)
+      RN_FAIL_CTX(fmt::format("{}:{}", m_source, m.line + 1),
+                  "YAML aliases expand to more than {} nodes (the limit; anchors that alias anchors grow "
+                  "exponentially: a \"billion laughs\" file?)",
+                  kMaxYamlAliasNodes);
+    if (static_cast<std::int64_t>(m_stack.size()) + size.height > kMaxYamlDepth)
+      RN_FAIL_CTX(fmt::format("{}:{}", m_source, m.line + 1),
+                  "YAML nesting, with this alias expanded, is deeper than {} levels of lists and maps (the limit)",
+                  kMaxYamlDepth);
+    below(size.height);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t a, YAML::EmitterStyle::value) override {
+    open(m, a);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t a, YAML::EmitterStyle::value) override {
+    open(m, a);
+  }
+  void OnMapEnd() override { close(); }
+
+ private:
+  struct Anchored {
+    std::int64_t nodes = 1;   ///< expanded node count
+    std::int64_t height = 0;  ///< levels of lists/maps inside, itself included
+  };
+  struct Open {
+    YAML::anchor_t anchor;
+    std::int64_t nodes_before;
+    std::int64_t height_below = 0;
+  };
+  void record(YAML::anchor_t a, Anchored v) {
+    if (a == YAML::NullAnchor) return;
+    if (m_anchors.size() <= a) m_anchors.resize(a + 1);
+    m_anchors[a] = v;
+  }
+  void below(std::int64_t height) {
+    if (!m_stack.empty()) m_stack.back().height_below = std::max(m_stack.back().height_below, height);
+  }
+  void leaf(const YAML::Mark&, YAML::anchor_t a) {
+    ++m_nodes;
+    record(a, Anchored{1, 0});
+  }
+  void open(const YAML::Mark& m, YAML::anchor_t a) {
+    if (static_cast<int>(m_stack.size()) >= kMaxYamlDepth)
+      RN_FAIL_CTX(fmt::format("{}:{}", m_source, m.line + 1),
+                  "YAML nesting is deeper than {} levels of lists and maps (the limit)", kMaxYamlDepth);
+    m_stack.push_back({a, m_nodes});
+    ++m_nodes;
+  }
+  void close() {
+    if (m_stack.empty()) return;
+    const Open o = m_stack.back();
+    m_stack.pop_back();
+    const std::int64_t height = 1 + o.height_below;
+    record(o.anchor, Anchored{m_nodes - o.nodes_before, height});
+    below(height);
+  }
+
+  const std::string& m_source;
+  std::vector<Open> m_stack;
+  std::vector<Anchored> m_anchors;  ///< per anchor id (yaml-cpp numbers anchors 1, 2, ... in order)
+  std::int64_t m_nodes = 0, m_alias_nodes = 0;
+};
+
 }  // namespace
+
+void check_yaml_limits(const std::string& text, const std::string& source) {
+  std::istringstream in(text);
+  LimitScanner scan(source);
+  try {
+    YAML::Parser events(in);
+    events.HandleNextDocument(scan);  // the first document: what YAML::Load builds
+  } catch (const YAML::Exception&) {
+    // Malformed YAML: the caller's own parse reports it with its context.
+  }
+}
 
 BluePrint blueprint_from_yaml(const std::string& text, const std::string& source) {
   Parser parser(source);
+  check_yaml_limits(text, source);
   try {
     std::istringstream in(text);
     YAML::Parser events(in);
@@ -558,6 +650,7 @@ BluePrint blueprint_from_yaml(const std::string& text, const std::string& source
 }
 
 BluePrint load_blueprint_file(const std::string& path) {
+  require_input_file(path, "model file");
   std::ifstream in(path, std::ios::binary);
   if (!in) RN_FAIL_CTX(path, "cannot open model file: {}", std::strerror(errno));
   std::ostringstream ss;

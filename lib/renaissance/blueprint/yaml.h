@@ -3,9 +3,20 @@
 
 #include <renaissance/blueprint/blueprint.h>
 
+#include <cstdint>
 #include <string>
 
 namespace renaissance::blueprint {
+
+/// Limits every YAML reader of ours (model files, run.yaml, arch plans, the YAML inside weights and checkpoints)
+/// applies to its input before building a document, so a few KB of text cannot make a parse expensive.
+inline constexpr int kMaxYamlDepth = 100;                     ///< nested lists/maps (a real model needs < 20)
+inline constexpr std::int64_t kMaxYamlAliasNodes = 1000000;   ///< nodes that aliases (*name) add when expanded
+
+/// Scans the first YAML document of `text` with a bounded event pass: refuses nesting deeper than kMaxYamlDepth
+/// and aliases whose expansion ("billion laughs": anchors of anchors) would add more than kMaxYamlAliasNodes
+/// nodes. Errors name `source`:line and the limit. Malformed YAML is left to the caller's parser.
+void check_yaml_limits(const std::string& text, const std::string& source);
 
 /// Parses a model from YAML text. `source` names the file in error messages
 /// ("model.yaml:12: layers[3].conv: field 'k' must be a positive integer").

@@ -15,6 +15,12 @@ std::int64_t channel_alignment(DType dtype, Region region) {
 std::int64_t compute_slot_bytes(const Shape& shape, DType dtype, Region region) {
   RN_CHECK(shape.n >= 0 && shape.h >= 0 && shape.w >= 0 && shape.c >= 0, "negative shape {} in region {}",
            shape.str(), region_name(region));
+  // At most 2^46 elements (256 TiB of FP32): the slot sizes and their sums then stay far inside int64. A batch or
+  // dataset size out of all proportion (plan --batch 9000000000000000) used to wrap around.
+  constexpr long double kMaxElems = static_cast<long double>(std::int64_t(1) << 46);
+  RN_CHECK(static_cast<long double>(shape.n) * shape.h * shape.w * (shape.c + 8) <= kMaxElems,
+           "shape {} in region {} has more than 2^46 elements (hint: a batch or resolution far too large?)", shape.str(),
+           region_name(region));
   const std::int64_t elems = shape.n * shape.h * shape.w * align_up(shape.c, channel_alignment(dtype, region));
   switch (dtype) {
     case DType::F16: return align256(2 * elems + kSlotSpareBytes);

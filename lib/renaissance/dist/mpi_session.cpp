@@ -1,9 +1,12 @@
 #include <renaissance/core/error.h>
+#include <renaissance/dist/communicator.h>
 #include <renaissance/dist/mpi_session.h>
+#include <renaissance/dist/watchdog.h>
 
 #include <fmt/format.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -45,6 +48,20 @@ bool launched_by_mpi_launcher() {
   return false;
 }
 
+double startup_comm_timeout(int argc, char** argv) {
+  for (int i = 1; argv && i < argc; ++i) {
+    const std::string a = argv[i] ? argv[i] : "";
+    const char* v = nullptr;
+    if (a == "--comm-timeout" && i + 1 < argc) v = argv[i + 1];
+    if (a.rfind("--comm-timeout=", 0) == 0) v = argv[i] + 15;
+    if (!v) continue;
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (end && *end == '\0' && x > 0 && x < 1e9) return x;
+  }
+  return comm_timeout_from_env(kDefaultCommTimeout);
+}
+
 int slurm_expected_tasks() {
   // Only inside a job step (srun): a batch script's own shell also sees SLURM_NTASKS of the whole job but is one
   // process by design (e.g. `renaissance data import` before the srun line).
@@ -65,6 +82,14 @@ MpiSession::MpiSession(int* argc, char*** argv) {
     g_session = this;
     return;
   }
+  // Start-up waits for every rank (a PMIx fence): a rank stopped or dead before it arrives would leave the others
+  // waiting forever. The rank from the launcher's environment, for the message.
+  int launch_rank = -1;
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (launch_rank < 0 && std::getenv(v)) launch_rank = std::atoi(std::getenv(v));
+  m_watchdog = std::make_unique<CommWatchdog>(launch_rank, startup_comm_timeout(argc ? *argc : 0, argv ? *argv : nullptr));
+  m_watchdog->set_step(-1);
+  m_watchdog->arm("MPI start-up (MPI_Init, waiting for every rank)");
   if (!initialized) {
     int provided = 0;
     mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
@@ -80,6 +105,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_rank(local, &m_local_rank);
   MPI_Comm_size(local, &m_local_size);
   MPI_Comm_free(&local);
+  m_watchdog->disarm();
   g_session = this;
   const int expected = by_mpirun ? -1 : slurm_expected_tasks();
   if (expected > 0 && expected != m_world) {
@@ -103,9 +129,14 @@ MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  // MPI_Finalize waits for the other ranks too: a stopped one must not hang this one.
+  if (m_watchdog) m_watchdog->arm("MPI_Finalize (waiting for every rank)");
+  // Test hook (tests/dist/dp_test.sh finalize-stop): this rank stops itself on its way into MPI_Finalize.
+  if (const char* r = std::getenv("RENAISSANCE_TEST_STOP_BEFORE_FINALIZE"); r && std::atoi(r) == m_rank) std::raise(SIGSTOP);
   MPI_Comm_free(&m_comm);
   MPI_Comm_free(&m_error_comm);
   MPI_Finalize();
+  if (m_watchdog) m_watchdog->disarm();
 }
 
 MpiSession* MpiSession::current() { return g_session; }
@@ -131,6 +162,7 @@ bool MpiSession::all_ranks_failed(double grace_s) {
 void MpiSession::abort(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
+  if (m_watchdog) m_watchdog->arm("MPI_Abort");
   if (m_comm != MPI_COMM_NULL) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // not reached
 }

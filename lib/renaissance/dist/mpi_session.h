@@ -5,9 +5,12 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <string>
 
 namespace renaissance::dist {
+
+class CommWatchdog;
 
 class MpiSession {
  public:
@@ -16,7 +19,9 @@ class MpiSession {
   /// Slurm, a world size that differs from the step's task count (a broken PMI launch starts N singletons) is a fatal
   /// error.
   MpiSession(int* argc, char*** argv);
-  /// MPI_Finalize, unless abort() ran.
+  /// MPI_Finalize, unless abort() ran. Start-up (MPI_Init to the rank layout) and MPI_Finalize run under a
+  /// watchdog of the collective timeout (--comm-timeout on the command line, else RENAISSANCE_COMM_TIMEOUT, else
+  /// 300 s): a rank stopped or dead while the others wait in them ends the job with kExitCommFailure.
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
@@ -45,7 +50,12 @@ class MpiSession {
   MPI_Comm m_comm = MPI_COMM_NULL;        ///< a duplicate of MPI_COMM_WORLD for the library's collectives
   MPI_Comm m_error_comm = MPI_COMM_NULL;  ///< another duplicate, only for the error rendezvous
   bool m_finalize = false;
+  std::unique_ptr<CommWatchdog> m_watchdog;  ///< start-up and shutdown (the communicators have their own)
 };
+
+/// The collective timeout before the command line is parsed: `--comm-timeout S` (or `=S`) in argv, else
+/// RENAISSANCE_COMM_TIMEOUT, else kDefaultCommTimeout.
+double startup_comm_timeout(int argc, char** argv);
 
 /// The Slurm task count this process should see as its MPI world size: SLURM_STEP_NUM_TASKS inside a job step
 /// (srun), -1 elsewhere (no Slurm, or a batch script's own shell, which is one process whatever SLURM_NTASKS says).

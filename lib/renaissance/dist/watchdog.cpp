@@ -53,8 +53,12 @@ void CommWatchdog::fail(const std::string& message) {
   if (m_failing.exchange(true)) {  // the other thread is already on its way out
     for (;;) pause();
   }
-  std::fprintf(stderr, "renaissance: error: rank %d: %s at step %lld; aborting the job\n", m_rank, message.c_str(),
-               static_cast<long long>(m_step.load()));
+  const long long step = static_cast<long long>(m_step.load());
+  const std::string at = step >= 0 ? fmt::format(" at step {}", step) : std::string();  // -1: start-up, shutdown
+  if (m_rank >= 0)
+    std::fprintf(stderr, "renaissance: error: rank %d: %s%s; aborting the job\n", m_rank, message.c_str(), at.c_str());
+  else
+    std::fprintf(stderr, "renaissance: error: %s%s; aborting the job\n", message.c_str(), at.c_str());
   std::fflush(stdout);
   std::fflush(stderr);
   if (m_before_exit) {

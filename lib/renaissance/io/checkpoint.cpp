@@ -1,12 +1,21 @@
 #include <renaissance/core/error.h>
+#include <renaissance/core/paths.h>
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/hdf5_util.h>
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -30,17 +39,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-/// A file-access list that writes checksummed metadata (superblock v2, object header v2: HDF5 1.8 and later), so
-/// a flipped byte in an attribute or a group is detected on open, not only in the tensors' data.
-hid_t checksummed_fapl() {
-  hid_t fapl = make_file_access_plist();
-  if (H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0) {
-    H5Pclose(fapl);
-    detail::throw_h5_error(__FILE__, __LINE__, "HDF5", "setting the file format version bounds");
-  }
-  return fapl;
 }
 
 template <typename T>
@@ -72,6 +70,7 @@ std::string attr_text(hid_t obj, const std::string& name, const std::string& ctx
         char* s = nullptr;
         H5Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
         H5Tset_size(mem, H5T_VARIABLE);
+        H5Tset_cset(mem, H5Tget_cset(type));  // a dataset's attributes are UTF-8
         H5_CHECK(H5Aread(attr, mem, &s), ctx, "read attribute '{}'", name);
         std::string out = s ? s : "";
         H5free_memory(s);
@@ -145,6 +144,11 @@ std::vector<float> read_dataset(hid_t parent, const std::string& name, const std
   hsize_t n = 1;
   for (hsize_t d : dims) n *= d;
   RN_CHECK_CTX(n <= (hsize_t{1} << 34), ctx, "dataset has an implausible size ({} elements)", n);
+  // A chunk never written reads as the fill value (zeros) without any checksum failing: every value must be stored.
+  const hsize_t stored = H5Dget_storage_size(ds);
+  RN_CHECK_CTX(n == 0 || stored >= n * sizeof(float), ctx,
+               "only {} bytes of its {} values are stored (a chunk that was never written, or a truncated file)", stored,
+               n);
   std::vector<float> values(static_cast<std::size_t>(n));
   if (n > 0)
     H5_CHECK(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), ctx,
@@ -219,10 +223,12 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
                    s.train_metrics.size() == kStateSlots * static_cast<std::size_t>(s.world_size),
                path, "internal: the loss-scale state must have {} slots, the metric state {} per rank", kStateSlots,
                kStateSlots);
-  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  try {
-    H5Handle fapl(checksummed_fapl(), H5Pclose);
-    H5Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), tmp, "create"), H5Fclose);
+  // Built in memory, written by write_file_atomically (a full disk is our error, never HDF5's).
+  const std::string& tmp = path;
+  std::vector<std::uint8_t> bytes;
+  {
+    MemoryH5File mem(path);
+    const hid_t file = mem.file();
     write_string_attr(file, "format", kCheckpointFormat, tmp);
     write_number_attr<long long>(file, "version", kCheckpointVersion, H5T_STD_I64LE, H5T_NATIVE_LLONG, tmp);
     auto i64 = [&](const char* name, std::int64_t v) {
@@ -269,40 +275,55 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
                     {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h), static_cast<hsize_t>(t.shape.w),
                      static_cast<hsize_t>(t.shape.c)},
                     t.values.data(), ctx);
-      if (i == ckpt.tensors.size() / 2) {
-        H5Fflush(file, H5F_SCOPE_GLOBAL);  // a partial file on disk for the crash-safety test
-        test_delay();
-      }
     }
     groups.clear();
-    H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush");
-    RN_CHECK_CTX(file.reset() >= 0, tmp, "closing the file failed (disk full?)");
-    fsync_path(tmp, false);
-    fs::rename(tmp, path);
-    fsync_path(fs::absolute(path).parent_path().string(), true);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
+    std::vector<std::string> tensors = {"/state/loss_scale", "/state/train_metrics"};
+    for (const NamedTensor& t : ckpt.tensors) tensors.push_back(fmt::format("/{}/{}", t.group, t.name));
+    bytes = mem.finish(tensors);
   }
+  write_file_atomically(path, bytes, test_delay);  // the hook: half the file on disk, for the crash-safety test
 }
+
+/// What a file that is not a checkpoint is, from its format attribute, for the error ("a Renaissance dataset").
+std::string not_a_checkpoint(const std::string& format) {
+  if (format == "renaissance-dataset") return "it is a Renaissance dataset, not a checkpoint (it goes to --data)";
+  if (format == "renaissance-weights") return "it is a weights file (--save), not a checkpoint (load it with --weights)";
+  return fmt::format("not a checkpoint: its format is '{}', not '{}'", format, kCheckpointFormat);
+}
+
+namespace {
+Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& verified);
+}  // namespace
 
 Checkpoint read_checkpoint(const std::string& path) {
   hdf5_init();
   auto lock = hdf5_lock();
-  std::error_code ec;
-  RN_CHECK_CTX(fs::exists(path, ec), path, "no such checkpoint file");
-  RN_CHECK_CTX(fs::is_regular_file(path, ec), path, "not a regular file");
-  H5Handle fapl(make_file_access_plist(), H5Pclose);
-  H5Handle file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, "open (not an HDF5 file, or truncated?)"),
-                H5Fclose);
+  require_input_file(path, "checkpoint");
+  // Format 2: the whole file and each tensor's bytes verified before HDF5 parses any of it. Format 1 (no header):
+  // HDF5 parses unverified metadata, first in a child process, so a corrupt file that crashes HDF5 is an Error.
+  const VerifiedFile verified = read_verified_file(path);
+  if (!verified.checksummed)
+    (void)run_contained(path, [&] {
+      (void)read_checkpoint_from(path, verified);
+      return std::string("ok");
+    });
+  return read_checkpoint_from(path, verified);
+}
+
+namespace {
+Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& verified) {
+  H5Handle file = open_verified(verified, path);
   Checkpoint out;
   CheckpointState& s = out.state;
-  const std::string format = require_string(file, "format", path);
-  RN_CHECK_CTX(format == kCheckpointFormat, path, "format is '{}', not '{}'", format, kCheckpointFormat);
+  RN_CHECK_CTX(attr_exists(file, "format", path), path,
+               "not a checkpoint: it has no 'format' attribute (not written by renaissance train --checkpoint-dir)");
+  const std::string format = attr_text(file, "format", path);
+  RN_CHECK_CTX(format == kCheckpointFormat, path, "{}", not_a_checkpoint(format));
   const std::int64_t version = require_int(file, "version", path, 1);
-  RN_CHECK_CTX(version == kCheckpointVersion, path, "checkpoint version {} is not supported (this build reads {})",
-               version, kCheckpointVersion);
+  RN_CHECK_CTX(version >= 1 && version <= kCheckpointVersion, path,
+               "checkpoint version {} is not supported (this build reads 1 to {})", version, kCheckpointVersion);
+  RN_CHECK_CTX(version < 2 || verified.checksummed, path,
+               "a version {} checkpoint without its checksum header (edited or rewritten by another tool?)", version);
   s.step = require_int(file, "step", path, 0);
   s.epoch = require_int(file, "epoch", path, 0);
   s.position = require_int(file, "position", path, 0);
@@ -357,6 +378,132 @@ Checkpoint read_checkpoint(const std::string& path) {
   return out;
 }
 
+}  // namespace
+
+namespace {
+
+/// The HDF5 part of inspect_checkpoint: every root attribute and every tensor (its shape, whether it reads back).
+void list_with_hdf5(const VerifiedFile& verified, const std::string& path, CheckpointReport& r) {
+  H5Handle file;
+  try {
+    file = open_verified(verified, path);
+  } catch (const std::exception&) {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  H5O_info_t info;
+#if H5_VERSION_GE(1, 12, 0)
+  const herr_t st = H5Oget_info3(file, &info, H5O_INFO_NUM_ATTRS);
+#else
+  const herr_t st = H5Oget_info2(file, &info, H5O_INFO_NUM_ATTRS);
+#endif
+  if (st >= 0) {
+    for (hsize_t i = 0; i < info.num_attrs; ++i) {
+      char name[256];
+      if (H5Aget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0) continue;
+      try {
+        r.attributes[name] = attr_text(file, name, path);
+      } catch (const std::exception&) {
+        r.attributes[name] = "<unreadable>";
+      }
+    }
+  }
+  for (const char* group : {"state", "params", "bn", "optimizer", "ema"}) {
+    if (H5Lexists(file, group, H5P_DEFAULT) <= 0) continue;
+    const hid_t gid = H5Gopen2(file, group, H5P_DEFAULT);
+    if (gid < 0) continue;
+    H5Handle g(gid, H5Gclose);
+    std::vector<std::string> names;
+    try {
+      names = link_names(g, path);
+    } catch (const std::exception&) {
+      continue;
+    }
+    for (const std::string& name : names) {
+      CheckpointReport::Entry e;
+      e.group = group;
+      e.name = name;
+      try {
+        std::vector<hsize_t> dims;
+        (void)read_dataset(g, name, path, &dims);
+        for (hsize_t d : dims) e.dims.push_back(static_cast<std::int64_t>(d));
+        e.ok = true;
+      } catch (const std::exception&) {
+        e.ok = false;
+        const hid_t ds = H5Dopen2(g, name.c_str(), H5P_DEFAULT);
+        if (ds >= 0) {
+          H5Handle d(ds, H5Dclose);
+          H5Handle sp(H5Dget_space(d), H5Sclose);
+          hsize_t dims[8];
+          const int rank = sp.valid() ? H5Sget_simple_extent_ndims(sp) : -1;
+          if (rank > 0 && rank <= 8) {
+            H5Sget_simple_extent_dims(sp, dims, nullptr);
+            for (int k = 0; k < rank; ++k) e.dims.push_back(static_cast<std::int64_t>(dims[k]));
+          }
+        }
+      }
+      r.tensors.push_back(std::move(e));
+    }
+  }
+  H5Eclear2(H5E_DEFAULT);
+}
+
+void put_text(std::string& out, const std::string& s) {
+  const std::uint64_t n = s.size();
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out += s;
+}
+std::string get_text(const std::string& in, std::size_t& at) {
+  std::uint64_t n = 0;
+  if (at + sizeof n > in.size()) return {};
+  std::memcpy(&n, in.data() + at, sizeof n);
+  at += sizeof n;
+  n = std::min<std::uint64_t>(n, in.size() - at);
+  std::string s = in.substr(at, static_cast<std::size_t>(n));
+  at += static_cast<std::size_t>(n);
+  return s;
+}
+
+/// The listing as bytes and back (it crosses the pipe of run_contained).
+std::string encode(const CheckpointReport& r) {
+  std::string out;
+  for (const auto& [k, v] : r.attributes) {
+    out += 'A';
+    put_text(out, k);
+    put_text(out, v);
+  }
+  for (const auto& e : r.tensors) {
+    out += e.ok ? 'T' : 't';
+    put_text(out, e.group);
+    put_text(out, e.name);
+    std::string dims;
+    for (std::int64_t d : e.dims) dims += std::to_string(d) + ",";
+    put_text(out, dims);
+  }
+  return out;
+}
+void decode(const std::string& in, CheckpointReport& r) {
+  std::size_t at = 0;
+  while (at < in.size()) {
+    const char kind = in[at++];
+    if (kind == 'A') {
+      std::string k = get_text(in, at);
+      r.attributes[k] = get_text(in, at);
+    } else {
+      CheckpointReport::Entry e;
+      e.ok = kind == 'T';
+      e.group = get_text(in, at);
+      e.name = get_text(in, at);
+      std::stringstream dims(get_text(in, at));
+      for (std::string d; std::getline(dims, d, ',');)
+        if (!d.empty()) e.dims.push_back(std::stoll(d));
+      r.tensors.push_back(std::move(e));
+    }
+  }
+}
+
+}  // namespace
+
 CheckpointReport inspect_checkpoint(const std::string& path) {
   CheckpointReport r;
   try {
@@ -365,69 +512,37 @@ CheckpointReport inspect_checkpoint(const std::string& path) {
   } catch (const std::exception& e) {
     r.error = e.what();
   }
-  // The listing is best effort: whatever of the file can be opened.
+  // The listing is best effort: whatever of the file can be opened. A format 2 file that fails its checksums is
+  // listed from its header's table (which tensors still match), never parsed by HDF5.
   try {
     hdf5_init();
     auto lock = hdf5_lock();
-    H5Handle fapl(make_file_access_plist(), H5Pclose);
-    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
-    if (f < 0) {
-      H5Eclear2(H5E_DEFAULT);
+    std::vector<ChecksumEntry> entries;
+    VerifiedFile verified;
+    try {
+      verified = read_verified_file(path, &entries);
+    } catch (const std::exception&) {
+      for (const ChecksumEntry& c : entries) {
+        CheckpointReport::Entry e;
+        const auto slash = c.name.find('/', 1);
+        e.group = slash == std::string::npos ? std::string() : c.name.substr(1, slash - 1);
+        e.name = slash == std::string::npos ? c.name : c.name.substr(slash + 1);
+        e.ok = c.ok;
+        r.tensors.push_back(std::move(e));
+      }
       return r;
     }
-    H5Handle file(f, H5Fclose);
-    H5O_info_t info;
-#if H5_VERSION_GE(1, 12, 0)
-    const herr_t st = H5Oget_info3(file, &info, H5O_INFO_NUM_ATTRS);
-#else
-    const herr_t st = H5Oget_info2(file, &info, H5O_INFO_NUM_ATTRS);
-#endif
-    if (st >= 0) {
-      for (hsize_t i = 0; i < info.num_attrs; ++i) {
-        char name[256];
-        if (H5Aget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0) continue;
-        try {
-          r.attributes[name] = attr_text(file, name, path);
-        } catch (const std::exception&) {
-          r.attributes[name] = "<unreadable>";
-        }
-      }
-    }
-    for (const char* group : {"state", "params", "bn", "optimizer", "ema"}) {
-      if (H5Lexists(file, group, H5P_DEFAULT) <= 0) continue;
-      const hid_t gid = H5Gopen2(file, group, H5P_DEFAULT);
-      if (gid < 0) continue;
-      H5Handle g(gid, H5Gclose);
-      std::vector<std::string> names;
+    if (verified.checksummed) {
+      list_with_hdf5(verified, path, r);
+    } else {  // format 1: HDF5 walks unverified metadata, in a child process (a crash there is only a short listing)
       try {
-        names = link_names(g, path);
+        decode(run_contained(path, [&] {
+                 CheckpointReport mine;
+                 list_with_hdf5(verified, path, mine);
+                 return encode(mine);
+               }),
+               r);
       } catch (const std::exception&) {
-        continue;
-      }
-      for (const std::string& name : names) {
-        CheckpointReport::Entry e;
-        e.group = group;
-        e.name = name;
-        try {
-          std::vector<hsize_t> dims;
-          (void)read_dataset(g, name, path, &dims);
-          for (hsize_t d : dims) e.dims.push_back(static_cast<std::int64_t>(d));
-          e.ok = true;
-        } catch (const std::exception&) {
-          e.ok = false;
-          const hid_t ds = H5Dopen2(g, name.c_str(), H5P_DEFAULT);
-          if (ds >= 0) {
-            H5Handle d(ds, H5Dclose);
-            H5Handle sp(H5Dget_space(d), H5Sclose);
-            hsize_t dims[8];
-            const int rank = sp.valid() ? H5Sget_simple_extent_ndims(sp) : -1;
-            if (rank > 0 && rank <= 8) {
-              H5Sget_simple_extent_dims(sp, dims, nullptr);
-              for (int k = 0; k < rank; ++k) e.dims.push_back(static_cast<std::int64_t>(dims[k]));
-            }
-          }
-        }
-        r.tensors.push_back(std::move(e));
       }
     }
     H5Eclear2(H5E_DEFAULT);
@@ -439,35 +554,96 @@ CheckpointReport inspect_checkpoint(const std::string& path) {
 
 std::string checkpoint_file_name(std::int64_t step) { return fmt::format("ckpt-step{:08d}.h5", step); }
 
+namespace {
+std::mutex g_locks_mutex;
+std::set<std::string> g_locked_dirs;  // canonical paths of the directories this process holds locked
+
+std::string lock_key(const std::string& dir) {
+  std::error_code ec;
+  const fs::path c = fs::weakly_canonical(dir, ec);
+  return ec ? dir : c.string();
+}
+}  // namespace
+
+CheckpointDirLock::CheckpointDirLock(const std::string& dir) : m_dir(dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  RN_CHECK_CTX(fs::is_directory(dir), dir, "--checkpoint-dir: cannot create the checkpoint directory{}",
+               ec ? ": " + ec.message() : std::string());
+  const std::string lock_path = (fs::path(dir) / kCheckpointLock).string();
+  m_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  RN_CHECK_CTX(m_fd >= 0, lock_path, "--checkpoint-dir: cannot open the lock file: {}", std::strerror(errno));
+  if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK) {
+      char owner[256] = {0};
+      const ssize_t n = ::pread(m_fd, owner, sizeof owner - 1, 0);
+      std::string who = n > 0 ? std::string(owner, static_cast<std::size_t>(n)) : std::string("another process");
+      while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+      ::close(m_fd);
+      m_fd = -1;
+      throw Error(fmt::format("another run is using this checkpoint directory ({} holds its lock)", who), dir,
+                  "give each run its own --checkpoint-dir; two runs in one would overwrite and prune each other's "
+                  "checkpoints");
+    }
+    // A file system without flock (ENOLCK on some NFS mounts): no lock, but live temporaries are still safe.
+    ::close(m_fd);
+    m_fd = -1;
+    return;
+  }
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = fmt::format("PID {} on {}\n", static_cast<long>(::getpid()), host);
+  if (::ftruncate(m_fd, 0) == 0 && ::pwrite(m_fd, me.data(), me.size(), 0) < 0) {
+  }  // who holds it is only a courtesy for the message above
+  std::lock_guard<std::mutex> g(g_locks_mutex);
+  g_locked_dirs.insert(lock_key(dir));
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (m_fd < 0) return;
+  {
+    std::lock_guard<std::mutex> g(g_locks_mutex);
+    g_locked_dirs.erase(lock_key(m_dir));
+  }
+  ::close(m_fd);  // releases the flock
+}
+
 std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckpt, int keep) {
   RN_CHECK_CTX(keep >= 1, dir, "--keep must be >= 1, got {}", keep);
   std::error_code ec;
   fs::create_directories(dir, ec);
   RN_CHECK_CTX(fs::is_directory(dir), dir, "cannot create the checkpoint directory{}",
                ec ? ": " + ec.message() : std::string());
+  std::unique_ptr<CheckpointDirLock> own_lock;  // a caller without the run's lock holds it for this save
+  {
+    std::unique_lock<std::mutex> g(g_locks_mutex);
+    const bool held = g_locked_dirs.count(lock_key(dir)) > 0;
+    g.unlock();
+    if (!held) own_lock = std::make_unique<CheckpointDirLock>(dir);
+  }
   const std::string name = checkpoint_file_name(ckpt.state.step);
   const fs::path file = fs::path(dir) / name;
   write_checkpoint(file.string(), ckpt);
   // latest.h5 → the new file: a fresh symlink renamed over the old one (rename is atomic), updated last.
   const fs::path latest = fs::path(dir) / kLatestCheckpoint;
-  const fs::path tmp_link = fs::path(dir) / fmt::format("{}.tmp-{}", kLatestCheckpoint, ::getpid());
+  const fs::path tmp_link = temporary_name(latest.string());
   fs::remove(tmp_link, ec);
   fs::create_symlink(name, tmp_link, ec);
   RN_CHECK_CTX(!ec, tmp_link.string(), "cannot create the latest.h5 symlink: {}", ec.message());
   fs::rename(tmp_link, latest, ec);
   RN_CHECK_CTX(!ec, latest.string(), "cannot replace the latest.h5 symlink: {}", ec.message());
   fsync_path(dir, true);
-  // Keep the newest `keep`; stale temporaries of crashed writers go too.
+  // Keep the newest `keep`; temporaries of writers that are gone (a crash, kill -9) go too. A temporary is stale
+  // only when its writer process no longer exists on this host: another live run's file is never touched.
   const auto all = checkpoints_in(dir);
   for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i)
     if (all[i].second.filename() != name) fs::remove(all[i].second, ec);
-  const std::string own = fmt::format(".tmp-{}", ::getpid());
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string f = e.path().filename().string();
     const bool temporary = (f.rfind("ckpt-step", 0) == 0 && f.find(".h5.tmp-") != std::string::npos) ||
                            f.rfind(std::string(kLatestCheckpoint) + ".tmp-", 0) == 0;
-    if (temporary && (f.size() < own.size() || f.compare(f.size() - own.size(), own.size(), own) != 0))
-      fs::remove(e.path(), ec);
+    if (temporary && is_stale_temporary(f)) fs::remove(e.path(), ec);
   }
   return file.string();
 }

@@ -20,8 +20,11 @@
 namespace renaissance::io {
 
 inline constexpr const char* kCheckpointFormat = "renaissance-checkpoint";
-inline constexpr std::int64_t kCheckpointVersion = 1;
+/// Version 2 adds the checksum header (hdf5_util.h: the whole file and every tensor's stored bytes); version 1
+/// files (no header) stay readable.
+inline constexpr std::int64_t kCheckpointVersion = 2;
 inline constexpr const char* kLatestCheckpoint = "latest.h5";
+inline constexpr const char* kCheckpointLock = ".renaissance-lock";
 
 /// The scalar state of a run at a step boundary.
 struct CheckpointState {
@@ -74,11 +77,29 @@ struct CheckpointReport {
 };
 CheckpointReport inspect_checkpoint(const std::string& path);
 
+/// An exclusive lock on a checkpoint directory (flock of `dir`/.renaissance-lock, which names its holder), held by
+/// a training run from before its first step to its exit: a second run in the same directory is refused, since the
+/// two would overwrite and prune each other's checkpoints. Released when the process ends, however it ends (a
+/// requeued job finds it free). Where the file system has no flock (some NFS mounts) there is no lock, and
+/// temporaries are still only removed when their writer is dead.
+class CheckpointDirLock {
+ public:
+  explicit CheckpointDirLock(const std::string& dir);
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+
+ private:
+  std::string m_dir;
+  int m_fd = -1;
+};
+
 /// "ckpt-step00001234.h5"
 std::string checkpoint_file_name(std::int64_t step);
 
 /// Writes `dir`/ckpt-stepNNNNNNNN.h5, then replaces `dir`/latest.h5 (a symlink, swapped atomically by rename), then
-/// removes all but the newest `keep` ckpt-*.h5 files (and stale temporary files). Returns the new file's path.
+/// removes all but the newest `keep` ckpt-*.h5 files and the temporaries of dead writers. Holds the directory's
+/// lock for the save unless this process already holds it (a run does). Returns the new file's path.
 std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckpt, int keep);
 
 /// The newest valid checkpoint in `dir`: latest.h5 when it resolves to a file that validates, else the newest

@@ -1,12 +1,20 @@
 #include <renaissance/io/dataset.h>
 
+#include <renaissance/core/paths.h>
 #include <renaissance/io/hdf5_util.h>
+
+#include <zlib.h>
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
+#include <list>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <numeric>
 
@@ -47,27 +55,40 @@ H5Handle vlen_string_type() {
   return t;
 }
 
+/// A fixed-length UTF-8 string type of `size` bytes: stored in the object header (checksummed in format 2), not in
+/// a global heap as variable-length strings are (which HDF5 reads without bounds checks).
+H5Handle fixed_string_type(std::size_t size) {
+  H5Handle t(H5_CHECK(H5Tcopy(H5T_C_S1), "HDF5", "copying the string type"), H5Tclose);
+  H5_CHECK(H5Tset_size(t, std::max<std::size_t>(size, 1)), "HDF5", "sizing a string type");
+  H5_CHECK(H5Tset_strpad(t, H5T_STR_NULLPAD), "HDF5", "setting the string padding");
+  H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8), "HDF5", "setting UTF-8");
+  return t;
+}
+
 void write_string_attr(hid_t loc, const char* name, const std::string& value, const std::string& ctx) {
-  H5Handle type = vlen_string_type();
+  H5Handle type = fixed_string_type(value.size());
   H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), ctx, "creating a scalar dataspace"), H5Sclose);
   H5Handle attr(
       H5_CHECK(H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT), ctx, "creating attribute '{}'", name),
       H5Aclose);
-  const char* p = value.c_str();
-  H5_CHECK(H5Awrite(attr, type, &p), ctx, "writing attribute '{}'", name);
+  std::string buf = value;
+  buf.resize(std::max<std::size_t>(value.size(), 1), '\0');
+  H5_CHECK(H5Awrite(attr, type, buf.data()), ctx, "writing attribute '{}'", name);
 }
 
 void write_string_array_attr(hid_t loc, const char* name, const std::vector<std::string>& values,
                              const std::string& ctx) {
-  H5Handle type = vlen_string_type();
+  std::size_t width = 1;
+  for (const auto& v : values) width = std::max(width, v.size());
+  H5Handle type = fixed_string_type(width);
   const hsize_t n = values.size();
   H5Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr), ctx, "creating a dataspace"), H5Sclose);
   H5Handle attr(
       H5_CHECK(H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT), ctx, "creating attribute '{}'", name),
       H5Aclose);
-  std::vector<const char*> ptrs;
-  for (const auto& v : values) ptrs.push_back(v.c_str());
-  H5_CHECK(H5Awrite(attr, type, ptrs.data()), ctx, "writing attribute '{}'", name);
+  std::vector<char> buf(values.size() * width, '\0');
+  for (std::size_t i = 0; i < values.size(); ++i) std::memcpy(buf.data() + i * width, values[i].data(), values[i].size());
+  H5_CHECK(H5Awrite(attr, type, buf.data()), ctx, "writing attribute '{}'", name);
 }
 
 void write_int_attr(hid_t loc, const char* name, int value, const std::string& ctx) {
@@ -189,6 +210,18 @@ std::string rows_what(std::int64_t start, std::int64_t count, std::int64_t chunk
   return fmt::format("samples [{}, {})", start, start + count);
 }
 
+/// The content checksum of a block (format 2): CRC-32 (zlib, as Python's zlib.crc32) of its image bytes, continued
+/// over its labels as int32 little-endian.
+std::uint32_t content_crc(std::uint32_t crc, const std::uint8_t* p, std::size_t n) {
+  return static_cast<std::uint32_t>(crc32_z(crc, p, n));
+}
+std::uint32_t labels_crc(std::uint32_t crc, const std::vector<std::int32_t>& labels) {
+  std::vector<std::uint8_t> le(labels.size() * 4);
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    for (int b = 0; b < 4; ++b) le[i * 4 + b] = static_cast<std::uint8_t>((static_cast<std::uint32_t>(labels[i]) >> (8 * b)) & 0xff);
+  return content_crc(crc, le.data(), le.size());
+}
+
 std::int64_t auto_chunk_samples(std::int64_t sample_bytes) {
   const std::int64_t target = 1 << 20;
   return std::clamp<std::int64_t>(target / std::max<std::int64_t>(sample_bytes, 1), 1, 256);
@@ -218,6 +251,30 @@ struct DatasetWriter::Impl {
   std::int64_t counts[2] = {0, 0};
   std::vector<std::uint64_t> sum, sumsq;  // train pixel sums per channel: exact, so mean/std are reproducible
   bool finished = false;
+  // Content checksums (format 2): one CRC-32 per block of `block` samples, over the block's image bytes then its
+  // labels (int32 LE). The open block's image CRC runs as samples stream in; its labels wait for the block's end.
+  std::int64_t block = 0;
+  std::vector<std::uint32_t> checksums[2];
+  std::uint32_t open_crc[2] = {0, 0};
+  std::vector<std::int32_t> open_labels[2];
+
+  void checksum(int si, const std::uint8_t* images, const std::int32_t* labels, std::int64_t count) {
+    const std::int64_t sb = h * w * c;
+    for (std::int64_t i = 0; i < count;) {
+      const std::int64_t room = block - static_cast<std::int64_t>(open_labels[si].size());
+      const std::int64_t take = std::min(room, count - i);
+      open_crc[si] = content_crc(open_crc[si], images + i * sb, static_cast<std::size_t>(take * sb));
+      open_labels[si].insert(open_labels[si].end(), labels + i, labels + i + take);
+      i += take;
+      if (static_cast<std::int64_t>(open_labels[si].size()) == block) close_block(si);
+    }
+  }
+  void close_block(int si) {
+    if (open_labels[si].empty()) return;
+    checksums[si].push_back(labels_crc(open_crc[si], open_labels[si]));
+    open_crc[si] = 0;
+    open_labels[si].clear();
+  }
 
   void close_all() noexcept {
     for (int s = 0; s < 2; ++s) {
@@ -260,15 +317,21 @@ DatasetWriter::DatasetWriter(std::string path, std::int64_t height, std::int64_t
       options.chunk_samples > 0 ? options.chunk_samples : auto_chunk_samples(height * width * channels);
   m.sum.assign(channels, 0);
   m.sumsq.assign(channels, 0);
+  m.block = chunk;  // one content checksum per images chunk
 
   const fs::path target(m.path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   if (!fs::is_directory(dir))
     RN_IO_FAIL(m.path, "create the directory first", "output directory '{}' does not exist", dir.string());
-  // Same directory as the target so that the final rename is atomic (no cross-file-system copy).
-  m.tmp_path = fmt::format("{}.tmp-{}", m.path, static_cast<long>(getpid()));
+  // Same directory as the target so that the final rename is atomic (no cross-file-system copy). A symlink at the
+  // target is followed (its file is replaced, the link stays); a device or directory there is refused.
+  m.path = resolve_output_file(m.path, "--out");
+  m.tmp_path = temporary_name(m.path);
 
   H5Handle fapl(make_file_access_plist(), H5Pclose);
+  // Format 2: checksummed metadata (superblock 3, object headers 2, a checksummed chunk index), so a corrupt header
+  // is a checksum error, never input HDF5's parsers trust.
+  H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), m.path, "setting the format version bounds");
   // STRONG: closing the file closes every object, so finish() really releases it before the rename.
   H5_CHECK(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), m.path, "setting the close degree");
   m.file = own(H5_CHECK(H5Fcreate(m.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), m.path,
@@ -352,6 +415,7 @@ void DatasetWriter::append(Split split, const std::uint8_t* images, const std::i
     rows_io(true, m.labels[si], H5T_NATIVE_INT32, base, count, const_cast<std::int32_t*>(labels), ctx,
             rows_what(base, count, 0));
   }
+  m.checksum(si, images, labels, count);
   if (split == Split::train) {
     const std::int64_t pixels = count * m.h * m.w;
     for (std::int64_t p = 0; p < pixels; ++p) {
@@ -385,6 +449,27 @@ void DatasetWriter::finish() {
   write_float_array_attr(m.file, "mean", mean, ctx);
   write_float_array_attr(m.file, "std", stddev, ctx);
   if (!m.class_names.empty()) write_string_array_attr(m.file, "class_names", m.class_names, ctx);
+  for (int si = 0; si < 2; ++si) {
+    m.close_block(si);
+    const Split s = static_cast<Split>(si);
+    const std::string cctx = ds_ctx(m.path, s, "checksums");
+    const hsize_t n = m.checksums[si].size();
+    const hsize_t cdims[1] = {std::max<hsize_t>(1, std::min<hsize_t>(n, 4096))};
+    H5Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr), cctx, "creating the dataspace"), H5Sclose);
+    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), cctx, "creating a property list"), H5Pclose);
+    H5_CHECK(H5Pset_chunk(dcpl, 1, cdims), cctx, "setting chunks");
+    H5_CHECK(H5Pset_fletcher32(dcpl), cctx, "enabling the Fletcher32 checksum");
+    H5Handle ds(H5_CHECK(H5Dcreate2(m.groups[si], "checksums", H5T_STD_U32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                         cctx, "creating the dataset"),
+                H5Dclose);
+    if (n > 0) H5_CHECK(H5Dwrite(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.checksums[si].data()), cctx, "writing");
+    H5Handle aspace(H5_CHECK(H5Screate(H5S_SCALAR), cctx, "creating a scalar dataspace"), H5Sclose);
+    H5Handle attr(H5_CHECK(H5Acreate2(ds, "block_samples", H5T_STD_I64LE, aspace, H5P_DEFAULT, H5P_DEFAULT), cctx,
+                           "creating attribute 'block_samples'"),
+                  H5Aclose);
+    const long long block = m.block;
+    H5_CHECK(H5Awrite(attr, H5T_NATIVE_LLONG, &block), cctx, "writing attribute 'block_samples'");
+  }
 
   for (int s = 0; s < 2; ++s) {
     m.images[s].reset();
@@ -403,21 +488,108 @@ void DatasetWriter::finish() {
 // ================================================= DatasetFile =================================================
 
 struct DatasetFile::Impl {
+  /// Decoded samples [first, first + count) of one split: what a read copies from.
+  struct Block {
+    std::int64_t first = 0, count = 0;
+    std::vector<std::uint8_t> images;
+    std::vector<std::int32_t> labels;
+  };
+  struct SplitData {
+    H5Handle images, labels;
+    std::int64_t block = 1;                ///< samples per block (= per content checksum in format 2)
+    std::vector<std::uint32_t> checksums;  ///< format 2: one per block; empty in format 1
+    std::int64_t capacity = 2;             ///< blocks kept in memory (all of them when the split fits the budget)
+    std::map<std::int64_t, std::pair<std::shared_ptr<Block>, std::list<std::int64_t>::iterator>> cache;
+    std::list<std::int64_t> lru;  ///< most recent first (only when not every block fits)
+    std::int64_t blocks(std::int64_t count) const { return (count + block - 1) / block; }
+  };
   std::string path;
+  std::string format_attr;  ///< as read (a child process hands it over: see the constructor)
   int version = 0;
   int num_classes = 0;
   std::vector<float> mean, stddev;
   std::vector<std::string> class_names;
   H5Handle file;
-  H5Handle images[2], labels[2];
+  int fd = -1;                  ///< the file as HDF5 holds it open (to notice a truncation during a run)
+  std::int64_t file_bytes = 0;  ///< its size when opened
+  SplitData split[2];
   SplitInfo info[2];
   ~Impl() {
     const auto lock = hdf5_lock();  // closing handles is HDF5 use too
     for (int s = 0; s < 2; ++s) {
-      images[s].reset();
-      labels[s].reset();
+      split[s].images.reset();
+      split[s].labels.reset();
     }
     file.reset();
+  }
+
+  /// The file must not have shrunk since it was opened: HDF5 reads the bytes past a truncated end as zeros, which
+  /// pass Fletcher32.
+  void check_size(Split s, std::int64_t first, std::int64_t count) const {
+    struct stat st {};
+    const bool ok = fd >= 0 ? ::fstat(fd, &st) == 0 : ::stat(path.c_str(), &st) == 0;
+    if (ok && static_cast<std::int64_t>(st.st_size) < file_bytes)
+      RN_IO_FAIL(ds_ctx(path, s, "images"), "another process truncated or rewrote the file during the run",
+                 "the file shrank from {} to {} bytes while samples [{}, {}) were read", file_bytes,
+                 static_cast<std::int64_t>(st.st_size), first, first + count);
+  }
+
+  /// Reads and verifies block k: both datasets' rows, the file size after the read, the content checksum.
+  std::shared_ptr<Block> load(Split s, std::int64_t k, const std::string& request) const {
+    const SplitData& d = split[static_cast<int>(s)];
+    const SplitInfo& in = info[static_cast<int>(s)];
+    auto b = std::make_shared<Block>();
+    b->first = k * d.block;
+    b->count = std::min(d.block, in.count - b->first);
+    const std::int64_t sb = in.sample_bytes();
+    b->images.resize(static_cast<std::size_t>(b->count * sb));
+    b->labels.resize(static_cast<std::size_t>(b->count));
+    const std::string what = rows_what(b->first, b->count, in.chunk_samples);
+    try {
+      rows_io(false, d.images, H5T_NATIVE_UINT8, b->first, b->count, b->images.data(), ds_ctx(path, s, "images"), what);
+      rows_io(false, d.labels, H5T_NATIVE_INT32, b->first, b->count, b->labels.data(), ds_ctx(path, s, "labels"), what);
+    } catch (const Error& e) {
+      if (request.empty() || request == what) throw;
+      throw Error(fmt::format("{} (reading {})", e.message(), request), e.context(), e.hint(), e.where());
+    }
+    check_size(s, b->first, b->count);
+    if (!d.checksums.empty()) {
+      const std::uint32_t want = d.checksums[static_cast<std::size_t>(k)];
+      const std::uint32_t got = labels_crc(content_crc(0, b->images.data(), b->images.size()), b->labels);
+      if (got != want) {
+        const bool zeros = std::all_of(b->images.begin(), b->images.end(), [](std::uint8_t v) { return v == 0; });
+        RN_IO_FAIL(ds_ctx(path, s, "images"), "the file is corrupted; re-create or re-copy it",
+                   "samples [{}, {}) fail their content checksum (stored {:08x}, read {:08x}){}", b->first,
+                   b->first + b->count, want, got,
+                   zeros ? ": their images read as all zero (a zeroed chunk, one never written, or one past the end "
+                           "of a truncated file)"
+                         : "");
+      }
+    }
+    return b;
+  }
+
+  /// Block k from the cache, loading (and caching) it when missing.
+  std::shared_ptr<Block> block(Split s, std::int64_t k, const std::string& request) {
+    SplitData& d = split[static_cast<int>(s)];
+    const bool all = d.capacity >= d.blocks(info[static_cast<int>(s)].count);
+    const auto it = d.cache.find(k);
+    if (it != d.cache.end()) {
+      if (!all) d.lru.splice(d.lru.begin(), d.lru, it->second.second);
+      return it->second.first;
+    }
+    auto b = load(s, k, request);
+    if (all) {
+      d.cache.emplace(k, std::make_pair(b, d.lru.end()));
+      return b;
+    }
+    d.lru.push_front(k);
+    d.cache.emplace(k, std::make_pair(b, d.lru.begin()));
+    while (static_cast<std::int64_t>(d.lru.size()) > d.capacity) {
+      d.cache.erase(d.lru.back());
+      d.lru.pop_back();
+    }
+    return b;
   }
 };
 
@@ -476,6 +648,136 @@ void read_storage(hid_t ds, SplitInfo& info, const std::string& ctx) {
   }
 }
 
+
+/// Every sample the extent claims must be stored: a chunk never written reads back as the fill value (zeros) with
+/// no error at all, and a header can claim any extent (`data inspect` would read 10^12 missing samples). Chunked
+/// datasets: the allocated chunks are counted (H5Dget_num_chunks walks the chunk index, not the extent) and the
+/// first missing one is named; contiguous ones: the stored bytes.
+void check_stored(hid_t ds, const std::string& ctx, std::int64_t count, std::int64_t sample_bytes,
+                  std::int64_t chunk_samples) {
+  if (count <= 0) return;
+  H5Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx, "reading the creation properties"), H5Pclose);
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  if (layout == H5D_CHUNKED) {
+    H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "reading the dataspace"), H5Sclose);
+    const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), ctx, "reading the rank");
+    hsize_t dims[H5S_MAX_RANK] = {0}, cdims[H5S_MAX_RANK] = {0}, grid[H5S_MAX_RANK] = {0};
+    H5_CHECK(H5Sget_simple_extent_dims(space, dims, nullptr), ctx, "reading the dimensions");
+    H5_CHECK(H5Pget_chunk(dcpl, rank, cdims), ctx, "reading the chunk shape");
+    long double expected = 1;
+    for (int i = 0; i < rank; ++i) {
+      if (cdims[i] == 0) RN_IO_FAIL(ctx, kRecreateHint, "a chunk dimension is 0");
+      grid[i] = (dims[i] + cdims[i] - 1) / cdims[i];
+      expected *= static_cast<long double>(grid[i]);
+    }
+    hsize_t stored = 0;
+    H5_CHECK(H5Dget_num_chunks(ds, space, &stored), ctx, "counting the stored chunks");
+    if (static_cast<long double>(stored) >= expected) return;
+    // The first chunk (in storage order) that is missing: at most stored + 1 lookups.
+    hsize_t first_missing = 0;
+    for (hsize_t idx = 0; idx <= stored; ++idx) {
+      hsize_t off[H5S_MAX_RANK] = {0}, rest = idx;
+      for (int i = rank - 1; i >= 0; --i) {
+        off[i] = (rest % grid[i]) * cdims[i];
+        rest /= grid[i];
+      }
+      unsigned mask = 0;
+      haddr_t addr = HADDR_UNDEF;
+      hsize_t size = 0;
+      if (H5Dget_chunk_info_by_coord(ds, off, &mask, &addr, &size) < 0 || addr == HADDR_UNDEF) {
+        H5Eclear2(H5E_DEFAULT);
+        first_missing = off[0];
+        break;
+      }
+    }
+    const std::int64_t a = static_cast<std::int64_t>(first_missing);
+    const std::int64_t b = std::min<std::int64_t>(count, a + static_cast<std::int64_t>(cdims[0]));
+    RN_IO_FAIL(ctx, kRecreateHint,
+               "samples [{}, {}) were never written: the extent claims {} samples but only {} of its {:.0f} chunks are "
+               "stored (a truncated import, or a corrupt header)",
+               a, b, count, stored, static_cast<double>(expected));
+  }
+  (void)chunk_samples;
+  const hsize_t want = static_cast<hsize_t>(count) * static_cast<hsize_t>(sample_bytes);
+  const hsize_t stored = H5Dget_storage_size(ds);
+  if (layout == H5D_CONTIGUOUS && stored < want)
+    RN_IO_FAIL(ctx, kRecreateHint, "only {} of its {} bytes are stored (samples past {} were never written)", stored,
+               want, stored / static_cast<hsize_t>(std::max<std::int64_t>(sample_bytes, 1)));
+}
+
+/// Blocks, content checksums (format 2) and the cache of one split.
+void open_blocks(DatasetFile::Impl& m, Split s, std::int64_t budget) {
+  const int si = static_cast<int>(s);
+  auto& d = m.split[si];
+  const SplitInfo& in = m.info[si];
+  const std::int64_t sb = in.sample_bytes();
+  d.block = in.chunk_samples > 0 ? in.chunk_samples : auto_chunk_samples(sb);
+  if (m.version >= 2) {
+    const std::string ctx = ds_ctx(m.path, s, "checksums");
+    const std::string link = fmt::format("/{}/checksums", split_name(s));
+    if (!H5_CHECK(H5Lexists(m.file, link.c_str(), H5P_DEFAULT), ctx, "looking for the dataset"))
+      RN_IO_FAIL(ctx, kRecreateHint, "missing: a version 2 dataset stores a content checksum per block of samples");
+    H5Handle ds(H5_CHECK(H5Dopen2(m.file, link.c_str(), H5P_DEFAULT), ctx, "opening the dataset"), H5Dclose);
+    H5Handle type(H5_CHECK(H5Dget_type(ds), ctx, "reading the type"), H5Tclose);
+    if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 4 || H5Tget_sign(type) != H5T_SGN_NONE)
+      RN_IO_FAIL(ctx, kRecreateHint, "checksums have type {}, expected uint32", describe_type(type));
+    H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "reading the dataspace"), H5Sclose);
+    if (H5_CHECK(H5Sget_simple_extent_ndims(space), ctx, "reading the rank") != 1)
+      RN_IO_FAIL(ctx, kRecreateHint, "checksums must have rank 1");
+    hsize_t n = 0;
+    H5_CHECK(H5Sget_simple_extent_dims(space, &n, nullptr), ctx, "reading the dimensions");
+    const long long block = read_int_attr(ds, "block_samples", ctx);
+    if (block < 1 || block > (1LL << 31)) RN_IO_FAIL(ctx, kRecreateHint, "attribute 'block_samples' = {}", block);
+    d.block = block;
+    if (static_cast<std::int64_t>(n) != d.blocks(in.count))
+      RN_IO_FAIL(ctx, kRecreateHint, "{} checksums for {} samples in blocks of {} ({} expected)", n, in.count, block,
+                 d.blocks(in.count));
+    check_stored(ds, ctx, static_cast<std::int64_t>(n), 4, 0);
+    d.checksums.resize(static_cast<std::size_t>(n));
+    if (n > 0)
+      H5_CHECK(H5Dread(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.checksums.data()), ctx, "reading");
+  }
+  const std::int64_t block_bytes = std::max<std::int64_t>(1, d.block * sb);
+  d.capacity = in.count * sb <= budget ? std::max<std::int64_t>(d.blocks(in.count), 1)
+                                       : std::max<std::int64_t>(2, budget / block_bytes);
+}
+
+}  // namespace
+
+namespace {
+
+/// The string attributes, read where HDF5 may crash on them (below).
+struct StringAttrs {
+  std::string format;
+  std::vector<std::string> class_names;
+};
+
+/// The version of the HDF5 superblock, found as HDF5 does (at 0, 512, 1024, ...), read by us: -1 when there is none.
+/// Version 2 and later checksum all metadata; 0 and 1 (HDF5's default for new files) checksum none of it.
+int superblock_version(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  const char sig[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+  for (std::uint64_t at = 0; at < (std::uint64_t(1) << 30); at = at ? at * 2 : 512) {
+    char buf[9] = {0};
+    f.seekg(static_cast<std::streamoff>(at));
+    if (!f.read(buf, 9)) return -1;
+    if (std::memcmp(buf, sig, 8) == 0) return static_cast<unsigned char>(buf[8]);
+  }
+  return -1;
+}
+
+/// A variable-length string attribute where this process must not read one (open_into, vlen_strings false).
+struct NeedsChild {};
+
+void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache_budget, const StringAttrs* strings,
+               bool vlen_strings);
+
+/// read_strings, unless the attribute is variable-length and this process may not read those.
+std::vector<std::string> guarded_strings(const OpenAttr& a, const char* name, const std::string& ctx, bool vlen_strings) {
+  if (!vlen_strings && H5Tget_class(a.type) == H5T_STRING && H5Tis_variable_str(a.type) > 0) throw NeedsChild{};
+  return read_strings(a, name, ctx);
+}
+
 }  // namespace
 
 DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m_impl(std::make_unique<Impl>()) {
@@ -500,6 +802,46 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
                "dataset file not found");
   if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .h5 file, not its directory", "is a directory");
 
+  // HDF5 1.10 parses metadata without checksums (superblock 0/1, the default of h5py and of files before format 2)
+  // and variable-length strings (a global heap, never checksummed) without bounds: a corrupt file can crash it
+  // inside its own code (an overlapping memcpy in H5HG_read, found by tests/fuzz). Such a file is opened and walked
+  // in a child process first (io::run_contained: a crash there is an Error), which also reads the string
+  // attributes, so this process never reads a global heap itself. Format 2 files, written with checksummed
+  // metadata and fixed-length strings, need no child.
+  if (superblock_version(path) >= 2) {
+    try {
+      open_into(m, path, cache_budget, nullptr, /*vlen_strings=*/false);
+      return;
+    } catch (const NeedsChild&) {  // checksummed metadata, but variable-length strings (h5py's)
+      m_impl = std::make_unique<Impl>();
+    }
+  }
+  Impl& mc = *m_impl;
+  const std::string got = run_contained(path, [&] {
+    DatasetFile::Impl probe;
+    open_into(probe, path, cache_budget, nullptr, /*vlen_strings=*/true);
+    std::string out = probe.format_attr;
+    for (const std::string& n : probe.class_names) out += '\0' + n;
+    return out;
+  });
+  StringAttrs strings;
+  std::size_t at = 0;
+  const auto next = [&] {
+    const auto end = got.find('\0', at);
+    std::string v = got.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? got.size() + 1 : end + 1;
+    return v;
+  };
+  strings.format = next();
+  while (at <= got.size()) strings.class_names.push_back(next());
+  open_into(mc, path, cache_budget, &strings, /*vlen_strings=*/false);
+}
+
+namespace {
+
+void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache_budget, const StringAttrs* strings,
+               bool vlen_strings) {
+  m.path = path;
   H5Handle fapl(make_file_access_plist(), H5Pclose);
 #if H5_VERSION_GE(1, 12, 0)
   const htri_t is_h5 = H5Fis_accessible(path.c_str(), fapl);
@@ -510,14 +852,17 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
   if (is_h5 < 0) detail::throw_h5_error(__FILE__, __LINE__, path, "checking the file signature");
   m.file = own(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, "opening the file"), H5Fclose);
 
-  const std::vector<std::string> format = read_strings(open_attr(m.file, "format", path), "format", path);
+  const std::vector<std::string> format =
+      strings ? std::vector<std::string>{strings->format}
+              : guarded_strings(open_attr(m.file, "format", path), "format", path, vlen_strings);
+  if (!format.empty()) m.format_attr = format[0];
   if (format.size() != 1 || format[0] != kDatasetFormat)
     RN_IO_FAIL(path, "this is not a Renaissance dataset; create one with `renaissance data import`",
                "format attribute is '{}', expected '{}'", format.empty() ? "" : format[0], kDatasetFormat);
   const long long version = read_int_attr(m.file, "version", path);
-  if (version != kDatasetVersion)
+  if (version < 1 || version > kDatasetVersion)
     RN_IO_FAIL(path, "upgrade Renaissance or re-import the dataset with this version",
-               "unsupported dataset version {} (this build reads version {})", version, kDatasetVersion);
+               "unsupported dataset version {} (this build reads versions 1 to {})", version, kDatasetVersion);
   m.version = static_cast<int>(version);
   const long long classes = read_int_attr(m.file, "num_classes", path);
   if (classes < 1 || classes > (1LL << 30))
@@ -533,12 +878,12 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
     SplitInfo& info = m.info[si];
 
     const std::string ictx = ds_ctx(path, s, "images");
-    m.images[si] = open_dataset(m.file, path, s, "images");
+    m.split[si].images = open_dataset(m.file, path, s, "images");
     {
-      H5Handle type(H5_CHECK(H5Dget_type(m.images[si]), ictx, "reading the type"), H5Tclose);
+      H5Handle type(H5_CHECK(H5Dget_type(m.split[si].images), ictx, "reading the type"), H5Tclose);
       if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 || H5Tget_sign(type) != H5T_SGN_NONE)
         RN_IO_FAIL(ictx, kRecreateHint, "images have type {}, expected uint8", describe_type(type));
-      H5Handle space(H5_CHECK(H5Dget_space(m.images[si]), ictx, "reading the dataspace"), H5Sclose);
+      H5Handle space(H5_CHECK(H5Dget_space(m.split[si].images), ictx, "reading the dataspace"), H5Sclose);
       const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), ictx, "reading the rank");
       if (rank != 4) RN_IO_FAIL(ictx, kRecreateHint, "images have rank {}, expected 4 [N,H,W,C]", rank);
       hsize_t dims[4];
@@ -555,28 +900,32 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
       info.height = std::int64_t(dims[1]);
       info.width = std::int64_t(dims[2]);
       info.channels = std::int64_t(dims[3]);
-      read_storage(m.images[si], info, ictx);
-      m.images[si] = reopen_with_cache(m.file, std::move(m.images[si]), fmt::format("/{}/images", split_name(s)),
-                                       info.count, info.chunk_samples, info.sample_bytes(), cache_budget, ictx);
+      read_storage(m.split[si].images, info, ictx);
+      check_stored(m.split[si].images, ictx, info.count, info.sample_bytes(), info.chunk_samples);
+      // Decoded blocks are cached by us (verified once); HDF5 keeps only a few chunks.
+      m.split[si].images = reopen_with_cache(m.file, std::move(m.split[si].images),
+                                             fmt::format("/{}/images", split_name(s)), info.count, info.chunk_samples,
+                                             info.sample_bytes(), 0, ictx);
     }
 
     const std::string lctx = ds_ctx(path, s, "labels");
-    m.labels[si] = open_dataset(m.file, path, s, "labels");
+    m.split[si].labels = open_dataset(m.file, path, s, "labels");
     {
-      H5Handle type(H5_CHECK(H5Dget_type(m.labels[si]), lctx, "reading the type"), H5Tclose);
+      H5Handle type(H5_CHECK(H5Dget_type(m.split[si].labels), lctx, "reading the type"), H5Tclose);
       if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 4 || H5Tget_sign(type) != H5T_SGN_2)
         RN_IO_FAIL(lctx, kRecreateHint, "labels have type {}, expected int32", describe_type(type));
-      H5Handle space(H5_CHECK(H5Dget_space(m.labels[si]), lctx, "reading the dataspace"), H5Sclose);
+      H5Handle space(H5_CHECK(H5Dget_space(m.split[si].labels), lctx, "reading the dataspace"), H5Sclose);
       const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), lctx, "reading the rank");
       if (rank != 1) RN_IO_FAIL(lctx, kRecreateHint, "labels have rank {}, expected 1 [N]", rank);
       hsize_t n = 0;
       H5_CHECK(H5Sget_simple_extent_dims(space, &n, nullptr), lctx, "reading the dimensions");
       if (std::int64_t(n) != info.count) RN_IO_FAIL(lctx, kRecreateHint, "{} labels for {} images", n, info.count);
       SplitInfo linfo;
-      read_storage(m.labels[si], linfo, lctx);
+      read_storage(m.split[si].labels, linfo, lctx);
+      check_stored(m.split[si].labels, lctx, info.count, 4, linfo.chunk_samples);
       // Labels are small: always cached whole (budget -1 = unlimited).
-      m.labels[si] =
-          reopen_with_cache(m.file, std::move(m.labels[si]), fmt::format("/{}/labels", split_name(s)), info.count,
+      m.split[si].labels =
+          reopen_with_cache(m.file, std::move(m.split[si].labels), fmt::format("/{}/labels", split_name(s)), info.count,
                             linfo.chunk_samples, 4, std::numeric_limits<std::int64_t>::max(), lctx);
     }
   }
@@ -588,14 +937,44 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
 
   m.mean = read_float_array_attr(m.file, "mean", t.channels, path);
   m.stddev = read_float_array_attr(m.file, "std", t.channels, path);
+  // Training normalises by them: a NaN, an infinity or a zero std would turn every input into NaN or inf, and the
+  // run would fail much later as a "diverged" loss.
+  for (std::size_t ch = 0; ch < m.stddev.size(); ++ch) {
+    if (!std::isfinite(m.mean[ch]))
+      RN_IO_FAIL(path, kRecreateHint, "attribute 'mean' of channel {} is {}, not a finite number", ch, m.mean[ch]);
+    if (!std::isfinite(m.stddev[ch]) || m.stddev[ch] <= 0)
+      RN_IO_FAIL(path,
+                 m.stddev[ch] == 0 ? "every pixel of that channel has the same value in /train; such a dataset cannot "
+                                     "be normalised"
+                                   : kRecreateHint,
+                 "attribute 'std' of channel {} is {} (a standard deviation must be finite and > 0: training divides "
+                 "by it)",
+                 ch, m.stddev[ch]);
+  }
+  for (Split s : kAllSplits) open_blocks(m, s, cache_budget);
+  // The size the file has now: a read that later finds it smaller reports the truncation.
+  {
+    hsize_t size = 0;
+    H5_CHECK(H5Fget_filesize(m.file, &size), path, "reading the file size");
+    m.file_bytes = static_cast<std::int64_t>(size);
+    void* handle = nullptr;
+    H5Handle fapl2(H5_CHECK(H5Fget_access_plist(m.file), path, "access properties"), H5Pclose);
+    if (H5Pget_driver(fapl2) == H5FD_SEC2 && H5Fget_vfd_handle(m.file, fapl2, &handle) >= 0 && handle)
+      m.fd = *static_cast<int*>(handle);
+    H5Eclear2(H5E_DEFAULT);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) m.file_bytes = static_cast<std::int64_t>(st.st_size);
+  }
   OpenAttr names = open_attr(m.file, "class_names", path, /*required=*/false);
   if (names.attr.valid()) {
-    m.class_names = read_strings(names, "class_names", path);
+    m.class_names = strings ? strings->class_names : guarded_strings(names, "class_names", path, vlen_strings);
     if (static_cast<int>(m.class_names.size()) != m.num_classes)
       RN_IO_FAIL(path, kRecreateHint, "attribute 'class_names' has {} entries for num_classes = {}",
                  m.class_names.size(), m.num_classes);
   }
 }
+
+}  // namespace
 
 DatasetFile::~DatasetFile() = default;
 DatasetFile::DatasetFile(DatasetFile&&) noexcept = default;
@@ -614,19 +993,29 @@ void DatasetFile::read(Split split, std::int64_t start, std::int64_t count, std:
                        std::int32_t* labels) const {
   const auto lock = hdf5_lock();
   hdf5_init();
-  const Impl& m = *m_impl;
+  Impl& m = *m_impl;
   const int si = static_cast<int>(split);
   const SplitInfo& info = m.info[si];
-  if (start < 0 || count < 0 || start + count > info.count)
+  if (start < 0 || count < 0 || start > info.count || count > info.count - start)
     RN_IO_FAIL(ds_ctx(m.path, split, "images"), "indices run from 0 to the split size - 1",
                "samples [{}, {}) out of range: the split has {} samples", start, start + count, info.count);
   if (count == 0) return;
-  if (images)
-    rows_io(false, m.images[si], H5T_NATIVE_UINT8, start, count, images, ds_ctx(m.path, split, "images"),
-            rows_what(start, count, info.chunk_samples));
-  if (labels)
-    rows_io(false, m.labels[si], H5T_NATIVE_INT32, start, count, labels, ds_ctx(m.path, split, "labels"),
-            rows_what(start, count, 0));
+  if (!images) {  // labels alone (validation, histograms): straight from their dataset
+    if (labels)
+      rows_io(false, m.split[si].labels, H5T_NATIVE_INT32, start, count, labels, ds_ctx(m.path, split, "labels"),
+              rows_what(start, count, 0));
+    m.check_size(split, start, count);
+    return;
+  }
+  // Images go through verified blocks: each is read once (whole chunks), checked, and cached.
+  const std::string request = rows_what(start, count, info.chunk_samples);
+  const std::int64_t sb = info.sample_bytes(), bs = m.split[si].block;
+  for (std::int64_t k = start / bs; k <= (start + count - 1) / bs; ++k) {
+    const std::shared_ptr<Impl::Block> b = m.block(split, k, request);
+    const std::int64_t lo = std::max(start, b->first), hi = std::min(start + count, b->first + b->count);
+    std::memcpy(images + (lo - start) * sb, b->images.data() + (lo - b->first) * sb, static_cast<std::size_t>((hi - lo) * sb));
+    if (labels) std::copy(b->labels.begin() + (lo - b->first), b->labels.begin() + (hi - b->first), labels + (lo - start));
+  }
 }
 
 void DatasetFile::read_indices(Split split, const std::vector<std::int64_t>& idx, std::uint8_t* images,
@@ -715,23 +1104,51 @@ void DatasetFile::validate_labels() const {
 
 void DatasetFile::verify(Split split) const {
   validate_labels(split);
-  const SplitInfo& info = m_impl->info[static_cast<int>(split)];
-  // Whole chunks per read, ~64 MiB at a time, so each chunk is decompressed and checked exactly once.
-  const std::int64_t chunk = std::max<std::int64_t>(info.chunk_samples, 1);
-  const std::int64_t block = std::max<std::int64_t>(1, (64 << 20) / (chunk * info.sample_bytes())) * chunk;
-  std::vector<std::uint8_t> buf;
-  for (std::int64_t start = 0; start < info.count; start += block) {
-    const std::int64_t count = std::min(block, info.count - start);
-    buf.resize(static_cast<size_t>(count * info.sample_bytes()));
-    try {
-      read(split, start, count, buf.data(), nullptr);
-    } catch (const Error&) {
-      // Name the bad chunk, not the 64 MiB block: re-read the block one chunk at a time.
-      for (std::int64_t c = start; c < start + count; c += chunk)
-        read(split, c, std::min(chunk, start + count - c), buf.data(), nullptr);
-      throw;
+  const auto lock = hdf5_lock();
+  const Impl& m = *m_impl;
+  const int si = static_cast<int>(split);
+  // Every block once, not cached: each chunk is decompressed and checked (Fletcher32, the file size, the content
+  // checksum), and a failure names its samples.
+  for (std::int64_t k = 0; k < m.split[si].blocks(m.info[si].count); ++k) (void)m.load(split, k, {});
+}
+
+std::uint64_t DatasetFile::content_fingerprint() const {
+  const auto lock = hdf5_lock();
+  const Impl& m = *m_impl;
+  // Two CRC-32s of the same bytes with different starts: 64 bits, so a difference slips by with odds of 2^-64.
+  std::uint32_t a = 0, b = 0x9e3779b9u;
+  auto add = [&](const void* p, std::size_t n) {
+    a = content_crc(a, static_cast<const std::uint8_t*>(p), n);
+    b = content_crc(b, static_cast<const std::uint8_t*>(p), n);
+  };
+  add(&m.version, sizeof m.version);
+  add(&m.num_classes, sizeof m.num_classes);
+  add(m.mean.data(), m.mean.size() * sizeof(float));
+  add(m.stddev.data(), m.stddev.size() * sizeof(float));
+  for (Split s : kAllSplits) {
+    const int si = static_cast<int>(s);
+    const SplitInfo& in = m.info[si];
+    const std::int64_t shape[4] = {in.count, in.height, in.width, in.channels};
+    add(shape, sizeof shape);
+    if (!m.split[si].checksums.empty()) {
+      add(m.split[si].checksums.data(), m.split[si].checksums.size() * sizeof(std::uint32_t));
+      continue;
+    }
+    std::vector<std::int32_t> labels;
+    for (std::int64_t first = 0; first < in.count; first += 1 << 20) {
+      labels.resize(static_cast<std::size_t>(std::min<std::int64_t>(1 << 20, in.count - first)));
+      read(s, first, static_cast<std::int64_t>(labels.size()), nullptr, labels.data());
+      add(labels.data(), labels.size() * sizeof(std::int32_t));
+    }
+    const std::int64_t nb = m.split[si].blocks(in.count);
+    for (std::int64_t k : {std::int64_t(0), nb - 1}) {
+      if (k < 0 || (k == nb - 1 && nb == 1 && k != 0)) continue;
+      const auto blk = m.load(s, k, {});
+      add(blk->images.data(), blk->images.size());
+      if (nb == 1) break;
     }
   }
+  return (static_cast<std::uint64_t>(a) << 32) | b;
 }
 
 std::vector<std::int64_t> DatasetFile::label_histogram(Split split) const {

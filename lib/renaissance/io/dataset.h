@@ -11,7 +11,8 @@
 namespace renaissance::io {
 
 inline constexpr const char* kDatasetFormat = "renaissance-dataset";
-inline constexpr int kDatasetVersion = 1;
+/// Version 2 adds /<split>/checksums (a CRC-32 per block of samples, data/README.md); version 1 stays readable.
+inline constexpr int kDatasetVersion = 2;
 
 enum class Split { train, val };
 const char* split_name(Split s);          // "train" / "val"
@@ -96,9 +97,15 @@ class DatasetFile {
   void verify(Split split) const;
   /// Counts per class; labels out of range are not counted (validate_labels reports them).
   std::vector<std::int64_t> label_histogram(Split split) const;
+  /// A hash of the file's content, for ranks to compare at start (issue 13): format 2, of every block's content
+  /// checksum (so of every sample) and the attributes, without reading the images; format 1, of the attributes,
+  /// every label and the first and last block of images of each split.
+  std::uint64_t content_fingerprint() const;
+
+ public:
+  struct Impl;  ///< (public so the file's own helpers can name it)
 
  private:
-  struct Impl;
   std::unique_ptr<Impl> m_impl;
 };
 

@@ -1,11 +1,26 @@
 #include <renaissance/io/hdf5_util.h>
 
+#include <renaissance/core/paths.h>
+
+#include <zlib.h>
+
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <mutex>
+
+/// Weak: present only in sanitizer builds (scripts/sanitize, scripts/fuzz), where run_contained's child clears it.
+extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
 
 namespace renaissance::io {
 
@@ -26,6 +41,9 @@ bool g_user_set_locking = false;
 void init_process() {
   g_user_set_locking = std::getenv("HDF5_USE_FILE_LOCKING") != nullptr;
   if (!g_user_set_locking) setenv("HDF5_USE_FILE_LOCKING", "FALSE", 0);
+  // No HDF5 clean-up at exit: after a failed close (a full disk) HDF5's exit handler closed the half-closed file
+  // again and crashed (SIGSEGV in H5F__close_cb). Every handle of ours is closed by its owner before exit.
+  H5dont_atexit();
   H5open();
 #ifdef RN_UNDER_ASAN
   // Sanitizer builds (scripts/sanitize, scripts/fuzz): HDF5's free lists hand recycled blocks out again without
@@ -141,10 +159,366 @@ void fsync_path(const std::string& path, bool directory) {
   ::close(fd);
 }
 
+
+// ---- files written in memory, with a checksum header --------------------------------------------------------------
+
+namespace {
+
+constexpr std::size_t kHeaderFixed = 40;
+
+std::uint32_t crc32_of(const std::uint8_t* p, std::size_t n) {
+  return static_cast<std::uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0), p, n));
+}
+
+template <typename T>
+void put_le(std::vector<std::uint8_t>& b, std::size_t at, T v) {
+  for (std::size_t i = 0; i < sizeof(T); ++i) b[at + i] = static_cast<std::uint8_t>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff);
+}
+template <typename T>
+T get_le(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return static_cast<T>(v);
+}
+
+std::string host_name() {
+  char h[256] = {0};
+  if (::gethostname(h, sizeof h - 1) != 0 || !h[0]) return "localhost";
+  std::string s(h);
+  for (char& c : s)
+    if (c == '/' || c == '-') c = '_';  // the pid follows the last '-'
+  return s;
+}
+
+/// "disk full" and friends, in words a user acts on.
+std::string describe_write_errno(int err) {
+  switch (err) {
+    case ENOSPC: return "no space left on device (the disk is full)";
+    case EDQUOT: return "disk quota exceeded";
+    case EFBIG: return "file too large (a file-size limit, ulimit -f?)";
+    default: return std::strerror(err);
+  }
+}
+
+}  // namespace
+
+/// The core driver's file-image callbacks: HDF5 allocates the image through them and, when the file closes, hands
+/// the final buffer to image_free, which keeps it instead of freeing it.
+struct MemoryH5File::Capture {
+  void* kept = nullptr;
+  static void* alloc(size_t size, H5FD_file_image_op_t, void*) { return std::malloc(size); }
+  static void* copy(void* dst, const void* src, size_t size, H5FD_file_image_op_t, void*) {
+    return std::memcpy(dst, src, size);
+  }
+  static void* grow(void* ptr, size_t size, H5FD_file_image_op_t, void*) { return std::realloc(ptr, size); }
+  static herr_t release(void* ptr, H5FD_file_image_op_t op, void* udata) {
+    auto* c = static_cast<Capture*>(udata);
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && c && !c->kept) {
+      c->kept = ptr;
+      return 0;
+    }
+    std::free(ptr);
+    return 0;
+  }
+  static void* udata_copy(void* u) { return u; }
+  static herr_t udata_free(void*) { return 0; }
+  ~Capture() { std::free(kept); }
+};
+
+MemoryH5File::MemoryH5File(std::string ctx) : m_ctx(std::move(ctx)), m_capture(std::make_unique<Capture>()) {
+  hdf5_init();
+  m_fapl = H5Handle(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), m_ctx, "file-access properties"), H5Pclose);
+  H5_CHECK(H5Pset_fapl_core(m_fapl, std::size_t(1) << 20, 0), m_ctx, "the in-memory driver");
+  // Checksummed metadata (superblock 2, object header 2: HDF5 1.8 and later), as h5py reads it.
+  H5_CHECK(H5Pset_libver_bounds(m_fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), m_ctx, "format version bounds");
+  H5FD_file_image_callbacks_t cb{&Capture::alloc,      &Capture::copy,      &Capture::grow,  &Capture::release,
+                                 &Capture::udata_copy, &Capture::udata_free, m_capture.get()};
+  H5_CHECK(H5Pset_file_image_callbacks(m_fapl, &cb), m_ctx, "file-image callbacks");
+  const std::string name = fmt::format("{}#image-{}", m_ctx, static_cast<const void*>(this));  // never a file on disk
+  m_file = H5Handle(H5_CHECK(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, m_fapl), m_ctx, "create (in memory)"),
+                    H5Fclose);
+}
+
+MemoryH5File::~MemoryH5File() {
+  m_file.reset();
+  m_fapl.reset();
+}
+
+std::vector<std::uint8_t> MemoryH5File::finish(const std::vector<std::string>& tensors) {
+  struct Span {
+    std::string name;
+    std::uint64_t addr, size;
+  };
+  std::vector<Span> spans;
+  for (const std::string& t : tensors) {
+    H5Handle ds(H5_CHECK(H5Dopen2(m_file, t.c_str(), H5P_DEFAULT), m_ctx + ": " + t, "open"), H5Dclose);
+    H5Handle space(H5_CHECK(H5Dget_space(ds), m_ctx + ": " + t, "dataspace"), H5Sclose);
+    hsize_t origin[H5S_MAX_RANK] = {0};
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    // One chunk per tensor (write_f32_dataset); an empty tensor has none.
+    if (H5Dget_chunk_info_by_coord(ds, origin, &mask, &addr, &size) < 0 || addr == HADDR_UNDEF) {
+      H5Eclear2(H5E_DEFAULT);
+      continue;
+    }
+    spans.push_back({t, static_cast<std::uint64_t>(addr), static_cast<std::uint64_t>(size)});
+  }
+  H5_CHECK(H5Fflush(m_file, H5F_SCOPE_GLOBAL), m_ctx, "flush (in memory)");
+  RN_CHECK_CTX(m_file.reset() >= 0, m_ctx, "closing the in-memory file failed");
+  m_fapl.reset();
+  const auto* img = static_cast<const std::uint8_t*>(m_capture->kept);
+  RN_CHECK_CTX(img, m_ctx, "internal: HDF5 returned no file image");
+  // The image's size is the end-of-file address in its superblock (version 2 or 3, 8-byte addresses): the buffer
+  // itself is allocated in increments.
+  RN_CHECK_CTX(img[8] >= 2 && img[9] == 8, m_ctx, "internal: unexpected superblock version {}", int(img[8]));
+  const std::uint64_t image_bytes = get_le<std::uint64_t>(img + 28);
+  std::size_t table = 0;
+  for (const Span& sp : spans) table += 8 + 8 + 4 + 2 + sp.name.size();
+  std::size_t header = 512;
+  while (header < kHeaderFixed + table) header *= 2;
+  std::vector<std::uint8_t> out(header + image_bytes, 0);
+  std::memcpy(out.data() + header, img, image_bytes);
+  std::free(m_capture->kept);
+  m_capture->kept = nullptr;
+  std::memcpy(out.data(), kChecksumMagic, 8);
+  put_le<std::uint32_t>(out, 8, static_cast<std::uint32_t>(header));
+  put_le<std::uint32_t>(out, 12, static_cast<std::uint32_t>(spans.size()));
+  put_le<std::uint64_t>(out, 16, out.size());
+  put_le<std::uint32_t>(out, 24, crc32_of(out.data() + header, image_bytes));
+  put_le<std::uint32_t>(out, 28, static_cast<std::uint32_t>(table));
+  std::size_t at = kHeaderFixed;
+  for (const Span& sp : spans) {
+    const std::uint64_t off = header + sp.addr;
+    RN_CHECK_CTX(off + sp.size <= out.size(), m_ctx, "internal: tensor {} lies outside the image", sp.name);
+    put_le<std::uint64_t>(out, at, off);
+    put_le<std::uint64_t>(out, at + 8, sp.size);
+    put_le<std::uint32_t>(out, at + 16, crc32_of(out.data() + off, sp.size));
+    put_le<std::uint16_t>(out, at + 20, static_cast<std::uint16_t>(sp.name.size()));
+    std::memcpy(out.data() + at + 22, sp.name.data(), sp.name.size());
+    at += 22 + sp.name.size();
+  }
+  put_le<std::uint32_t>(out, 32, crc32_of(out.data() + kHeaderFixed, table));
+  put_le<std::uint32_t>(out, 36, crc32_of(out.data(), 36));
+  return out;
+}
+
+VerifiedFile read_verified_file(const std::string& path, std::vector<ChecksumEntry>* entries) {
+  VerifiedFile v;
+  require_input_file(path, "file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  RN_CHECK_CTX(fd >= 0, path, "cannot open: {}", std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  std::uint8_t head[kHeaderFixed] = {0};
+  const ssize_t got = ::pread(fd, head, sizeof head, 0);
+  if (got < static_cast<ssize_t>(sizeof head) || std::memcmp(head, kChecksumMagic, 8) != 0) return v;  // format 1
+  struct stat st {};
+  RN_CHECK_CTX(::fstat(fd, &st) == 0, path, "cannot stat: {}", std::strerror(errno));
+  const std::uint64_t actual = static_cast<std::uint64_t>(st.st_size);
+  const std::uint32_t header = get_le<std::uint32_t>(head + 8);
+  const std::uint64_t want = get_le<std::uint64_t>(head + 16);
+  const std::uint32_t table = get_le<std::uint32_t>(head + 28);
+  const char* kHint = "the file is corrupted or truncated; use an older checkpoint or re-create it";
+  if (get_le<std::uint32_t>(head + 36) != crc32_of(head, 36) || header < 512 || (header & (header - 1)) != 0 ||
+      kHeaderFixed + table > header || want < header)
+    RN_IO_FAIL(path, kHint, "the checksum header is corrupted");
+  if (actual != want)
+    RN_IO_FAIL(path, kHint, "the file has {} bytes but was written with {} ({})", actual, want,
+               actual < want ? "truncated" : "bytes were appended");
+  v.bytes.resize(static_cast<std::size_t>(actual));
+  std::size_t done = 0;
+  while (done < v.bytes.size()) {
+    const ssize_t r = ::pread(fd, v.bytes.data() + done, v.bytes.size() - done, static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    RN_CHECK_CTX(r > 0, path, "read failed after {} of {} bytes: {}", done, v.bytes.size(),
+                 r == 0 ? "the file shrank" : std::strerror(errno));
+    done += static_cast<std::size_t>(r);
+  }
+  const std::uint8_t* b = v.bytes.data();
+  if (std::memcmp(b, head, kHeaderFixed) != 0) RN_IO_FAIL(path, kHint, "the file changed while it was read");
+  if (get_le<std::uint32_t>(b + 32) != crc32_of(b + kHeaderFixed, table))
+    RN_IO_FAIL(path, kHint, "the checksum table in the header is corrupted");
+  if (get_le<std::uint32_t>(b + 24) != crc32_of(b + header, v.bytes.size() - header)) {
+    // Which tensor? Each entry checks one tensor's stored bytes; none failing means the HDF5 metadata changed.
+    std::size_t at = kHeaderFixed;
+    std::string first_bad, detail;
+    for (std::uint32_t i = 0, n = get_le<std::uint32_t>(b + 12); i < n && at + 22 <= kHeaderFixed + table; ++i) {
+      const std::uint64_t off = get_le<std::uint64_t>(b + at), len = get_le<std::uint64_t>(b + at + 8);
+      const std::uint32_t crc = get_le<std::uint32_t>(b + at + 16);
+      const std::size_t nlen = get_le<std::uint16_t>(b + at + 20);
+      if (at + 22 + nlen > kHeaderFixed + table) break;
+      const std::string name(reinterpret_cast<const char*>(b + at + 22), nlen);
+      at += 22 + nlen;
+      const bool in_file = off >= header && off <= v.bytes.size() && len <= v.bytes.size() - off;
+      const bool ok = in_file && crc32_of(b + off, len) == crc;
+      if (entries) entries->push_back({name, ok});
+      if (ok || !first_bad.empty()) continue;
+      first_bad = name;
+      std::size_t zeros = 0;
+      for (std::uint64_t k = 0; in_file && k < len; ++k) zeros += b[off + k] == 0;
+      detail = fmt::format("the tensor's stored bytes [{}, {}) of the file fail their content checksum{}", off,
+                           off + len, in_file && zeros == len ? " (they are all zero: a zeroed or never-written chunk)" : "");
+    }
+    if (!first_bad.empty()) RN_IO_FAIL(path + ": " + first_bad, kHint, "{}", detail);
+    RN_IO_FAIL(path, kHint, "the file fails its content checksum outside every tensor (corrupted HDF5 metadata)");
+  }
+  v.checksummed = true;
+  v.image_offset = header;
+  return v;
+}
+
+H5Handle open_verified(const VerifiedFile& f, const std::string& path) {
+  hdf5_init();
+  H5Handle fapl(make_file_access_plist(), H5Pclose);
+  if (!f.checksummed)
+    return H5Handle(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, "open (not an HDF5 file, or truncated?)"),
+                    H5Fclose);
+  H5_CHECK(H5Pset_fapl_core(fapl, std::size_t(1) << 20, 0), path, "the in-memory driver");
+  H5_CHECK(H5Pset_file_image(fapl, const_cast<std::uint8_t*>(f.bytes.data() + f.image_offset),
+                             f.bytes.size() - f.image_offset),
+           path, "the file image");
+  // A name that is no file on disk: the core driver would otherwise look at the file of that name.
+  const std::string name = fmt::format("{}#verified-image-{}", path, static_cast<const void*>(f.bytes.data()));
+  return H5Handle(H5_CHECK(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl), path, "open (in memory)"), H5Fclose);
+}
+
+std::string run_contained(const std::string& path, const std::function<std::string()>& fn) {
+  int fds[2];
+  RN_CHECK_CTX(::pipe(fds) == 0, path, "pipe: {}", std::strerror(errno));
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    RN_FAIL_CTX(path, "fork: {}", std::strerror(errno));
+  }
+  if (pid == 0) {  // the child: one byte of outcome, then the payload or the error text; _exit (no atexit, no LSan)
+    ::close(fds[0]);
+    // A crash here must end just this process, as a plain signal the parent reports: no crash handler inherited
+    // from a sanitizer or a fuzzer (libFuzzer would save the input as its own crash) may run.
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
+    if (&__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) ::dup2(null, 2);
+    std::string out;
+    char outcome = 'O';
+    try {
+      out = fn();
+    } catch (const std::exception& e) {
+      outcome = 'E';
+      out = e.what();
+    }
+    auto put = [&](const void* p, std::size_t n) {
+      const char* c = static_cast<const char*>(p);
+      while (n > 0) {
+        const ssize_t w = ::write(fds[1], c, n);
+        if (w <= 0) ::_exit(3);
+        c += w;
+        n -= static_cast<std::size_t>(w);
+      }
+    };
+    put(&outcome, 1);
+    put(out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string got;
+  char buf[65536];
+  for (;;) {
+    const ssize_t r = ::read(fds[0], buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got.append(buf, static_cast<std::size_t>(r));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status) || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || got.empty())
+    RN_IO_FAIL(path, "the file is corrupted; use an older checkpoint or re-create it",
+               "HDF5 crashed reading this file ({}): its metadata is corrupt (nothing checksums it before HDF5 reads "
+               "it: a file of format 1, or written by another tool)",
+               WIFSIGNALED(status) ? fmt::format("signal {}", WTERMSIG(status)) : std::string("no answer"));
+  if (got[0] == 'E') throw Error(got.substr(1));
+  return got.substr(1);
+}
+
+std::string temporary_name(const std::string& path) {
+  return fmt::format("{}.tmp-{}-{}", path, host_name(), static_cast<long>(::getpid()));
+}
+
+bool is_stale_temporary(const std::string& filename) {
+  const auto at = filename.rfind(".tmp-");
+  if (at == std::string::npos) return false;
+  const std::string tail = filename.substr(at + 5);
+  const auto dash = tail.rfind('-');
+  const std::string host = dash == std::string::npos ? host_name() : tail.substr(0, dash);
+  const std::string pid_text = dash == std::string::npos ? tail : tail.substr(dash + 1);
+  if (host != host_name() || pid_text.empty() || pid_text.size() > 9 ||
+      pid_text.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  const long pid = std::stol(pid_text);
+  if (pid <= 0) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+void write_file_atomically(const std::string& path, const std::vector<std::uint8_t>& bytes,
+                           const std::function<void()>& halfway) {
+  const std::string target = resolve_output_file(path, "output");
+  const std::string tmp = temporary_name(target);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  RN_CHECK_CTX(fd >= 0, path, "cannot create '{}': {}", tmp, describe_write_errno(errno));
+  auto fail = [&](const std::string& what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    RN_FAIL_CTX(path, "{} failed: {}", what, describe_write_errno(err));
+  };
+  // Half, fsync, the test hook, the rest: a process killed in the hook leaves a partial temporary, never a file
+  // under the final name.
+  const std::size_t half = halfway ? bytes.size() / 2 : bytes.size();
+  std::size_t done = 0;
+  for (int part = 0; part < 2; ++part) {
+    const std::size_t end = part == 0 ? half : bytes.size();
+    while (done < end) {
+      const ssize_t w = ::write(fd, bytes.data() + done, std::min<std::size_t>(end - done, std::size_t(8) << 20));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail(fmt::format("writing '{}' ({} of {} bytes written)", tmp, done, bytes.size()), w < 0 ? errno : ENOSPC);
+      done += static_cast<std::size_t>(w);
+    }
+    if (part == 0 && halfway) {
+      ::fsync(fd);
+      halfway();
+    }
+  }
+  if (::fsync(fd) != 0) fail("fsync", errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    RN_FAIL_CTX(path, "closing '{}' failed: {}", tmp, describe_write_errno(err));
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    RN_FAIL_CTX(path, "renaming '{}' into place failed: {}", tmp, std::strerror(err));
+  }
+  fsync_path(std::filesystem::absolute(target).parent_path().string(), true);
+}
+
 namespace detail {
 
 void throw_h5_error(const char* file, int line, const std::string& context, const std::string& what, std::string hint) {
   std::string h5 = hdf5_error_text();
+  // HDF5's file-driver failures carry a multi-line dump ("file write failed: time = ..., errno = 28, error message =
+  // 'No space left on device', buf = 0x...") of which the errno is what a user needs.
+  if (const auto e = h5.find("errno = "); e != std::string::npos && h5.find("file ") != std::string::npos) {
+    const int err = std::atoi(h5.c_str() + e + 8);
+    const bool write = h5.find("write failed") != std::string::npos;
+    h5 = fmt::format("{} {}", write ? "writing the file failed:" : "reading the file failed:",
+                     err > 0 ? describe_write_errno(err) : std::string("unknown error"));
+  }
   if (hint.empty()) {
     if (h5.find("metadata checksum") != std::string::npos)
       hint = "the file is corrupted (its metadata failed a checksum); re-create or re-copy it";

@@ -7,6 +7,8 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -78,6 +80,88 @@ void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<
                        const std::string& ctx);
 /// fsync of a file or a directory (after a rename: the directory entry); errors are ignored (best effort).
 void fsync_path(const std::string& path, bool directory);
+
+// ---- files written in memory, with a checksum header (checkpoint and weights format 2) --------------------------
+//
+// A file of ours is built as an HDF5 image in memory (core driver), then written with plain write(2) calls: HDF5
+// never meets a disk error (a full disk made HDF5's exit handler crash on the half-closed file), and every error of
+// the write is ours to report. The file on disk is a checksum header of H bytes (a power of two >= 512, which HDF5
+// and h5py see as a user block and skip) followed by the HDF5 image:
+//
+//   offset  bytes  (little-endian)
+//   0       8      magic "RNSUMS1\n"
+//   8       4      header bytes H
+//   12      4      entry count K
+//   16      8      file bytes (H + the image)
+//   24      4      CRC-32 (zlib) of bytes [H, file bytes): the whole HDF5 image, metadata and data
+//   28      4      table bytes T
+//   32      4      CRC-32 of the table, bytes [40, 40 + T)
+//   36      4      CRC-32 of bytes [0, 36)
+//   40      T      K entries: u64 offset, u64 length, u32 CRC-32 of the file bytes [offset, offset + length) (one
+//                  tensor's stored chunk), u16 name length, the name ("/params/conv1.w")
+//
+// A reader verifies the header, the size and the image before HDF5 parses a byte of it (a corrupt file cannot reach
+// HDF5's own parsers), and names the tensor whose stored bytes changed (a zeroed chunk, which Fletcher32 accepts).
+
+inline constexpr char kChecksumMagic[8] = {'R', 'N', 'S', 'U', 'M', 'S', '1', '\n'};
+
+/// An HDF5 file being built in memory; finish() closes it and returns header + image.
+class MemoryH5File {
+ public:
+  /// `ctx` names the file in errors.
+  explicit MemoryH5File(std::string ctx);
+  ~MemoryH5File();
+  MemoryH5File(const MemoryH5File&) = delete;
+  MemoryH5File& operator=(const MemoryH5File&) = delete;
+  hid_t file() const { return m_file; }
+  /// Closes the file (every handle into it must be closed) and returns the bytes to write. `tensors` are the paths
+  /// of the datasets whose stored chunk gets an entry in the table.
+  std::vector<std::uint8_t> finish(const std::vector<std::string>& tensors);
+
+ private:
+  struct Capture;
+  std::string m_ctx;
+  std::unique_ptr<Capture> m_capture;
+  H5Handle m_fapl;
+  H5Handle m_file;
+};
+
+/// A file read whole and, when it has the checksum header, verified (every mismatch is an Error naming `path` and,
+/// where the header's table locates it, the tensor). Without the header (format 1 files) `checksummed` is false and
+/// the bytes are not kept.
+struct VerifiedFile {
+  bool checksummed = false;
+  std::vector<std::uint8_t> bytes;
+  std::size_t image_offset = 0;  ///< where the HDF5 image starts
+};
+/// One tensor of the header's table and whether its stored bytes still match (filled when the image fails).
+struct ChecksumEntry {
+  std::string name;
+  bool ok = false;
+};
+VerifiedFile read_verified_file(const std::string& path, std::vector<ChecksumEntry>* entries = nullptr);
+
+/// Runs `fn` in a child process (fork) and returns what it returned; an Error it throws comes back as an Error with
+/// the same text. For files HDF5 must parse without our checksums (format 1 checkpoints and weights): HDF5 1.10
+/// crashes inside its own code on some corrupt metadata (docs/fuzzing.md), and a crash in the child is an Error
+/// here ("HDF5 crashed reading ..."), never a crash of this process. The child's stderr goes to /dev/null.
+std::string run_contained(const std::string& path, const std::function<std::string()>& fn);
+
+/// Opens the HDF5 file: from the verified bytes in memory, or from disk for a file without the header.
+H5Handle open_verified(const VerifiedFile& f, const std::string& path);
+
+/// Writes `bytes` to `path` atomically: a temporary in the same directory (temporary_name), fsync, rename, fsync of
+/// the directory. A symlink at `path` is followed (its target is replaced, the link stays); anything but a regular
+/// file there is refused. A failed write removes the temporary and names the file ("no space left on device").
+/// `halfway` (optional) runs once half the bytes are on disk (the crash-safety test hook).
+void write_file_atomically(const std::string& path, const std::vector<std::uint8_t>& bytes,
+                           const std::function<void()>& halfway = {});
+
+/// "<path>.tmp-<host>-<pid>": the temporary a writer in this process uses for `path`.
+std::string temporary_name(const std::string& path);
+/// For a file name holding ".tmp-<host>-<pid>" (or an older ".tmp-<pid>"): true when its writer is a process of
+/// this host that no longer exists. A live writer's file, or another host's, is never stale.
+bool is_stale_temporary(const std::string& filename);
 
 namespace detail {
 /// Throws an Error "<what>: <HDF5 error stack>" with `context` (file/dataset) and a hint.

@@ -1,4 +1,5 @@
 #include <renaissance/core/error.h>
+#include <renaissance/core/paths.h>
 #include <renaissance/io/hdf5_util.h>
 #include <renaissance/io/weights.h>
 
@@ -49,14 +50,18 @@ void write_weights(const std::string& path, const std::vector<NamedTensor>& tens
                    const std::map<std::string, std::string>& attributes) {
   hdf5_init();
   auto lock = hdf5_lock();
-  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  try {
-    H5Handle fapl(make_file_access_plist(), H5Pclose);
-    H5Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), tmp, "create"), H5Fclose);
+  // Built in memory (checksummed HDF5 1.8+ metadata) and written by write_file_atomically: a full disk is a clean
+  // error, the previous file stays.
+  std::vector<std::uint8_t> bytes;
+  {
+    MemoryH5File mem(path);
+    const hid_t file = mem.file();
+    const std::string& tmp = path;
     write_string_attr(file, "format", kWeightsFormat, tmp);
     write_string_attr(file, "version", std::to_string(kWeightsVersion), tmp);
     for (const auto& [k, v] : attributes) write_string_attr(file, k, v, tmp);
     std::map<std::string, H5Handle> groups;
+    std::vector<std::string> paths;
     for (const NamedTensor& t : tensors) {
       const std::string ctx = fmt::format("{}: /{}/{}", path, t.group, t.name);
       RN_CHECK_CTX(static_cast<std::int64_t>(t.values.size()) == t.shape.elems(), ctx, "{} values for shape {}",
@@ -72,33 +77,48 @@ void write_weights(const std::string& path, const std::vector<NamedTensor>& tens
                         {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h),
                          static_cast<hsize_t>(t.shape.w), static_cast<hsize_t>(t.shape.c)},
                         t.values.data(), ctx);
+      paths.push_back(fmt::format("/{}/{}", t.group, t.name));
     }
     groups.clear();
-    H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush");
-    file.reset();
-    fsync_path(tmp, false);
-    std::filesystem::rename(tmp, path);
-    const auto dir = std::filesystem::absolute(path).parent_path();
-    fsync_path(dir.string(), true);
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
+    bytes = mem.finish(paths);
   }
+  write_file_atomically(path, bytes);
 }
+
+namespace {
+WeightsFile read_weights_from(const std::string& path, const VerifiedFile& verified);
+}  // namespace
 
 WeightsFile read_weights(const std::string& path) {
   hdf5_init();
   auto lock = hdf5_lock();
-  RN_CHECK_CTX(std::filesystem::exists(path), path, "no such file");
-  H5Handle fapl(make_file_access_plist(), H5Pclose);
-  H5Handle file(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, "open (not an HDF5 file, or truncated?)"),
-                H5Fclose);
+  require_input_file(path, "weights file");
+  // Format 2: the whole file and each tensor's bytes verified before HDF5 parses any of it. Format 1 (no header):
+  // HDF5 parses unverified metadata, first in a child process, so a corrupt file that crashes HDF5 is an Error.
+  const VerifiedFile verified = read_verified_file(path);
+  if (!verified.checksummed)
+    (void)run_contained(path, [&] {
+      (void)read_weights_from(path, verified);
+      return std::string("ok");
+    });
+  return read_weights_from(path, verified);
+}
+
+namespace {
+WeightsFile read_weights_from(const std::string& path, const VerifiedFile& verified) {
+  H5Handle file = open_verified(verified, path);
   WeightsFile out;
+  RN_CHECK_CTX(H5Aexists(file, "format") > 0, path, "not a weights file: it has no 'format' attribute");
   const std::string format = read_string_attr(file, "format", path);
-  RN_CHECK_CTX(format == kWeightsFormat, path, "format is '{}', not '{}'", format, kWeightsFormat);
+  RN_CHECK_CTX(format != "renaissance-checkpoint", path,
+               "it is a checkpoint, not a weights file (load it with --checkpoint, or --resume to continue training)");
+  RN_CHECK_CTX(format != "renaissance-dataset", path, "it is a Renaissance dataset, not a weights file (it goes to --data)");
+  RN_CHECK_CTX(format == kWeightsFormat, path, "not a weights file: format is '{}', not '{}'", format, kWeightsFormat);
   const std::string version = read_string_attr(file, "version", path);
-  RN_CHECK_CTX(version == std::to_string(kWeightsVersion), path, "unsupported weights version {}", version);
+  RN_CHECK_CTX(version == "1" || version == std::to_string(kWeightsVersion), path,
+               "unsupported weights version {} (this build reads 1 to {})", version, kWeightsVersion);
+  RN_CHECK_CTX(version == "1" || verified.checksummed, path,
+               "a version {} weights file without its checksum header (edited or rewritten by another tool?)", version);
   // Attributes: every string attribute of the root.
   H5O_info_t info;
 #if H5_VERSION_GE(1, 12, 0)
@@ -152,5 +172,7 @@ WeightsFile read_weights(const std::string& path) {
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace renaissance::io

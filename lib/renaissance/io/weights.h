@@ -12,7 +12,8 @@
 namespace renaissance::io {
 
 inline constexpr const char* kWeightsFormat = "renaissance-weights";
-inline constexpr int kWeightsVersion = 1;
+/// Version 2: HDF5 1.8+ checksummed metadata and the checksum header (hdf5_util.h); version 1 stays readable.
+inline constexpr int kWeightsVersion = 2;
 
 struct NamedTensor {
   std::string group;  ///< "params", "bn", "ema"

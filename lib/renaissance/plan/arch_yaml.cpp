@@ -1,4 +1,5 @@
 // ArchPlan <-> YAML: the plan is inspectable and versionable; the round trip is exact.
+#include <renaissance/blueprint/yaml.h>
 #include <renaissance/core/error.h>
 #include <renaissance/plan/arch_plan.h>
 
@@ -124,6 +125,7 @@ std::string ArchPlan::to_yaml() const {
 }
 
 ArchPlan ArchPlan::from_yaml(const std::string& text, const std::string& source) {
+  blueprint::check_yaml_limits(text, source);
   YAML::Node root;
   try {
     root = YAML::Load(text);

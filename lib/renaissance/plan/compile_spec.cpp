@@ -42,7 +42,11 @@ const char* variant_name(Variant v) {
 
 std::vector<CompileSpec> derive_variant_specs(const TrainConfig& cfg, std::int64_t model_resolution,
                                               std::int64_t channels) {
-  RN_CHECK(cfg.batch >= 1, "training config: batch must be >= 1, got {}", cfg.batch);
+  RN_CHECK(cfg.batch >= 1 && cfg.batch <= (std::int64_t(1) << 31), "training config: batch must be from 1 to 2^31, got {}",
+           cfg.batch);
+  RN_CHECK(cfg.dataset_size <= (std::int64_t(1) << 40) && cfg.val_size <= (std::int64_t(1) << 40) &&
+               cfg.val_batch <= (std::int64_t(1) << 31),
+           "training config: dataset sizes must be at most 2^40 and the validation batch at most 2^31");
   RN_CHECK(cfg.dataset_size >= 1, "training config: dataset size must be >= 1, got {}", cfg.dataset_size);
   RN_CHECK(cfg.val_size >= 1, "training config: validation size must be >= 1, got {}", cfg.val_size);
   RN_CHECK(cfg.val_batch >= 0, "training config: validation batch must be >= 0, got {}", cfg.val_batch);

@@ -5,8 +5,15 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <queue>
+#include <set>
 
 namespace renaissance::plan {
+
+namespace {
+constexpr std::int64_t kMaxArenaBytes = std::int64_t(1) << 52;  ///< 4 PiB: no device or host has it; sums stay in int64
+}  // namespace
 
 bool lifetimes_intersect(const Lifetime& a, const Lifetime& b) {
   std::size_t i = 0, j = 0;
@@ -203,6 +210,82 @@ std::int64_t MemoryPlan::place_pool(std::int64_t start, const MemoryPlan* same_l
   return bytes;
 }
 
+namespace {
+
+/// Above this many pool owners the pairwise first fit below gives way to a sweep over time. The pairwise search is
+/// quadratic in the owners: in a deep net every forward activation is still live at the turn of the step, so nearly
+/// every pair conflicts (11,000 layers took 50 s, 100,000 never ended). Every zoo model stays below the limit.
+constexpr std::size_t kPairwisePlacementMax = 2048;
+
+/// Linear-scan placement, O(n log n): owners in order of their first use, each at the best-fitting free block left
+/// by owners whose last use is past (blocks coalesce), else on top. A lifetime counts as its hull [first, last], a
+/// superset, so no two owners that are live together can share bytes (check_no_overlap proves it after finalize).
+std::int64_t place_by_sweep(const std::vector<std::int64_t>& bytes, const std::vector<LiveInterval>& hull,
+                            std::vector<std::int64_t>& off) {
+  const std::size_t n = bytes.size();
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return hull[a].first < hull[b].first; });
+  std::map<std::int64_t, std::int64_t> free_at;              // offset -> size
+  std::set<std::pair<std::int64_t, std::int64_t>> by_size;  // (size, offset)
+  using Active = std::pair<std::int32_t, std::size_t>;       // (last use, owner)
+  std::priority_queue<Active, std::vector<Active>, std::greater<Active>> active;
+  std::int64_t top = 0;
+  auto release = [&](std::size_t i) {
+    std::int64_t o = off[i], size = bytes[i];
+    auto next = free_at.lower_bound(o);
+    if (next != free_at.end() && next->first == o + size) {
+      size += next->second;
+      by_size.erase({next->second, next->first});
+      next = free_at.erase(next);
+    }
+    if (next != free_at.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == o) {
+        o = prev->first;
+        size += prev->second;
+        by_size.erase({prev->second, prev->first});
+        free_at.erase(prev);
+      }
+    }
+    free_at[o] = size;
+    by_size.insert({size, o});
+  };
+  for (std::size_t i : order) {
+    off[i] = 0;
+    if (bytes[i] == 0) continue;
+    while (!active.empty() && active.top().first < hull[i].first) {
+      release(active.top().second);
+      active.pop();
+    }
+    const std::int64_t need = bytes[i];
+    auto fit = by_size.lower_bound({need, std::numeric_limits<std::int64_t>::min()});
+    if (fit != by_size.end()) {
+      const auto [size, o] = *fit;
+      by_size.erase(fit);
+      free_at.erase(o);
+      if (size > need) {
+        free_at[o + need] = size - need;
+        by_size.insert({size - need, o + need});
+      }
+      off[i] = o;
+    } else if (!free_at.empty() && std::prev(free_at.end())->first + std::prev(free_at.end())->second == top) {
+      const auto last = std::prev(free_at.end());
+      off[i] = last->first;  // the free block at the top grows
+      by_size.erase({last->second, last->first});
+      free_at.erase(last);
+      top = off[i] + need;
+    } else {
+      off[i] = top;
+      top += need;
+    }
+    active.push({hull[i].last, i});
+  }
+  return top;
+}
+
+}  // namespace
+
 std::int64_t MemoryPlan::place_first_fit(const std::vector<DTensor*>& items, std::vector<std::int64_t>& best) const {
   static const Lifetime kAlways{{0, std::numeric_limits<std::int32_t>::max()}};
   auto life = [this](const DTensor& t) -> const Lifetime& {
@@ -210,6 +293,17 @@ std::int64_t MemoryPlan::place_first_fit(const std::vector<DTensor*>& items, std
     return it == m_lifetimes.end() ? kAlways : it->second;
   };
   const std::size_t n = items.size();
+  if (n > kPairwisePlacementMax) {
+    std::vector<std::int64_t> bytes(n);
+    std::vector<LiveInterval> hull(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      bytes[i] = items[i]->slot_bytes;
+      const Lifetime& l = life(*items[i]);
+      hull[i] = l.empty() ? LiveInterval{0, -1} : LiveInterval{l.front().first, l.back().last};
+    }
+    best.assign(n, 0);
+    return place_by_sweep(bytes, hull, best);
+  }
   // Which pairs may not share bytes (computed once for the strategies below).
   std::vector<std::vector<std::uint32_t>> conflicts(n);
   for (std::size_t i = 0; i < n; ++i)
@@ -271,6 +365,8 @@ void MemoryPlan::finalize(const MemoryPlan* same_layout) {
       if (region_index(t.region) != r || m_alias_of.count(t.id)) continue;
       t.offset = cursor;
       cursor += t.slot_bytes;
+      RN_CHECK(cursor <= kMaxArenaBytes, "memory plan '{}': the arena would exceed {} bytes (at tensor '{}'; hint: a "
+               "batch or resolution far too large?)", m_variant, kMaxArenaBytes, t.name);
     }
     m_regions[static_cast<std::size_t>(r)] = ByteRange{start, cursor - start};
   }
@@ -390,26 +486,63 @@ void MemoryPlan::check_no_overlap() const {
   std::vector<const DTensor*> owners;
   for (const DTensor& t : m_tensors)
     if (!m_alias_of.count(t.id) && t.slot_bytes > 0) owners.push_back(&t);
-  std::sort(owners.begin(), owners.end(),
-            [](const DTensor* a, const DTensor* b) { return a->offset != b->offset ? a->offset < b->offset : a->id < b->id; });
   auto life = [this](const DTensor* t) -> const Lifetime* {
     if (!m_reuse || !is_pool_region(t->region)) return nullptr;
     auto it = m_lifetimes.find(t->id);
     return it == m_lifetimes.end() ? nullptr : &it->second;
   };
-  // Bytes may be shared only by two pool tensors that are never live at the same program point.
+  // Bytes may be shared only by two pool tensors that are never live at the same program point. Each tensor is a
+  // set of rectangles (bytes x live interval); a sweep over program points keeps the byte ranges live at that point
+  // in offset order, so a new range need only be checked against its two neighbours: O(n log n), where comparing
+  // every pair of tensors whose bytes overlap was quadratic for deep nets.
+  constexpr std::int64_t kAlwaysFirst = std::numeric_limits<std::int64_t>::min() / 2;
+  constexpr std::int64_t kAlwaysEnd = std::numeric_limits<std::int64_t>::max() / 2;
+  struct Event {
+    std::int64_t point;
+    int start;  // 0: an interval ends before this point; 1: one starts at it (ends go first)
+    std::size_t owner;
+  };
+  std::vector<Event> events;
   for (std::size_t i = 0; i < owners.size(); ++i) {
     const DTensor* a = owners[i];
-    for (std::size_t j = i + 1; j < owners.size() && owners[j]->offset < a->offset + a->slot_bytes; ++j) {
-      const DTensor* b = owners[j];
-      const Lifetime *la = life(a), *lb = life(b);
-      RN_CHECK(la && lb && !lifetimes_intersect(*la, *lb),
-               "memory plan '{}': tensors '{}' [{}, {}) and '{}' [{}, {}) overlap while both are live ({}; {})",
-               m_variant, a->name, a->offset, a->offset + a->slot_bytes, b->name, b->offset, b->offset + b->slot_bytes,
-               lifetime_str(la), lifetime_str(lb));
-    }
     RN_CHECK(a->offset + a->slot_bytes <= m_total, "memory plan '{}': tensor '{}' ends past the arena", m_variant,
              a->name);
+    if (const Lifetime* l = life(a)) {
+      for (const LiveInterval& iv : *l) {
+        events.push_back({iv.first, 1, i});
+        events.push_back({std::int64_t(iv.last) + 1, 0, i});
+      }
+    } else {
+      events.push_back({kAlwaysFirst, 1, i});
+      events.push_back({kAlwaysEnd, 0, i});
+    }
+  }
+  std::sort(events.begin(), events.end(), [](const Event& x, const Event& y) {
+    return x.point != y.point ? x.point < y.point : x.start < y.start;
+  });
+  auto key = [&](std::size_t i) { return std::pair<std::int64_t, std::size_t>(owners[i]->offset, i); };
+  std::set<std::pair<std::int64_t, std::size_t>> live;  // (offset, owner)
+  auto report = [&](std::size_t i, std::size_t j) {
+    const DTensor* a = owners[i];
+    const DTensor* b = owners[j];
+    if (a->offset > b->offset) std::swap(a, b);
+    RN_FAIL("memory plan '{}': tensors '{}' [{}, {}) and '{}' [{}, {}) overlap while both are live ({}; {})", m_variant,
+            a->name, a->offset, a->offset + a->slot_bytes, b->name, b->offset, b->offset + b->slot_bytes,
+            lifetime_str(life(a)), lifetime_str(life(b)));
+  };
+  for (const Event& e : events) {
+    if (!e.start) {
+      live.erase(key(e.owner));
+      continue;
+    }
+    const auto [it, inserted] = live.insert(key(e.owner));
+    const DTensor* t = owners[e.owner];
+    if (std::next(it) != live.end() && owners[std::next(it)->second]->offset < t->offset + t->slot_bytes)
+      report(e.owner, std::next(it)->second);
+    if (it != live.begin()) {
+      const DTensor* p = owners[std::prev(it)->second];
+      if (p->offset + p->slot_bytes > t->offset) report(e.owner, std::prev(it)->second);
+    }
   }
 }
 

@@ -110,7 +110,12 @@ std::string save_engine_cache(const std::string& path) {
   // What the file holds now (another process may have added to it since we loaded it) wins over our entries.
   cuda::EngineCache merged;
   std::string text, error;
-  if (fs::exists(p, ec) && read_file(path, &text, &error) && !merged.merge(text, &error)) merged.clear();
+  if (fs::exists(p, ec)) {
+    // Never replace a file that is not an engine cache (a dataset or checkpoint named by mistake stays as it is).
+    if (!read_file(path, &text, &error) || !merged.merge(text, &error))
+      return fmt::format("warning: {} exists and is not an engine cache of this version ({}): not overwritten",
+                         path, error);
+  }
   const std::size_t had = merged.size();
   merged.merge(global.serialize(), &error);
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));

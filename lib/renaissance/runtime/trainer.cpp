@@ -21,7 +21,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <sstream>
 #include <set>
 
 namespace renaissance::runtime {
@@ -532,6 +534,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.cur_position = first_batch + b->index + 1;
       if (observer.on_step_loss) observer.on_step_loss(m_step, epoch + 1, I.step_loss());
       const bool stop = I.stop_agreed();
+      if (stop) I.preempted = true;  // before the checkpoint: a failed write is still a preemption (exit 75)
       if (I.cur_position < batches && (stop || m_step >= total_steps || I.checkpoint_due(m_step))) {
         const std::vector<float> partial = I.gather_train_metrics();
         if (stop || m_step >= total_steps) I.stopped_metrics = partial;
@@ -1110,6 +1113,30 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
     warn(fmt::format("written with optimizer '{}', resumed with '{}': the optimizer state starts at zero", s.optimizer,
                      plan::optimizer_name(o.optimizer)));
   if (ema_from_params) warn("the checkpoint has no EMA weights: the EMA starts at the loaded weights");
+  {  // The options the checkpoint's run_config records (options_yaml: "key: value" lines) against this run's.
+    std::map<std::string, std::string> was;
+    std::istringstream in(s.run_config);
+    for (std::string line; std::getline(in, line);) {
+      const auto colon = line.find(": ");
+      if (colon == std::string::npos) continue;
+      std::string v = line.substr(colon + 2);
+      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+      was[line.substr(0, colon)] = v;
+    }
+    auto differs = [&](const char* key, const std::string& now) { return was.count(key) && was[key] != now; };
+    if (differs("epochs", fmt::format("{}", o.epochs)))
+      warn(fmt::format("written with --epochs {}, resumed with --epochs {}: the learning-rate schedule, a function of "
+                       "the run's total steps, differs from the run that wrote it",
+                       was["epochs"], o.epochs));
+    if (differs("lr", fmt::format("{}", o.lr)) || differs("schedule", schedule_name(o.schedule)))
+      warn(fmt::format("written with --lr {} --schedule {}, resumed with --lr {} --schedule {}: the rest of the run "
+                       "follows the new learning rate",
+                       was["lr"], was["schedule"], o.lr, schedule_name(o.schedule)));
+    std::error_code ec;
+    if (was.count("data") && was["data"] != o.data_path && !std::filesystem::equivalent(was["data"], o.data_path, ec))
+      warn(fmt::format("written with --data {}, resumed with --data {}: the rest of the run trains on another dataset",
+                       was["data"], o.data_path));
+  }
 
   // 3. Into the arena.
   upload_tensors();

@@ -1,0 +1,153 @@
+#include "preflight.h"
+
+#include <renaissance/core/error.h>
+#include <renaissance/core/paths.h>
+#include <renaissance/io/dataset.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <sys/stat.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+namespace renaissance::app {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Rule {
+  const char* option;
+  bool integer;
+  long double lo, hi;
+  bool lo_open, hi_open;  ///< the bound itself is excluded
+  const char* words;      ///< what the message says it must be
+};
+
+constexpr long double kInf = std::numeric_limits<long double>::infinity();
+
+/// The value as the user wrote it (command line or run.yaml), checked against `r`; empty: fine.
+std::string check_text(const std::string& text, const Rule& r) {
+  bool ok = false;
+  if (r.integer) {
+    long long v = 0;
+    const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+    const auto [ptr, ec] = std::from_chars(first, text.data() + text.size(), v);
+    ok = ec == std::errc() && ptr == text.data() + text.size() && v >= r.lo && v <= r.hi;
+  } else {
+    char* end = nullptr;
+    const long double v = std::strtold(text.c_str(), &end);
+    ok = !text.empty() && end && *end == '\0' && std::isfinite(v) && (r.lo_open ? v > r.lo : v >= r.lo) &&
+         (r.hi_open ? v < r.hi : v <= r.hi);
+  }
+  return ok ? std::string() : fmt::format("{} must be {}, got '{}'", r.option, r.words, text);
+}
+
+bool is_directory(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/// An output written in place (appended or truncated, no rename): a FIFO or /dev/stdout is fine, a directory is not,
+/// and a new file needs an existing, writable directory.
+void check_in_place_output(const std::string& path, const std::string& option) {
+  if (path.empty()) return;
+  RN_CHECK_CTX(!is_directory(path), path, "{}: is a directory, not a file", option);
+  std::error_code ec;
+  if (fs::exists(path, ec)) return;
+  const fs::path parent = fs::path(path).parent_path();
+  require_writable_dir(parent.empty() ? "." : parent.string(), option);
+  RN_CHECK_CTX(is_directory(parent.empty() ? "." : parent.string()), path, "{}: the directory '{}' does not exist",
+               option, parent.string());
+}
+
+}  // namespace
+
+void check_train_numbers(const CLI::App& cmd) {
+  const Rule rules[] = {
+      {"--epochs", true, 1, 1000000, false, false, "an integer from 1 to 1000000"},
+      {"--batch", true, 1, 1LL << 31, false, false, "an integer from 1 to 2147483648"},
+      {"--val-batch", true, 0, 1LL << 31, false, false, "an integer from 0 (the training batch) to 2147483648"},
+      {"--lr", false, 0, kInf, true, false, "a finite number > 0"},
+      {"--momentum", false, 0, 1, false, true, "a number in [0, 1)"},
+      {"--weight-decay", false, 0, kInf, false, false, "a finite number >= 0"},
+      {"--warmup-epochs", false, 0, 1000000, false, false, "a number of epochs from 0 to 1000000"},
+      {"--step-epochs", true, 1, 1000000, false, false, "an integer from 1 to 1000000"},
+      {"--label-smoothing", false, 0, 1, false, true, "a number in [0, 1)"},
+      {"--ema-decay", false, 0, 1, true, true, "a number in (0, 1)"},
+      {"--max-steps", true, 1, 1LL << 53, false, false, "an integer from 1 to 2^53"},
+      {"--crop-padding", true, 0, 4096, false, false, "an integer from 0 (off) to 4096"},
+      {"--start-resolution", true, 0, 1LL << 20, false, false, "an integer from 0 (off) to 1048576"},
+      {"--lowres-epochs", true, 0, 1000000, false, false, "an integer from 0 to 1000000"},
+      {"--keep", true, 1, 1000000, false, false, "an integer from 1 to 1000000"},
+      {"--comm-timeout", false, 0, 1e9, true, false, "a number of seconds > 0"},
+  };
+  for (const Rule& r : rules) {
+    const CLI::Option* opt = cmd.get_option_no_throw(r.option);
+    if (!opt || opt->count() == 0 || opt->results().empty()) continue;
+    const std::string err = check_text(opt->results().back(), r);
+    RN_CHECK(err.empty(), "{}", err);
+  }
+}
+
+TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions& t, bool root) {
+  TrainPreflight out;
+  RN_CHECK(t.schedule != runtime::ScheduleKind::STEP || t.step_epochs >= 1,
+           "--schedule step needs --step-epochs >= 1 (decay every N epochs)");
+  RN_CHECK(t.lowres_epochs == 0 || t.start_resolution > 0, "--lowres-epochs needs --start-resolution");
+  const std::string resume_file = f.resume == "auto" ? std::string() : f.resume;
+  if (root) {
+    // Inputs first (a clear "no such file"), then every output against every input and against each other.
+    if (!resume_file.empty()) require_input_file(resume_file, "--resume");
+    if (!f.save.empty()) (void)resolve_output_file(f.save, "--save");
+    check_in_place_output(f.metrics, "--metrics");
+    check_in_place_output(f.loss_log, "--loss-log");
+    require_distinct_files({{"--data", f.data}, {"--resume", resume_file}, {"--model-file", f.model_file},
+                            {"--config", f.config}},
+                           {{"--save", f.save}, {"--metrics", f.metrics}, {"--loss-log", f.loss_log}});
+    if (!f.checkpoint_dir.empty()) {
+      require_writable_dir(f.checkpoint_dir, "--checkpoint-dir");
+      // --save onto one of the directory's own checkpoints (the one --resume auto will load, say) would destroy it.
+      if (!f.save.empty()) {
+        std::error_code ec;
+        const fs::path sp = fs::weakly_canonical(f.save, ec), dp = fs::weakly_canonical(f.checkpoint_dir, ec);
+        const std::string name = sp.filename().string();
+        const bool own = name == io::kLatestCheckpoint || (name.rfind("ckpt-step", 0) == 0 && sp.extension() == ".h5");
+        RN_CHECK_CTX(!(own && sp.parent_path() == dp), f.save,
+                     "--save would overwrite a checkpoint of --checkpoint-dir {} (save the weights elsewhere)",
+                     f.checkpoint_dir);
+      }
+      out.lock = std::make_unique<io::CheckpointDirLock>(f.checkpoint_dir);
+    }
+  }
+  // The dataset, on every rank (each reads its own copy of the path).
+  const io::DatasetFile data(f.data);
+  for (io::Split s : io::kAllSplits) data.validate_labels(s);
+  RN_CHECK_CTX(data.size(io::Split::train) > 0, f.data, "the train split is empty");
+  RN_CHECK_CTX(!t.validate || data.size(io::Split::val) > 0, f.data,
+               "the val split is empty: nothing to validate on (pass --no-validate, or add validation samples)");
+  if (t.comm && t.comm->world_size() > 1) {
+    // Same shapes but other contents (another copy of the file on a node) would train silently on other data.
+    const std::uint64_t mine = data.content_fingerprint();
+    std::vector<std::uint8_t> theirs(8);
+    for (int i = 0; i < 8; ++i) theirs[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(mine >> (8 * i));
+    t.comm->broadcast(theirs, 0);
+    std::uint64_t root_fp = 0;
+    for (int i = 0; i < 8 && i < static_cast<int>(theirs.size()); ++i) root_fp |= std::uint64_t(theirs[i]) << (8 * i);
+    const std::int64_t bad = t.comm->agree_max(root_fp == mine ? -1 : t.comm->rank());
+    if (bad >= 0)
+      throw Error(fmt::format("the dataset's content differs between ranks: rank {}'s copy of {} does not match rank "
+                              "0's (content fingerprint {:016x} on rank 0{})",
+                              bad, f.data, root_fp,
+                              bad == t.comm->rank() ? fmt::format(", {:016x} here", mine) : std::string()),
+                  "data-parallel run", "give every rank the same dataset file (copy it again, or use a shared path)");
+  }
+  return out;
+}
+
+}  // namespace renaissance::app

@@ -1,0 +1,42 @@
+// What `train` (and `predict`) check before any work is spent (issue 13): numeric options in range (with the
+// text the user wrote in the message), every output path writable and never an input, the val split and the
+// labels, the dataset's content the same on every rank, and the checkpoint directory's lock. Each error names the
+// option, file or split.
+#pragma once
+
+#include <renaissance/io/checkpoint.h>
+#include <renaissance/runtime/trainer.h>
+
+#include <memory>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace renaissance::app {
+
+/// The numeric options of `train` (from the command line or run.yaml) against their ranges: --lr a finite
+/// number > 0, 0 <= --label-smoothing < 1, 0 < --ema-decay < 1, --crop-padding >= 0, --epochs from 1 to 10^6, ...
+/// A value that overflowed its type is reported as written ("--epochs must be an integer from 1 to 1000000, got
+/// '99999999999999999999'").
+void check_train_numbers(const CLI::App& cmd);
+
+/// The files of one `train` run.
+struct TrainFiles {
+  std::string data, model_file, config, resume;  ///< inputs (resume: a file, or "auto"/"")
+  std::string save, metrics, loss_log;           ///< outputs
+  std::string checkpoint_dir;
+};
+
+/// Held from before the first step to the end of the run.
+struct TrainPreflight {
+  std::unique_ptr<io::CheckpointDirLock> lock;  ///< rank 0 with --checkpoint-dir
+};
+
+/// Paths (on rank 0: outputs writable and distinct from every input; the checkpoint directory locked), the dataset
+/// (every rank: labels of both splits in [0, num_classes), a non-empty val split when validating, and the content
+/// fingerprint compared with rank 0's), before the Trainer is built.
+TrainPreflight preflight_train(const TrainFiles& files, const runtime::TrainOptions& t, bool root);
+
+}  // namespace renaissance::app

@@ -1,0 +1,119 @@
+#include <renaissance/core/error.h>
+#include <renaissance/core/paths.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace renaissance {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kind_of(const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  if (S_ISREG(st.st_mode)) return "a file";
+  return "not a regular file";
+}
+
+std::string parent_of(const std::string& path) {
+  const fs::path p = fs::path(path).parent_path();
+  return p.empty() ? std::string(".") : p.string();
+}
+
+}  // namespace
+
+void require_input_file(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    struct stat lst {};
+    if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+      RN_FAIL_CTX(path, "{}: a dangling symlink", what);
+    RN_FAIL_CTX(path, "{}: {}", what, err == ENOENT ? "no such file" : std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode))
+    RN_FAIL_CTX(path, "{}: is {}, not a file", what, kind_of(st));
+  if (::access(path.c_str(), R_OK) != 0) RN_FAIL_CTX(path, "{}: cannot read it: {}", what, std::strerror(errno));
+}
+
+void require_writable_dir(const std::string& dir, const std::string& option) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    // A directory that will be created: its nearest existing ancestor must be a writable directory.
+    const int err = errno;
+    RN_CHECK_CTX(err == ENOENT || err == ENOTDIR, dir, "{}: {}", option, std::strerror(err));
+    fs::path up = fs::path(dir).parent_path();
+    while (!up.empty() && ::stat(up.c_str(), &st) != 0) up = up.parent_path();
+    const std::string anc = up.empty() ? std::string(".") : up.string();
+    RN_CHECK_CTX(::stat(anc.c_str(), &st) == 0, dir, "{}: {}", option, std::strerror(errno));
+    RN_CHECK_CTX(S_ISDIR(st.st_mode), dir, "{}: cannot create the directory: '{}' is {}", option, anc, kind_of(st));
+    RN_CHECK_CTX(::access(anc.c_str(), W_OK | X_OK) == 0, dir, "{}: cannot create the directory in '{}': {}", option,
+                 anc, std::strerror(errno));
+    return;
+  }
+  RN_CHECK_CTX(S_ISDIR(st.st_mode), dir, "{}: is {}, not a directory", option, kind_of(st));
+  RN_CHECK_CTX(::access(dir.c_str(), W_OK | X_OK) == 0, dir, "{}: the directory is not writable: {}", option,
+               std::strerror(errno));
+}
+
+std::string resolve_output_file(const std::string& path, const std::string& option) {
+  RN_CHECK_CTX(!path.empty(), option, "an empty file name");
+  std::string target = path;
+  struct stat lst {};
+  if (::lstat(path.c_str(), &lst) == 0) {
+    if (S_ISLNK(lst.st_mode)) {
+      std::error_code ec;
+      const fs::path resolved = fs::canonical(path, ec);
+      RN_CHECK_CTX(!ec, path, "{}: a dangling symlink (refusing to write through it)", option);
+      target = resolved.string();
+    }
+    struct stat st {};
+    RN_CHECK_CTX(::stat(target.c_str(), &st) == 0, path, "{}: {}", option, std::strerror(errno));
+    RN_CHECK_CTX(S_ISREG(st.st_mode), path,
+                 "{}: is {}; refusing to replace it (write to a regular file)", option, kind_of(st));
+  } else {
+    RN_CHECK_CTX(errno == ENOENT, path, "{}: {}", option, std::strerror(errno));
+  }
+  const std::string dir = parent_of(target);
+  struct stat dst {};
+  RN_CHECK_CTX(::stat(dir.c_str(), &dst) == 0, path, "{}: the directory '{}' does not exist", option, dir);
+  RN_CHECK_CTX(S_ISDIR(dst.st_mode), path, "{}: '{}' is {}, not a directory", option, dir, kind_of(dst));
+  RN_CHECK_CTX(::access(dir.c_str(), W_OK | X_OK) == 0, path, "{}: cannot write in the directory '{}': {}", option,
+               dir, std::strerror(errno));
+  return target;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  std::error_code ec;
+  if (fs::equivalent(a, b, ec) && !ec) return true;
+  const fs::path ca = fs::weakly_canonical(a, ec);
+  if (ec) return false;
+  const fs::path cb = fs::weakly_canonical(b, ec);
+  return !ec && ca == cb;
+}
+
+void require_distinct_files(const std::vector<std::pair<std::string, std::string>>& inputs,
+                            const std::vector<std::pair<std::string, std::string>>& outputs) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [oopt, out] = outputs[i];
+    if (out.empty()) continue;
+    for (const auto& [iopt, in] : inputs)
+      if (same_file(out, in))
+        RN_FAIL_CTX(out, "{} is the same file as {} {}: writing it would destroy that input", oopt, iopt, in);
+    for (std::size_t j = 0; j < i; ++j)
+      if (same_file(out, outputs[j].second))
+        RN_FAIL_CTX(out, "{} and {} name the same file", outputs[j].first, oopt);
+  }
+}
+
+}  // namespace renaissance

@@ -1,0 +1,98 @@
+// Issue 13, class 1: bounded parsing through the commands a user runs. A few hundred bytes of YAML whose anchors
+// alias anchors ("billion laughs") are refused at once with the file named, by `plan`, `train`, `eval
+// --model-file`, `train --config`, and when they sit in a checkpoint's model_yaml (`checkpoint inspect` calls it
+// invalid, `eval --checkpoint` refuses it). Deep nesting names the file and the limit.
+#include "hardening_util.h"
+
+#include <renaissance/io/checkpoint.h>
+
+namespace {
+
+using namespace hardening;
+
+std::string laughs_layers(const std::string& indent) {
+  std::string s = indent + "- &a0 {seq: [relu, relu, relu, relu, relu, relu, relu, relu, relu, relu]}\n";
+  for (int i = 1; i < 9; ++i) {
+    s += indent + "- &a" + std::to_string(i) + " {seq: [";
+    for (int k = 0; k < 10; ++k) s += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    s += "]}\n";
+  }
+  return s;
+}
+
+std::string laughs_model() {
+  return "name: lol\ninput: [28, 28, 1]\nlayers:\n" + laughs_layers("  ") +
+         "  - gap\n  - fc: {out: 10}\n  - softmax_ce: {classes: 10}\n";
+}
+
+}  // namespace
+
+TEST(HardeningBounded, BillionLaughsModelIsRefusedQuicklyByEveryCommand) {
+  const fs::path d = temp_dir();
+  const fs::path model = d / "lol.yaml";
+  write_text(model, laughs_model());
+  ASSERT_LT(fs::file_size(model), 1000u);
+  const std::string data = tiny_data();
+  for (const std::string& cmd :
+       {"plan --model-file " + model.string(), "train --data " + data + " --model-file " + model.string(),
+        "eval --data " + data + " --weights none.h5 --model-file " + model.string()}) {
+    SCOPED_TRACE(cmd);
+    const CliResult r = run(cmd, 60);
+    EXPECT_CLEAN_ERROR(r, model.string() + ":", "more than 1000000 nodes", "billion laughs");
+    EXPECT_LT(r.seconds, 10.0);  // it used to grow to 5.8 GB and run until killed
+  }
+  // The same YAML in run.yaml: refused before any option is applied.
+  const fs::path cfg = d / "run.yaml";
+  write_text(cfg, "epochs: 1\nx: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + [] {
+    std::string s;
+    for (int i = 1; i < 8; ++i) {
+      s += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+      for (int k = 0; k < 10; ++k) s += std::string(k ? ", " : "") + (i == 1 ? "*a" : "*a" + std::to_string(i - 1));
+      s += "]\n";
+    }
+    return s;
+  }());
+  const CliResult r = run("train --data " + data + " --config " + cfg.string(), 60);
+  EXPECT_CLEAN_ERROR(r, cfg.string() + ":", "more than 1000000 nodes");
+  EXPECT_LT(r.seconds, 10.0);
+}
+
+TEST(HardeningBounded, DeepNestingNamesTheFileAndTheLimit) {
+  const fs::path d = temp_dir();
+  const fs::path model = d / "deep.yaml";
+  write_text(model, "name: deep\ninput: [28, 28, 1]\nlayers: " + std::string(3000, '[') + std::string(3000, ']') + "\n");
+  const CliResult r = run("plan --model-file " + model.string());
+  EXPECT_CLEAN_ERROR(r, model.string() + ":3", "deeper than 100 levels", "(the limit)");
+}
+
+TEST(HardeningBounded, ACheckpointWhoseModelYamlExpandsIsNotValid) {
+  const fs::path d = temp_dir();
+  const CliResult train = run("train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 --checkpoint-dir " +
+                        (d / "ck").string());
+  ASSERT_EQ(train.code, 0) << train.out;
+  // A checkpoint whose every checksum is right but whose model_yaml is a billion laughs.
+  renaissance::io::Checkpoint ck = renaissance::io::read_checkpoint((d / "ck" / "latest.h5").string());
+  ck.state.model_yaml = laughs_model();
+  const fs::path bad = d / "laughs.h5";
+  renaissance::io::write_checkpoint(bad.string(), ck);
+  const CliResult inspect = run("checkpoint inspect " + bad.string(), 60);
+  EXPECT_CLEAN_ERROR(inspect, "INVALID", bad.string() + ": model_yaml:", "more than 1000000 nodes");
+  EXPECT_EQ(inspect.out.find("valid ("), std::string::npos) << inspect.out;
+  EXPECT_LT(inspect.seconds, 10.0);
+  const CliResult eval = run("eval --data " + tiny_data() + " --checkpoint " + bad.string(), 60);
+  EXPECT_CLEAN_ERROR(eval, bad.string() + ": model_yaml:", "more than 1000000 nodes");
+  EXPECT_LT(eval.seconds, 10.0);
+  // The untouched checkpoint is valid: the check is not a blanket refusal.
+  const CliResult good = run("checkpoint inspect " + (d / "ck" / "latest.h5").string());
+  EXPECT_EQ(good.code, 0) << good.out;
+  EXPECT_NE(good.out.find("valid ("), std::string::npos) << good.out;
+}
+
+TEST(HardeningBounded, AnAbsurdBatchIsRefusedInsteadOfWrappingAround) {
+  // plan --batch 9e15 used to print a negative region (int64 overflow); 2e9 samples of 224x224x3 a 24 GiB "arena".
+  EXPECT_CLEAN_ERROR(run("plan --model vgg16 --batch 9000000000000000 --dataset-size 9000000000000000"),
+                     "batch must be from 1 to 2^31, got 9000000000000000");
+  EXPECT_CLEAN_ERROR(run("plan --model vgg16 --batch 2000000000 --dataset-size 2000000000"), "more than 2^46 elements");
+  const CliResult ok = run("plan --model resnet50 --batch 1000000 --dataset-size 1000000");
+  EXPECT_EQ(ok.code, 0) << ok.out;  // big, but representable
+}

@@ -1,0 +1,133 @@
+// Issue 13, class 6 (the single-process faults; the MPI ones are tests/dist/dp_test.sh startup-*, finalize-stop,
+// sigterm-mpirun, data-differs). A full disk during any write (--save, a checkpoint, the preemption checkpoint, a
+// dataset) exits with the documented code (1, or 75 for a preemption) and a message naming the file, never a
+// crash (HDF5's exit handler used to SIGSEGV on the half-closed file), and the previous file stays. SIGPIPE on
+// stdout does not kill a run.
+//
+// The full disk is a real one where this process may mount (root with CAP_SYS_ADMIN): a tmpfs of a few MB, filled
+// up to a few KB. Elsewhere it is a file-size limit (prlimit --fsize, RLIMIT_FSIZE: write(2) fails with EFBIG).
+#include "hardening_util.h"
+
+#include <renaissance/io/checkpoint.h>
+#include <renaissance/io/weights.h>
+
+#include <sys/mount.h>
+#include <sys/statvfs.h>
+
+namespace {
+
+using namespace hardening;
+
+/// A small disk: `dir()` is where the outputs go, `limited()` the prefix of a command line that must fail writing.
+class SmallDisk {
+ public:
+  explicit SmallDisk(const fs::path& dir) : m_dir(dir) {
+    fs::create_directories(dir);
+    // RENAISSANCE_TEST_NO_MOUNT=1 tries the file-size-limit variant where mounting would work.
+    m_tmpfs = !std::getenv("RENAISSANCE_TEST_NO_MOUNT") && ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=4m") == 0;
+  }
+  ~SmallDisk() {
+    if (m_tmpfs) ::umount2(m_dir.c_str(), MNT_DETACH);
+  }
+  const fs::path& dir() const { return m_dir; }
+  bool tmpfs() const { return m_tmpfs; }
+  /// Leaves `free_kb` free (tmpfs) and returns the prefix under which writes beyond that fail.
+  std::string fill(std::uint64_t free_kb) const {
+    if (!m_tmpfs) return "prlimit --fsize=" + std::to_string(free_kb * 1024) + " ";
+    struct statvfs v {};
+    ::statvfs(m_dir.c_str(), &v);
+    const std::uint64_t avail = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+    if (avail > free_kb * 1024) {
+      std::ofstream f(m_dir / ".filler", std::ios::binary | std::ios::app);
+      const std::vector<char> block(static_cast<std::size_t>(avail - free_kb * 1024), 'x');
+      f.write(block.data(), static_cast<std::streamsize>(block.size()));
+    }
+    return "";
+  }
+  std::vector<std::string> temporaries() const {
+    std::vector<std::string> t;
+    for (const auto& e : fs::recursive_directory_iterator(m_dir))
+      if (e.path().filename().string().find(".tmp-") != std::string::npos) t.push_back(e.path().string());
+    return t;
+  }
+
+ private:
+  fs::path m_dir;
+  bool m_tmpfs = false;
+};
+
+const char* kDiskFull[] = {"no space left on device", "file too large"};
+
+void expect_disk_full(const CliResult& r, const std::string& file, int code = 1) {
+  EXPECT_EQ(r.code, code) << r.out;
+  EXPECT_TRUE(r.out.find(kDiskFull[0]) != std::string::npos || r.out.find(kDiskFull[1]) != std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(file), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Segmentation"), std::string::npos) << r.out;
+}
+
+}  // namespace
+
+TEST(HardeningFaults, AFullDiskDuringSaveIsACleanErrorAndThePreviousFileStays) {
+  const fs::path d = temp_dir();
+  SmallDisk disk(d / "disk");
+  const fs::path w = disk.dir() / "w.h5";
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 --save " + w.string();
+  ASSERT_EQ(run(train).code, 0);
+  const std::string before = read_text(w);
+  const CliResult r = run_shell("exec " + disk.fill(64) + cli() + " " + train + " --seed 9");
+  expect_disk_full(r, w.string());
+  EXPECT_TRUE(read_text(w) == before) << "the previous weights were damaged";
+  EXPECT_NO_THROW(renaissance::io::read_weights(w.string()));
+  EXPECT_TRUE(disk.temporaries().empty()) << disk.temporaries().front();
+}
+
+TEST(HardeningFaults, AFullDiskDuringACheckpointKeepsThePreviousOneAndAPreemptionStillExits75) {
+  const fs::path d = temp_dir();
+  SmallDisk disk(d / "disk");
+  const std::string ck = (disk.dir() / "ck").string();
+  const std::string train = "train --data " + tiny_data() + " --epochs 3 --batch 32 --checkpoint-every 3 --checkpoint-dir " + ck;
+  ASSERT_EQ(run(train + " --max-steps 3").code, 0);  // ckpt-step00000003.h5
+  const fs::path first = fs::path(ck) / "ckpt-step00000003.h5";
+  ASSERT_TRUE(fs::exists(first));
+  const std::string limited = disk.fill(64);
+  // The next checkpoint (step 6) does not fit: exit 1 naming it, and step 3 stays the valid latest.
+  CliResult r = run_shell("exec " + limited + cli() + " " + train + " --max-steps 9 --resume auto");
+  expect_disk_full(r, "ckpt-step00000006.h5");
+  EXPECT_NO_THROW(renaissance::io::read_checkpoint(first.string()));
+  EXPECT_EQ(fs::canonical(fs::path(ck) / "latest.h5"), fs::canonical(first));
+  EXPECT_TRUE(disk.temporaries().empty()) << disk.temporaries().front();
+  // SIGUSR1 (preemption): the checkpoint it asks for cannot be written either; still 75, the run requeues and
+  // resumes from step 3.
+  const std::string preempted = "train --data " + tiny_data() + " --epochs 3 --batch 32 --checkpoint-every 100 --checkpoint-dir " + ck;
+  r = run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=300 " + limited + cli() + " " + preempted + " --resume auto & pid=$!; "
+                "sleep 2.5; kill -USR1 $pid; wait $pid");
+  expect_disk_full(r, ck, 75);
+  EXPECT_NE(r.out.find("preempted, but this checkpoint could not be written"), std::string::npos) << r.out;
+  EXPECT_NO_THROW(renaissance::io::read_checkpoint(first.string()));
+  EXPECT_EQ(fs::canonical(fs::path(ck) / "latest.h5"), fs::canonical(first));
+  EXPECT_TRUE(disk.temporaries().empty()) << disk.temporaries().front();
+}
+
+TEST(HardeningFaults, AFullDiskDuringADatasetWriteIsACleanError) {
+  // The one writer that streams through HDF5's own file I/O (a dataset can be larger than memory).
+  const fs::path d = temp_dir();
+  SmallDisk disk(d / "disk");
+  const fs::path out = disk.dir() / "x.h5";
+  const CliResult r = run_shell("exec " + disk.fill(256) + cli() + " data synthetic --out " + out.string() +
+                                " --train 5000 --val 100 --shape 28,28,1 --classes 10");
+  expect_disk_full(r, out.string());
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_TRUE(disk.temporaries().empty()) << disk.temporaries().front();
+}
+
+TEST(HardeningFaults, SigpipeOnStdoutDoesNotKillTheRun) {
+  const fs::path d = temp_dir();
+  const fs::path w = d / "w.h5";
+  // `| head -c 20`: the reader goes away after the first line; the run must finish and save its weights.
+  const CliResult r = run_shell("bash -c \"" + cli() + " train --data " + tiny_data() + " --epochs 2 --batch 32 --save " +
+                                w.string() + " 2>" + (d / "err.txt").string() +
+                                " | head -c 20 >/dev/null; exit \\${PIPESTATUS[0]}\"");
+  EXPECT_EQ(r.code, 0) << r.out << read_text(d / "err.txt");
+  EXPECT_NO_THROW(renaissance::io::read_weights(w.string()));
+  EXPECT_NE(read_text(d / "err.txt").find("standard output was closed"), std::string::npos) << read_text(d / "err.txt");
+}

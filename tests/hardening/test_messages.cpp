@@ -1,0 +1,99 @@
+// Issue 13, class 7: messages that say what is wrong. A std of 0 or NaN in the dataset is named as such (not "the
+// loss diverged: lower --lr"); a directory given as a file is named; a dataset given to --resume says it is not a
+// checkpoint; CLI11's range messages print plain integers; resuming with another --epochs, --lr or --data warns,
+// as another seed or batch does.
+#include "hardening_util.h"
+
+#include <cmath>
+
+namespace {
+
+using namespace hardening;
+
+void set_std(const fs::path& p, float v) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t a = H5Aopen(f, "std", H5P_DEFAULT);
+  ASSERT_GE(a, 0);
+  EXPECT_GE(H5Awrite(a, H5T_NATIVE_FLOAT, &v), 0);
+  H5Aclose(a);
+  H5Fclose(f);
+}
+
+}  // namespace
+
+TEST(HardeningMessages, AStdOfZeroOrNanInTheDatasetIsNamedAsSuch) {
+  const fs::path d = temp_dir();
+  for (const float v : {0.0f, std::nanf("")}) {
+    const fs::path p = d / (std::isnan(v) ? "nan.h5" : "zero.h5");
+    fs::copy_file(tiny_data(), p);
+    set_std(p, v);
+    const CliResult r = run("train --data " + p.string() + " --epochs 1 --batch 32");
+    EXPECT_CLEAN_ERROR(r, p.string() + ": attribute 'std' of channel 0 is " + (std::isnan(v) ? "nan" : "0"),
+                       "must be finite and > 0");
+    EXPECT_EQ(r.out.find("lower --lr"), std::string::npos) << r.out;
+    EXPECT_CLEAN_ERROR(run("data inspect " + p.string()), "attribute 'std' of channel 0");
+  }
+}
+
+TEST(HardeningMessages, ADirectoryGivenAsAFileIsNamed) {
+  const fs::path d = temp_dir();
+  const std::string dir = d.string(), data = tiny_data();
+  for (const auto& [args, what] : std::vector<std::pair<std::string, std::string>>{
+           {"train --data " + dir, "is a directory"},
+           {"train --data " + data + " --model-file " + dir, "model file: is a directory, not a file"},
+           {"train --data " + data + " --config " + dir, "--config: is a directory, not a file"},
+           {"train --data " + data + " --resume " + dir, "--resume: is a directory, not a file"},
+           {"eval --data " + data + " --weights " + dir, "weights file: is a directory, not a file"},
+           {"eval --data " + data + " --checkpoint " + dir, "checkpoint: is a directory, not a file"},
+           {"checkpoint inspect " + dir, "is a directory, not a file"},
+           {"data inspect " + dir, "is a directory"},
+       }) {
+    SCOPED_TRACE(args);
+    EXPECT_CLEAN_ERROR(run(args), dir, what);
+  }
+}
+
+TEST(HardeningMessages, AFileOfAnotherKindSaysWhatItIs) {
+  const fs::path d = temp_dir();
+  const std::string data = tiny_data();
+  EXPECT_CLEAN_ERROR(run("train --data " + data + " --epochs 1 --batch 32 --resume " + data),
+                     data + ": it is a Renaissance dataset, not a checkpoint");
+  EXPECT_CLEAN_ERROR(run("eval --data " + data + " --weights " + data), "it is a Renaissance dataset, not a weights file");
+  const fs::path w = d / "w.h5";
+  ASSERT_EQ(run("train --data " + data + " --epochs 1 --max-steps 1 --batch 32 --save " + w.string()).code, 0);
+  EXPECT_CLEAN_ERROR(run("eval --data " + data + " --checkpoint " + w.string()), "it is a weights file (--save), not a checkpoint");
+  EXPECT_CLEAN_ERROR(run("checkpoint inspect " + w.string()), "not a checkpoint");
+}
+
+TEST(HardeningMessages, RangeMessagesPrintPlainIntegers) {
+  const fs::path d = temp_dir();
+  for (const std::string& bad : {"--train 0 --val 1", "--train 5 --val -1", "--train 99999999999999999999 --val 1"}) {
+    const CliResult r = run("data synthetic --out " + (d / "x.h5").string() + " " + bad + " --shape 2,2,1 --classes 2");
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_LT(r.code, 128) << r.out;
+    EXPECT_NE(r.out.find("not in range"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("1797693134862315"), std::string::npos) << "a 309-digit bound:\n" << r.out;
+  }
+}
+
+TEST(HardeningMessages, ResumingWithAnotherEpochsLrOrDataWarns) {
+  const fs::path d = temp_dir();
+  const std::string ck = (d / "ck").string();
+  ASSERT_EQ(run("train --data " + tiny_data() + " --epochs 2 --max-steps 3 --batch 32 --lr 0.05 --checkpoint-dir " + ck).code, 0);
+  const fs::path other = d / "other.h5";
+  fs::copy_file(tiny_data(), other);
+  const CliResult r = run("train --data " + other.string() + " --epochs 3 --max-steps 4 --batch 32 --lr 0.02 --checkpoint-dir " +
+                          ck + " --resume auto");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("written with --epochs 2, resumed with --epochs 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("written with --lr 0.05 --schedule onecycle, resumed with --lr 0.02"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("written with --data " + tiny_data() + ", resumed with --data " + other.string()), std::string::npos)
+      << r.out;
+  // The same options: no such warning.
+  const CliResult same = run("train --data " + other.string() + " --epochs 3 --max-steps 5 --batch 32 --lr 0.02 --checkpoint-dir " +
+                             ck + " --resume auto");
+  ASSERT_EQ(same.code, 0) << same.out;
+  EXPECT_EQ(same.out.find("written with --"), std::string::npos) << same.out;
+}

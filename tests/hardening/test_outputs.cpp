@@ -1,0 +1,126 @@
+// Issue 13, class 3: no output may destroy an input or another run's work. An output that is (or links to) an
+// input is refused before any work; --save onto a symlink replaces the file it points to, never the link, and a
+// device is never replaced; two runs cannot share a checkpoint directory (a lock), and a temporary is removed
+// only when its writer process is dead; a failed write of --metrics or --loss-log fails the run.
+#include "hardening_util.h"
+
+#include <renaissance/io/hdf5_util.h>
+#include <renaissance/io/weights.h>
+
+#include <sys/stat.h>
+
+namespace {
+
+using namespace hardening;
+
+std::string host_tag() {  // how a temporary names its host (io::temporary_name): '-' and '/' become '_'
+  char h[256] = {0};
+  ::gethostname(h, sizeof h - 1);
+  std::string s(h);
+  for (char& c : s)
+    if (c == '-' || c == '/') c = '_';
+  return s;
+}
+
+}  // namespace
+
+TEST(HardeningOutputs, AnOutputThatIsAnInputIsRefusedBeforeAnyWork) {
+  const fs::path d = temp_dir();
+  const fs::path data = d / "data.h5";
+  fs::copy_file(tiny_data(), data);
+  const std::string before = read_text(data);
+  fs::create_symlink(data, d / "link.h5");
+  fs::create_hard_link(data, d / "hard.h5");
+  const std::string train = "train --data " + data.string() + " --epochs 1 --batch 32 ";
+  for (const auto& [args, names] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"--save " + data.string(), {"--save is the same file as --data"}},
+           {"--save " + (d / "link.h5").string(), {"--save is the same file as --data"}},
+           {"--save " + (d / "hard.h5").string(), {"--save is the same file as --data"}},
+           {"--metrics " + data.string(), {"--metrics is the same file as --data"}},
+           {"--loss-log " + (d / "link.h5").string(), {"--loss-log is the same file as --data"}},
+           {"--save " + (d / "o.h5").string() + " --metrics " + (d / "o.h5").string(), {"--save and --metrics name the same file"}}}) {
+    SCOPED_TRACE(args);
+    const CliResult r = run(train + args);
+    EXPECT_EQ(r.code, 1) << r.out;
+    for (const std::string& n : names) EXPECT_NE(r.out.find(n), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << "refused before training:\n" << r.out;
+  }
+  EXPECT_TRUE(read_text(data) == before) << "the dataset changed";
+  EXPECT_TRUE(fs::is_symlink(d / "link.h5"));
+
+  // --save onto the checkpoint --resume loads, and predict --out onto its inputs.
+  const fs::path w = d / "w.h5";
+  ASSERT_EQ(run(train + "--max-steps 2 --save " + w.string() + " --checkpoint-dir " + (d / "ck").string()).code, 0);
+  const fs::path ck = fs::canonical(d / "ck" / "latest.h5");
+  const std::string ck_before = read_text(ck), w_before = read_text(w);
+  CliResult r = run(train + "--max-steps 3 --resume " + ck.string() + " --save " + ck.string());
+  EXPECT_CLEAN_ERROR(r, "--save is the same file as --resume");
+  r = run(train + "--max-steps 3 --checkpoint-dir " + (d / "ck").string() + " --resume auto --save " +
+          (d / "ck" / "latest.h5").string());
+  EXPECT_CLEAN_ERROR(r, "--save would overwrite a checkpoint of --checkpoint-dir");
+  r = run("predict --data " + data.string() + " --weights " + w.string() + " --out " + w.string());
+  EXPECT_CLEAN_ERROR(r, "--out is the same file as --weights");
+  r = run("predict --data " + data.string() + " --weights " + w.string() + " --out " + (d / "link.h5").string());
+  EXPECT_CLEAN_ERROR(r, "--out is the same file as --data");
+  EXPECT_TRUE(read_text(ck) == ck_before && read_text(w) == w_before && read_text(data) == before);
+}
+
+TEST(HardeningOutputs, SaveOntoASymlinkReplacesItsTargetAndADeviceIsNeverReplaced) {
+  const fs::path d = temp_dir();
+  fs::create_directories(d / "real");
+  const fs::path target = d / "real" / "w.h5";
+  write_text(target, "old");
+  fs::create_symlink(target, d / "w.h5");
+  const CliResult r = run("train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --save " + (d / "w.h5").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_symlink(d / "w.h5")) << "the link was replaced by the rename";
+  EXPECT_EQ(fs::read_symlink(d / "w.h5"), target);
+  EXPECT_NO_THROW(renaissance::io::read_weights(target.string()));  // the weights went to the link's target
+  // A device (as root, a rename over /dev/null would replace the device node) and a directory are refused.
+  for (const std::string& out : {std::string("/dev/null"), d.string()}) {
+    const CliResult bad = run("train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --save " + out);
+    EXPECT_CLEAN_ERROR(bad, out + ": --save: is a", "refusing to replace it");
+    EXPECT_EQ(bad.out.find("epoch 1/"), std::string::npos) << bad.out;
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+TEST(HardeningOutputs, TwoRunsCannotShareACheckpointDirectoryAndLiveTemporariesSurvive) {
+  const fs::path d = temp_dir();
+  const fs::path ck = d / "ck";
+  fs::create_directories(ck);
+  // A temporary of a writer that is gone, and one of a live process (this test): only the first may go.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  int status = 0;
+  ::waitpid(dead, &status, 0);
+  const fs::path stale = ck / ("ckpt-step00000001.h5.tmp-" + host_tag() + "-" + std::to_string(dead));
+  const fs::path live = ck / ("ckpt-step00000002.h5.tmp-" + host_tag() + "-" + std::to_string(::getpid()));
+  const fs::path other_host = ck / "ckpt-step00000003.h5.tmp-another_host-1";
+  for (const fs::path& p : {stale, live, other_host}) write_text(p, "partial");
+  // Run A (slow steps) holds the directory; run B, started meanwhile on the same directory, is refused at once.
+  const std::string data = tiny_data();
+  const std::string common = " train --data " + data + " --batch 32 --checkpoint-every 2 --checkpoint-dir " + ck.string();
+  const CliResult r = run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=300 " + cli() + common + " --epochs 1 > " + (d / "a.log").string() +
+                                    " 2>&1 & a=$!; sleep 1.5; " + cli() + common + "; b=$?; wait $a; echo \"A=$? B=$b\"",
+                                120);
+  EXPECT_NE(r.out.find("another run is using this checkpoint directory (PID"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("A=0 B=1"), std::string::npos) << r.out << read_text(d / "a.log");
+  EXPECT_NE(read_text(d / "a.log").find("checkpoint: step 7"), std::string::npos) << read_text(d / "a.log");
+  EXPECT_FALSE(fs::exists(stale)) << "a dead writer's temporary is removed";
+  EXPECT_TRUE(fs::exists(live)) << "a live writer's temporary is never removed";
+  EXPECT_TRUE(fs::exists(other_host)) << "another host's temporary is never removed";
+  // A finished run releases the lock: the same directory works again.
+  EXPECT_EQ(run(common + " --resume auto --epochs 2").code, 0);
+}
+
+TEST(HardeningOutputs, AFailedWriteOfMetricsOrLossLogFailsTheRun) {
+  for (const std::string& opt : {std::string("--metrics"), std::string("--loss-log")}) {
+    const CliResult r = run("train --data " + tiny_data() + " --epochs 1 --batch 32 " + opt + " /dev/full");
+    EXPECT_CLEAN_ERROR(r, opt + ": writing", "No space left on device");
+    EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
+  }
+}

@@ -1,0 +1,93 @@
+// Issue 13, class 4: checks before training, not after. Numeric options out of range, output directories that do
+// not exist or are not directories, an empty val split, val labels outside the classes: each is refused before the
+// first step, naming the option or the split.
+#include "hardening_util.h"
+
+#include <renaissance/io/dataset.h>
+
+namespace {
+
+using namespace hardening;
+
+std::string train(const std::string& extra) { return "train --data " + tiny_data() + " --epochs 1 --batch 32 " + extra; }
+
+void expect_refused_before_training(const std::string& args, const std::vector<std::string>& fragments) {
+  SCOPED_TRACE(args);
+  const CliResult r = run(args);
+  EXPECT_EQ(r.code, 1) << r.out;
+  for (const std::string& f : fragments) EXPECT_NE(r.out.find(f), std::string::npos) << "'" << f << "' not in:\n" << r.out;
+  EXPECT_EQ(r.out.find("training fmnist_cnn on"), std::string::npos) << "refused before the trainer starts:\n" << r.out;
+}
+
+}  // namespace
+
+TEST(HardeningPreflight, NumericOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
+  for (const auto& [opt, value, words] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--lr", "-0.1", "a finite number > 0"},
+           {"--lr", "0", "a finite number > 0"},
+           {"--lr", "inf", "a finite number > 0"},
+           {"--lr", "nan", "a finite number > 0"},
+           {"--label-smoothing", "1", "[0, 1)"},
+           {"--label-smoothing", "-0.5", "[0, 1)"},
+           {"--ema-decay", "1.5", "(0, 1)"},
+           {"--ema-decay", "0", "(0, 1)"},
+           {"--crop-padding", "-1", "from 0 (off) to 4096"},
+           {"--momentum", "1", "[0, 1)"},
+           {"--weight-decay", "-1e-4", ">= 0"},
+           {"--warmup-epochs", "-1", "from 0 to 1000000"},
+           {"--max-steps", "0", "from 1 to 2^53"},
+           {"--comm-timeout", "-5", "> 0"},
+           {"--val-batch", "-1", "from 0"},
+       }) {
+    const std::string args = opt == "--epochs" ? train("") : train(opt + " " + value);
+    expect_refused_before_training(args, {opt + " must be a", words, "got '" + value + "'"});
+  }
+  // A value that overflows its type is reported as written, not as CLI11's clamped 9223372036854775807.
+  expect_refused_before_training("train --data " + tiny_data() + " --epochs 99999999999999999999",
+                                 {"--epochs must be an integer from 1 to 1000000, got '99999999999999999999'"});
+  expect_refused_before_training(train("--schedule step"), {"--schedule step needs --step-epochs >= 1"});
+  // The same through run.yaml.
+  const fs::path d = temp_dir();
+  write_text(d / "run.yaml", "lr: -1\n");
+  expect_refused_before_training(train("--config " + (d / "run.yaml").string()), {"--lr must be a finite number > 0, got '-1'"});
+}
+
+TEST(HardeningPreflight, OutputDirectoriesMustExistAndBeWritable) {
+  const fs::path d = temp_dir();
+  write_text(d / "file", "x");
+  expect_refused_before_training(train("--save /nonexistent/dir/w.h5"), {"--save: the directory '/nonexistent/dir' does not exist"});
+  expect_refused_before_training(train("--metrics /nonexistent/m.jsonl"), {"--metrics", "/nonexistent"});
+  expect_refused_before_training(train("--loss-log " + d.string()), {"--loss-log: is a directory, not a file"});
+  expect_refused_before_training(train("--checkpoint-dir " + (d / "file" / "ck").string()),
+                                 {"--checkpoint-dir: cannot create the directory", "is a file"});
+  expect_refused_before_training(train("--checkpoint-dir " + (d / "file").string()), {"--checkpoint-dir: is a file, not a directory"});
+}
+
+TEST(HardeningPreflight, AnEmptyValSplitOrValLabelsOutOfRangeAreRefusedNamingTheSplit) {
+  const fs::path d = temp_dir();
+  const fs::path noval = d / "noval.h5";
+  renaissance::io::make_synthetic(noval.string(), 100, 0, 28, 28, 1, 10, 1);
+  expect_refused_before_training("train --data " + noval.string() + " --epochs 1 --batch 32",
+                                 {noval.string() + ": the val split is empty", "--no-validate"});
+  EXPECT_EQ(run("train --data " + noval.string() + " --epochs 1 --batch 32 --no-validate").code, 0);
+  // A val label of 12 for 10 classes (written behind the writer's back).
+  const fs::path bad = d / "badval.h5";
+  renaissance::io::make_synthetic(bad.string(), 100, 40, 28, 28, 1, 10, 1);
+  {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    const hid_t f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t ds = H5Dopen2(f, "/val/labels", H5P_DEFAULT);
+    const hid_t fs_ = H5Dget_space(ds);
+    const hsize_t at[1] = {17}, one[1] = {1};
+    H5Sselect_hyperslab(fs_, H5S_SELECT_SET, at, nullptr, one, nullptr);
+    const hid_t ms = H5Screate_simple(1, one, nullptr);
+    const int v = 12;
+    EXPECT_GE(H5Dwrite(ds, H5T_NATIVE_INT, ms, fs_, H5P_DEFAULT, &v), 0);
+    H5Sclose(ms);
+    H5Sclose(fs_);
+    H5Dclose(ds);
+    H5Fclose(f);
+  }
+  expect_refused_before_training("train --data " + bad.string() + " --epochs 1 --batch 32",
+                                 {bad.string() + ": dataset '/val/labels'", "label 12 at index 17 is outside [0, 10)"});
+}
