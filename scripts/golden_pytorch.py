@@ -42,7 +42,7 @@ over the tensors of that kind; losses: max relative). Two implementations of the
 that much, so the C++ test never demands less than a multiple of it where ten steps of training amplify differences.
 
 Needs numpy, h5py, PyYAML, torch and the renaissance executable (`renaissance plan --yaml`: the ArchPlan, whose layer
-and tensor names the files use; --renaissance PATH, default build/app/renaissance).
+and tensor names the files use; --renaissance PATH, default build/app/renaissance or build-gpu/app/renaissance).
 """
 
 import argparse
@@ -200,8 +200,11 @@ def train(model, layers, x, y, args, amp):
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=0.0)
     scaler = None
     if amp:
-        scaler = torch.cuda.amp.GradScaler(init_scale=LOSS_SCALE, growth_factor=2.0, backoff_factor=0.5,
-                                           growth_interval=LOSS_SCALE_INTERVAL)
+        kw = dict(init_scale=LOSS_SCALE, growth_factor=2.0, backoff_factor=0.5, growth_interval=LOSS_SCALE_INTERVAL)
+        if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # PyTorch >= 2.3
+            scaler = torch.amp.GradScaler("cuda", **kw)
+        else:
+            scaler = torch.cuda.amp.GradScaler(**kw)
     losses = []
     model.train()
     for step in range(args.steps):
@@ -348,13 +351,22 @@ def main():
     ap.add_argument("--bn-momentum", type=float, default=0.1)
     ap.add_argument("--bn-eps", type=float, default=1e-5)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads on the CPU")
-    ap.add_argument("--renaissance", help="the renaissance executable (default: build/app/renaissance)")
+    ap.add_argument("--renaissance", help="the renaissance executable (default: build/app/renaissance, then "
+                    "build-gpu/app/renaissance)")
     args = ap.parse_args()
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
         raise SystemExit(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
     if args.amp and not args.device.startswith("cuda"):
         raise SystemExit("--amp needs --device cuda (PyTorch's CPU autocast has no FP16)")
+    if not args.renaissance:  # import_pytorch.find_cli's places, and scripts/gpu-test's build directory
+        gpu_build = os.path.join(ROOT, "build-gpu", "app", "renaissance")
+        try:
+            args.renaissance = ip.find_cli(None)
+        except SystemExit:
+            if not os.access(gpu_build, os.X_OK):
+                raise
+            args.renaissance = gpu_build
     torch.set_num_threads(args.threads)
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = False  # Renaissance's FP32 is strict FP32 (no TF32 by default)
