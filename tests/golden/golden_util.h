@@ -26,11 +26,11 @@ struct Tolerance {
 
 /// What a comparison measured: the worst error relative to max|ref| (the number the docs quote), where it is.
 struct Measured {
-  double max_abs = 0;          ///< max |got − ref|
-  double max_rel_to_max = 0;   ///< max |got − ref| / max|ref|
-  double ref_max = 0;          ///< max |ref|
-  std::size_t worst = 0;       ///< index of the largest |got − ref| / (abs · max|ref| + rel · |ref|)
-  double worst_ratio = 0;      ///< that ratio: > 1 fails
+  double max_abs = 0;         ///< max |got − ref|
+  double max_rel_to_max = 0;  ///< max |got − ref| / max|ref|
+  double ref_max = 0;         ///< max |ref|
+  std::size_t worst = 0;      ///< index of the largest |got − ref| / (abs · max|ref| + rel · |ref|)
+  double worst_ratio = 0;     ///< that ratio: > 1 fails
 };
 
 inline Measured measure(const std::vector<double>& got, const std::vector<double>& ref, Tolerance tol) {
@@ -39,9 +39,10 @@ inline Measured measure(const std::vector<double>& got, const std::vector<double
   for (std::size_t i = 0; i < ref.size() && i < got.size(); ++i) {
     const double d = std::abs(got[i] - ref[i]);
     const double bound = tol.abs * m.ref_max + tol.rel * std::abs(ref[i]);
-    const double ratio = std::isfinite(got[i]) ? (bound > 0 ? d / bound : (d > 0 ? HUGE_VAL : 0.0)) : HUGE_VAL;
-    m.max_abs = std::max(m.max_abs, std::isfinite(d) ? d : HUGE_VAL);
-    if (ratio > m.worst_ratio || (i == 0 && ratio > 0)) {
+    const bool finite = std::isfinite(got[i]) && std::isfinite(ref[i]);  // a NaN on either side never passes
+    const double ratio = finite ? (bound > 0 ? d / bound : (d > 0 ? HUGE_VAL : 0.0)) : HUGE_VAL;
+    m.max_abs = std::max(m.max_abs, finite ? d : HUGE_VAL);
+    if (ratio > m.worst_ratio) {
       m.worst_ratio = ratio;
       m.worst = i;
     }

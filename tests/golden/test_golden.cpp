@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -169,8 +170,9 @@ Replay replay(const GoldenCase& c, const fs::path& dir, double lr_factor = 1.0) 
   // The goldens name tensors after an ArchPlan: a plan that changed since they were made would compare other
   // tensors, or none.
   if (t.plan().arch.to_yaml() != g.text("arch_plan")) {
-    out.failures.push_back("the ArchPlan differs from the one the goldens were made for: regenerate them "
-                           "(tests/golden/README.md)");
+    out.failures.push_back(
+        "the ArchPlan differs from the one the goldens were made for: regenerate them "
+        "(tests/golden/README.md)");
     return out;
   }
   t.load_weights((dir / "init.h5").string());
@@ -197,8 +199,8 @@ Replay replay(const GoldenCase& c, const fs::path& dir, double lr_factor = 1.0) 
   Worst w_grad, w_update, w_bn;
   for (const std::string& n : grad_names) {
     Measured m;
-    check(close(fmt::format("gradient of {} after step 1", n), to_double(grads.at(n)), g.values("grad/" + n),
-                tol.grad, &m));
+    check(close(fmt::format("gradient of {} after step 1", n), to_double(grads.at(n)), g.values("grad/" + n), tol.grad,
+                &m));
     w_grad.add(n, m);
   }
   const std::vector<double> ref_losses = g.values("losses");
@@ -250,8 +252,9 @@ bool skip_reason(const GoldenCase& c, std::string* why) {
   }
 #endif
   if (!c.amp || fs::exists(data_dir() / c.dir / "golden.h5")) return false;
-  *why = "no AMP goldens yet: PyTorch writes them on a GPU, see tests/golden/README.md (python3 "
-         "scripts/golden_pytorch.py --out tests/golden/data --device cuda --amp)";
+  *why =
+      "no AMP goldens yet: PyTorch writes them on a GPU, see tests/golden/README.md (python3 "
+      "scripts/golden_pytorch.py --out tests/golden/data --device cuda --amp)";
   return true;
 }
 
@@ -280,6 +283,21 @@ TEST(GoldenControl, ALearningRateOffByAThousandthIsDetected) {
   EXPECT_TRUE(losses) << r.failures.front();
   std::printf("negative control: lr x 1.001 fails %zu comparisons, e.g. %s\n", r.failures.size(),
               r.failures.front().substr(0, 200).c_str());
+}
+
+// The comparison itself: the bound is abs·max|ref| + rel·|ref| per element, NaN or inf on either side fails.
+TEST(GoldenCompare, BoundIsPerElementAndNaNNeverPasses) {
+  const std::vector<double> ref = {1.0, -2.0, 0.5};
+  EXPECT_TRUE(close("t", {1.0, -2.0 + 1.9e-3, 0.5}, ref, {1e-3, 0}));  // 1.9e-3 ≤ 1e-3 · 2
+  EXPECT_FALSE(close("t", {1.0, -2.0 + 2.1e-3, 0.5}, ref, {1e-3, 0}));
+  EXPECT_TRUE(close("t", {1.0, -2.0, 0.5 + 4e-4}, ref, {0, 1e-3}));  // 4e-4 ≤ 1e-3 · 0.5
+  EXPECT_FALSE(close("t", {1.0, -2.0, 0.5 + 6e-4}, ref, {0, 1e-3}));
+  EXPECT_FALSE(close("t", {1.0, std::nan(""), 0.5}, ref, {1, 1}));
+  EXPECT_FALSE(close("t", {1.0, -2.0, 0.5}, {1.0, std::nan(""), 0.5}, {1, 1}));
+  EXPECT_FALSE(close("t", {1.0, HUGE_VAL, 0.5}, ref, {1, 1}));
+  EXPECT_FALSE(close("t", {1.0, -2.0}, ref, {1, 1}));  // sizes differ
+  const ::testing::AssertionResult r = close("conv1.w", {1.0, -2.0 + 2.1e-3, 0.5}, ref, {1e-3, 0});
+  EXPECT_NE(std::string(r.message()).find("conv1.w: element 1"), std::string::npos) << r.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(kCases),

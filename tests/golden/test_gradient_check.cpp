@@ -198,9 +198,10 @@ TEST_P(GradientCheck, CompiledBackwardMatchesCentralDifferences) {
   }
   // The loss at the unperturbed weights is the same after all probes (lr = 0 really kept the weights).
   EXPECT_EQ(train_step(t), l0);
-  std::printf("gradient check %s: %zu tensors, %d probes, %d skipped at kinks, worst |g - numeric|/max(|g|,1) %.2g "
-              "(%s)\n",
-              p.name, analytic.size(), checked, skipped_total, worst, worst_at.c_str());
+  std::printf(
+      "gradient check %s: %zu tensors, %d probes, %d skipped at kinks, worst |g - numeric|/max(|g|,1) %.2g "
+      "(%s)\n",
+      p.name, analytic.size(), checked, skipped_total, worst, worst_at.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(OneLayerPlans, GradientCheck, ::testing::ValuesIn(plans()),
