@@ -10,8 +10,9 @@ fixed batch and writes what a C++ test (tests/golden/test_golden.cpp) replays an
 Cases (positional, default all): fmnist_cnn (the zoo model), tiny_resnet (models/tiny_resnet.yaml). Each goes to
 OUT/<case>_<fp32|amp>/:
 
-  data.h5    a Renaissance dataset (data/README.md): /train = one batch of random uint8 images (16 grey levels, so
-             they compress) and balanced labels, /val the same batch (a hard link); mean/std the batch's own
+  data.h5    a Renaissance dataset, version 2 (data/README.md): /train = one batch of random uint8 images (16 grey
+             levels, so they compress), balanced labels and their content checksum, /val the same batch (hard
+             links); mean/std the batch's own
   init.h5    the initial weights as a Renaissance weights file (format 1, arch_plan attribute; converted as
              scripts/import_pytorch.py does): PyTorch's default initialisation after torch.manual_seed(seed),
              rounded to 16 significant bits (exact in FP32, a quarter smaller compressed)
@@ -51,6 +52,7 @@ import os
 import shlex
 import sys
 import types
+import zlib
 
 import numpy as np
 
@@ -91,16 +93,20 @@ def write_dataset(path, images, labels, classes):
     try:
         with h5py.File(tmp, "w", libver="latest") as f:
             f.attrs["format"] = "renaissance-dataset"
-            f.attrs["version"] = np.int32(1)
+            f.attrs["version"] = np.int32(2)  # with content checksums (data/README.md)
             f.attrs["num_classes"] = np.int32(classes)
             f.attrs["mean"] = mean
             f.attrs["std"] = std
             f.create_dataset("train/images", data=images, chunks=images.shape, compression="gzip",
                              compression_opts=9, fletcher32=True)
             f.create_dataset("train/labels", data=labels, chunks=labels.shape, fletcher32=True)
+            # One block of all the samples (the images chunk): CRC-32 of its images, continued over its labels.
+            crc = zlib.crc32(labels.astype("<i4").tobytes(), zlib.crc32(images.tobytes()))
+            sums = f.create_dataset("train/checksums", data=np.asarray([crc], np.uint32), fletcher32=True)
+            sums.attrs["block_samples"] = np.int64(len(images))
             f.create_group("val")
-            f["val/images"] = f["train/images"]  # hard links: the same batch, stored once
-            f["val/labels"] = f["train/labels"]
+            for name in ("images", "labels", "checksums"):
+                f[f"val/{name}"] = f[f"train/{name}"]  # hard links: the same batch, stored once
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
