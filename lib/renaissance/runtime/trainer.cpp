@@ -719,6 +719,20 @@ std::vector<float> Trainer::tensor_values(const std::string& name) const {
   return out;
 }
 
+void Trainer::set_tensor_values(const std::string& name, const std::vector<float>& values) {
+  Impl& I = *m_impl;
+  const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
+  const DTensor& t = mp.tensor(mp.at(name));
+  RN_CHECK(t.dtype == DType::F32, "set_tensor_values: tensor '{}' is {}, not F32", name, dtype_name(t.dtype));
+  RN_CHECK(static_cast<std::int64_t>(values.size()) == t.shape.elems(),
+           "set_tensor_values: tensor '{}' has {} elements ({}), got {} values", name, t.shape.elems(), t.shape.str(),
+           values.size());
+  I.session->synchronize();  // no step still reading it
+  I.ctx.upload(t.id, values.data(), static_cast<std::int64_t>(values.size() * sizeof(float)));
+  if (I.opt.amp && region_family(t.region) == RegionFamily::W) I.replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
+  I.session->synchronize();
+}
+
 std::vector<float> Trainer::state_values() const {
   std::vector<float> out;
   for (const DTensor& t : m_plan->plan(Variant::TRAIN_BASE).tensors()) {

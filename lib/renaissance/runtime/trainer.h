@@ -156,6 +156,10 @@ class Trainer {
   std::vector<float> tensor_values(const std::string& name) const;
   /// Every FP32 master weight, BN running statistic, in plan order (for bit-exact comparisons).
   std::vector<float> state_values() const;
+  /// Test hook (gradient checks, tests/golden): overwrites the FP32 tensor `name` in the arena with `values` (its
+  /// element count, plan order); after a master weight of an AMP plan the FP16 compute copies are cast afresh.
+  /// Nothing else is derived again (EMA, optimizer state): not a way to load weights (load_weights).
+  void set_tensor_values(const std::string& name, const std::vector<float>& values);
 
   /// Masters (/params), BN running statistics (/bn) and EMA weights (/ema) as named tensors in HDF5.
   void save_weights(const std::string& path) const;
