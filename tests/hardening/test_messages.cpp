@@ -69,7 +69,7 @@ TEST(HardeningMessages, AFileOfAnotherKindSaysWhatItIs) {
 
 TEST(HardeningMessages, RangeMessagesPrintPlainIntegers) {
   const fs::path d = temp_dir();
-  for (const std::string& bad : {"--train 0 --val 1", "--train 5 --val -1", "--train 99999999999999999999 --val 1"}) {
+  for (const char* bad : {"--train 0 --val 1", "--train 5 --val -1", "--train 99999999999999999999 --val 1"}) {
     const CliResult r = run("data synthetic --out " + (d / "x.h5").string() + " " + bad + " --shape 2,2,1 --classes 2");
     EXPECT_NE(r.code, 0) << r.out;
     EXPECT_LT(r.code, 128) << r.out;
