@@ -60,7 +60,6 @@ if ! "$PY" -c "import h5py, numpy" 2>/dev/null; then
   exit 77
 fi
 eval "$("$SLURM2" env)"
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 FIXTURES=$SOURCE_DIR/tests/dist/fixtures
 COMPARE=$SOURCE_DIR/tests/dist/compare_weights.py
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
@@ -152,7 +151,7 @@ case "$MODE" in
       local p
       for p in $(ip netns pids "rn2-n1" 2>/dev/null); do
         [[ -r /proc/$p/cmdline ]] || continue
-        tr '\0' ' ' <"/proc/$p/cmdline" | grep -qE "slurmstepd: \[$JOB[].]|$CLI|train-multinode|srun" && echo "$p"
+        tr '\0' ' ' <"/proc/$p/cmdline" | grep -qE "slurmstepd: \\[${JOB}[].]|$CLI|train-multinode|srun" && echo "$p"
       done
     }
     ranks_n2=$(ip netns pids rn2-n2 | while read -r p; do tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "$CLI" && echo "$p"; done | wc -l)
