@@ -22,6 +22,8 @@
 #   compile-once    (issue 16) 4 ranks: only rank 0 compiles the plan (each rank reports its process's compilation
 #                   count, RENAISSANCE_TEST_PLAN_REPORT), the others receive it, and all hold the same plan hash
 #   mismatch-4ranks rank 2 of 4 runs with another --lr: all 4 ranks stop with the same message naming rank 2
+#   plan-error      a model that does not build (a kernel larger than the input): rank 0 alone plans, its error is
+#                   broadcast, and both ranks stop with it (exit 1, no rank waits for a plan that never comes)
 # --launch "srun --mpi=pmix" runs the ranks through Slurm instead of mpirun (inside an allocation).
 set -uo pipefail
 
@@ -273,6 +275,25 @@ PYEOF
     [[ $(grep -oE "error: rank [0-3]/4: data-parallel run: .*" out.txt | sed -E 's/rank [0-3]\/4: //' | sort -u | wc -l) == 1 ]] ||
       fail "the ranks' messages differ"
     ! grep -q "plan compiled\|compiling" out.txt || true
+    ;;
+  plan-error)
+    cat >bad.yaml <<'YAML'
+name: bad_cnn
+input: [28, 28, 1]
+layers:
+  - conv: {out: 8, k: 31, stride: 1, pad: 0}
+  - flatten
+  - fc: {out: 10}
+  - softmax_ce: {classes: 10}
+YAML
+    RENAISSANCE_TEST_PLAN_REPORT=1 launch2 "$CLI" train --model-file bad.yaml --data ds.h5 --batch 32 --max-steps 2 \
+      >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 1)) || fail "exit $rc, not 1"
+    msg="model 'bad_cnn': layers\[0\]: spatial size shrinks to zero"
+    for r in 0 1; do grep -q "error: rank $r/2: $msg" out.txt || fail "rank $r did not stop with rank 0's planning error"; done
+    ! grep -q "plan report" out.txt || fail "a rank reported a plan"
     ;;
   slurm-ntasks)
     env SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 "$CLI" "${TRAIN[@]}" >out.txt 2>&1
