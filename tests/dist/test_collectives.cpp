@@ -115,7 +115,8 @@ TEST(Collectives, FusedLayersReduceThroughTheirParts) {
   c.dataset_size = 16;
   c.val_size = 4;
   c.amp = true;
-  const plan::CompiledPlan p = plan::Compiler::compile(plan::ArchPlan::build(blueprint::zoo_model("fmnist_cnn"), bo), c);
+  const plan::CompiledPlan p =
+      plan::Compiler::compile(plan::ArchPlan::build(blueprint::zoo_model("fmnist_cnn"), bo), c);
   ArenaKeeper arena(Backend::CPU, p.arena_bytes());
   DeviceContext ctx(arena, p);
   const auto nodes = resolved(p, ctx, Variant::TRAIN_BASE, GraphId::DEEP_FWD_BWD);

@@ -32,9 +32,9 @@ struct SyncBnReduce {
 /// R_g of a BN input: this rank's rows (N·H·W) times the ranks (equal shards: every rank has the same).
 double sync_bn_global_rows(const TensorView& x, int world);
 
-/// In launch order, the --sync-bn all-reduces of `nodes` (FUSED_* sub-nodes included) on `world` ranks: per BN_FWD_TRAIN
-/// Σx (C floats) then Σ(x − mean)² (C); per BN_BWD {Σdy, Σdy·x̂} (2·c_stride floats, with a data gradient or not).
-/// All on kLaneCompute. Empty with one rank.
+/// In launch order, the --sync-bn all-reduces of `nodes` (FUSED_* sub-nodes included) on `world` ranks: per
+/// BN_FWD_TRAIN Σx (C floats) then Σ(x − mean)² (C); per BN_BWD {Σdy, Σdy·x̂} (2·c_stride floats, with a data gradient
+/// or not). All on kLaneCompute. Empty with one rank.
 std::vector<SyncBnReduce> sync_bn_reductions(const std::vector<ResolvedNode>& nodes, int world);
 
 }  // namespace renaissance::runtime

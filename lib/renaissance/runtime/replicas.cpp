@@ -89,9 +89,7 @@ std::vector<std::uint8_t> error_message(const std::string& message, const std::s
   throw Error(parts[0], parts[1], parts[2]);
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -162,8 +160,8 @@ std::unique_ptr<plan::CompiledPlan> distribute_plan(Communicator* comm, const bl
       // Rank 0 alone plans; an error it raises (a model that does not build, an arena too large) becomes every
       // rank's error, so all of them stop with the same message instead of waiting for a plan that never comes.
       try {
-        out = std::make_unique<plan::CompiledPlan>(
-            plan::Compiler::compile(plan::ArchPlan::build(model, build), config));
+        out =
+            std::make_unique<plan::CompiledPlan>(plan::Compiler::compile(plan::ArchPlan::build(model, build), config));
         std::vector<std::uint8_t> bytes = plan::serialize(*out);
         msg.reserve(bytes.size() + 1);
         msg.push_back(1);
@@ -189,7 +187,8 @@ std::unique_ptr<plan::CompiledPlan> distribute_plan(Communicator* comm, const bl
   }
   o.seconds = now_s() - t0;
   if (const char* r = std::getenv("RENAISSANCE_TEST_PLAN_REPORT"); r && *r) {
-    std::fprintf(stderr, "plan report: rank %d/%d: plan %s (%lld bytes, hash %016llx), %lld compilation(s) in this "
+    std::fprintf(stderr,
+                 "plan report: rank %d/%d: plan %s (%lld bytes, hash %016llx), %lld compilation(s) in this "
                  "process, %.3f s\n",
                  rank, world, o.compiled_here ? "compiled here" : "received from rank 0",
                  static_cast<long long>(o.bytes), static_cast<unsigned long long>(out->hash),

@@ -32,9 +32,9 @@ void check_replica_inputs(Communicator& comm, const std::string& description);
 
 /// Where this rank's plan came from.
 struct PlanOrigin {
-  bool compiled_here = true;   ///< false: received from rank 0
-  std::int64_t bytes = 0;      ///< size of the serialised plan broadcast (0 with one rank)
-  double seconds = 0;          ///< checking, compiling (rank 0) or waiting and deserialising (the others)
+  bool compiled_here = true;  ///< false: received from rank 0
+  std::int64_t bytes = 0;     ///< size of the serialised plan broadcast (0 with one rank)
+  double seconds = 0;         ///< checking, compiling (rank 0) or waiting and deserialising (the others)
 };
 
 /// Collective when `comm` has several ranks (nullptr or one rank: compiles here). check_replica_inputs of this
