@@ -275,7 +275,7 @@ void register_train_command(CLI::App& app) {
   c->gpu.add_to(*cmd);
   add_comm_timeout_option(*cmd, c->comm_timeout);
   cmd->add_flag("--sync-bn", c->t.sync_bn,
-                "Data-parallel runs: BatchNorm statistics over the global batch (all ranks; CPU ranks)");
+                "Data-parallel runs: BatchNorm statistics over the global batch (all ranks)");
   cmd->callback([c, cmd] {
     if (!c->config.empty()) apply_run_config(*cmd, c->config);
     check_train_numbers(*cmd);

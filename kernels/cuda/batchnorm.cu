@@ -72,7 +72,7 @@ __device__ __forceinline__ float round_to(float v) {
 
 /// Forward: s1 = Σ (x − x[row 0]), s2 = Σ (x − x[row 0])². Backward: s1 = Σ dy, s2 = Σ dy·(x − mean), with dy masked
 /// by the recomputed ReLU mask when kMask. partials[(block_y·2 + k)·cs + c] = s_k over the block's rows.
-template <typename T, int V, bool kBwd, bool kMask = false>
+template <typename T, int V, bool kBwd, bool kMask = false, bool kGivenRef = false>
 __global__ void __launch_bounds__(kThreads)
     bn_partials_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ mean,
                        std::int64_t rows, int cs, int c, int tx_n, std::int64_t rows_per_block,
@@ -96,6 +96,10 @@ __global__ void __launch_bounds__(kThreads)
           md[j] = c0 + j < c ? mask.beta[c0 + j] : 0.0f;
         }
       }
+    } else if constexpr (kGivenRef) {
+      // Synchronised BN: a shift every rank shares (0, or the global mean of the first pass).
+#pragma unroll
+      for (int j = 0; j < V; ++j) ref[j] = mean != nullptr && c0 + j < c ? mean[c0 + j] : 0.0f;
     } else {
       load_vec<V>(x + c0, ref);  // the shift: row 0 keeps the one-pass variance free of cancellation
     }
@@ -233,6 +237,67 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- synchronised BN (--sync-bn on GPU ranks) --------------------------------------------------------------
+// The per-channel sums of this rank (combined in FP64 like the local path, then stored as FP32: what the CPU path
+// all-reduces), summed over the ranks by the caller's ncclAllReduce between the kernels, then turned into the
+// statistics of the global batch of R_g = rows × ranks values per channel. Same formulas as the CPU path
+// (runtime/cpu_ops.cpp, sync_bn_forward/backward): mean = Σx/R_g, then var = Σ(x − mean)²/R_g (two passes).
+
+/// sums[ch] = s1 (out1) and/or s2 (out2) of the partials, as floats.
+__global__ void __launch_bounds__(kThreads)
+    bn_sync_sums_kernel(const float* __restrict__ partials, int row_blocks, int cs, int c, float* __restrict__ out1,
+                        float* __restrict__ out2) {
+  int ch;
+  double s1, s2;
+  if (!combine_partials(partials, row_blocks, cs, c, &ch, &s1, &s2)) return;
+  if (out1 != nullptr) out1[ch] = static_cast<float>(s1);
+  if (out2 != nullptr) out2[ch] = static_cast<float>(s2);
+}
+
+/// mean[ch] = Σx / R_g from the all-reduced sums.
+__global__ void bn_sync_mean_kernel(const float* __restrict__ sums, int c, double global_rows, float* __restrict__ mean) {
+  const int ch = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (ch < c) mean[ch] = static_cast<float>(static_cast<double>(sums[ch]) / global_rows);
+}
+
+/// From the all-reduced Σ(x − mean)²: invstd and the unbiased variance of the global batch.
+__global__ void bn_sync_var_kernel(const float* __restrict__ sq, int c, double global_rows, const float* __restrict__ eps,
+                                   float* __restrict__ var_unbiased, float* __restrict__ invstd) {
+  const int ch = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (ch >= c) return;
+  const double var = static_cast<double>(sq[ch]) / global_rows;
+  invstd[ch] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(*eps)));
+  var_unbiased[ch] = static_cast<float>(var * global_rows / (global_rows - 1.0));
+}
+
+/// Backward, before the all-reduce: dβ += Σdy, dγ += Σdy·x̂ (this rank's: they are averaged with the other gradients
+/// later); buf = {Σdy, Σdy·x̂} as floats, to be summed over the ranks.
+__global__ void __launch_bounds__(kThreads)
+    bn_sync_backward_local_kernel(const float* __restrict__ partials, int row_blocks, int cs, int c,
+                                  const float* __restrict__ invstd, float* __restrict__ dgamma,
+                                  float* __restrict__ dbeta, float* __restrict__ buf) {
+  int ch;
+  double sdy, sdyx;
+  if (!combine_partials(partials, row_blocks, cs, c, &ch, &sdy, &sdyx)) return;
+  const double dg = sdyx * static_cast<double>(invstd[ch]);
+  if (dbeta != nullptr) dbeta[ch] = static_cast<float>(static_cast<double>(dbeta[ch]) + sdy);
+  if (dgamma != nullptr) dgamma[ch] = static_cast<float>(static_cast<double>(dgamma[ch]) + dg);
+  buf[ch] = static_cast<float>(sdy);
+  buf[cs + ch] = static_cast<float>(dg);
+}
+
+/// Backward, after the all-reduce: the dx coefficients from the global sums.
+__global__ void bn_sync_backward_coeff_kernel(const float* __restrict__ buf, int cs, int c, double global_rows,
+                                              const float* __restrict__ gamma, const float* __restrict__ invstd,
+                                              float* __restrict__ coeff) {
+  const int ch = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (ch >= c) return;
+  const double inv = invstd[ch];
+  coeff[ch] = static_cast<float>(static_cast<double>(gamma[ch]) * inv);
+  coeff[cs + ch] = static_cast<float>(static_cast<double>(buf[ch]) / global_rows);
+  coeff[2 * cs + ch] = static_cast<float>(static_cast<double>(buf[cs + ch]) * inv / global_rows);
+}
+
 // ---- apply -----------------------------------------------------------------------------------------------
 
 enum class Mode { kTrain, kInfer, kBackward };
@@ -365,22 +430,72 @@ std::size_t batchnorm_workspace_bytes(const TensorRef& x) {
   return part + align256(static_cast<std::size_t>(3 * cs) * sizeof(float));
 }
 
+std::size_t batchnorm_sync_workspace_bytes(const TensorRef& x) {
+  const std::size_t local = batchnorm_workspace_bytes(x);
+  return local == 0 ? 0 : local + align256(static_cast<std::size_t>(2 * x.c_stride) * sizeof(float));
+}
+
+namespace {
+/// The sums buffer of the synchronised paths (2·c_stride floats), after the partials and the dx coefficients.
+float* sync_sums(void* workspace, std::size_t part, std::int64_t cs) {
+  return reinterpret_cast<float*>(static_cast<char*>(workspace) + part +
+                                  align256(static_cast<std::size_t>(3 * cs) * sizeof(float)));
+}
+unsigned channel_blocks(std::int64_t c) { return static_cast<unsigned>((c + kThreads - 1) / kThreads); }
+void check_sync(const SyncReduce* sync, std::int64_t rows, const char* what) {
+  if (!sync) return;
+  RN_CHECK(static_cast<bool>(sync->sum), "{}: the synchronised path needs a sum over the ranks", what);
+  RN_CHECK(sync->global_rows >= static_cast<double>(rows) && sync->global_rows > 1,
+           "{}: the global batch has {} values per channel, fewer than this rank's {} (or one)", what,
+           sync->global_rows, rows);
+}
+}  // namespace
+
 void batchnorm_train_statistics(cudaStream_t stream, const TensorRef& x, const float* eps, float* batch_mean,
                                  float* batch_var_unbiased, float* save_invstd, void* workspace,
-                                 std::size_t workspace_bytes) {
+                                 std::size_t workspace_bytes, const SyncReduce* sync) {
   const char* what = "batchnorm_train_statistics";
   check_common(x, what);
   RN_CHECK(eps && batch_mean && batch_var_unbiased && save_invstd, "{}: eps or a statistics pointer is null", what);
-  RN_CHECK(x.rows() > 1, "{}: {} has one value per channel; batch statistics need more", what, x.shape.str());
+  RN_CHECK(x.rows() > 1 || (sync && sync->global_rows > 1), "{}: {} has one value per channel; batch statistics need more",
+           what, x.shape.str());
+  check_sync(sync, x.rows(), what);
   const std::int64_t rows = x.rows(), cs = x.c_stride, c = x.shape.c;
   const bool vec = detail::vectorisable(x.dtype, cs, {x.ptr});
   detail::dispatch_storage(x.dtype, vec, [&](auto type, auto width) {
     using T = typename decltype(type)::type;
     constexpr int V = decltype(width)::value;
     const Tiling t = make_tiling(rows, cs, V);
-    check_workspace(workspace, workspace_bytes, partial_bytes(t, cs), what);
+    const std::size_t part = partial_bytes(t, cs);
     auto* partials = static_cast<float*>(workspace);
     const T* px = static_cast<const T*>(x.ptr);
+    const int ics = static_cast<int>(cs), ic = static_cast<int>(c);
+    if (sync) {
+      // Pass 1: Σx → all ranks → the global mean; pass 2: Σ(x − mean)² → all ranks → var, invstd.
+      check_workspace(workspace, workspace_bytes, batchnorm_sync_workspace_bytes(x), what);
+      float* sums = sync_sums(workspace, part, cs);
+      bn_partials_kernel<T, V, false, false, true><<<grid_of(t), kThreads, 0, stream>>>(
+          px, nullptr, nullptr, rows, ics, ic, t.tx, t.rows_per_block, partials);
+      CUDA_CHECK_LAUNCH();
+      bn_sync_sums_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(partials, static_cast<int>(t.row_blocks), ics,
+                                                                        ic, sums, nullptr);
+      CUDA_CHECK_LAUNCH();
+      sync->sum(sums, c);
+      bn_sync_mean_kernel<<<channel_blocks(c), kThreads, 0, stream>>>(sums, ic, sync->global_rows, batch_mean);
+      CUDA_CHECK_LAUNCH();
+      bn_partials_kernel<T, V, false, false, true><<<grid_of(t), kThreads, 0, stream>>>(
+          px, nullptr, batch_mean, rows, ics, ic, t.tx, t.rows_per_block, partials);
+      CUDA_CHECK_LAUNCH();
+      bn_sync_sums_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(partials, static_cast<int>(t.row_blocks), ics,
+                                                                        ic, nullptr, sums + cs);
+      CUDA_CHECK_LAUNCH();
+      sync->sum(sums + cs, c);
+      bn_sync_var_kernel<<<channel_blocks(c), kThreads, 0, stream>>>(sums + cs, ic, sync->global_rows, eps,
+                                                                       batch_var_unbiased, save_invstd);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+    check_workspace(workspace, workspace_bytes, part, what);
     bn_partials_kernel<T, V, false><<<grid_of(t), kThreads, 0, stream>>>(
         px, nullptr, nullptr, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, partials);
     CUDA_CHECK_LAUNCH();
@@ -462,9 +577,10 @@ void batchnorm_apply_fused(cudaStream_t stream, bool inference, const BnApply& m
 
 void batchnorm_forward_train(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
                              const float* eps, const TensorRef& y, float* batch_mean, float* batch_var_unbiased,
-                             float* save_invstd, void* workspace, std::size_t workspace_bytes) {
+                             float* save_invstd, void* workspace, std::size_t workspace_bytes, const SyncReduce* sync) {
   RN_CHECK(gamma && beta, "batchnorm_forward_train: gamma or beta is null");
-  batchnorm_train_statistics(stream, x, eps, batch_mean, batch_var_unbiased, save_invstd, workspace, workspace_bytes);
+  batchnorm_train_statistics(stream, x, eps, batch_mean, batch_var_unbiased, save_invstd, workspace, workspace_bytes,
+                             sync);
   batchnorm_apply_fused(stream, false, BnApply{x, gamma, beta, batch_mean, save_invstd, nullptr}, Shortcut::kNone, {},
                         nullptr, false, y);
 }
@@ -479,8 +595,9 @@ void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const 
 void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
                              const float* save_mean, const float* save_invstd, const ReluMask* mask,
                              const TensorRef& dx, bool accumulate_dx, float* dgamma, float* dbeta, void* workspace,
-                             std::size_t workspace_bytes) {
+                             std::size_t workspace_bytes, const SyncReduce* sync) {
   const char* what = mask ? "batchnorm_relu_backward" : "batchnorm_backward";
+  check_sync(sync, x.rows(), what);
   check_common(x, what);
   detail::check_float_tensor(dy, what, "dy");
   detail::check_same_layout(x, dy, what, "x", "dy");
@@ -498,9 +615,11 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
     constexpr int V = decltype(width)::value;
     const Tiling t = make_tiling(rows, cs, V);
     const std::size_t part = partial_bytes(t, cs);
-    check_workspace(workspace, workspace_bytes, part + static_cast<std::size_t>(3 * cs) * sizeof(float), what);
+    check_workspace(workspace, workspace_bytes,
+                    sync ? batchnorm_sync_workspace_bytes(x) : part + static_cast<std::size_t>(3 * cs) * sizeof(float),
+                    what);
     auto* partials = static_cast<float*>(workspace);
-    float* coeff = dx ? reinterpret_cast<float*>(static_cast<char*>(workspace) + part) : nullptr;
+    float* coeff = dx || sync ? reinterpret_cast<float*>(static_cast<char*>(workspace) + part) : nullptr;
     const T* px = static_cast<const T*>(x.ptr);
     const T* pdy = static_cast<const T*>(dy.ptr);
     const int ics = static_cast<int>(cs), ic = static_cast<int>(c);
@@ -511,9 +630,23 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
       bn_partials_kernel<T, V, true><<<grid_of(t), kThreads, 0, stream>>>(px, pdy, save_mean, rows, ics, ic, t.tx,
                                                                         t.rows_per_block, partials);
     CUDA_CHECK_LAUNCH();
-    bn_finalize_backward_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(
-        partials, static_cast<int>(t.row_blocks), ics, ic, rows, gamma, save_invstd, dgamma, dbeta, coeff);
-    CUDA_CHECK_LAUNCH();
+    if (sync) {
+      // This rank's dγ, dβ and {Σdy, Σdy·x̂}; the sums over all ranks give dx's coefficients. Every rank runs the
+      // all-reduce, with a data gradient or without (the same collectives everywhere).
+      float* buf = sync_sums(workspace, part, cs);
+      bn_sync_backward_local_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(
+          partials, static_cast<int>(t.row_blocks), ics, ic, save_invstd, dgamma, dbeta, buf);
+      CUDA_CHECK_LAUNCH();
+      sync->sum(buf, 2 * cs);
+      if (!dx) return;
+      bn_sync_backward_coeff_kernel<<<channel_blocks(c), kThreads, 0, stream>>>(buf, ics, ic, sync->global_rows, gamma,
+                                                                                 save_invstd, coeff);
+      CUDA_CHECK_LAUNCH();
+    } else {
+      bn_finalize_backward_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(
+          partials, static_cast<int>(t.row_blocks), ics, ic, rows, gamma, save_invstd, dgamma, dbeta, coeff);
+      CUDA_CHECK_LAUNCH();
+    }
     if (!dx) return;
     ApplyParams p;
     p.mean = save_mean;
@@ -536,9 +669,10 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
 
 void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
                         const float* save_mean, const float* save_invstd, const TensorRef& dx, bool accumulate_dx,
-                        float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes) {
+                        float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes,
+                        const SyncReduce* sync) {
   batchnorm_relu_backward(stream, x, dy, gamma, save_mean, save_invstd, nullptr, dx, accumulate_dx, dgamma, dbeta,
-                          workspace, workspace_bytes);
+                          workspace, workspace_bytes, sync);
 }
 
 }  // namespace renaissance::cuda

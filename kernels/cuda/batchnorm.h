@@ -10,19 +10,34 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 
 namespace renaissance::cuda {
+
+/// Synchronised BatchNorm (--sync-bn on GPU ranks, DESIGN §9): the statistics of the global batch of every rank.
+/// `sum(data, count)` must sum `count` floats of device memory over the ranks in place, enqueued on the launch's
+/// stream (ncclAllReduce, captured with the step); `global_rows` is R_g = this rank's rows × ranks (equal shards).
+/// Forward: Σx → sum → mean = Σx/R_g; Σ(x − mean)² → sum → var = ·/R_g (two passes, as runtime/cpu_ops.cpp's
+/// sync_bn_forward). Backward: this rank's Σdy and Σdy·x̂ go into dβ, dγ (averaged with the other gradients
+/// later) and, summed over the ranks, into dx. Three sums per BN layer and step: C, C and 2·c_stride floats.
+struct SyncReduce {
+  std::function<void(float* data, std::int64_t count)> sum;
+  double global_rows = 0;
+};
 
 /// Device scratch bytes that batchnorm_forward_train and batchnorm_backward need for tensors laid out like x
 /// (at most a few MiB). Callers allocate it once (no allocation happens in a launcher); kernels that may run
 /// concurrently need separate workspaces.
 std::size_t batchnorm_workspace_bytes(const TensorRef& x);
+/// The same with `sync` (SyncReduce): 2·c_stride floats more for the sums that are all-reduced.
+std::size_t batchnorm_sync_workspace_bytes(const TensorRef& x);
 
 /// Training statistics alone (the first half of batchnorm_forward_train): batch_mean, batch_var_unbiased and
 /// save_invstd of x, for a later batchnorm_apply_fused.
 void batchnorm_train_statistics(cudaStream_t stream, const TensorRef& x, const float* eps, float* batch_mean,
                                 float* batch_var_unbiased, float* save_invstd, void* workspace,
-                                std::size_t workspace_bytes);
+                                std::size_t workspace_bytes, const SyncReduce* sync = nullptr);
 
 /// One batch-norm apply: x with its per-channel parameters and statistics. Training: mean = batch mean, spread =
 /// save_invstd. Inference: mean = running mean, spread = running variance, eps from device memory.
@@ -52,7 +67,8 @@ void batchnorm_apply_fused(cudaStream_t stream, bool inference, const BnApply& m
 /// range_bn_running_update. eps is read from device memory (the hyper-parameter slot). R must be > 1. y may be x.
 void batchnorm_forward_train(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
                              const float* eps, const TensorRef& y, float* batch_mean, float* batch_var_unbiased,
-                             float* save_invstd, void* workspace, std::size_t workspace_bytes);
+                             float* save_invstd, void* workspace, std::size_t workspace_bytes,
+                             const SyncReduce* sync = nullptr);
 
 /// Inference forward: y = (x − running_mean)·(1/√(running_var + eps))·γ + β; eps from device memory. y may be x.
 void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const float* gamma, const float* beta,
@@ -64,7 +80,8 @@ void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const 
 /// when dx is not null (TensorRef with ptr == nullptr: no data gradient). save_mean is the batch mean of the forward.
 void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
                         const float* save_mean, const float* save_invstd, const TensorRef& dx, bool accumulate_dx,
-                        float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes);
+                        float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes,
+                        const SyncReduce* sync = nullptr);
 
 /// The forward parameters of a BN → ReLU pair whose ReLU output the backward does not read: the mask is recomputed
 /// from x as round((x − mean)·(invstd·γ) + β) > 0, the forward apply's own formula.
@@ -79,6 +96,6 @@ struct ReluMask {
 void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
                              const float* save_mean, const float* save_invstd, const ReluMask* mask,
                              const TensorRef& dx, bool accumulate_dx, float* dgamma, float* dbeta, void* workspace,
-                             std::size_t workspace_bytes);
+                             std::size_t workspace_bytes, const SyncReduce* sync = nullptr);
 
 }  // namespace renaissance::cuda

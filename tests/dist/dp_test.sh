@@ -19,6 +19,11 @@
 #   finalize-stop   rank 1 stops itself on its way into MPI_Finalize: the job ends within the timeout, exit 3
 #   sigterm-mpirun  SIGTERM to scripts/mpirun-preemptible mid-run: the ranks checkpoint and the launcher exits 75
 #   data-differs    rank 1's dataset has the same shapes but other contents: every rank reports it, exit 1
+#   compile-once    (issue 16) 4 ranks: only rank 0 compiles the plan (each rank reports its process's compilation
+#                   count, RENAISSANCE_TEST_PLAN_REPORT), the others receive it, and all hold the same plan hash
+#   mismatch-4ranks rank 2 of 4 runs with another --lr: all 4 ranks stop with the same message naming rank 2
+#   plan-error      a model that does not build (a kernel larger than the input): rank 0 alone plans, its error is
+#                   broadcast, and both ranks stop with it (exit 1, no rank waits for a plan that never comes)
 # --launch "srun --mpi=pmix" runs the ranks through Slurm instead of mpirun (inside an allocation).
 set -uo pipefail
 
@@ -50,13 +55,16 @@ fail() {
   exit 1
 }
 
-launch2() {  # launch2 PROGRAM ARGS...: two ranks
+launchn() {  # launchn N PROGRAM ARGS...: N ranks
+  local n=$1
+  shift
   if [[ -n "$LAUNCH" ]]; then
-    $LAUNCH -n 2 "$@"
+    $LAUNCH -n "$n" "$@"
   else
-    "$MPIEXEC" -n 2 "$@"
+    "$MPIEXEC" -n "$n" "$@"
   fi
 }
+launch2() { launchn 2 "$@"; }
 
 "$CLI" data synthetic --out ds.h5 --train 200 --val 50 --shape 28,28,1 --classes 10 --seed 3 >/dev/null ||
   fail "cannot make the synthetic dataset"
@@ -64,14 +72,15 @@ launch2() {  # launch2 PROGRAM ARGS...: two ranks
 # random crops and flips keyed by the global sample position.
 TRAIN=(train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 2 --max-steps 12 --lr 0.05 --crop-padding 2)
 
-# A wrapper that changes the command line of rank 1 (the rank from the launcher's environment) and records pids.
+# A wrapper that changes the command line of rank 1 (or of rank $RANK_SEL; the rank from the launcher's environment)
+# and records pids.
 cat >rank_wrapper.sh <<WRAP
 #!/usr/bin/env bash
 r=\${OMPI_COMM_WORLD_RANK:-\${PMIX_RANK:-\${SLURM_PROCID:-0}}}
 echo \$\$ > "$WORK/pid.\$r"
 if [[ "\$r" == 1 && -n "\${RANK1_SIGNAL:-}" ]]; then kill -"\$RANK1_SIGNAL" \$\$; fi  # before MPI_Init
 args=("\$@")
-if [[ "\$r" == 1 && -n "\${RANK1_OPT:-}" ]]; then  # rank 1: RANK1_OPT's value becomes RANK1_VAL
+if [[ "\$r" == "\${RANK_SEL:-1}" && -n "\${RANK1_OPT:-}" ]]; then  # rank 1: RANK1_OPT's value becomes RANK1_VAL
   for i in "\${!args[@]}"; do
     if [[ "\${args[\$i]}" == "\$RANK1_OPT" ]]; then args[\$((i + 1))]=\$RANK1_VAL; fi
   done
@@ -237,6 +246,54 @@ PYEOF
       grep -q "error: rank $r/2: data-parallel run: the dataset's content differs between ranks: rank 1's copy" out.txt ||
         fail "rank $r did not report the difference"
     done
+    ;;
+  compile-once)
+    RENAISSANCE_TEST_PLAN_REPORT=1 launchn 4 "$CLI" "${TRAIN[@]}" >out.txt 2>&1 ||
+      { cat out.txt; fail "4-rank run"; }
+    grep "plan report" out.txt
+    [[ $(grep -c "plan report: rank [0-3]/4: " out.txt) == 4 ]] || fail "expected one plan report per rank"
+    grep -qE "plan report: rank 0/4: plan compiled here \([0-9]+ bytes, hash [0-9a-f]+\), 1 compilation\(s\)" out.txt ||
+      fail "rank 0 did not compile exactly once"
+    for r in 1 2 3; do
+      grep -qE "plan report: rank $r/4: plan received from rank 0 \([0-9]+ bytes, hash [0-9a-f]+\), 0 compilation\(s\)" out.txt ||
+        fail "rank $r compiled a plan (or did not receive rank 0's)"
+    done
+    hashes=$(grep -oE "plan report: rank [0-3]/4: .*hash [0-9a-f]+" out.txt | grep -oE "hash [0-9a-f]+$" | sort -u | wc -l)
+    [[ $hashes == 1 ]] || fail "the ranks hold $hashes different plans"
+    ;;
+  mismatch-4ranks)
+    export RANK_SEL=2 RANK1_OPT=--lr RANK1_VAL=0.2 RENAISSANCE_TEST_PLAN_REPORT=1
+    launchn 4 ./rank_wrapper.sh "${TRAIN[@]}" >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc != 0 && rc < 128)) || fail "exit $rc (expected an error exit below 128)"
+    msg="data-parallel run: the configuration of rank 2 differs from rank 0's: lr is 0.05 on rank 0 but 0.2 on rank 2"
+    for r in 0 1 2 3; do
+      grep -q "error: rank $r/4: $msg" out.txt || fail "rank $r did not stop with the message '$msg'"
+    done
+    # The same message on every rank: the text after the rank prefix is one line, four times.
+    [[ $(grep -oE "error: rank [0-3]/4: data-parallel run: .*" out.txt | sed -E 's/rank [0-3]\/4: //' | sort -u | wc -l) == 1 ]] ||
+      fail "the ranks' messages differ"
+    ! grep -q "plan compiled\|compiling" out.txt || true
+    ;;
+  plan-error)
+    cat >bad.yaml <<'YAML'
+name: bad_cnn
+input: [28, 28, 1]
+layers:
+  - conv: {out: 8, k: 31, stride: 1, pad: 0}
+  - flatten
+  - fc: {out: 10}
+  - softmax_ce: {classes: 10}
+YAML
+    RENAISSANCE_TEST_PLAN_REPORT=1 launch2 "$CLI" train --model-file bad.yaml --data ds.h5 --batch 32 --max-steps 2 \
+      >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 1)) || fail "exit $rc, not 1"
+    msg="model 'bad_cnn': layers\[0\]: spatial size shrinks to zero"
+    for r in 0 1; do grep -q "error: rank $r/2: $msg" out.txt || fail "rank $r did not stop with rank 0's planning error"; done
+    ! grep -q "plan report" out.txt || fail "a rank reported a plan"
     ;;
   slurm-ntasks)
     env SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 "$CLI" "${TRAIN[@]}" >out.txt 2>&1

@@ -1,5 +1,6 @@
 // Sharding of the epoch order (runtime/sharding.h) and the one-rank replica check: the pieces of data-parallel
 // training that need no second process.
+#include <renaissance/blueprint/zoo.h>
 #include <renaissance/core/error.h>
 #include <renaissance/runtime/replicas.h>
 #include <renaissance/runtime/sharding.h>
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 
 using namespace renaissance;
@@ -101,6 +103,54 @@ TEST(Replicas, RunOptionsNameWhatDiffers) {
 
 TEST(Replicas, OneRankHasNothingToCheck) {
   Communicator one;  // the default communicator: one rank
-  plan::CompiledPlan p;
-  EXPECT_NO_THROW(check_replicas(one, p, "x=1\n"));
+  EXPECT_NO_THROW(check_replica_inputs(one, "x=1\n"));
+}
+
+TEST(Replicas, PlanInputsNameWhatAPlanIsCompiledFrom) {
+  namespace bpn = renaissance::blueprint;
+  bpn::BluePrint m = bpn::zoo_model("fmnist_cnn");
+  plan::BuildOptions bo;
+  plan::TrainConfig c;
+  c.batch = 16;
+  const std::string base = describe_plan_inputs(m, bo, c);
+  EXPECT_NE(base.find("model=fmnist_cnn\n"), std::string::npos) << base;
+  EXPECT_NE(base.find("per-rank batch=16\n"), std::string::npos) << base;
+  EXPECT_EQ(base, describe_plan_inputs(m, bo, c));
+  // Any change of the layer tree (one conv's padding) changes the model's hash, a batch its line.
+  bpn::BluePrint m2 = m;
+  std::function<bool(bpn::Layer&)> bump = [&](bpn::Layer& l) {
+    if (l.kind == bpn::NodeKind::Conv || l.kind == bpn::NodeKind::Cbr) {
+      l.out_c += 8;
+      return true;
+    }
+    for (bpn::Layer& ch : l.children)
+      if (bump(ch)) return true;
+    return false;
+  };
+  ASSERT_TRUE(bump(m2.root));
+  const std::string other = describe_plan_inputs(m2, bo, c);
+  EXPECT_NE(base, other);
+  EXPECT_EQ(base.substr(0, base.find("model layers hash")), other.substr(0, other.find("model layers hash")));
+  plan::TrainConfig c2 = c;
+  c2.batch = 32;
+  EXPECT_NE(describe_plan_inputs(m, bo, c2).find("per-rank batch=32\n"), std::string::npos);
+  bo.amp = true;
+  EXPECT_NE(describe_plan_inputs(m, bo, c).find("amp=true\n"), std::string::npos);
+}
+
+TEST(Replicas, OneRankCompilesItsPlanOnce) {
+  plan::TrainConfig c;
+  c.batch = 8;
+  c.dataset_size = 64;
+  c.val_size = 16;
+  const std::int64_t before = plan::Compiler::compilations();
+  PlanOrigin o;
+  const auto p = distribute_plan(nullptr, renaissance::blueprint::zoo_model("fmnist_cnn"), plan::BuildOptions{}, c,
+                                 "x=1\n", &o);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(plan::Compiler::compilations(), before + 1);
+  EXPECT_TRUE(o.compiled_here);
+  EXPECT_EQ(o.bytes, 0);
+  EXPECT_EQ(p->config, c);
+  EXPECT_EQ(p->hash, plan::content_hash(*p));
 }

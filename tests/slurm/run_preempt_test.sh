@@ -2,7 +2,8 @@
 # Preemption under a real Slurm (issue 6): submits jobs/train-cpu.sbatch (one CPU rank) on the local one-node
 # cluster (scripts/slurm-local), preempts it with `scancel --signal=USR1` after a few steps, and checks that
 # the trainer wrote a checkpoint and exited 75, that the job script requeued the job, that the requeued run
-# resumed from the checkpoint and finished, and that its per-step losses equal an uninterrupted run's.
+# resumed from the checkpoint and finished, and that its per-step losses and final weights (h5diff) equal those of an
+# uninterrupted job of the same script.
 #
 #   run_preempt_test.sh --source-dir DIR --work-dir DIR --cli PATH
 #
@@ -21,7 +22,7 @@ done
 [[ -n "$SOURCE_DIR" && -n "$WORK_DIR" && -n "$CLI" ]] || { echo "need --source-dir, --work-dir, --cli" >&2; exit 2; }
 
 PATH=$PATH:/usr/sbin:/sbin:/usr/local/sbin
-for c in slurmctld slurmd sbatch srun scontrol scancel; do
+for c in slurmctld slurmd sbatch srun scontrol scancel h5diff; do
   command -v "$c" >/dev/null 2>&1 || { echo "SKIP: Slurm is not installed (no $c)"; exit 77; }
 done
 
@@ -48,10 +49,11 @@ eval "$("$SLURM_LOCAL" env)"
 rm -rf "$WORK_DIR" && mkdir -p "$WORK_DIR" && cd "$WORK_DIR" || exit 1
 "$CLI" data synthetic --out data.h5 --train 300 --val 100 --shape 28,28,1 --classes 10 --seed 5 >/dev/null || exit 1
 TRAIN_ARGS="--device cpu --lr 0.01 --crop-padding 2 --seed 3"
-# The uninterrupted reference (no Slurm needed).
-# shellcheck disable=SC2086
-"$CLI" train --model fmnist_cnn --data data.h5 --epochs 2 --batch 32 $TRAIN_ARGS --loss-log ref.jsonl >ref.log 2>&1 ||
-  { echo "FAIL: reference run"; cat ref.log; exit 1; }
+# The uninterrupted reference: the same job script, never signalled.
+MODEL=fmnist_cnn DATA=data.h5 EPOCHS=2 BATCH=32 RENAISSANCE="$CLI" CKPT_DIR="$WORK_DIR/ck-ref" \
+  EXTRA_ARGS="$TRAIN_ARGS --loss-log $WORK_DIR/ref.jsonl --save $WORK_DIR/ref.h5" \
+  timeout 120 sbatch --wait --nodes=1 --ntasks-per-node=1 --cpus-per-task=1 --output="$WORK_DIR/ref.out" \
+  "$SOURCE_DIR/jobs/train-cpu.sbatch" >/dev/null || { echo "FAIL: the uninterrupted job"; cat ref.out; exit 1; }
 
 state() { scontrol show job "$JOB" 2>/dev/null | grep -oE '(JobState|Restarts|ExitCode)=[^ ]+' | tr '\n' ' '; }
 wait_until() {  # wait_until SECONDS CONDITION...
@@ -70,7 +72,7 @@ finished() { [[ "$(state)" =~ JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT) ]]; 
 # The job script as users submit it; RENAISSANCE_TEST_STEP_DELAY_MS slows the first run's steps down so the
 # signal arrives mid-run (sbatch exports the environment to the job).
 JOB=$(MODEL=fmnist_cnn DATA=data.h5 EPOCHS=2 BATCH=32 RENAISSANCE="$CLI" CKPT_DIR="$WORK_DIR/ck" \
-  EXTRA_ARGS="$TRAIN_ARGS --loss-log $WORK_DIR/part.jsonl" RENAISSANCE_TEST_STEP_DELAY_MS=150 \
+  EXTRA_ARGS="$TRAIN_ARGS --loss-log $WORK_DIR/part.jsonl --save $WORK_DIR/part.h5" RENAISSANCE_TEST_STEP_DELAY_MS=150 \
   sbatch --parsable --nodes=1 --ntasks-per-node=1 --cpus-per-task=1 --open-mode=append \
   --output="$WORK_DIR/job.out" "$SOURCE_DIR/jobs/train-cpu.sbatch")
 JOB=${JOB%%;*}
@@ -107,6 +109,11 @@ if cmp -s ref.jsonl part.jsonl; then
   echo "the per-step losses of the preempted and requeued job equal the uninterrupted run's ($(wc -l <ref.jsonl) steps)"
 else
   echo "FAIL: per-step losses differ"; diff ref.jsonl part.jsonl | head; FAIL=1
+fi
+if h5diff ref.h5 part.h5 /params /params >/dev/null 2>&1; then
+  echo "h5diff: the final weights of the preempted and requeued job equal the uninterrupted job's"
+else
+  echo "FAIL: final weights differ (h5diff ref.h5 part.h5 /params)"; h5diff ref.h5 part.h5 /params /params | head; FAIL=1
 fi
 ((FAIL)) && exit 1
 echo "PASS: job $JOB_DONE preempted, requeued, resumed"

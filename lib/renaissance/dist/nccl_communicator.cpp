@@ -1,11 +1,14 @@
 #include <renaissance/core/error.h>
 #include <renaissance/dist/nccl_communicator.h>
+#include <renaissance/runtime/collectives.h>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace renaissance::dist {
 
@@ -17,36 +20,58 @@ namespace renaissance::dist {
   } while (0)
 
 struct NcclCommunicator::State {
-  ncclComm_t comm = nullptr;
+  /// The lanes (runtime/collectives.h): comm[0] for the compute stream's collectives, comm[1] for bucket 1 on the
+  /// trainer's side stream (the same communicator as comm[0] with RENAISSANCE_NCCL_LANES=1).
+  ncclComm_t comm[runtime::kLanes] = {nullptr, nullptr};
+  int lanes = runtime::kLanes;
   std::atomic<bool> aborted{false};
   void abort() noexcept {
-    if (comm && !aborted.exchange(true)) ncclCommAbort(comm);  // does not wait for the peers
+    if (aborted.exchange(true)) return;
+    for (int i = 0; i < lanes; ++i)
+      if (comm[i]) ncclCommAbort(comm[i]);  // does not wait for the peers
   }
 };
 
+namespace {
+/// RENAISSANCE_NCCL_LANES=1: one NCCL communicator for every collective (bucket 2 then waits for bucket 1, as before
+/// issue 16); anything else: two.
+int lanes_from_env() {
+  const char* v = std::getenv("RENAISSANCE_NCCL_LANES");
+  return v && std::string(v) == "1" ? 1 : runtime::kLanes;
+}
+}  // namespace
+
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s)
     : MpiCommunicator(comm, timeout_s), m_state(std::make_unique<State>()) {
-  ncclUniqueId id;
-  std::memset(&id, 0, sizeof id);
-  if (m_rank == 0) RN_NCCL_CHECK(ncclGetUniqueId(&id));
-  std::vector<std::uint8_t> bytes(sizeof id);
-  std::memcpy(bytes.data(), &id, sizeof id);
-  broadcast(bytes, 0);
-  std::memcpy(&id, bytes.data(), sizeof id);
-  m_watchdog->arm("ncclCommInitRank");
-  const ncclResult_t rc = ncclCommInitRank(&m_state->comm, m_world, id, m_rank);
-  m_watchdog->disarm();
-  if (rc != ncclSuccess)
-    m_watchdog->fail(
-        fmt::format("ncclCommInitRank failed: {} ({})", ncclGetErrorString(rc), ncclGetLastError(nullptr)));
+  m_state->lanes = lanes_from_env();
+  for (int lane = 0; lane < m_state->lanes; ++lane) {
+    // One unique id per communicator, made by rank 0 and broadcast over MPI.
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (m_rank == 0) RN_NCCL_CHECK(ncclGetUniqueId(&id));
+    std::vector<std::uint8_t> bytes(sizeof id);
+    std::memcpy(bytes.data(), &id, sizeof id);
+    broadcast(bytes, 0);
+    std::memcpy(&id, bytes.data(), sizeof id);
+    m_watchdog->arm("ncclCommInitRank");
+    const ncclResult_t rc = ncclCommInitRank(&m_state->comm[lane], m_world, id, m_rank);
+    m_watchdog->disarm();
+    if (rc != ncclSuccess)
+      m_watchdog->fail(
+          fmt::format("ncclCommInitRank failed: {} ({})", ncclGetErrorString(rc), ncclGetLastError(nullptr)));
+  }
   State* st = m_state.get();
   m_device_watchdog = std::make_unique<CommWatchdog>(
       m_rank, timeout_s,
       [st]() -> std::string {
-        ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(st->comm, &async) != ncclSuccess || async == ncclSuccess) return {};
-        if (async == ncclInProgress) return {};
-        return fmt::format("NCCL asynchronous error: {} ({})", ncclGetErrorString(async), ncclGetLastError(st->comm));
+        for (int i = 0; i < st->lanes; ++i) {
+          ncclResult_t async = ncclSuccess;
+          if (ncclCommGetAsyncError(st->comm[i], &async) != ncclSuccess || async == ncclSuccess) continue;
+          if (async == ncclInProgress) continue;
+          return fmt::format("NCCL asynchronous error: {} ({})", ncclGetErrorString(async),
+                             ncclGetLastError(st->comm[i]));
+        }
+        return {};
       },
       [st] { st->abort(); });
 }
@@ -58,8 +83,14 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::allreduce_device(float* data, std::int64_t count, bool mean, void* stream) {
-  RN_NCCL_CHECK(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat32, mean ? ncclAvg : ncclSum,
-                              m_state->comm, static_cast<cudaStream_t>(stream)));
+  allreduce_device_lane(runtime::kLaneCompute, data, count, mean, stream);
+}
+
+void NcclCommunicator::allreduce_device_lane(int lane, float* data, std::int64_t count, bool mean, void* stream) {
+  RN_CHECK(lane >= 0 && lane < runtime::kLanes, "internal: no communicator lane {}", lane);
+  ncclComm_t c = m_state->comm[lane < m_state->lanes ? lane : 0];
+  RN_NCCL_CHECK(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat32, mean ? ncclAvg : ncclSum, c,
+                              static_cast<cudaStream_t>(stream)));
 }
 
 void NcclCommunicator::device_wait_begin(const char* what) { m_device_watchdog->arm(what); }

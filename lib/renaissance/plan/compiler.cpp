@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <map>
 
@@ -344,7 +345,14 @@ std::vector<Compiler::VariantTensors> Compiler::derive_all_shapes(const std::vec
   return all;
 }
 
+namespace {
+std::atomic<std::int64_t> g_compilations{0};
+}  // namespace
+
+std::int64_t Compiler::compilations() { return g_compilations.load(); }
+
 CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
+  g_compilations.fetch_add(1);
   RN_CHECK(arch.amp == cfg.amp, "the arch plan was built with amp={} but the training config says amp={}", arch.amp,
            cfg.amp);
   RN_CHECK(!arch.layers.empty() && arch.layers.back().kind == LayerKind::SoftmaxCE,

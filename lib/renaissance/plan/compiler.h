@@ -70,6 +70,8 @@ struct CompiledPlan {
 class Compiler {
  public:
   static CompiledPlan compile(const ArchPlan& arch, const TrainConfig& cfg);
+  /// How many times compile() ran in this process (start-up reports and the test that only rank 0 compiles).
+  static std::int64_t compilations();
 
   // Phases, exposed for tests.
   static std::vector<LoweredLayer> lower(const ArchPlan& arch);

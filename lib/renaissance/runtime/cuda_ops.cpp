@@ -3,6 +3,7 @@
 // captured into a CUDA graph; descriptors, algorithm choices and LARS tables are made in `prepare`.
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
+#include <renaissance/runtime/collectives.h>
 #include <renaissance/runtime/executor.h>
 #include <renaissance/runtime/memory_guard.h>
 
@@ -385,10 +386,44 @@ cuda::BnApply bn_apply_of(const ResolvedNode& bn) {
                        bn.in[4].as<const float>(), hyper_slot(bn.in[5], plan::kHyperBnEps)};
 }
 
+// ---- synchronised BatchNorm (--sync-bn, DESIGN §9) ------------------------------------------------------
+// The statistics of the global batch: the BN kernels' per-channel sums are summed over the ranks by an ncclAllReduce
+// on the launch's stream (the compute stream's communicator), so the capture of the step holds it. What each rank
+// reduces and in which order: runtime/collectives.h (sync_bn_reductions), the same for every rank.
+
+bool sync_bn_active(const ExecEnv& env) { return env.sync_bn && env.comm && env.comm->world_size() > 1; }
+
+/// The SyncReduce of a BN node with input `x`, or nullptr without --sync-bn (or with one rank).
+const cuda::SyncReduce* sync_of(const TensorView& x, ExecEnv& env, cuda::SyncReduce& storage) {
+  if (!sync_bn_active(env)) return nullptr;
+  Communicator* comm = env.comm;
+  void* stream = env.stream;
+  storage.sum = [comm, stream](float* data, std::int64_t count) {
+    comm->allreduce_device_lane(kLaneCompute, data, count, false, stream);
+  };
+  storage.global_rows = sync_bn_global_rows(x, comm->world_size());
+  return &storage;
+}
+
+std::size_t bn_workspace_bytes(const ResolvedNode& r, const ExecEnv& env) {
+  return sync_bn_active(env) ? cuda::batchnorm_sync_workspace_bytes(ref(r.in[0]))
+                             : cuda::batchnorm_workspace_bytes(ref(r.in[0]));
+}
+
+PrepareFn need_bn_workspace() {
+  return [](ResolvedNode& r, ExecEnv& env) {
+    const std::size_t b = bn_workspace_bytes(r, env);
+    RN_CHECK(b <= static_cast<std::size_t>(env.workspace_bytes),
+             "{} needs a {} byte workspace but {} were allocated (raise TrainOptions::workspace_mib)",
+             plan::op_kind_name(r.node->op), b, env.workspace_bytes);
+  };
+}
+
 void bn_statistics(const ResolvedNode& bn, ExecEnv& env) {
+  cuda::SyncReduce sync;
   cuda::batchnorm_train_statistics(stream_of(env), ref(bn.in[0]), hyper_slot(bn.in[3], plan::kHyperBnEps),
                                    bn.out[1].as<float>(), bn.out[2].as<float>(), bn.out[3].as<float>(), env.workspace,
-                                   static_cast<std::size_t>(env.workspace_bytes));
+                                   static_cast<std::size_t>(env.workspace_bytes), sync_of(bn.in[0], env, sync));
 }
 
 void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
@@ -417,10 +452,11 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
     case FusedStep::kBnReluBwd: {
       const ResolvedNode& relu = r.sub[static_cast<std::size_t>(st.relu)];
       const cuda::ReluMask mask{s.in[4].as<const float>(), s.in[2].as<const float>(), s.in[5].as<const float>()};
+      cuda::SyncReduce sync;
       cuda::batchnorm_relu_backward(stream_of(env), ref(s.in[0]), ref(relu.in[1]), s.in[2].as<const float>(),
                                     s.in[3].as<const float>(), s.in[4].as<const float>(), &mask, ref(s.out[0]),
                                     s.node->accumulate, s.out[1].as<float>(), s.out[2].as<float>(), env.workspace,
-                                    static_cast<std::size_t>(env.workspace_bytes));
+                                    static_cast<std::size_t>(env.workspace_bytes), sync_of(s.in[0], env, sync));
       return;
     }
   }
@@ -458,7 +494,9 @@ void run_fused(const ResolvedNode& r, ExecEnv& env) {
 
 void prepare_fused(ResolvedNode& r, ExecEnv& env) {
   auto prog = std::make_shared<FusedProgram>(plan_fused(r, env.fuse_kernels));
-  if (env.streams && r.node->op == OpKind::FUSED_FWD) {
+  // --sync-bn: the shortcut's BN statistics hold an all-reduce of the compute stream's communicator; they stay on
+  // the compute stream (one stream per communicator keeps every rank's collectives in one order).
+  if (env.streams && r.node->op == OpKind::FUSED_FWD && !sync_bn_active(env)) {
     plan_branch(r, *prog);
     if (prog->branch_conv >= 0) {  // its conv runs on the branch stream: the side streams' cuDNN handle
       ExecEnv side = env;
@@ -499,12 +537,13 @@ void register_compute(KernelTable& t) {
   t.add_compute(
       OpKind::BN_FWD_TRAIN,
       [](const ResolvedNode& r, ExecEnv& env) {
+        cuda::SyncReduce sync;
         cuda::batchnorm_forward_train(stream_of(env), ref(r.in[0]), r.in[1].as<const float>(), r.in[2].as<const float>(),
                                       hyper_slot(r.in[3], plan::kHyperBnEps), ref(r.out[0]), r.out[1].as<float>(),
                                       r.out[2].as<float>(), r.out[3].as<float>(), env.workspace,
-                                      static_cast<std::size_t>(env.workspace_bytes));
+                                      static_cast<std::size_t>(env.workspace_bytes), sync_of(r.in[0], env, sync));
       },
-      need_workspace([](const ResolvedNode& r) { return cuda::batchnorm_workspace_bytes(ref(r.in[0])); }));
+      need_bn_workspace());
   t.add_compute(OpKind::BN_FWD_INFER, [](const ResolvedNode& r, ExecEnv& env) {
     cuda::batchnorm_forward_inference(stream_of(env), ref(r.in[0]), r.in[1].as<const float>(), r.in[2].as<const float>(),
                                       r.in[3].as<const float>(), r.in[4].as<const float>(),
@@ -513,12 +552,13 @@ void register_compute(KernelTable& t) {
   t.add_compute(
       OpKind::BN_BWD,
       [](const ResolvedNode& r, ExecEnv& env) {
+        cuda::SyncReduce sync;
         cuda::batchnorm_backward(stream_of(env), ref(r.in[0]), ref(r.in[1]), r.in[2].as<const float>(),
                                  r.in[3].as<const float>(), r.in[4].as<const float>(), ref(r.out[0]), r.node->accumulate,
                                  r.out[1].as<float>(), r.out[2].as<float>(), env.workspace,
-                                 static_cast<std::size_t>(env.workspace_bytes));
+                                 static_cast<std::size_t>(env.workspace_bytes), sync_of(r.in[0], env, sync));
       },
-      need_workspace([](const ResolvedNode& r) { return cuda::batchnorm_workspace_bytes(ref(r.in[0])); }));
+      need_bn_workspace());
   t.add_compute(OpKind::RELU_FWD, [](const ResolvedNode& r, ExecEnv& env) {
     cuda::relu_forward(stream_of(env), ref(r.in[0]), ref(r.out[0]));
   });
@@ -728,10 +768,13 @@ void register_range(KernelTable& t) {
   });
   // One GPU: nothing to reduce. Several: the communicator (NCCL, lib/renaissance/dist) enqueues one all-reduce per
   // range on the compute stream, so the capture of DEEP_COMM/FIRST_COMM/... holds the collective (DESIGN §9).
+  // Bucket 1 (DEEP_COMM, replayed on the side stream) goes through the side lane's communicator, everything else through
+  // the compute stream's (runtime/collectives.h), so bucket 2 never queues behind bucket 1.
   auto allreduce = [](const ResolvedNode& r, ExecEnv& env, bool mean) {
     if (!env.comm || env.comm->world_size() == 1) return;
+    const int lane = comm_lane(*r.node);
     for (const RangeView& v : r.out_ranges)
-      if (floats(v) > 0) env.comm->allreduce_device(f(v), floats(v), mean, env.stream);
+      if (floats(v) > 0) env.comm->allreduce_device_lane(lane, f(v), floats(v), mean, env.stream);
   };
   t.add_range(RangeOp::ALLREDUCE_MEAN, [allreduce](const ResolvedNode& r, ExecEnv& env) { allreduce(r, env, true); });
   t.add_range(RangeOp::ALLREDUCE_SUM, [allreduce](const ResolvedNode& r, ExecEnv& env) { allreduce(r, env, false); });

@@ -29,6 +29,12 @@ class Communicator {
   /// Device all-reduce of `count` floats at device pointer `data`, enqueued on `stream` (a cudaStream_t) so a
   /// CUDA graph captures it; `mean` divides by the world size. Only communicators of GPU ranks have one.
   virtual void allreduce_device(float* data, std::int64_t count, bool mean, void* stream);
+  /// The same on device communicator `lane` (runtime/collectives.h: 0 the compute stream's, 1 bucket 1's on the
+  /// trainer's side stream). Communicators with one device communicator: allreduce_device.
+  virtual void allreduce_device_lane(int lane, float* data, std::int64_t count, bool mean, void* stream) {
+    (void)lane;
+    allreduce_device(data, count, mean, stream);
+  }
   /// The optimizer step now running (1-based), for the watchdog's messages.
   virtual void set_step(std::int64_t step) { (void)step; }
   /// Brackets a host wait for device work that contains collectives (GPU: the stream synchronisation after a
@@ -100,7 +106,7 @@ struct ExecEnv {
   /// GPU convolutions: which cuDNN API (0 auto: the graph API, the legacy API where no graph plan supports a pass;
   /// 1 the graph API only; 2 the legacy API only, for comparisons). cuda::ConvEngine's values.
   int conv_api = 0;
-  bool sync_bn = false;            ///< BN training statistics over all ranks' samples (--sync-bn; CPU backend)
+  bool sync_bn = false;            ///< BN training statistics over all ranks' samples (--sync-bn; CPU and GPU ranks)
   /// GPU: fused layers run their element-wise work as fused kernels (BN-apply + residual add + ReLU in one pass, the
   /// ReLU backward folded into the BN backward). Off: every part runs as its own kernel (for comparisons).
   bool fuse_kernels = true;

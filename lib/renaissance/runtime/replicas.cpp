@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -36,14 +39,57 @@ std::vector<std::string> diff_lines(const std::string& root, const std::string& 
   return out;
 }
 
-std::string describe_plan_config(const plan::CompiledPlan& p) {
-  const plan::TrainConfig& c = p.config;
-  return fmt::format(
-      "model={}\nper-rank batch={}\nper-rank train samples={}\nval batch={}\nval samples={}\noptimizer={}\n"
-      "ema={}\namp={}\nstart resolution={}\nend resolution={}\nlayers={}\nparameters={}\n",
-      p.arch.model_name, c.batch, c.dataset_size, c.val_batch, c.val_size, plan::optimizer_name(c.optimizer), c.ema,
-      c.amp, c.start_resolution, c.end_resolution, p.arch.layers.size(), p.arch.parameter_count());
+/// FNV-1a 64 over the fields of a layer tree: equal trees give equal hashes (the model content of the comparison).
+struct TreeHash {
+  std::uint64_t h = 1469598103934665603ull;
+  void bytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= b[i];
+      h *= 1099511628211ull;
+    }
+  }
+  void i64(std::int64_t v) { bytes(&v, sizeof v); }
+  void str(const std::string& v) {
+    i64(static_cast<std::int64_t>(v.size()));
+    bytes(v.data(), v.size());
+  }
+  void layer(const blueprint::Layer& l) {
+    i64(static_cast<std::int64_t>(l.kind));
+    str(l.name);
+    for (std::int64_t v : {l.out_c, l.mid_c, l.k, l.stride, l.pad, l.groups, l.count, static_cast<std::int64_t>(l.bias),
+                           static_cast<std::int64_t>(l.block)})
+      i64(v);
+    i64(static_cast<std::int64_t>(l.children.size()));
+    for (const blueprint::Layer& c : l.children) layer(c);
+  }
+};
+
+/// Rank 0's plan message: one status byte (1: the serialised plan follows; 0: the error rank 0 raised, as message,
+/// context and hint separated by NUL bytes).
+std::vector<std::uint8_t> error_message(const std::string& message, const std::string& context,
+                                        const std::string& hint) {
+  std::vector<std::uint8_t> out{0};
+  for (const std::string* part : {&message, &context, &hint}) {
+    out.insert(out.end(), part->begin(), part->end());
+    out.push_back(0);
+  }
+  return out;
 }
+
+[[noreturn]] void throw_error_message(const std::vector<std::uint8_t>& msg) {
+  std::string parts[3];
+  std::size_t k = 0;
+  for (std::size_t i = 1; i < msg.size() && k < 3; ++i) {
+    if (msg[i] == 0)
+      ++k;
+    else
+      parts[k].push_back(static_cast<char>(msg[i]));
+  }
+  throw Error(parts[0], parts[1], parts[2]);
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -61,30 +107,26 @@ std::string describe_run_options(const TrainOptions& o) {
       o.sync_bn);
 }
 
-void check_replicas(Communicator& comm, const plan::CompiledPlan& plan, const std::string& run_options) {
+std::string describe_plan_inputs(const blueprint::BluePrint& model, const plan::BuildOptions& build,
+                                 const plan::TrainConfig& c) {
+  TreeHash t;
+  t.layer(model.root);
+  return fmt::format(
+      "model={}\nmodel layers hash={:016x}\ninput={}x{}x{}\namp={}\nfuse={}\nclasses={}\nresolution={}\n"
+      "per-rank batch={}\nper-rank train samples={}\nval batch={}\nval samples={}\noptimizer={}\nema={}\n"
+      "start resolution={}\nend resolution={}\nfreeze first layer={}\nreuse memory={}\n",
+      model.name, t.h, model.in_h, model.in_w, model.in_c, build.amp, build.fuse, build.num_classes, build.resolution,
+      c.batch, c.dataset_size, c.val_batch, c.val_size, plan::optimizer_name(c.optimizer), c.ema, c.start_resolution,
+      c.end_resolution, c.freeze_first_layer, c.reuse_memory);
+}
+
+void check_replica_inputs(Communicator& comm, const std::string& description) {
   if (comm.world_size() == 1) return;
   const int rank = comm.rank();
-  const std::uint64_t mine = plan::content_hash(plan);
-  std::vector<std::uint8_t> root_plan;
-  if (rank == 0) root_plan = plan::serialize(plan);
-  comm.broadcast(root_plan, 0);
-  std::vector<std::uint8_t> root_opts(run_options.begin(), run_options.end());
-  comm.broadcast(root_opts, 0);
-
+  std::vector<std::uint8_t> root(description.begin(), description.end());
+  comm.broadcast(root, 0);
   std::vector<std::string> diffs;
-  if (rank != 0) {
-    const plan::CompiledPlan theirs = plan::deserialize(root_plan);  // checks rank 0's hash over the bytes
-    if (theirs.hash != mine) {
-      diffs = diff_lines(describe_plan_config(theirs), describe_plan_config(plan));
-      if (diffs.empty())
-        diffs.push_back(
-            "the compiled plans differ (same model name and sizes: a different model "
-            "file or layer options?)");
-      diffs.push_back(fmt::format("plan hash {:016x} on rank 0 but {:016x} here", theirs.hash, mine));
-    }
-    for (std::string& d : diff_lines(std::string(root_opts.begin(), root_opts.end()), run_options))
-      diffs.push_back(std::move(d));
-  }
+  if (rank != 0) diffs = diff_lines(std::string(root.begin(), root.end()), description);
   const std::int64_t bad = comm.agree_max(diffs.empty() ? -1 : rank);
   if (bad < 0) return;
   std::string text;
@@ -99,6 +141,62 @@ void check_replicas(Communicator& comm, const plan::CompiledPlan& plan, const st
       fmt::format("the configuration of rank {} differs from rank 0's: {}", bad, std::string(msg.begin(), msg.end())),
       "data-parallel run",
       "start every rank with the same options, model and dataset (the same command line under mpirun/srun)");
+}
+
+std::unique_ptr<plan::CompiledPlan> distribute_plan(Communicator* comm, const blueprint::BluePrint& model,
+                                                    const plan::BuildOptions& build, const plan::TrainConfig& config,
+                                                    const std::string& run_options, PlanOrigin* origin) {
+  const double t0 = now_s();
+  PlanOrigin o;
+  std::unique_ptr<plan::CompiledPlan> out;
+  const int world = comm ? comm->world_size() : 1;
+  const int rank = comm ? comm->rank() : 0;
+  if (world == 1) {
+    out = std::make_unique<plan::CompiledPlan>(plan::Compiler::compile(plan::ArchPlan::build(model, build), config));
+  } else {
+    check_replica_inputs(*comm, describe_plan_inputs(model, build, config) + run_options);
+    std::vector<std::uint8_t> msg;
+    if (rank == 0) {
+      // Rank 0 alone plans; an error it raises (a model that does not build, an arena too large) becomes every
+      // rank's error, so all of them stop with the same message instead of waiting for a plan that never comes.
+      try {
+        out =
+            std::make_unique<plan::CompiledPlan>(plan::Compiler::compile(plan::ArchPlan::build(model, build), config));
+        std::vector<std::uint8_t> bytes = plan::serialize(*out);
+        msg.reserve(bytes.size() + 1);
+        msg.push_back(1);
+        msg.insert(msg.end(), bytes.begin(), bytes.end());
+      } catch (const Error& e) {
+        msg = error_message(e.message(), e.context(), e.hint());
+      } catch (const std::exception& e) {
+        msg = error_message(e.what(), "", "");
+      }
+    }
+    comm->broadcast(msg, 0);
+    RN_CHECK(!msg.empty(), "internal: rank 0 broadcast an empty plan message");
+    if (msg[0] == 0) throw_error_message(msg);
+    o.bytes = static_cast<std::int64_t>(msg.size() - 1);
+    if (rank != 0) {
+      o.compiled_here = false;
+      msg.erase(msg.begin());
+      out = std::make_unique<plan::CompiledPlan>(plan::deserialize(msg));  // checks rank 0's hash over the bytes
+      RN_CHECK(out->config == config,
+               "internal: rank 0's plan was compiled for another training configuration than this rank's, although "
+               "their descriptions matched");
+    }
+  }
+  o.seconds = now_s() - t0;
+  if (const char* r = std::getenv("RENAISSANCE_TEST_PLAN_REPORT"); r && *r) {
+    std::fprintf(stderr,
+                 "plan report: rank %d/%d: plan %s (%lld bytes, hash %016llx), %lld compilation(s) in this "
+                 "process, %.3f s\n",
+                 rank, world, o.compiled_here ? "compiled here" : "received from rank 0",
+                 static_cast<long long>(o.bytes), static_cast<unsigned long long>(out->hash),
+                 static_cast<long long>(plan::Compiler::compilations()), o.seconds);
+    std::fflush(stderr);
+  }
+  if (origin) *origin = o;
+  return out;
 }
 
 }  // namespace renaissance::runtime

@@ -10,6 +10,7 @@ target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/data_pipeline.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replicas.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/collectives.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sharding.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cpp
 )

@@ -189,13 +189,13 @@ struct Trainer::Impl {
     replay(v, s == 0 ? GraphId::FIRST_LAYER_FWD_A : GraphId::FIRST_LAYER_FWD_B, graphs);
     replay(v, GraphId::DEEP_FWD_BWD, graphs);
     // reduce: bucket 1 (deep convolutions) as soon as the deep backward ends, on the side stream, overlapping the
-    // first layer's backward; bucket 2 after it, once bucket 1 is done (one NCCL communicator: one collective at
-    // a time).
+    // first layer's backward; bucket 2 on the compute stream beside it (GPU: each on its own NCCL communicator,
+    // runtime/collectives.h); the NaN check reads both.
     session->side(env, [&] { replay(v, GraphId::DEEP_COMM, graphs); });
     replay(v, s == 0 ? GraphId::FIRST_LAYER_BWD_A : GraphId::FIRST_LAYER_BWD_B, graphs);
     replay(v, GraphId::CAST_G16_TO_G, graphs);
-    session->join_side(env);
     replay(v, GraphId::FIRST_COMM, graphs);
+    session->join_side(env);
     replay(v, GraphId::NAN_CHECK_AND_GRAD_SCALING, graphs);
     const bool nan = opt.backend == Backend::CPU && nan_flag() != 0;
     // update (weights, moments, the FP16 copies, the EMA) on the update stream, beside the BN running statistics
@@ -374,9 +374,6 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   plan::BuildOptions bo;
   bo.amp = opts.amp;
   bo.fuse = opts.amp && opts.fuse;
-  const plan::ArchPlan arch = plan::ArchPlan::build(bp, bo);
-  RN_CHECK_CTX(arch.num_classes == probe.num_classes(), opts.data_path,
-               "the dataset has {} classes but model '{}' predicts {}", probe.num_classes(), bp.name, arch.num_classes);
   plan::TrainConfig cfg;
   // Data-parallel: each rank's plan is compiled for its share of every global batch (sharding.h).
   const int world = opts.comm ? opts.comm->world_size() : 1;
@@ -390,12 +387,12 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   cfg.amp = opts.amp;
   cfg.start_resolution = opts.start_resolution;
   cfg.reuse_memory = opts.reuse_memory;
-  m_plan = std::make_unique<plan::CompiledPlan>(plan::Compiler::compile(arch, cfg));
-  // Rank 0's plan and options against this rank's: a difference is an error on every rank, before any capture.
-  if (opts.comm) check_replicas(*opts.comm, *m_plan, describe_run_options(opts));
-  RN_CHECK(!opts.sync_bn || opts.backend == Backend::CPU || world == 1,
-           "--sync-bn is available on CPU ranks only in this version (hint: leave it off on GPUs: each rank then "
-           "normalises with its own samples)");
+  // DESIGN §9: rank 0 alone builds and compiles the plan and broadcasts it; each rank's inputs and options are
+  // checked against rank 0's first (a difference is the same error on every rank, before any capture).
+  m_plan = distribute_plan(opts.comm, bp, bo, cfg, describe_run_options(opts));
+  RN_CHECK_CTX(m_plan->arch.num_classes == probe.num_classes(), opts.data_path,
+               "the dataset has {} classes but model '{}' predicts {}", probe.num_classes(), bp.name,
+               m_plan->arch.num_classes);
   if (opts.backend == Backend::CUDA)  // before the arena and the workspace exist: a clear error, not a cudaMalloc one
     guard_device_memory({fmt::format("model '{}' (batch {}, {})", bp.name, opts.batch, opts.amp ? "amp" : "fp32"),
                          m_plan->arena_bytes(), opts.workspace_mib << 20, 0});
