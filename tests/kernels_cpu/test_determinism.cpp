@@ -14,8 +14,14 @@
 #include "kernel_test_util.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
+#include <thread>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace renaissance::cpu::test {
 namespace {
@@ -52,6 +58,29 @@ TEST(ThreadPool, RethrowsAndNestsInline) {
   pool.parallel_for(0, 64, 1, [&](std::int64_t b, std::int64_t e) { count += static_cast<int>(e - b); });
   EXPECT_EQ(count.load(), 64);
 }
+
+#if defined(__linux__)
+TEST(ThreadPool, TakesItsSizeFromTheAffinityMask) {
+  // A thread restricted to one processor (as taskset or a Slurm binding would) sizes a default pool at one.
+  std::thread t([] {
+    cpu_set_t all, one;
+    ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+    const int allowed = CPU_COUNT(&all);
+    EXPECT_EQ(affinity_cpu_count(), allowed);
+    int first = 0;
+    while (!CPU_ISSET(first, &all)) ++first;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    EXPECT_EQ(affinity_cpu_count(), 1);
+    if (!std::getenv("RENAISSANCE_CPU_THREADS")) {  // the variable wins over the mask
+      ThreadPool pool(0);
+      EXPECT_EQ(pool.size(), 1);
+    }
+  });
+  t.join();
+}
+#endif
 
 // Runs every kernel once on medium shapes and returns all outputs by name.
 std::map<std::string, Vec> run_all() {
