@@ -32,7 +32,18 @@ class AlignedBuffer {
 };
 
 /// Per-thread scratch slots; each kernel level uses its own slot so nested users never share one.
-enum class ScratchSlot : int { PackA = 0, PackB, PackEdge, Col, Partial, Count };
+enum class ScratchSlot : int {
+  PackA = 0,
+  PackB,
+  PackEdge,
+  Col,
+  Partial,
+  DnnWeights,     // oneDNN: the weights in the primitive's format (the calling thread's)
+  DnnScratchpad,  // oneDNN: a primitive's scratchpad (each running thread's)
+  DnnTemp,        // oneDNN: an accumulating dx piece before it is added
+  DnnPartial,     // oneDNN: the weight gradient's per-piece partial sums (the calling thread's)
+  Count
+};
 
 /// `count` floats of this thread's scratch slot (valid until the next call with the same slot).
 inline float* scratch(ScratchSlot slot, std::size_t count) {

@@ -97,8 +97,9 @@ std::map<std::string, Vec> run_all() {
     std::int64_t cout;
     Conv2dParams p;
   };
+  // The last batch (37 samples) splits into oneDNN batch pieces with a shorter last one.
   for (const C& cs : {C{{8, 14, 14, 32}, 48, {3, 3, 1, 1, 1, 1, 1}}, C{{6, 9, 9, 16}, 16, {3, 3, 2, 2, 1, 1, 16}},
-                      C{{8, 10, 10, 24}, 40, {1, 1, 1, 1, 0, 0, 1}}}) {
+                      C{{8, 10, 10, 24}, 40, {1, 1, 1, 1, 0, 0, 1}}, C{{37, 7, 7, 16}, 32, {3, 3, 1, 1, 1, 1, 1}}}) {
     const Shape ys = conv2d_output_shape(cs.xs, cs.cout, cs.p);
     const std::string tag = "conv" + cs.xs.str() + ">" + std::to_string(cs.cout);
     Vec x = random_vec(cs.xs.elems() + 4, 3), w = random_vec(conv2d_weight_elems(cs.xs.c, cs.cout, cs.p), 4),
@@ -112,9 +113,20 @@ std::map<std::string, Vec> run_all() {
     out[tag + " dx"] = dx;
     conv2d_backward_data(dy.data(), ys, w.data(), dx.data(), cs.xs, cs.p, false, Conv2dAlgo::Auto);
     out[tag + " dx auto"] = dx;
-    conv2d_backward_filter(x.data(), cs.xs, dy.data(), ys, dw.data(), db.data(), cs.p, false);
+    conv2d_backward_filter(x.data(), cs.xs, dy.data(), ys, dw.data(), db.data(), cs.p, false, Conv2dAlgo::Gemm);
     out[tag + " dw"] = dw;
     out[tag + " db"] = db;
+    conv2d_backward_filter(x.data(), cs.xs, dy.data(), ys, dw.data(), db.data(), cs.p, false, Conv2dAlgo::Auto);
+    out[tag + " dw auto"] = dw;
+    out[tag + " db auto"] = db;
+    if (onednn_available()) {  // explicitly, whatever Auto picks
+      conv2d_forward(x.data(), cs.xs, w.data(), b.data(), y.data(), ys, cs.p, Conv2dAlgo::Onednn);
+      out[tag + " y onednn"] = y;
+      conv2d_backward_data(dy.data(), ys, w.data(), dx.data(), cs.xs, cs.p, false, Conv2dAlgo::Onednn);
+      out[tag + " dx onednn"] = dx;
+      conv2d_backward_filter(x.data(), cs.xs, dy.data(), ys, dw.data(), db.data(), cs.p, false, Conv2dAlgo::Onednn);
+      out[tag + " dw onednn"] = dw;
+    }
   }
   {
     const Shape s{16, 12, 12, 24};

@@ -16,9 +16,12 @@
 #include <kernels/cpu/range_ops.h>
 #include <kernels/cpu/softmax_ce.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <memory>
 
 namespace renaissance::runtime {
 
@@ -94,6 +97,28 @@ cpu::Conv2dParams conv_params(const plan::Node& n) {
   c.pad_h = c.pad_w = static_cast<int>(p.pad);
   c.groups = static_cast<int>(p.groups);
   return c;
+}
+
+/// The plan of a convolution pass, made by prepare_conv. x/dx are the pass's input-side shape, y/dy the output side.
+const cpu::Conv2dPlan& conv_plan(const ResolvedNode& r) {
+  RN_CHECK(r.state, "{} of layer '{}' was not prepared", plan::op_kind_name(r.node->op), r.layer);
+  return *static_cast<const cpu::Conv2dPlan*>(r.state.get());
+}
+
+PrepareFn prepare_conv(cpu::Conv2dPass pass) {
+  return [pass](ResolvedNode& r, ExecEnv&) {
+    const bool data = pass == cpu::Conv2dPass::BackwardData;  // inputs: dy, w; output: dx
+    const Shape& xs = data ? r.out[0].shape : r.in[0].shape;
+    const Shape& ys = data ? r.in[0].shape : (pass == cpu::Conv2dPass::Forward ? r.out[0].shape : r.in[1].shape);
+    const bool bias = pass == cpu::Conv2dPass::Forward && r.in.size() > 2;
+    try {
+      auto plan = std::make_shared<cpu::Conv2dPlan>(xs, ys, conv_params(*r.node), pass, bias);
+      r.detail = plan->describe();
+      r.state = std::move(plan);
+    } catch (const Error& e) {
+      throw e.with_context(fmt::format("layer '{}'", r.layer));
+    }
+  };
 }
 
 cpu::Pool2dParams pool_params(const plan::Node& n) {
@@ -203,28 +228,33 @@ void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const
 // ---- COMPUTE ops ------------------------------------------------------------------------------------
 
 void register_compute(KernelTable& t) {
-  t.add_compute(OpKind::CONV_FWD, op([](const ResolvedNode& r, ExecEnv&) {
-                  const float* x = f32_in(r.in[0]);
-                  const float* w = f32_in(r.in[1]);
-                  const float* b = r.in.size() > 2 ? f32_in(r.in[2]) : nullptr;
-                  F32Out y(r.out[0], false);
-                  cpu::conv2d_forward(x, r.in[0].shape, w, b, y.get(), r.out[0].shape, conv_params(*r.node));
-                }));
-  t.add_compute(OpKind::CONV_BWD_DATA, op([](const ResolvedNode& r, ExecEnv&) {
-                  const float* dy = f32_in(r.in[0]);
-                  const float* w = f32_in(r.in[1]);
-                  F32Out dx(r.out[0], r.node->accumulate);
-                  cpu::conv2d_backward_data(dy, r.in[0].shape, w, dx.get(), r.out[0].shape, conv_params(*r.node),
-                                            r.node->accumulate);
-                }));
-  t.add_compute(OpKind::CONV_BWD_FILTER, op([](const ResolvedNode& r, ExecEnv&) {
-                  const float* x = f32_in(r.in[0]);
-                  const float* dy = f32_in(r.in[1]);
-                  F32Out dw(r.out[0], r.node->accumulate);
-                  F32Out db(r.out.size() > 1 ? r.out[1] : TensorView{}, r.node->accumulate);
-                  cpu::conv2d_backward_filter(x, r.in[0].shape, dy, r.in[1].shape, dw.get(), db.get(),
-                                              conv_params(*r.node), r.node->accumulate);
-                }));
+  // Convolutions: each pass planned once at prepare time (algorithm, oneDNN primitives and formats).
+  t.add_compute(
+      OpKind::CONV_FWD, op([](const ResolvedNode& r, ExecEnv&) {
+        const float* x = f32_in(r.in[0]);
+        const float* w = f32_in(r.in[1]);
+        const float* b = r.in.size() > 2 ? f32_in(r.in[2]) : nullptr;
+        F32Out y(r.out[0], false);
+        conv_plan(r).forward(x, w, b, y.get());
+      }),
+      prepare_conv(cpu::Conv2dPass::Forward));
+  t.add_compute(
+      OpKind::CONV_BWD_DATA, op([](const ResolvedNode& r, ExecEnv&) {
+        const float* dy = f32_in(r.in[0]);
+        const float* w = f32_in(r.in[1]);
+        F32Out dx(r.out[0], r.node->accumulate);
+        conv_plan(r).backward_data(dy, w, dx.get(), r.node->accumulate);
+      }),
+      prepare_conv(cpu::Conv2dPass::BackwardData));
+  t.add_compute(
+      OpKind::CONV_BWD_FILTER, op([](const ResolvedNode& r, ExecEnv&) {
+        const float* x = f32_in(r.in[0]);
+        const float* dy = f32_in(r.in[1]);
+        F32Out dw(r.out[0], r.node->accumulate);
+        F32Out db(r.out.size() > 1 ? r.out[1] : TensorView{}, r.node->accumulate);
+        conv_plan(r).backward_filter(x, dy, dw.get(), db.get(), r.node->accumulate);
+      }),
+      prepare_conv(cpu::Conv2dPass::BackwardFilter));
   t.add_compute(OpKind::BN_FWD_TRAIN, op([](const ResolvedNode& r, ExecEnv& env) {
                   // Batch statistics go to B_NEXT_* (momentum 1 into zeroed buffers = the unbiased batch
                   // variance); UPDATE_STATS blends them into the running statistics once per step.
