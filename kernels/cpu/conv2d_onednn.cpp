@@ -117,9 +117,12 @@ struct Pieces {
 // Forward and dx: samples are independent, so pieces only balance the threads (32: enough for 16+ threads and a
 // short last claim; measured: oneDNN's single-thread GFLOP/s is flat from 1 to 32 samples on these layers).
 constexpr std::int64_t kSamplePieces = 32;
-// Weight gradient: every piece writes its own partial dW, added in piece order afterwards.
+// Weight gradient: every piece writes its own partial dW, added in piece order afterwards. The partials cost one
+// write and one read of |dW| per piece, so layers with few FLOPs per weight (small images: 4×4×128 does 4,096 per
+// weight at batch 128) get fewer pieces: one per 512 FLOPs per weight, 2 to 16, and at most 64 MiB of partials.
 constexpr std::int64_t kWgradPieces = 16;
-constexpr std::int64_t kWgradPartialBytes = 64ll << 20;  // fewer pieces for big weights (16 × 4 MiB at most)
+constexpr std::int64_t kWgradFlopsPerWeightPerPiece = 512;
+constexpr std::int64_t kWgradPartialBytes = 64ll << 20;
 
 }  // namespace
 
@@ -273,7 +276,10 @@ Conv2dPlan::Onednn::Onednn(const Shape& xs, const Shape& ys, const Conv2dParams&
   std::int64_t target = kSamplePieces;
   if (pass == Conv2dPass::BackwardFilter) {
     const std::int64_t wbytes = conv2d_weight_elems(xs.c, ys.c, p) * 4;
-    target = std::clamp<std::int64_t>(kWgradPartialBytes / std::max<std::int64_t>(wbytes, 1), 4, kWgradPieces);
+    const std::int64_t flops_per_weight = 2 * ys.n * ys.h * ys.w;
+    target = std::clamp<std::int64_t>(std::min(flops_per_weight / kWgradFlopsPerWeightPerPiece,
+                                               kWgradPartialBytes / std::max<std::int64_t>(wbytes, 1)),
+                                      2, kWgradPieces);
   }
   m->pieces = Pieces(xs.n, std::min(target, xs.n));
   try {

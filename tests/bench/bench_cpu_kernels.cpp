@@ -79,9 +79,19 @@ struct Layer {
 };
 
 const Layer kLayers[] = {
+    // the fmnist_cnn zoo net (batch 128): 1->32 at 28x28, 32->64 at 14x14, 64->64 at 7x7
     {"28x28x1->32", {128, 28, 28, 1}, 32, {3, 3, 1, 1, 1, 1, 1}},
-    {"28x28x32->32", {128, 28, 28, 32}, 32, {3, 3, 1, 1, 1, 1, 1}},
     {"14x14x32->64", {128, 14, 14, 32}, 64, {3, 3, 1, 1, 1, 1, 1}},
+    {"7x7x64->64", {128, 7, 7, 64}, 64, {3, 3, 1, 1, 1, 1, 1}},
+    // the quarter-width ResNet-18 (models/resnet18_fmnist_narrow.yaml)
+    {"28x28x16->16", {128, 28, 28, 16}, 16, {3, 3, 1, 1, 1, 1, 1}},
+    {"28x28x16->32_s2", {128, 28, 28, 16}, 32, {3, 3, 2, 2, 1, 1, 1}},
+    {"28x28x16->32_1x1s2", {128, 28, 28, 16}, 32, {1, 1, 2, 2, 0, 0, 1}},
+    {"14x14x32->32", {128, 14, 14, 32}, 32, {3, 3, 1, 1, 1, 1, 1}},
+    {"7x7x64->128_s2", {128, 7, 7, 64}, 128, {3, 3, 2, 2, 1, 1, 1}},
+    {"4x4x128->128", {128, 4, 4, 128}, 128, {3, 3, 1, 1, 1, 1, 1}},
+    // the 5-conv net of the first CPU measurements, a 1x1 and a depthwise layer
+    {"28x28x32->32", {128, 28, 28, 32}, 32, {3, 3, 1, 1, 1, 1, 1}},
     {"14x14x64->128", {128, 14, 14, 64}, 128, {3, 3, 1, 1, 1, 1, 1}},
     {"7x7x128->128", {128, 7, 7, 128}, 128, {3, 3, 1, 1, 1, 1, 1}},
     {"14x14x64->128_1x1", {128, 14, 14, 64}, 128, {1, 1, 1, 1, 0, 0, 1}},
@@ -106,65 +116,77 @@ struct ConvBuffers {
   }
 };
 
+bool skip_unavailable(benchmark::State& state, Conv2dAlgo algo) {
+  if (algo == Conv2dAlgo::Xnnpack && !xnnpack_available()) {
+    state.SkipWithError("built without XNNPACK");
+    return true;
+  }
+  if (algo == Conv2dAlgo::Onednn && !onednn_available()) {
+    state.SkipWithError("built without oneDNN");
+    return true;
+  }
+  return false;
+}
+
 // range(1): 0 = GEMM path, 1 = XNNPACK re-created every call (weights change every training step),
-// 2 = XNNPACK with unchanged weights (its operator cache hits: inference/validation).
+// 2 = XNNPACK with unchanged weights (its operator cache hits: inference/validation), 3 = oneDNN through a
+// Conv2dPlan made once (as the runtime prepares it), weights changing every call (their reorder included).
 void BM_ConvForward(benchmark::State& state) {
   const Layer& l = kLayers[state.range(0)];
   ConvBuffers buf(l);
-  const auto algo = state.range(1) == 0 ? Conv2dAlgo::Gemm : Conv2dAlgo::Xnnpack;
-  if (algo == Conv2dAlgo::Xnnpack && !xnnpack_available()) {
-    state.SkipWithError("built without XNNPACK");
-    return;
-  }
+  const Conv2dAlgo algos[] = {Conv2dAlgo::Gemm, Conv2dAlgo::Xnnpack, Conv2dAlgo::Xnnpack, Conv2dAlgo::Onednn};
+  const Conv2dAlgo algo = algos[state.range(1)];
+  if (skip_unavailable(state, algo)) return;
+  const Conv2dPlan plan(l.xs, buf.ys, l.p, Conv2dPass::Forward, true, algo);
   for (auto _ : state) {
-    if (state.range(1) == 1) buf.w[0] = -buf.w[0];  // a training step's new weights
-    conv2d_forward(buf.x.data(), l.xs, buf.w.data(), buf.b.data(), buf.y.data(), buf.ys, l.p, algo);
+    if (state.range(1) != 2) buf.w[0] = -buf.w[0];  // a training step's new weights
+    plan.forward(buf.x.data(), buf.w.data(), buf.b.data(), buf.y.data());
   }
   rate(state, "GFLOP/s", 1e-9 * buf.flops);
-  const char* algo_name[] = {" gemm", " xnnpack-new-w", " xnnpack-same-w"};
+  const char* algo_name[] = {" gemm", " xnnpack-new-w", " xnnpack-same-w", " onednn"};
   state.SetLabel(std::string(l.name) + algo_name[state.range(1)]);
 }
 
-// range(1): 0 = GEMM + col2im, 1 = XNNPACK deconvolution re-created every call.
+// range(1): 0 = GEMM + col2im, 1 = XNNPACK deconvolution re-created every call, 2 = oneDNN (plan made once).
 void BM_ConvBackwardData(benchmark::State& state) {
   const Layer& l = kLayers[state.range(0)];
   ConvBuffers buf(l);
-  const auto algo = state.range(1) == 0 ? Conv2dAlgo::Gemm : Conv2dAlgo::Xnnpack;
-  if (algo == Conv2dAlgo::Xnnpack && !xnnpack_available()) {
-    state.SkipWithError("built without XNNPACK");
+  const Conv2dAlgo algos[] = {Conv2dAlgo::Gemm, Conv2dAlgo::Xnnpack, Conv2dAlgo::Onednn};
+  const Conv2dAlgo algo = algos[state.range(1)];
+  if (skip_unavailable(state, algo)) return;
+  if (l.xs.c == 1) {
+    state.SkipWithError("a first layer computes no dx");
     return;
   }
+  const Conv2dPlan plan(l.xs, buf.ys, l.p, Conv2dPass::BackwardData, false, algo);
   for (auto _ : state) {
-    if (state.range(1) == 1) buf.w[0] = -buf.w[0];
-    conv2d_backward_data(buf.dy.data(), buf.ys, buf.w.data(), buf.dx.data(), l.xs, l.p, false, algo);
+    buf.w[0] = -buf.w[0];
+    plan.backward_data(buf.dy.data(), buf.w.data(), buf.dx.data(), false);
   }
   rate(state, "GFLOP/s", 1e-9 * buf.flops);
-  state.SetLabel(std::string(l.name) + (state.range(1) == 0 ? " gemm" : " xnnpack-deconv"));
+  const char* algo_name[] = {" gemm", " xnnpack-deconv", " onednn"};
+  state.SetLabel(std::string(l.name) + algo_name[state.range(1)]);
 }
 
+// range(1): 0 = im2col + GEMM into fixed lanes, 1 = oneDNN (plan made once, partials of fixed batch pieces).
 void BM_ConvBackwardFilter(benchmark::State& state) {
   const Layer& l = kLayers[state.range(0)];
   ConvBuffers buf(l);
-  for (auto _ : state)
-    conv2d_backward_filter(buf.x.data(), l.xs, buf.dy.data(), buf.ys, buf.dw.data(), buf.db.data(), l.p, false);
+  const Conv2dAlgo algo = state.range(1) == 0 ? Conv2dAlgo::Gemm : Conv2dAlgo::Onednn;
+  if (skip_unavailable(state, algo)) return;
+  const Conv2dPlan plan(l.xs, buf.ys, l.p, Conv2dPass::BackwardFilter, false, algo);
+  for (auto _ : state) plan.backward_filter(buf.x.data(), buf.dy.data(), buf.dw.data(), nullptr, false);
   rate(state, "GFLOP/s", 1e-9 * buf.flops);
-  state.SetLabel(l.name);
+  state.SetLabel(std::string(l.name) + (state.range(1) == 0 ? " gemm" : " onednn"));
 }
 
-void layer_args(benchmark::internal::Benchmark* b) {
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(std::size(kLayers)); ++i) b->Arg(i);
-}
-void forward_args(benchmark::internal::Benchmark* b) {
+void layer_args(benchmark::internal::Benchmark* b, std::int64_t algos) {
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(std::size(kLayers)); ++i)
-    for (std::int64_t algo = 0; algo < 3; ++algo) b->Args({i, algo});
+    for (std::int64_t algo = 0; algo < algos; ++algo) b->Args({i, algo});
 }
-void data_args(benchmark::internal::Benchmark* b) {
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(std::size(kLayers)); ++i)
-    for (std::int64_t algo = 0; algo < 2; ++algo) b->Args({i, algo});
-}
-BENCHMARK(BM_ConvForward)->Apply(forward_args)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ConvBackwardData)->Apply(data_args)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ConvBackwardFilter)->Apply(layer_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvForward)->Apply([](auto* b) { layer_args(b, 4); })->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvBackwardData)->Apply([](auto* b) { layer_args(b, 3); })->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvBackwardFilter)->Apply([](auto* b) { layer_args(b, 2); })->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // ---- batch norm ---------------------------------------------------------------------------------------------
 

@@ -115,8 +115,15 @@ PrepareFn prepare_conv(cpu::Conv2dPass pass) {
     const Shape& ys = data ? r.in[0].shape : (pass == cpu::Conv2dPass::Forward ? r.out[0].shape : r.in[1].shape);
     const bool bias = pass == cpu::Conv2dPass::Forward && r.in.size() > 2;
     try {
-      auto plan = std::make_shared<cpu::Conv2dPlan>(xs, ys, conv_params(*r.node), pass, bias);
-      r.detail = plan->describe();
+      const cpu::Conv2dParams cp = conv_params(*r.node);
+      auto plan = std::make_shared<cpu::Conv2dPlan>(xs, ys, cp, pass, bias);
+      // As the CUDA backend words it: a fused layer holds several convolutions, the shapes tell them apart.
+      r.detail = fmt::format("{} {}{} {}x{}x{}>{} k{}s{}{} [{}]", r.layer.empty() ? "conv" : r.layer,
+                             pass == cpu::Conv2dPass::Forward        ? "fwd"
+                             : pass == cpu::Conv2dPass::BackwardData ? "dgrad"
+                                                                     : "wgrad",
+                             r.node->accumulate ? "+acc" : "", xs.h, xs.w, xs.c, ys.c, cp.kernel_h, cp.stride_h,
+                             cp.groups > 1 ? fmt::format("g{}", cp.groups) : "", plan->describe());
       r.state = std::move(plan);
     } catch (const Error& e) {
       throw e.with_context(fmt::format("layer '{}'", r.layer));
@@ -286,6 +293,10 @@ bool overlaps(const TensorView& a, const TensorView& b) {
 bool is_float_feature(const TensorView& v) { return v.dtype == DType::F32 || v.dtype == DType::F16; }
 bool same(const TensorView& a, const TensorView& b) { return a.ptr == b.ptr && a.shape == b.shape && a.dtype == b.dtype; }
 bool is_compute(const ResolvedNode& r) { return r.node->type == plan::NodeType::COMPUTE; }
+bool is_fused_kind(const ResolvedNode& r) {
+  return is_compute(r) && (r.node->op == OpKind::FUSED_FWD || r.node->op == OpKind::FUSED_BWD ||
+                           r.node->op == OpKind::FUSED_INFER);
+}
 
 /// Does any sub-node other than those in `except` read (inputs) or, with `writes`, write (outputs) bytes of `v`,
 /// among sub-nodes [from, to)?
@@ -548,19 +559,23 @@ void run_fused(const ResolvedNode& r, ExecEnv& env) {
   // Synchronised BN (several ranks) reduces its statistics over the ranks inside the plain ops: run the parts.
   if (!prog || sync_bn(env)) {
     for (const ResolvedNode& s : r.sub) {
-      if (env.timer) env.timer->begin(env, is_compute(s) ? plan::op_kind_name(s.node->op) : plan::range_op_name(s.node->range_op), s.detail);
+      const bool bracket = env.timer && !is_fused_kind(s);
+      if (bracket)
+        env.timer->begin(env, is_compute(s) ? plan::op_kind_name(s.node->op) : plan::range_op_name(s.node->range_op),
+                         s.detail);
       run_plain(s, env);
-      if (env.timer) env.timer->end(env);
+      if (bracket) env.timer->end(env);
     }
     return;
   }
-  // Profiling: the executor leaves FUSED_* nodes to their runner, which brackets each of its steps.
+  // Profiling: the executor leaves FUSED_* nodes to their runner, which brackets each of its steps (a fused layer
+  // inside a group of plain nodes brackets its own).
   for (const FusedStep& st : prog->steps) {
-    if (env.timer)
-      env.timer->begin(env, st.label,
-                       st.kind == FusedStep::kPlain ? r.sub[static_cast<std::size_t>(st.node)].detail : std::string());
+    const ResolvedNode& s = r.sub[static_cast<std::size_t>(st.node)];
+    const bool bracket = env.timer && !(st.kind == FusedStep::kPlain && is_fused_kind(s));
+    if (bracket) env.timer->begin(env, st.label, st.kind == FusedStep::kPlain ? s.detail : std::string());
     run_fused_step(r, *prog, st, env);
-    if (env.timer) env.timer->end(env);
+    if (bracket) env.timer->end(env);
   }
 }
 
