@@ -59,7 +59,7 @@ void batchnorm_train_statistics(const float* x, const Shape& s, float* save_mean
       rows, c,
       [&](std::int64_t r, float* a1, float* a2) {
         const float* xr = x + r * c;
-        for (std::int64_t j = 0; j < c; ++j) {
+        RN_IVDEP for (std::int64_t j = 0; j < c; ++j) {
           const float d = xr[j] - shift[j];
           a1[j] += d;
           a2[j] += d * d;
@@ -126,7 +126,7 @@ void batchnorm_backward(const float* x, const float* dy, const Shape& s, const f
       [&](std::int64_t r, float* a1, float* a2) {
         const float* xr = x + r * c;
         const float* gr = dy + r * c;
-        for (std::int64_t j = 0; j < c; ++j) {
+        RN_IVDEP for (std::int64_t j = 0; j < c; ++j) {
           a1[j] += gr[j];
           a2[j] += gr[j] * (xr[j] - mean[j]);
         }
@@ -148,9 +148,10 @@ void batchnorm_backward(const float* x, const float* dy, const Shape& s, const f
       const float* xr = x + r * c;
       const float* gr = dy + r * c;
       float* dr = dx + r * c;
-      RN_IVDEP for (std::int64_t j = 0; j < c; ++j) {
-        const float v = k1[j] * (gr[j] - mdy[j] - (xr[j] - mean[j]) * k2[j]);
-        dr[j] = accumulate_dx ? dr[j] + v : v;
+      if (accumulate_dx) {
+        RN_IVDEP for (std::int64_t j = 0; j < c; ++j) dr[j] += k1[j] * (gr[j] - mdy[j] - (xr[j] - mean[j]) * k2[j]);
+      } else {
+        RN_IVDEP for (std::int64_t j = 0; j < c; ++j) dr[j] = k1[j] * (gr[j] - mdy[j] - (xr[j] - mean[j]) * k2[j]);
       }
     }
   });
@@ -249,20 +250,14 @@ void batchnorm_relu_backward(const float* x, const float* dy, const Shape& s, co
   std::vector<float> fscale(static_cast<std::size_t>(c));
   for (std::int64_t j = 0; j < c; ++j) fscale[j] = save_invstd[j] * gamma[j];
   const float* sc = fscale.data();
-  // The ReLU gradient of one row into g (what relu_backward would have stored; dy loaded unconditionally).
-  auto masked = [&](std::int64_t r, float* g) {
+  // The ReLU gradient of one row into g (what relu_backward would have stored; dy loaded unconditionally), for the
+  // binary16 path; the FP32 loops below form it inline.
+  auto masked_f16 = [&](std::int64_t r, float* g) {
     const float* xr = x + r * c;
     const float* gr = dy + r * c;
-    if (round_f16) {
-      for (std::int64_t j = 0; j < c; ++j) g[j] = to_half_value((xr[j] - mean[j]) * sc[j] + beta[j]) > 0.0f ? gr[j] : 0.0f;
-      return;
-    }
-    RN_IVDEP for (std::int64_t j = 0; j < c; ++j) {
-      const float v = (xr[j] - mean[j]) * sc[j] + beta[j];
-      const float d = gr[j];
-      g[j] = v > 0.0f ? d : 0.0f;
-    }
+    for (std::int64_t j = 0; j < c; ++j) g[j] = to_half_value((xr[j] - mean[j]) * sc[j] + beta[j]) > 0.0f ? gr[j] : 0.0f;
   };
+  const float* be = beta;
   std::vector<double> sdy, sdyx;  // Σ g, Σ g·(x − mean): batchnorm_backward's sums, over g
   {
     const std::int64_t blocks = (rows + kReduceRowBlock - 1) / kReduceRowBlock;
@@ -274,11 +269,22 @@ void batchnorm_relu_backward(const float* x, const float* dy, const Shape& s, co
         float* a2 = a1 + c;
         const std::int64_t r1 = std::min(rows, (b + 1) * kReduceRowBlock);
         for (std::int64_t r = b * kReduceRowBlock; r < r1; ++r) {
-          masked(r, g.data());
           const float* xr = x + r * c;
-          for (std::int64_t j = 0; j < c; ++j) {
-            a1[j] += g[j];
-            a2[j] += g[j] * (xr[j] - mean[j]);
+          if (round_f16) {
+            masked_f16(r, g.data());
+            for (std::int64_t j = 0; j < c; ++j) {
+              a1[j] += g[j];
+              a2[j] += g[j] * (xr[j] - mean[j]);
+            }
+            continue;
+          }
+          const float* gr = dy + r * c;
+          RN_IVDEP for (std::int64_t j = 0; j < c; ++j) {
+            const float xm = xr[j] - mean[j];
+            const float d = gr[j];
+            const float gj = xm * sc[j] + be[j] > 0.0f ? d : 0.0f;
+            a1[j] += gj;
+            a2[j] += gj * xm;
           }
         }
       }
@@ -305,12 +311,31 @@ void batchnorm_relu_backward(const float* x, const float* dy, const Shape& s, co
   parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / c), [&](std::int64_t r0, std::int64_t r1) {
     std::vector<float> g(static_cast<std::size_t>(c));
     for (std::int64_t r = r0; r < r1; ++r) {
-      masked(r, g.data());
       const float* xr = x + r * c;
+      const float* gr = dy + r * c;
       float* dr = dx + r * c;
-      RN_IVDEP for (std::int64_t j = 0; j < c; ++j) {
-        const float v = k1[j] * (g[j] - mdy[j] - (xr[j] - mean[j]) * k2[j]);
-        dr[j] = accumulate_dx ? dr[j] + v : v;
+      if (round_f16) {
+        masked_f16(r, g.data());
+        for (std::int64_t j = 0; j < c; ++j) {
+          const float v = k1[j] * (g[j] - mdy[j] - (xr[j] - mean[j]) * k2[j]);
+          dr[j] = accumulate_dx ? dr[j] + v : v;
+        }
+        continue;
+      }
+      if (accumulate_dx) {
+        RN_IVDEP for (std::int64_t j = 0; j < c; ++j) {
+          const float xm = xr[j] - mean[j];
+          const float d = gr[j];
+          const float gj = xm * sc[j] + be[j] > 0.0f ? d : 0.0f;
+          dr[j] += k1[j] * (gj - mdy[j] - xm * k2[j]);
+        }
+      } else {
+        RN_IVDEP for (std::int64_t j = 0; j < c; ++j) {
+          const float xm = xr[j] - mean[j];
+          const float d = gr[j];
+          const float gj = xm * sc[j] + be[j] > 0.0f ? d : 0.0f;
+          dr[j] = k1[j] * (gj - mdy[j] - xm * k2[j]);
+        }
       }
     }
   });

@@ -62,8 +62,9 @@ void conv2d_backward_filter(const float* x, const Shape& xs, const float* dy, co
 /// (weights change every step: one small reorder per call), so that a call creates nothing. The free functions
 /// above plan on each call.
 ///
-/// oneDNN runs single-threaded on batch pieces fixed by the shape (forward and dx: ⌈N/32⌉ samples; the weight
-/// gradient: 2 to 16 pieces, one per 512 FLOPs per weight, conv2d_onednn.cpp), claimed by the thread pool,
+/// oneDNN runs single-threaded on batch pieces fixed by the shape (forward and dx: up to 32 pieces of at least 256
+/// output positions; the weight gradient: 2 to 16 pieces, one per 512 FLOPs per weight; conv2d_onednn.cpp), claimed
+/// by the thread pool,
 /// and the weight-gradient pieces' partial sums are added in piece order; so, as with every kernel here, results
 /// do not depend on the thread count (oneDNN's own threading would split its reductions by thread count).
 /// Not thread-safe: one call at a time per plan (the runtime runs one node at a time).

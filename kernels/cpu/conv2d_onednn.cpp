@@ -114,9 +114,11 @@ struct Pieces {
   std::int64_t samples(std::int64_t i) const { return i + 1 == count ? tail : size; }
 };
 
-// Forward and dx: samples are independent, so pieces only balance the threads (32: enough for 16+ threads and a
-// short last claim; measured: oneDNN's single-thread GFLOP/s is flat from 1 to 32 samples on these layers).
+// Forward and dx: samples are independent, so pieces only balance the threads: up to 32 (enough for 16+ threads and
+// a short last claim), each of at least 256 output positions (small images run slower in small pieces: 4×4×128
+// measured 190 GFLOP/s a core at 4 samples, 200 at 8, 217 at 32; at 28×28 it is flat from 1 to 32 samples).
 constexpr std::int64_t kSamplePieces = 32;
+constexpr std::int64_t kMinPositionsPerPiece = 256;
 // Weight gradient: every piece writes its own partial dW, added in piece order afterwards. The partials cost one
 // write and one read of |dW| per piece, so layers with few FLOPs per weight (small images: 4×4×128 does 4,096 per
 // weight at batch 128) get fewer pieces: one per 512 FLOPs per weight, 2 to 16, and at most 64 MiB of partials.
@@ -273,7 +275,8 @@ Conv2dPlan::Onednn::Onednn(const Shape& xs, const Shape& ys, const Conv2dParams&
   m->bias = bias && pass == Conv2dPass::Forward;
   m->w_user = weights_desc(xs, ys, p, true);
   m->b_md = memory::desc({ys.c}, Dt::f32, Tag::x);
-  std::int64_t target = kSamplePieces;
+  const std::int64_t min_samples = (kMinPositionsPerPiece + ys.h * ys.w - 1) / (ys.h * ys.w);
+  std::int64_t target = std::max<std::int64_t>(1, std::min(kSamplePieces, xs.n / min_samples));
   if (pass == Conv2dPass::BackwardFilter) {
     const std::int64_t wbytes = conv2d_weight_elems(xs.c, ys.c, p) * 4;
     const std::int64_t flops_per_weight = 2 * ys.n * ys.h * ys.w;

@@ -1,5 +1,6 @@
-// CPU kernel benchmarks (Google Benchmark): GEMM and convolutions in GFLOP/s for Fashion-MNIST-net-sized
-// layers, batch norm and the optimizer range update in GB/s of compulsory traffic.
+// CPU kernel benchmarks (Google Benchmark): GEMM and convolutions (own GEMM path, XNNPACK, oneDNN) in GFLOP/s for the
+// layers of the CPU models, batch norm (plain and fused), max-pool and the optimizer range update in GB/s of
+// compulsory traffic, and a whole fmnist_cnn step before and after oneDNN and the fused passes.
 //   build-kern/tests/bench/bench_cpu_kernels --benchmark_min_time=0.5
 // Results and the machine they came from: docs/kernels-cpu.md. RENAISSANCE_CPU_THREADS sets the threads.
 #include <kernels/cpu/batchnorm.h>
@@ -13,10 +14,13 @@
 #include <kernels/cpu/softmax_ce.h>
 #include <kernels/cpu/thread_pool.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <stdexcept>
 
 #include <benchmark/benchmark.h>
 
@@ -217,6 +221,79 @@ void BM_BatchNormBackward(benchmark::State& state) {
 BENCHMARK(BM_BatchNormForward)->DenseRange(0, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchNormBackward)->DenseRange(0, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// BN → ReLU forward of a conv's output, range(1): 0 = the plain parts (batchnorm_forward_train, relu_forward in
+// place), 1 = statistics + one fused apply. GB/s of the fused pass's compulsory traffic (read x twice, write y).
+void BM_BatchNormReluForward(benchmark::State& state) {
+  const Shape s = kBnShapes[state.range(0)];
+  const auto x = random_vec(s.elems(), 1), g = random_vec(s.c, 2), b = random_vec(s.c, 3);
+  std::vector<float> y(x.size()), mean(s.c), inv(s.c), rm(s.c, 0.0f), rv(s.c, 1.0f);
+  for (auto _ : state) {
+    if (state.range(1) == 0) {
+      batchnorm_forward_train(x.data(), s, g.data(), b.data(), y.data(), mean.data(), inv.data(), rm.data(), rv.data());
+      relu_forward(y.data(), y.data(), s.elems());
+    } else {
+      batchnorm_train_statistics(x.data(), s, mean.data(), inv.data(), rm.data(), rv.data());
+      BnApply a;
+      a.x = x.data(), a.gamma = g.data(), a.beta = b.data(), a.mean = mean.data(), a.invstd = inv.data();
+      batchnorm_apply_fused(a, s, BnShortcut::kNone, nullptr, nullptr, true, false, y.data());
+    }
+  }
+  rate(state, "GB/s", 3e-9 * 4 * s.elems());
+  state.SetLabel(s.str() + (state.range(1) ? " fused" : " parts"));
+}
+
+// ReLU backward → BN backward, range(1): 0 = the parts (relu_backward in place, batchnorm_backward), 1 = folded.
+// GB/s of the folded pass's compulsory traffic (x and dy read twice, dx written).
+void BM_BatchNormReluBackward(benchmark::State& state) {
+  const Shape s = kBnShapes[state.range(0)];
+  const auto x = random_vec(s.elems(), 1), dy = random_vec(s.elems(), 4), g = random_vec(s.c, 2),
+             b = random_vec(s.c, 3);
+  std::vector<float> y(x.size()), mean(s.c), inv(s.c), dx(x.size()), dg(s.c), db(s.c), gr(x.size());
+  batchnorm_forward_train(x.data(), s, g.data(), b.data(), y.data(), mean.data(), inv.data(), nullptr, nullptr);
+  relu_forward(y.data(), y.data(), s.elems());
+  for (auto _ : state) {
+    if (state.range(1) == 0) {
+      relu_backward(y.data(), dy.data(), gr.data(), s.elems(), false);
+      batchnorm_backward(x.data(), gr.data(), s, g.data(), mean.data(), inv.data(), dx.data(), dg.data(), db.data(),
+                         false, true);
+    } else {
+      batchnorm_relu_backward(x.data(), dy.data(), s, g.data(), b.data(), mean.data(), inv.data(), false, dx.data(),
+                              dg.data(), db.data(), false, true);
+    }
+  }
+  rate(state, "GB/s", 5e-9 * 4 * s.elems());
+  state.SetLabel(s.str() + (state.range(1) ? " fused" : " parts"));
+}
+void bn_fused_args(benchmark::internal::Benchmark* b) {
+  for (std::int64_t i = 0; i < 3; ++i)
+    for (std::int64_t f = 0; f < 2; ++f) b->Args({i, f});
+}
+BENCHMARK(BM_BatchNormReluForward)->Apply(bn_fused_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BatchNormReluBackward)->Apply(bn_fused_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// 2x2 max-pool (forward with its one-byte argmax, backward from it) over a ReLU output. GB/s of compulsory traffic:
+// forward reads x and writes y + argmax; backward reads dy + argmax and writes dx.
+void BM_MaxPool(benchmark::State& state) {
+  const Shape xs = kBnShapes[state.range(0)];
+  const Pool2dParams p{2, 2, 2, 2, 0, 0};
+  const Shape ys = maxpool2d_output_shape(xs, p);
+  auto x = random_vec(xs.elems(), 1);
+  for (auto& v : x) v = std::max(v, 0.0f);  // a ReLU output: half zeros, ties
+  std::vector<float> y(ys.elems()), dx(xs.elems());
+  std::vector<std::uint8_t> arg(ys.elems());
+  const bool backward = state.range(1) == 1;
+  maxpool2d_forward(x.data(), xs, y.data(), ys, p, arg.data());
+  for (auto _ : state) {
+    if (backward)
+      maxpool2d_backward(y.data(), ys, nullptr, arg.data(), dx.data(), xs, p, false);
+    else
+      maxpool2d_forward(x.data(), xs, y.data(), ys, p, arg.data());
+  }
+  rate(state, "GB/s", 1e-9 * (4.0 * xs.elems() + 5.0 * ys.elems()));
+  state.SetLabel(xs.str() + (backward ? " backward" : " forward"));
+}
+BENCHMARK(BM_MaxPool)->Apply(bn_fused_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // ---- region-wide updates ----------------------------------------------------------------------------------
 
 constexpr std::int64_t kParams = 11'700'000;  // ResNet-18's parameter count
@@ -257,26 +334,27 @@ BENCHMARK(BM_CastF32ToF16)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // ---- a whole training step ---------------------------------------------------------------------------------
 
-// The 5-conv CBR net of platform-facts (PyTorch CPU reached 92.0% on Fashion-MNIST with it at ~1,300
-// img/s on this machine): conv-BN-ReLU 32, max-pool, 64, max-pool, 128, 128, GAP, FC 10, softmax CE,
-// SGD Nesterov; batch 128, FP32. Every kernel call of a step, in order, as the runtime will issue them
-// (first layer: no dx). Reports img/s; RENAISSANCE_STEP_PROFILE=1 prints the time per kernel kind.
-const char* const kConvFwd[] = {"conv1 fwd", "conv2 fwd", "conv3 fwd", "conv4 fwd"};
-const char* const kConvDx[] = {"", "conv2 dx", "conv3 dx", "conv4 dx"};
-const char* const kConvDw[] = {"conv1 dw", "conv2 dw", "conv3 dw", "conv4 dw"};
-
+// The default model, the zoo's fmnist_cnn (cbr32 - max-pool - cbr64 - max-pool - cbr64 - flatten - fc10, softmax CE
+// with label smoothing 0.1, SGD Nesterov; batch 128, FP32): every kernel call of one training step, in order, as the
+// runtime issues them (first layer: no dx). range(0): 0 = the kernels before oneDNN and the fused passes (XNNPACK
+// forward and dx, own GEMM weight gradient, BN, ReLU and their backward one by one), 1 = oneDNN plans made once and
+// the fused BN → ReLU and ReLU → BN backward passes. Reports img/s; RENAISSANCE_STEP_PROFILE=1 prints the time per
+// kernel kind.
 struct CbrLayer {
   Shape xs, ys;
   Conv2dParams p{3, 3, 1, 1, 1, 1, 1};
-  std::vector<float> w, gamma, beta, mean, invstd, rmean, rvar, dw, dgamma, dbeta, c, bn, r, dr;
+  std::vector<float> w, gamma, beta, mean, invstd, rmean, rvar, dw, dgamma, dbeta, c, r, dr, dc;
+  std::unique_ptr<Conv2dPlan> fwd, dgrad, wgrad;
 };
 
 class FashionNet {
  public:
-  explicit FashionNet(std::int64_t batch) : m_batch(batch) {
-    const std::int64_t chans[] = {1, 32, 64, 128, 128};
+  FashionNet(std::int64_t batch, bool fused) : m_batch(batch), m_fused(fused) {
+    const std::int64_t chans[] = {1, 32, 64, 64};
     std::int64_t hw = 28;
-    for (int i = 0; i < 4; ++i) {
+    // Before: what Auto chose then for these 3×3 layers (XNNPACK forward and dx, the own GEMM weight gradient).
+    const Conv2dAlgo conv = fused ? Conv2dAlgo::Onednn : Conv2dAlgo::Xnnpack;
+    for (int i = 0; i < 3; ++i) {
       CbrLayer l;
       l.xs = {batch, hw, hw, chans[i]};
       l.ys = conv2d_output_shape(l.xs, chans[i + 1], l.p);
@@ -286,7 +364,12 @@ class FashionNet {
       l.mean.resize(chans[i + 1]), l.invstd.resize(chans[i + 1]);
       l.rmean.assign(chans[i + 1], 0.0f), l.rvar.assign(chans[i + 1], 1.0f);
       l.dw.resize(l.w.size()), l.dgamma.resize(chans[i + 1]), l.dbeta.resize(chans[i + 1]);
-      for (auto* v : {&l.c, &l.bn, &l.r, &l.dr}) v->resize(l.ys.elems() + 4);
+      for (auto* v : {&l.c, &l.r, &l.dr, &l.dc}) v->resize(l.ys.elems() + 4);
+      if (fused && !onednn_available()) throw std::runtime_error("built without oneDNN");
+      l.fwd = std::make_unique<Conv2dPlan>(l.xs, l.ys, l.p, Conv2dPass::Forward, false, conv);
+      if (i > 0) l.dgrad = std::make_unique<Conv2dPlan>(l.xs, l.ys, l.p, Conv2dPass::BackwardData, false, conv);
+      l.wgrad = std::make_unique<Conv2dPlan>(l.xs, l.ys, l.p, Conv2dPass::BackwardFilter, false,
+                                             fused ? Conv2dAlgo::Onednn : Conv2dAlgo::Gemm);
       m_layers.push_back(std::move(l));
       if (i < 2) hw /= 2;  // max-pool after the first two blocks
     }
@@ -296,8 +379,9 @@ class FashionNet {
       m_pool_arg[i].resize(m_layers[i + 1].xs.elems());
       m_dpool[i].resize(m_layers[i + 1].xs.elems() + 4);
     }
-    m_gap.resize(batch * 128), m_dgap.resize(batch * 128);
-    m_fc_w = random_vec(10 * 128, 2), m_fc_b.assign(10, 0.0f), m_dfc_w.resize(10 * 128), m_dfc_b.resize(10);
+    m_flat = m_layers[2].ys.per_sample();
+    m_fc_w = random_vec(10 * m_flat, 2), m_fc_b.assign(10, 0.0f), m_dfc_w.resize(10 * m_flat), m_dfc_b.resize(10);
+    for (auto& v : m_fc_w) v *= 0.05f;
     m_logits.resize(batch * 10), m_probs.resize(batch * 10), m_dlogits.resize(batch * 10);
     m_labels.resize(batch);
     for (std::int64_t i = 0; i < batch; ++i) m_labels[i] = static_cast<std::int32_t>(i % 10);
@@ -316,12 +400,22 @@ class FashionNet {
     const float* in = m_x.data();
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
       CbrLayer& l = m_layers[i];
-      timed(kConvFwd[i], [&] { conv2d_forward(in, l.xs, l.w.data(), nullptr, l.c.data(), l.ys, l.p); });
-      timed("bn fwd", [&] {
-        batchnorm_forward_train(l.c.data(), l.ys, l.gamma.data(), l.beta.data(), l.bn.data(), l.mean.data(),
-                                l.invstd.data(), l.rmean.data(), l.rvar.data());
-      });
-      timed("relu fwd", [&] { relu_forward(l.bn.data(), l.r.data(), l.ys.elems()); });
+      timed("conv fwd", [&] { l.fwd->forward(in, l.w.data(), nullptr, l.c.data()); });
+      if (m_fused) {
+        timed("bn+relu fwd", [&] {
+          batchnorm_train_statistics(l.c.data(), l.ys, l.mean.data(), l.invstd.data(), l.rmean.data(), l.rvar.data());
+          BnApply a;
+          a.x = l.c.data(), a.gamma = l.gamma.data(), a.beta = l.beta.data(), a.mean = l.mean.data();
+          a.invstd = l.invstd.data();
+          batchnorm_apply_fused(a, l.ys, BnShortcut::kNone, nullptr, nullptr, true, false, l.r.data());
+        });
+      } else {
+        timed("bn fwd", [&] {
+          batchnorm_forward_train(l.c.data(), l.ys, l.gamma.data(), l.beta.data(), l.r.data(), l.mean.data(),
+                                  l.invstd.data(), l.rmean.data(), l.rvar.data());
+        });
+        timed("relu fwd", [&] { relu_forward(l.r.data(), l.r.data(), l.ys.elems()); });  // in place, as planned
+      }
       in = l.r.data();
       if (i < 2) {
         const Shape ps = m_layers[i + 1].xs;
@@ -329,36 +423,38 @@ class FashionNet {
         in = m_pool_out[i].data();
       }
     }
-    timed("gap+fc+ce", [&] {
-      global_avgpool_forward(in, m_layers[3].ys, m_gap.data());
-      fc_forward(m_gap.data(), m_batch, 128, m_fc_w.data(), m_fc_b.data(), m_logits.data(), 10);
+    CbrLayer& last = m_layers.back();
+    timed("fc+ce", [&] {
+      fc_forward(in, m_batch, m_flat, m_fc_w.data(), m_fc_b.data(), m_logits.data(), 10);
       softmax_ce_forward(m_logits.data(), m_labels.data(), m_batch, 10, 0.1f, m_probs.data());
       softmax_ce_backward(m_probs.data(), m_labels.data(), m_batch, 10, 0.1f, 1.0f, m_dlogits.data(), false);
-      fc_backward_weights(m_gap.data(), m_dlogits.data(), m_batch, 128, 10, m_dfc_w.data(), m_dfc_b.data(), false);
-      fc_backward_data(m_dlogits.data(), m_batch, 10, m_fc_w.data(), m_dgap.data(), 128, false);
-      global_avgpool_backward(m_dgap.data(), m_layers[3].dr.data(), m_layers[3].ys, false);
+      fc_backward_weights(in, m_dlogits.data(), m_batch, m_flat, 10, m_dfc_w.data(), m_dfc_b.data(), false);
+      fc_backward_data(m_dlogits.data(), m_batch, 10, m_fc_w.data(), last.dr.data(), m_flat, false);
     });
     // backward
-    for (int i = 3; i >= 0; --i) {
+    for (int i = 2; i >= 0; --i) {
       CbrLayer& l = m_layers[static_cast<std::size_t>(i)];
-      const float* x = i == 0 ? m_x.data() : (i <= 2 ? m_pool_out[i - 1].data() : m_layers[i - 1].r.data());
-      timed("relu bwd", [&] { relu_backward(l.r.data(), l.dr.data(), l.dr.data(), l.ys.elems(), false); });
-      timed("bn bwd", [&] {
-        batchnorm_backward(l.c.data(), l.dr.data(), l.ys, l.gamma.data(), l.mean.data(), l.invstd.data(),
-                           l.dr.data(), l.dgamma.data(), l.dbeta.data(), false, false);
-      });
-      timed(kConvDw[i], [&] {
-        conv2d_backward_filter(x, l.xs, l.dr.data(), l.ys, l.dw.data(), nullptr, l.p, false);
-      });
-      if (i == 0) break;
-      float* dx = i <= 2 ? m_dpool[i - 1].data() : m_layers[i - 1].dr.data();
-      timed(kConvDx[i], [&] { conv2d_backward_data(l.dr.data(), l.ys, l.w.data(), dx, l.xs, l.p, false); });
-      if (i <= 2) {
-        CbrLayer& prev = m_layers[i - 1];
-        timed("pool bwd", [&] {
-          maxpool2d_backward(dx, l.xs, nullptr, m_pool_arg[i - 1].data(), prev.dr.data(), prev.ys, m_pool, false);
+      const float* x = i == 0 ? m_x.data() : m_pool_out[i - 1].data();
+      if (m_fused) {
+        timed("relu+bn bwd", [&] {
+          batchnorm_relu_backward(l.c.data(), l.dr.data(), l.ys, l.gamma.data(), l.beta.data(), l.mean.data(),
+                                  l.invstd.data(), false, l.dc.data(), l.dgamma.data(), l.dbeta.data(), false, false);
+        });
+      } else {
+        timed("relu bwd", [&] { relu_backward(l.r.data(), l.dr.data(), l.dr.data(), l.ys.elems(), false); });
+        timed("bn bwd", [&] {
+          batchnorm_backward(l.c.data(), l.dr.data(), l.ys, l.gamma.data(), l.mean.data(), l.invstd.data(),
+                             l.dc.data(), l.dgamma.data(), l.dbeta.data(), false, false);
         });
       }
+      timed("conv dw", [&] { l.wgrad->backward_filter(x, l.dc.data(), l.dw.data(), nullptr, false); });
+      if (i == 0) break;
+      float* dx = m_dpool[i - 1].data();
+      timed("conv dx", [&] { l.dgrad->backward_data(l.dc.data(), l.w.data(), dx, false); });
+      CbrLayer& prev = m_layers[static_cast<std::size_t>(i) - 1];
+      timed("pool bwd", [&] {
+        maxpool2d_backward(dx, l.xs, nullptr, m_pool_arg[i - 1].data(), prev.dr.data(), prev.ys, m_pool, false);
+      });
     }
     timed("optimizer", [&] {
       // The runtime updates whole regions; here each tensor stands for its region.
@@ -391,17 +487,24 @@ class FashionNet {
   }
 
   std::int64_t m_batch;
+  bool m_fused;
+  std::int64_t m_flat = 0;
   std::vector<CbrLayer> m_layers;
   const Pool2dParams m_pool{2, 2, 2, 2, 0, 0};
-  std::vector<float> m_x, m_pool_out[2], m_dpool[2], m_gap, m_dgap, m_fc_w, m_fc_b, m_dfc_w, m_dfc_b, m_logits,
-      m_probs, m_dlogits, m_vel;
+  std::vector<float> m_x, m_pool_out[2], m_dpool[2], m_fc_w, m_fc_b, m_dfc_w, m_dfc_b, m_logits, m_probs, m_dlogits,
+      m_vel;
   std::vector<std::uint8_t> m_pool_arg[2];
   std::vector<std::int32_t> m_labels;
   OptimizerScalars m_scalars;
 };
 
 void BM_FashionNetStep(benchmark::State& state) {
-  FashionNet net(128);
+  const bool fused = state.range(0) == 1;
+  if (fused && !onednn_available()) {
+    state.SkipWithError("built without oneDNN");
+    return;
+  }
+  FashionNet net(128, fused);
   net.step();
   const char* prof = std::getenv("RENAISSANCE_STEP_PROFILE");
   net.profiling = prof && prof[0] == '1';
@@ -411,10 +514,11 @@ void BM_FashionNetStep(benchmark::State& state) {
     ++steps;
   }
   rate(state, "img/s", 128.0);
+  state.SetLabel(fused ? "onednn+fused" : "before (xnnpack/gemm, parts)");
   if (net.profiling)
-    for (const auto& [what, ms] : net.profile) std::printf("  %-10s %7.2f ms/step\n", what.c_str(), ms / steps);
+    for (const auto& [what, ms] : net.profile) std::printf("  %-12s %7.2f ms/step\n", what.c_str(), ms / steps);
 }
-BENCHMARK(BM_FashionNetStep)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FashionNetStep)->DenseRange(0, 1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

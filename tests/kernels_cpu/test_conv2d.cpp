@@ -215,8 +215,8 @@ TEST(Conv2dLarge, ForwardAndBackwardMatchReference) {
   }
 }
 
-// oneDNN runs on batch pieces (forward and dx: ⌈N/32⌉ samples, the weight gradient: ⌈N/16⌉) with a shorter last
-// piece; N = 37 gives pieces of 2 (last 1) and of 3 (last 1). A plan made once keeps working when the weights
+// oneDNN runs on batch pieces fixed by the shape, the last one shorter: N = 37 gives 4 pieces of 10 (the last 7)
+// at 6×5, 2 of 19 (the last 18) at 4×4, 3 of 13 (the last 11) at 5×5, and 4 or 5 for the weight gradients. A plan made once keeps working when the weights
 // change between calls (a training step), and reports what it runs.
 TEST(Conv2dOnednn, BatchPiecesAndReusedPlansMatchReference) {
   if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
