@@ -539,7 +539,9 @@ void gemm_backward_filter(const float* x, const float* dy, float* dw, float* db,
 }
 
 // The algorithm a pass runs (never Auto). Auto, measured on these kernels (docs/kernels-cpu.md): oneDNN for every
-// pass; without it XNNPACK for every forward (1.2x the GEMM path on 3×3 layers, 3x on the 1-channel first layer and
+// pass. (XNNPACK's strided 1×1 forward is faster alone, 57 vs 38 GFLOP/s a core on 28×28×16→32, but its own thread
+// pool spinning beside ours made the quarter-width ResNet-18 step 1.7x slower on two cores.) Without oneDNN: XNNPACK
+// for every forward (1.2x the GEMM path on 3×3 layers, 3x on the 1-channel first layer and
 // on depthwise, even with its operator re-created for new weights each step) and XNNPACK's deconvolution for dx of
 // ungrouped spatial kernels (1.1-1.4x; 1×1 is a plain GEMM either way, its depthwise deconvolution is 7x slower).
 Conv2dAlgo static_choice(Conv2dAlgo algo, Conv2dPass pass, const Geom& g) {
