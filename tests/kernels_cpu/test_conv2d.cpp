@@ -216,13 +216,16 @@ TEST(Conv2dLarge, ForwardAndBackwardMatchReference) {
 }
 
 // oneDNN runs on batch pieces fixed by the shape, the last one shorter: N = 37 gives 4 pieces of 10 (the last 7)
-// at 6×5, 2 of 19 (the last 18) at 4×4, 3 of 13 (the last 11) at 5×5, and 4 or 5 for the weight gradients. A plan made once keeps working when the weights
+// at 6×5, 2 of 19 (the last 18) at 4×4, 3 of 13 (the last 11) at 5×5, and 4 or 5 for the weight gradients. 16
+// channels on both sides take oneDNN's blocked kernels (the same bytes as NHWC). A plan made once keeps working when the weights
 // change between calls (a training step), and reports what it runs.
 TEST(Conv2dOnednn, BatchPiecesAndReusedPlansMatchReference) {
   if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
   for (const ConvCase& cs : {ConvCase{{37, 6, 5, 8}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "3x3_n37"},
                              ConvCase{{37, 7, 7, 16}, 24, {3, 3, 2, 2, 1, 1, 1}, false, "3x3_s2_n37"},
-                             ConvCase{{37, 5, 5, 8}, 8, {3, 3, 1, 1, 1, 1, 8}, true, "depthwise_n37"}}) {
+                             ConvCase{{37, 5, 5, 8}, 8, {3, 3, 1, 1, 1, 1, 8}, true, "depthwise_n37"},
+                             // 16 channels in and out: forward and dx through oneDNN's blocked (nChw16c) kernels
+                             ConvCase{{37, 9, 7, 16}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "16to16_n37"}}) {
     ConvData d = make_data(cs, 101);
     const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 102);
     const Conv2dPlan fwd(d.xs, d.ys, cs.p, Conv2dPass::Forward, cs.bias, Conv2dAlgo::Onednn);

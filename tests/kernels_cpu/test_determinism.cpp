@@ -99,7 +99,8 @@ std::map<std::string, Vec> run_all() {
   };
   // The last batch (37 samples) splits into oneDNN batch pieces with a shorter last one.
   for (const C& cs : {C{{8, 14, 14, 32}, 48, {3, 3, 1, 1, 1, 1, 1}}, C{{6, 9, 9, 16}, 16, {3, 3, 2, 2, 1, 1, 16}},
-                      C{{8, 10, 10, 24}, 40, {1, 1, 1, 1, 0, 0, 1}}, C{{37, 7, 7, 16}, 32, {3, 3, 1, 1, 1, 1, 1}}}) {
+                      C{{8, 10, 10, 24}, 40, {1, 1, 1, 1, 0, 0, 1}}, C{{37, 7, 7, 16}, 32, {3, 3, 1, 1, 1, 1, 1}},
+                      C{{37, 9, 9, 16}, 16, {3, 3, 1, 1, 1, 1, 1}}}) {
     const Shape ys = conv2d_output_shape(cs.xs, cs.cout, cs.p);
     const std::string tag = "conv" + cs.xs.str() + ">" + std::to_string(cs.cout);
     Vec x = random_vec(cs.xs.elems() + 4, 3), w = random_vec(conv2d_weight_elems(cs.xs.c, cs.cout, cs.p), 4),
