@@ -8,6 +8,8 @@
 #include <renaissance/runtime/arena_keeper.h>
 #include <renaissance/runtime/trainer.h>
 
+#include <kernels/cpu/thread_pool.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,6 +65,23 @@ TEST(Trainer, SameSeedGivesBitIdenticalWeightsAfterAnEpoch) {
   // and the run did change the weights, so the comparison means something
   runtime::Trainer fresh(bp::zoo_model("fmnist_cnn"), small_options(data));
   EXPECT_FALSE(bit_equal(wa, fresh.state_values()));
+}
+
+TEST(Trainer, OneAndTwoCpuThreadsTrainToTheSameBits) {
+  // The CPU kernels cut their work by shape, never by thread count (oneDNN's convolutions included: single-threaded
+  // on fixed batch pieces), so the thread pool's size changes no result of a whole training run.
+  const std::string data = synthetic(300, 100);
+  const int before = cpu::num_threads();
+  cpu::set_num_threads(1);
+  runtime::Trainer one(bp::zoo_model("fmnist_cnn"), small_options(data));
+  const auto h1 = one.run();
+  cpu::set_num_threads(2);
+  runtime::Trainer two(bp::zoo_model("fmnist_cnn"), small_options(data));
+  const auto h2 = two.run();
+  cpu::set_num_threads(before);
+  EXPECT_TRUE(bit_equal(one.state_values(), two.state_values()));
+  ASSERT_EQ(h1.size(), h2.size());
+  EXPECT_EQ(h1.back().val_loss, h2.back().val_loss);
 }
 
 TEST(Trainer, DifferentSeedGivesDifferentWeights) {
