@@ -643,6 +643,21 @@ void Conv2dPlan::backward_filter(const float* x, const float* dy, float* dw, flo
   if (db) detail::column_sums(dy, g.rows(), g.cout, g.cout, db, accumulate);
 }
 
+void Conv2dPlan::backward_filter_and_data(const float* x, const float* dy, float* dw, float* db, bool accumulate_w,
+                                          const Conv2dPlan& data, const float* w, float* dx, bool accumulate_dx) const {
+  RN_CHECK(m_pass == Conv2dPass::BackwardFilter && data.m_pass == Conv2dPass::BackwardData && m_xs == data.m_xs &&
+               m_ys == data.m_ys,
+           "conv2d: backward_filter_and_data needs a weight-gradient and a data-gradient plan of one convolution");
+  if (m_algo != Conv2dAlgo::Onednn || data.m_algo != Conv2dAlgo::Onednn) {
+    backward_filter(x, dy, dw, db, accumulate_w);
+    data.backward_data(dy, w, dx, accumulate_dx);
+    return;
+  }
+  const Geom g = make_geom(m_xs, m_ys, m_p, "conv2d_backward_filter");
+  m_onednn->backward_filter_and_data(x, dy, dw, accumulate_w, *data.m_onednn, w, dx, accumulate_dx);
+  if (db) detail::column_sums(dy, g.rows(), g.cout, g.cout, db, accumulate_w);
+}
+
 void conv2d_forward(const float* x, const Shape& xs, const float* w, const float* bias, float* y, const Shape& ys,
                     const Conv2dParams& p, Conv2dAlgo algo) {
   Conv2dPlan(xs, ys, p, Conv2dPass::Forward, bias != nullptr, algo).forward(x, w, bias, y);

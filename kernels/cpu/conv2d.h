@@ -87,6 +87,13 @@ class Conv2dPlan {
   void backward_data(const float* dy, const float* w, float* dx, bool accumulate) const;
   void backward_filter(const float* x, const float* dy, float* dw, float* db, bool accumulate) const;
 
+  /// The weight gradient (this plan) and the data gradient (`data`, a BackwardData plan of the same layer) at once:
+  /// they read the same dy and neither reads what the other writes, so one parallel section runs both passes' batch
+  /// pieces and the data gradient's pieces fill the weight gradient's tail (one join instead of two). The same bits
+  /// as backward_filter then backward_data; when either plan is not oneDNN, exactly those two calls.
+  void backward_filter_and_data(const float* x, const float* dy, float* dw, float* db, bool accumulate_w,
+                                const Conv2dPlan& data, const float* w, float* dx, bool accumulate_dx) const;
+
   struct Onednn;  // kernels/cpu/conv2d_onednn.cpp
 
  private:

@@ -347,41 +347,40 @@ void Conv2dPlan::Onednn::forward(const float* x, const float* w, const float* bi
   });
 }
 
-void Conv2dPlan::Onednn::backward_data(const float* dy, const float* w, float* dx, bool accumulate) const {
-  OnThisThreadOnly one;
-  float* wp = detail::scratch(detail::ScratchSlot::DnnWeights, static_cast<std::size_t>(m->w_prim_floats));
-  run_reorder(*m, false, w, wp);
-  const std::int64_t xper = m->xs.per_sample(), yper = m->ys.per_sample();
+namespace {
+
+/// One dx piece: the primitive overwrites, so an accumulating pass writes the piece to scratch and adds it.
+void data_piece(const Impl& m, std::int64_t i, const ConvPrim& c, const float* dy, const float* wp, float* dx,
+                bool accumulate) {
   const auto& eng = cpu_engine();
-  for_each_piece(*m, m->pieces.count, [&](std::int64_t i, const ConvPrim& c) {
-    const std::int64_t n0 = m->pieces.begin(i), elems = c.mb * xper;
-    float* out = dx + n0 * xper;
-    // The primitive overwrites: an accumulating pass writes this piece to scratch and adds it.
-    float* dst = accumulate ? detail::scratch(detail::ScratchSlot::DnnTemp, static_cast<std::size_t>(elems)) : out;
-    c.prim.execute(thread_stream(), {{DNNL_ARG_DIFF_DST, memory(c.act_in, eng, const_cast<float*>(dy + n0 * yper))},
-                                     {DNNL_ARG_WEIGHTS, memory(m->w_prim, eng, wp)},
-                                     {DNNL_ARG_DIFF_SRC, memory(c.act_out, eng, dst)},
-                                     {DNNL_ARG_SCRATCHPAD, scratchpad(c.scratch_bytes)}});
-    if (accumulate) {
-      RN_IVDEP for (std::int64_t k = 0; k < elems; ++k) out[k] += dst[k];
-    }
-  });
+  const std::int64_t xper = m.xs.per_sample(), yper = m.ys.per_sample();
+  const std::int64_t n0 = m.pieces.begin(i), elems = c.mb * xper;
+  float* out = dx + n0 * xper;
+  float* dst = accumulate ? detail::scratch(detail::ScratchSlot::DnnTemp, static_cast<std::size_t>(elems)) : out;
+  c.prim.execute(thread_stream(), {{DNNL_ARG_DIFF_DST, memory(c.act_in, eng, const_cast<float*>(dy + n0 * yper))},
+                                   {DNNL_ARG_WEIGHTS, memory(m.w_prim, eng, const_cast<float*>(wp))},
+                                   {DNNL_ARG_DIFF_SRC, memory(c.act_out, eng, dst)},
+                                   {DNNL_ARG_SCRATCHPAD, scratchpad(c.scratch_bytes)}});
+  if (accumulate) {
+    RN_IVDEP for (std::int64_t k = 0; k < elems; ++k) out[k] += dst[k];
+  }
 }
 
-void Conv2dPlan::Onednn::backward_filter(const float* x, const float* dy, float* dw, bool accumulate) const {
-  OnThisThreadOnly one;
-  const std::int64_t wf = m->w_prim_floats, count = m->pieces.count;
-  float* part = detail::scratch(detail::ScratchSlot::DnnPartial, static_cast<std::size_t>(count * wf));
-  const std::int64_t xper = m->xs.per_sample(), yper = m->ys.per_sample();
+/// One weight-gradient piece: its partial dW into part + i·|dW| (the primitive's format).
+void filter_piece(const Impl& m, std::int64_t i, const ConvPrim& c, const float* x, const float* dy, float* part) {
   const auto& eng = cpu_engine();
-  for_each_piece(*m, count, [&](std::int64_t i, const ConvPrim& c) {
-    const std::int64_t n0 = m->pieces.begin(i);
-    c.prim.execute(thread_stream(), {{DNNL_ARG_SRC, memory(c.act_in, eng, const_cast<float*>(x + n0 * xper))},
-                                     {DNNL_ARG_DIFF_DST, memory(c.act_out, eng, const_cast<float*>(dy + n0 * yper))},
-                                     {DNNL_ARG_DIFF_WEIGHTS, memory(m->w_prim, eng, part + i * wf)},
-                                     {DNNL_ARG_SCRATCHPAD, scratchpad(c.scratch_bytes)}});
-  });
-  // Σ over pieces in piece order, element by element (any split of the elements gives the same bits).
+  const std::int64_t xper = m.xs.per_sample(), yper = m.ys.per_sample();
+  const std::int64_t n0 = m.pieces.begin(i);
+  c.prim.execute(thread_stream(), {{DNNL_ARG_SRC, memory(c.act_in, eng, const_cast<float*>(x + n0 * xper))},
+                                   {DNNL_ARG_DIFF_DST, memory(c.act_out, eng, const_cast<float*>(dy + n0 * yper))},
+                                   {DNNL_ARG_DIFF_WEIGHTS, memory(m.w_prim, eng, part + i * m.w_prim_floats)},
+                                   {DNNL_ARG_SCRATCHPAD, scratchpad(c.scratch_bytes)}});
+}
+
+/// Σ of the weight-gradient partials in piece order, element by element (any split of the elements gives the same
+/// bits), then the reorder into dw (OHWI; += with accumulate).
+void finish_filter(const Impl& m, float* part, float* dw, bool accumulate) {
+  const std::int64_t wf = m.w_prim_floats, count = m.pieces.count;
   if (count > 1)
     parallel_for(0, wf, 4096, [&](std::int64_t e0, std::int64_t e1) {
       for (std::int64_t i = 1; i < count; ++i) {
@@ -389,7 +388,48 @@ void Conv2dPlan::Onednn::backward_filter(const float* x, const float* dy, float*
         for (std::int64_t k = e0; k < e1; ++k) part[k] += src[k];
       }
     });
-  run_reorder(*m, accumulate, part, dw);
+  run_reorder(m, accumulate, part, dw);
+}
+
+}  // namespace
+
+void Conv2dPlan::Onednn::backward_data(const float* dy, const float* w, float* dx, bool accumulate) const {
+  OnThisThreadOnly one;
+  float* wp = detail::scratch(detail::ScratchSlot::DnnWeights, static_cast<std::size_t>(m->w_prim_floats));
+  run_reorder(*m, false, w, wp);
+  for_each_piece(*m, m->pieces.count,
+                 [&](std::int64_t i, const ConvPrim& c) { data_piece(*m, i, c, dy, wp, dx, accumulate); });
+}
+
+void Conv2dPlan::Onednn::backward_filter(const float* x, const float* dy, float* dw, bool accumulate) const {
+  OnThisThreadOnly one;
+  float* part = detail::scratch(detail::ScratchSlot::DnnPartial,
+                                static_cast<std::size_t>(m->pieces.count * m->w_prim_floats));
+  for_each_piece(*m, m->pieces.count, [&](std::int64_t i, const ConvPrim& c) { filter_piece(*m, i, c, x, dy, part); });
+  finish_filter(*m, part, dw, accumulate);
+}
+
+void Conv2dPlan::Onednn::backward_filter_and_data(const float* x, const float* dy, float* dw, bool accumulate_w,
+                                                  const Onednn& data, const float* w, float* dx,
+                                                  bool accumulate_dx) const {
+  OnThisThreadOnly one;
+  const Impl& d = *data.m;
+  float* wp = detail::scratch(detail::ScratchSlot::DnnWeights, static_cast<std::size_t>(d.w_prim_floats));
+  run_reorder(d, false, w, wp);
+  float* part = detail::scratch(detail::ScratchSlot::DnnPartial,
+                                static_cast<std::size_t>(m->pieces.count * m->w_prim_floats));
+  // The weight-gradient pieces first (the bigger ones), then the dx pieces: one claim order, one join.
+  const std::int64_t nw = m->pieces.count, total = nw + d.pieces.count;
+  parallel_for(0, total, 1, [&](std::int64_t b, std::int64_t e) {
+    OnThisThreadOnly here;
+    for (std::int64_t i = b; i < e; ++i) {
+      if (i < nw)
+        filter_piece(*m, i, m->prim_of(i), x, dy, part);
+      else
+        data_piece(d, i - nw, d.prim_of(i - nw), dy, wp, dx, accumulate_dx);
+    }
+  });
+  finish_filter(*m, part, dw, accumulate_w);
 }
 
 bool onednn_available() {
@@ -419,6 +459,8 @@ const std::string& Conv2dPlan::Onednn::impl() const {
 void Conv2dPlan::Onednn::forward(const float*, const float*, const float*, float*) const {}
 void Conv2dPlan::Onednn::backward_data(const float*, const float*, float*, bool) const {}
 void Conv2dPlan::Onednn::backward_filter(const float*, const float*, float*, bool) const {}
+void Conv2dPlan::Onednn::backward_filter_and_data(const float*, const float*, float*, bool, const Onednn&,
+                                                  const float*, float*, bool) const {}
 
 bool onednn_available() { return false; }
 

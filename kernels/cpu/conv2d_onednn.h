@@ -21,6 +21,9 @@ struct Conv2dPlan::Onednn {
   void backward_data(const float* dy, const float* w, float* dx, bool accumulate) const;
   /// dw only (the plan adds db with the deterministic column sums every path uses).
   void backward_filter(const float* x, const float* dy, float* dw, bool accumulate) const;
+  /// backward_filter (this) and `data`'s backward_data in one parallel section (Conv2dPlan::backward_filter_and_data).
+  void backward_filter_and_data(const float* x, const float* dy, float* dw, bool accumulate_w, const Onednn& data,
+                                const float* w, float* dx, bool accumulate_dx) const;
 
   struct Impl;
   std::unique_ptr<Impl> m;

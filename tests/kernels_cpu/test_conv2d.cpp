@@ -252,6 +252,28 @@ TEST(Conv2dOnednn, BatchPiecesAndReusedPlansMatchReference) {
   }
 }
 
+// The weight and data gradients of a layer in one parallel section equal the two passes run one after the other.
+TEST(Conv2dOnednn, FilterAndDataTogetherEqualThePassesAlone) {
+  for (const ConvCase& cs : {ConvCase{{37, 6, 5, 8}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "3x3_n37"},
+                             ConvCase{{37, 9, 7, 16}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "16to16_n37"},
+                             ConvCase{{5, 8, 8, 12}, 20, {1, 1, 2, 2, 0, 0, 1}, false, "1x1_s2"}})
+    for (bool acc : {false, true}) {
+      const ConvData d = make_data(cs, 111);
+      const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 112);
+      const Conv2dPlan wgt(d.xs, d.ys, cs.p, Conv2dPass::BackwardFilter);
+      const Conv2dPlan bwd(d.xs, d.ys, cs.p, Conv2dPass::BackwardData);
+      const Vec dx0 = random_vec(d.x.size(), 113), dw0 = random_vec(d.w.size(), 114), db0 = random_vec(d.b.size(), 115);
+      Vec dx1 = dx0, dw1 = dw0, db1 = db0, dx2 = dx0, dw2 = dw0, db2 = db0;
+      wgt.backward_filter(d.x.data(), dy.data(), dw1.data(), db1.data(), acc);
+      bwd.backward_data(dy.data(), d.w.data(), dx1.data(), acc);
+      wgt.backward_filter_and_data(d.x.data(), dy.data(), dw2.data(), db2.data(), acc, bwd, d.w.data(), dx2.data(), acc);
+      const std::string tag = std::string(cs.name) + (acc ? " accumulate" : "");
+      expect_bits_equal(dx2, dx1, tag + " dx");
+      expect_bits_equal(dw2, dw1, tag + " dw");
+      expect_bits_equal(db2, db1, tag + " db");
+    }
+}
+
 TEST(Conv2dOnednn, WrongPassOrMissingLibraryIsAnError) {
   const Conv2dParams p{3, 3, 1, 1, 1, 1, 1};
   const Shape xs{2, 5, 5, 3}, ys{2, 5, 5, 4};

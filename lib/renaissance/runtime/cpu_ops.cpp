@@ -246,6 +246,9 @@ void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const
 //                                        that BN only computes its statistics; its apply joins the pass above
 //   RELU_BWD → BN_BWD (ReLU gradient read by nothing else)
 //                                        the ReLU backward folds into both BN backward passes (mask recomputed from x)
+//   CONV_BWD_FILTER → CONV_BWD_DATA of one layer (plan::runs_beside: the GPU runs them on two streams)
+//                                        one parallel section over both passes' batch pieces (same bits; profiled
+//                                        runs keep the two calls, as the GPU keeps one stream when profiling)
 // FP32 plans have no fused layers, but the compiler plans the same in-place ReLU and residual sums between plain
 // nodes: fuse_plain_graph (KernelTable::fuse_graph) wraps such a capture's node list in one group, matched the same
 // way, and checks against the whole graph what addresses inside one capture cannot show (the tensors a fused pass
@@ -253,10 +256,10 @@ void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const
 // plans), so results equal the plain parts bit for bit; ExecEnv::fuse_kernels = false runs every part on its own.
 
 struct FusedStep {
-  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd } kind = kPlain;
-  int node = -1;         ///< the sub-node: the plain node, the BN (stats, apply) or the BN_BWD
+  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kConvBwdPair } kind = kPlain;
+  int node = -1;         ///< the sub-node: the plain node, the BN (stats, apply), the BN_BWD or the CONV_BWD_FILTER
   int relu = -1;         ///< apply: the RELU_FWD whose output is written (-1: no ReLU); bwd: the RELU_BWD
-  int add = -1;          ///< apply: the ADD2_FWD (-1: none)
+  int add = -1;          ///< apply: the ADD2_FWD (-1: none); conv pair: the CONV_BWD_DATA
   int shortcut_bn = -1;  ///< apply: the BN whose apply is the shortcut (-1: the ADD2's other input as stored)
   int stats_slot = -1;   ///< kStats, and kApply with a training shortcut BN: its saved mean in FusedProgram::means
   std::string label;     ///< for the profiler
@@ -464,6 +467,30 @@ FusedProgram plan_fused(const std::vector<ResolvedNode>& sub, bool fuse, const F
       ++i;
       continue;
     }
+    if (fuse && k == OpKind::CONV_BWD_FILTER && op(i + 1) == OpKind::CONV_BWD_DATA &&
+        plan::runs_beside(k, op(i + 1))) {
+      const ResolvedNode& wg = at(i);
+      const ResolvedNode& dg = at(i + 1);
+      // inputs: x, dy | dy, w; outputs: dw[, db] | dx. Run together, neither may write what the other reads.
+      bool safe = wg.in.size() >= 2 && dg.in.size() >= 2 && !dg.out.empty() && same(wg.in[1], dg.in[0]) &&
+                  wg.in[0].shape == dg.out[0].shape;
+      for (const TensorView& o : dg.out)
+        for (const TensorView& t : wg.in) safe = safe && !overlaps(o, t);
+      for (const TensorView& o : wg.out) {
+        for (const TensorView& t : dg.in) safe = safe && !overlaps(o, t);
+        for (const TensorView& t : dg.out) safe = safe && !overlaps(o, t);
+      }
+      if (safe) {
+        FusedStep s;
+        s.kind = FusedStep::kConvBwdPair;
+        s.node = i;
+        s.add = i + 1;
+        s.label = "CONV_BWD_FILTER+DATA";
+        prog.steps.push_back(s);
+        ++i;
+        continue;
+      }
+    }
     prog.steps.push_back(plain(i));
   }
   return prog;
@@ -539,6 +566,18 @@ void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const Fused
                                  s.out[0].dtype == DType::F16, y.get());
       return;
     }
+    case FusedStep::kConvBwdPair: {
+      const ResolvedNode& d = r.sub[static_cast<std::size_t>(st.add)];
+      const float* x = f32_in(s.in[0]);
+      const float* dy = f32_in(s.in[1]);
+      const float* w = f32_in(d.in[1]);
+      F32Out dw(s.out[0], s.node->accumulate);
+      F32Out db(s.out.size() > 1 ? s.out[1] : TensorView{}, s.node->accumulate);
+      F32Out dx(d.out[0], d.node->accumulate);
+      conv_plan(s).backward_filter_and_data(x, dy, dw.get(), db.get(), s.node->accumulate, conv_plan(d), w, dx.get(),
+                                            d.node->accumulate);
+      return;
+    }
     case FusedStep::kBnReluBwd: {
       // BN_BWD inputs: x, dy (the ReLU gradient, never formed), gamma, batch mean, invstd, beta; RELU_BWD: y, dy.
       const ResolvedNode& relu = r.sub[static_cast<std::size_t>(st.relu)];
@@ -572,6 +611,15 @@ void run_fused(const ResolvedNode& r, ExecEnv& env) {
   // inside a group of plain nodes brackets its own).
   for (const FusedStep& st : prog->steps) {
     const ResolvedNode& s = r.sub[static_cast<std::size_t>(st.node)];
+    if (st.kind == FusedStep::kConvBwdPair && env.timer) {  // profiled: the two passes on their own, as planned
+      for (int k : {st.node, st.add}) {
+        const ResolvedNode& p = r.sub[static_cast<std::size_t>(k)];
+        env.timer->begin(env, plan::op_kind_name(p.node->op), p.detail);
+        run_plain(p, env);
+        env.timer->end(env);
+      }
+      continue;
+    }
     const bool bracket = env.timer && !(st.kind == FusedStep::kPlain && is_fused_kind(s));
     if (bracket) env.timer->begin(env, st.label, st.kind == FusedStep::kPlain ? s.detail : std::string());
     run_fused_step(r, *prog, st, env);
