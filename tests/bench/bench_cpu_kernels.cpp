@@ -21,8 +21,13 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <unordered_map>
 
 #include <benchmark/benchmark.h>
+
+#ifdef RENAISSANCE_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
 
 #include <random>
 #include <string>
@@ -293,6 +298,95 @@ void BM_MaxPool(benchmark::State& state) {
   state.SetLabel(xs.str() + (backward ? " backward" : " forward"));
 }
 BENCHMARK(BM_MaxPool)->Apply(bn_fused_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// oneDNN's own batch norm and max-pool on the same NHWC shapes, for the choice "oneDNN where it wins" (it does not:
+// docs/kernels-cpu.md). Threads: oneDNN's OpenMP runtime (OMP_NUM_THREADS), as PyTorch runs it; its reductions then
+// split by thread count. range(1) BN: 0 forward training (scale/shift, statistics computed), 1 the same with the
+// ReLU fused (fuse_norm_relu), 2 backward (dx, dγ, dβ). Pooling: 0 forward training with workspace, 1 backward.
+// GB/s: the same compulsory traffic as the own kernels' rows above.
+#ifdef RENAISSANCE_HAVE_ONEDNN
+void BM_OnednnBatchNorm(benchmark::State& state) {
+  using namespace dnnl;
+  const Shape s = kBnShapes[state.range(0)];
+  engine eng(engine::kind::cpu, 0);
+  stream strm(eng);
+  const memory::desc md({s.n, s.c, s.h, s.w}, memory::data_type::f32, memory::format_tag::nhwc);
+  const memory::desc cd({s.c}, memory::data_type::f32, memory::format_tag::x);
+  auto x = random_vec(s.elems(), 1), dy = random_vec(s.elems(), 4), g = random_vec(s.c, 2), b = random_vec(s.c, 3);
+  std::vector<float> y(x.size()), dx(x.size()), mean(s.c), var(s.c), dg(s.c), db(s.c);
+  std::vector<std::uint8_t> ws(x.size());
+  memory mx(md, eng, x.data()), my(md, eng, y.data()), mdy(md, eng, dy.data()), mdx(md, eng, dx.data());
+  memory mg(cd, eng, g.data()), mb(cd, eng, b.data()), mm(cd, eng, mean.data()), mv(cd, eng, var.data());
+  memory mdg(cd, eng, dg.data()), mdb(cd, eng, db.data());
+  const auto flags = normalization_flags::use_scale | normalization_flags::use_shift |
+                     (state.range(1) == 1 ? normalization_flags::fuse_norm_relu : normalization_flags::none);
+  const batch_normalization_forward::primitive_desc fpd(
+      batch_normalization_forward::desc(prop_kind::forward_training, md, 1e-5f, flags), eng);
+  const batch_normalization_forward fwd(fpd);
+  std::unordered_map<int, memory> fargs{{DNNL_ARG_SRC, mx}, {DNNL_ARG_DST, my}, {DNNL_ARG_SCALE, mg},
+                                        {DNNL_ARG_SHIFT, mb}, {DNNL_ARG_MEAN, mm}, {DNNL_ARG_VARIANCE, mv}};
+  if (state.range(1) == 1) fargs.emplace(DNNL_ARG_WORKSPACE, memory(fpd.workspace_desc(), eng));
+  if (state.range(1) < 2) {
+    for (auto _ : state) fwd.execute(strm, fargs);
+    rate(state, "GB/s", 2e-9 * 4 * s.elems());
+  } else {
+    fwd.execute(strm, fargs);
+    const batch_normalization_backward::primitive_desc bpd(
+        batch_normalization_backward::desc(prop_kind::backward, md, md, 1e-5f, flags), eng, fpd);
+    const batch_normalization_backward bwd(bpd);
+    const std::unordered_map<int, memory> bargs{{DNNL_ARG_SRC, mx},        {DNNL_ARG_DIFF_DST, mdy},
+                                                {DNNL_ARG_SCALE, mg},      {DNNL_ARG_SHIFT, mb},
+                                                {DNNL_ARG_MEAN, mm},       {DNNL_ARG_VARIANCE, mv},
+                                                {DNNL_ARG_DIFF_SRC, mdx},  {DNNL_ARG_DIFF_SCALE, mdg},
+                                                {DNNL_ARG_DIFF_SHIFT, mdb}};
+    for (auto _ : state) bwd.execute(strm, bargs);
+    rate(state, "GB/s", 3e-9 * 4 * s.elems());
+  }
+  const char* what[] = {" forward", " forward+relu", " backward"};
+  state.SetLabel(s.str() + what[state.range(1)] + " " + fpd.impl_info_str());
+}
+BENCHMARK(BM_OnednnBatchNorm)
+    ->Apply([](auto* b) {
+      for (std::int64_t i = 0; i < 3; ++i)
+        for (std::int64_t k = 0; k < 3; ++k) b->Args({i, k});
+    })
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_OnednnMaxPool(benchmark::State& state) {
+  using namespace dnnl;
+  const Shape xs = kBnShapes[state.range(0)];
+  const Shape ys = maxpool2d_output_shape(xs, Pool2dParams{2, 2, 2, 2, 0, 0});
+  engine eng(engine::kind::cpu, 0);
+  stream strm(eng);
+  const memory::desc xd({xs.n, xs.c, xs.h, xs.w}, memory::data_type::f32, memory::format_tag::nhwc);
+  const memory::desc yd({ys.n, ys.c, ys.h, ys.w}, memory::data_type::f32, memory::format_tag::nhwc);
+  auto x = random_vec(xs.elems(), 1);
+  for (auto& v : x) v = std::max(v, 0.0f);
+  std::vector<float> y(ys.elems()), dx(xs.elems());
+  memory mx(xd, eng, x.data()), my(yd, eng, y.data()), mdx(xd, eng, dx.data());
+  const pooling_forward::primitive_desc fpd(pooling_forward::desc(prop_kind::forward_training, algorithm::pooling_max,
+                                                                  xd, yd, {2, 2}, {2, 2}, {0, 0}, {0, 0}),
+                                            eng);
+  memory mws(fpd.workspace_desc(), eng);
+  const pooling_forward fwd(fpd);
+  const std::unordered_map<int, memory> fargs{{DNNL_ARG_SRC, mx}, {DNNL_ARG_DST, my}, {DNNL_ARG_WORKSPACE, mws}};
+  fwd.execute(strm, fargs);
+  if (state.range(1) == 0) {
+    for (auto _ : state) fwd.execute(strm, fargs);
+  } else {
+    const pooling_backward::primitive_desc bpd(
+        pooling_backward::desc(algorithm::pooling_max, xd, yd, {2, 2}, {2, 2}, {0, 0}, {0, 0}), eng, fpd);
+    const pooling_backward bwd(bpd);
+    const std::unordered_map<int, memory> bargs{{DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_WORKSPACE, mws},
+                                                {DNNL_ARG_DIFF_SRC, mdx}};
+    for (auto _ : state) bwd.execute(strm, bargs);
+  }
+  rate(state, "GB/s", 1e-9 * (4.0 * xs.elems() + 5.0 * ys.elems()));
+  state.SetLabel(xs.str() + (state.range(1) ? " backward " : " forward ") + fpd.impl_info_str());
+}
+BENCHMARK(BM_OnednnMaxPool)->Apply(bn_fused_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
 
 // ---- region-wide updates ----------------------------------------------------------------------------------
 
