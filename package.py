@@ -31,6 +31,7 @@ class Renaissance(CMakePackage, CudaPackage):
     # cuda / cuda_arch come from CudaPackage; cuda_arch=none means sm_90 (the H200).
     variant("xnnpack", default=False, description="Use XNNPACK for CPU forward operators")
     variant("openblas", default=False, description="Offer OpenBLAS as a CPU GEMM backend")
+    variant("onednn", default=False, description="oneDNN 2.x training primitives for the CPU convolutions")
     variant("tests", default=False, description="Build the GoogleTest suites and Google Benchmark programs")
 
     generator("ninja")
@@ -52,6 +53,10 @@ class Renaissance(CMakePackage, CudaPackage):
     depends_on("xnnpack@2022-02-16", when="+xnnpack")
 
     depends_on("openblas", when="+openblas")
+
+    # The 2.x API (operation descriptors; oneDNN 3 removed them). Renaissance runs each primitive single-threaded on
+    # batch pieces of its own thread pool, which needs the OpenMP or sequential runtime (not TBB or threadpool).
+    depends_on("onednn@2.0:2 cpu_runtime=omp", when="+onednn")
 
     depends_on("googletest", type=("build", "test"), when="+tests")
     depends_on("benchmark", type=("build", "test"), when="+tests")
@@ -79,6 +84,7 @@ class Renaissance(CMakePackage, CudaPackage):
             self.define("RENAISSANCE_CUDA", "ON" if spec.satisfies("+cuda") else "OFF"),
             self.define("RENAISSANCE_XNNPACK", "ON" if spec.satisfies("+xnnpack") else "OFF"),
             self.define("RENAISSANCE_OPENBLAS", "ON" if spec.satisfies("+openblas") else "OFF"),
+            self.define("RENAISSANCE_ONEDNN", "ON" if spec.satisfies("+onednn") else "OFF"),
             self.define_from_variant("RENAISSANCE_BUILD_TESTS", "tests"),
             self.define_from_variant("RENAISSANCE_BUILD_BENCHMARKS", "tests"),
         ]

@@ -221,7 +221,7 @@ void register_bench_command(CLI::App& app) {
   cmd->add_flag("--amp", c->amp, "FP16 storage, fused layers, dynamic loss scaling");
   cmd->add_option("--graphs", c->graphs, "on: replay captured graphs; off: launch node by node")->capture_default_str();
   cmd->add_option("--fused-kernels", c->fused_kernels,
-                  "GPU, with --amp: on: one pass for BN-apply + add + ReLU of fused layers; off: one kernel per part")
+                  "on: one pass for BN-apply + add + ReLU (GPU: fused layers of --amp; CPU: also between plain layers); off: one kernel per part")
       ->capture_default_str();
   cmd->add_option("--streams", c->streams,
                   "GPU: on: weight gradients on a second compute stream beside data gradients; off: one stream")

@@ -3,6 +3,7 @@
 // count; reductions over the batch (weight gradients) run over chunks in a fixed order.
 #include <kernels/cpu/conv2d.h>
 
+#include <kernels/cpu/conv2d_onednn.h>
 #include <kernels/cpu/gemm.h>
 #include <kernels/cpu/reduce.h>
 #include <kernels/cpu/scratch.h>
@@ -416,18 +417,9 @@ bool xnnpack_available() {
 #endif
 }
 
-void conv2d_forward(const float* x, const Shape& xs, const float* w, const float* bias, float* y, const Shape& ys,
-                    const Conv2dParams& p, Conv2dAlgo algo) {
-  const Geom g = make_geom(xs, ys, p, "conv2d_forward");
-#ifdef RENAISSANCE_HAVE_XNNPACK
-  // Auto: XNNPACK for every forward (measured 1.2x the GEMM path on 3×3 layers, 3x on the 1-channel
-  // first layer and on depthwise, even when its operator is re-created for new weights each step).
-  if (algo == Conv2dAlgo::Xnnpack || algo == Conv2dAlgo::Auto) {
-    xnnpack_forward(x, xs, w, bias, y, ys, p, g);
-    return;
-  }
-#endif
-  (void)algo;
+namespace {
+
+void gemm_forward(const float* x, const float* w, const float* bias, float* y, const Geom& g) {
   if (g.depthwise) {
     depthwise_forward(x, w, bias, y, g);
     return;
@@ -458,19 +450,7 @@ void conv2d_forward(const float* x, const Shape& xs, const float* w, const float
   });
 }
 
-void conv2d_backward_data(const float* dy, const Shape& ys, const float* w, float* dx, const Shape& xs,
-                          const Conv2dParams& p, bool accumulate, Conv2dAlgo algo) {
-  const Geom g = make_geom(xs, ys, p, "conv2d_backward_data");
-#ifdef RENAISSANCE_HAVE_XNNPACK
-  // Auto: XNNPACK's deconvolution for ungrouped spatial kernels (measured 1.1-1.4x the GEMM + col2im
-  // path); 1×1 is a plain GEMM either way, and its depthwise deconvolution is 7x slower than ours.
-  const bool xnn_wins = g.groups == 1 && !g.pointwise;
-  if (algo == Conv2dAlgo::Xnnpack || (algo == Conv2dAlgo::Auto && xnn_wins)) {
-    xnnpack_backward_data(dy, ys, w, dx, xs, p, g, accumulate);
-    return;
-  }
-#endif
-  (void)algo;
+void gemm_backward_data(const float* dy, const float* w, float* dx, const Geom& g, bool accumulate) {
   if (g.depthwise) {
     depthwise_backward_data(dy, w, dx, g, accumulate);
     return;
@@ -510,9 +490,7 @@ void conv2d_backward_data(const float* dy, const Shape& ys, const float* w, floa
   });
 }
 
-void conv2d_backward_filter(const float* x, const Shape& xs, const float* dy, const Shape& ys, float* dw, float* db,
-                            const Conv2dParams& p, bool accumulate) {
-  const Geom g = make_geom(xs, ys, p, "conv2d_backward_filter");
+void gemm_backward_filter(const float* x, const float* dy, float* dw, float* db, const Geom& g, bool accumulate) {
   if (g.depthwise) {
     depthwise_backward_filter(x, dy, dw, db, g, accumulate);
     return;
@@ -558,6 +536,141 @@ void conv2d_backward_filter(const float* x, const Shape& xs, const float* dy, co
     }
   });
   if (db) detail::column_sums(dy, rows, g.cout, g.cout, db, accumulate);
+}
+
+// The algorithm a pass runs (never Auto). Auto, measured on these kernels (docs/kernels-cpu.md): oneDNN for every
+// pass. (XNNPACK's strided 1×1 forward is faster alone, 57 vs 38 GFLOP/s a core on 28×28×16→32, but its own thread
+// pool spinning beside ours made the quarter-width ResNet-18 step 1.7x slower on two cores.) Without oneDNN: XNNPACK
+// for every forward (1.2x the GEMM path on 3×3 layers, 3x on the 1-channel first layer and
+// on depthwise, even with its operator re-created for new weights each step) and XNNPACK's deconvolution for dx of
+// ungrouped spatial kernels (1.1-1.4x; 1×1 is a plain GEMM either way, its depthwise deconvolution is 7x slower).
+Conv2dAlgo static_choice(Conv2dAlgo algo, Conv2dPass pass, const Geom& g) {
+  switch (algo) {
+    case Conv2dAlgo::Onednn:
+      RN_CHECK(onednn_available(), "conv2d: oneDNN requested but {}",
+               "this build has no oneDNN (install libdnnl-dev and reconfigure)");
+      return Conv2dAlgo::Onednn;
+    case Conv2dAlgo::Gemm: return Conv2dAlgo::Gemm;
+    case Conv2dAlgo::Xnnpack:
+      return xnnpack_available() && pass != Conv2dPass::BackwardFilter ? Conv2dAlgo::Xnnpack : Conv2dAlgo::Gemm;
+    case Conv2dAlgo::Auto: break;
+  }
+  if (onednn_available()) return Conv2dAlgo::Onednn;
+  if (xnnpack_available() &&
+      (pass == Conv2dPass::Forward || (pass == Conv2dPass::BackwardData && g.groups == 1 && !g.pointwise)))
+    return Conv2dAlgo::Xnnpack;
+  return Conv2dAlgo::Gemm;
+}
+
+const char* pass_name(Conv2dPass pass) {
+  switch (pass) {
+    case Conv2dPass::Forward: return "conv2d_forward";
+    case Conv2dPass::BackwardData: return "conv2d_backward_data";
+    case Conv2dPass::BackwardFilter: return "conv2d_backward_filter";
+  }
+  return "conv2d";
+}
+
+}  // namespace
+
+const char* conv2d_algo_name(Conv2dAlgo a) {
+  switch (a) {
+    case Conv2dAlgo::Auto: return "auto";
+    case Conv2dAlgo::Gemm: return "gemm";
+    case Conv2dAlgo::Xnnpack: return "xnnpack";
+    case Conv2dAlgo::Onednn: return "onednn";
+  }
+  return "?";
+}
+
+Conv2dPlan::Conv2dPlan(const Shape& xs, const Shape& ys, const Conv2dParams& p, Conv2dPass pass, bool bias,
+                       Conv2dAlgo algo)
+    : m_xs(xs), m_ys(ys), m_p(p), m_pass(pass) {
+  const Geom g = make_geom(xs, ys, p, pass_name(pass));
+  m_algo = static_choice(algo, pass, g);
+  if (m_algo == Conv2dAlgo::Onednn) {
+    try {
+      m_onednn = std::make_unique<Onednn>(xs, ys, p, pass, bias);
+    } catch (const Error&) {
+      if (algo == Conv2dAlgo::Onednn) throw;
+    }
+    // Auto keeps oneDNN only where it has an optimised implementation for the shape, not its reference loops.
+    if (algo == Conv2dAlgo::Auto && (!m_onednn || m_onednn->impl().rfind("ref", 0) == 0)) {
+      m_onednn.reset();
+      m_algo = Conv2dAlgo::Gemm;
+      if (xnnpack_available() &&
+          (pass == Conv2dPass::Forward || (pass == Conv2dPass::BackwardData && g.groups == 1 && !g.pointwise)))
+        m_algo = Conv2dAlgo::Xnnpack;
+    }
+  }
+  m_describe = conv2d_algo_name(m_algo);
+  if (m_onednn) m_describe += " " + m_onednn->impl();
+}
+
+Conv2dPlan::~Conv2dPlan() = default;
+
+void Conv2dPlan::forward(const float* x, const float* w, const float* bias, float* y) const {
+  RN_CHECK(m_pass == Conv2dPass::Forward, "conv2d: a {} plan cannot run the forward", pass_name(m_pass));
+  const Geom g = make_geom(m_xs, m_ys, m_p, "conv2d_forward");
+  switch (m_algo) {
+    case Conv2dAlgo::Onednn: return m_onednn->forward(x, w, bias, y);
+#ifdef RENAISSANCE_HAVE_XNNPACK
+    case Conv2dAlgo::Xnnpack: return xnnpack_forward(x, m_xs, w, bias, y, m_ys, m_p, g);
+#endif
+    default: return gemm_forward(x, w, bias, y, g);
+  }
+}
+
+void Conv2dPlan::backward_data(const float* dy, const float* w, float* dx, bool accumulate) const {
+  RN_CHECK(m_pass == Conv2dPass::BackwardData, "conv2d: a {} plan cannot run the backward data pass",
+           pass_name(m_pass));
+  const Geom g = make_geom(m_xs, m_ys, m_p, "conv2d_backward_data");
+  switch (m_algo) {
+    case Conv2dAlgo::Onednn: return m_onednn->backward_data(dy, w, dx, accumulate);
+#ifdef RENAISSANCE_HAVE_XNNPACK
+    case Conv2dAlgo::Xnnpack: return xnnpack_backward_data(dy, m_ys, w, dx, m_xs, m_p, g, accumulate);
+#endif
+    default: return gemm_backward_data(dy, w, dx, g, accumulate);
+  }
+}
+
+void Conv2dPlan::backward_filter(const float* x, const float* dy, float* dw, float* db, bool accumulate) const {
+  RN_CHECK(m_pass == Conv2dPass::BackwardFilter, "conv2d: a {} plan cannot run the weight gradient",
+           pass_name(m_pass));
+  const Geom g = make_geom(m_xs, m_ys, m_p, "conv2d_backward_filter");
+  if (m_algo != Conv2dAlgo::Onednn) return gemm_backward_filter(x, dy, dw, db, g, accumulate);
+  m_onednn->backward_filter(x, dy, dw, accumulate);
+  if (db) detail::column_sums(dy, g.rows(), g.cout, g.cout, db, accumulate);
+}
+
+void Conv2dPlan::backward_filter_and_data(const float* x, const float* dy, float* dw, float* db, bool accumulate_w,
+                                          const Conv2dPlan& data, const float* w, float* dx, bool accumulate_dx) const {
+  RN_CHECK(m_pass == Conv2dPass::BackwardFilter && data.m_pass == Conv2dPass::BackwardData && m_xs == data.m_xs &&
+               m_ys == data.m_ys,
+           "conv2d: backward_filter_and_data needs a weight-gradient and a data-gradient plan of one convolution");
+  if (m_algo != Conv2dAlgo::Onednn || data.m_algo != Conv2dAlgo::Onednn) {
+    backward_filter(x, dy, dw, db, accumulate_w);
+    data.backward_data(dy, w, dx, accumulate_dx);
+    return;
+  }
+  const Geom g = make_geom(m_xs, m_ys, m_p, "conv2d_backward_filter");
+  m_onednn->backward_filter_and_data(x, dy, dw, accumulate_w, *data.m_onednn, w, dx, accumulate_dx);
+  if (db) detail::column_sums(dy, g.rows(), g.cout, g.cout, db, accumulate_w);
+}
+
+void conv2d_forward(const float* x, const Shape& xs, const float* w, const float* bias, float* y, const Shape& ys,
+                    const Conv2dParams& p, Conv2dAlgo algo) {
+  Conv2dPlan(xs, ys, p, Conv2dPass::Forward, bias != nullptr, algo).forward(x, w, bias, y);
+}
+
+void conv2d_backward_data(const float* dy, const Shape& ys, const float* w, float* dx, const Shape& xs,
+                          const Conv2dParams& p, bool accumulate, Conv2dAlgo algo) {
+  Conv2dPlan(xs, ys, p, Conv2dPass::BackwardData, false, algo).backward_data(dy, w, dx, accumulate);
+}
+
+void conv2d_backward_filter(const float* x, const Shape& xs, const float* dy, const Shape& ys, float* dw, float* db,
+                            const Conv2dParams& p, bool accumulate, Conv2dAlgo algo) {
+  Conv2dPlan(xs, ys, p, Conv2dPass::BackwardFilter, false, algo).backward_filter(x, dy, dw, db, accumulate);
 }
 
 }  // namespace renaissance::cpu

@@ -4,6 +4,8 @@
 #include <renaissance/core/shape.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 namespace renaissance::cpu {
 
@@ -14,20 +16,30 @@ struct Conv2dParams {
   int groups = 1;            // groups == in_channels: depthwise (out = in·multiplier)
 };
 
-/// How a pass is computed (forward and backward data; the weight gradient is always im2col + GEMM).
+/// How a pass is computed.
 /// Gemm: im2col (none for 1×1 stride-1 unpadded) + SGEMM, col2im for dx, direct loops for depthwise.
-/// Xnnpack: XNNPACK's convolution (forward) or deconvolution (dx); Gemm when built without XNNPACK.
-/// Auto: the faster one measured on the 2-core EPYC (docs/kernels-cpu.md): XNNPACK for every forward,
-/// and for dx of ungrouped, non-1×1 convolutions; Gemm otherwise. Any buffer is safe with either (the
-/// XNNPACK path runs the last sample from a copy, since XNNPACK reads 16 bytes past its input).
-enum class Conv2dAlgo : std::uint8_t { Auto, Gemm, Xnnpack };
+/// Xnnpack: XNNPACK's convolution (forward) or deconvolution (dx); Gemm when built without XNNPACK, and for the
+///   weight gradient (XNNPACK has no backward operators).
+/// Onednn: oneDNN's training primitives (forward, backward data, backward weights) on the NHWC tensors as they
+///   are, run single-threaded on fixed batch pieces spread over the thread pool (Conv2dPlan); an error when
+///   built without oneDNN (onednn_available()).
+/// Auto: the fastest available, measured per pass (docs/kernels-cpu.md): oneDNN for every pass when built with
+///   it (unless it offers only its reference implementation for the shape); else XNNPACK for every forward and for dx of ungrouped, non-1×1 convolutions, Gemm otherwise. Any
+///   buffer is safe with every algorithm (the XNNPACK path runs the last sample from a copy, since XNNPACK reads
+///   16 bytes past its input).
+enum class Conv2dAlgo : std::uint8_t { Auto, Gemm, Xnnpack, Onednn };
+enum class Conv2dPass : std::uint8_t { Forward, BackwardData, BackwardFilter };
+
+const char* conv2d_algo_name(Conv2dAlgo a);
+bool xnnpack_available();
+/// Built with oneDNN (RENAISSANCE_ONEDNN) and its CPU engine works on this machine.
+bool onednn_available();
 
 /// Output shape: OH = (H + 2·pad_h − kernel_h) / stride_h + 1 (likewise OW), C = out_channels.
 /// Throws Error when the parameters do not fit the input.
 Shape conv2d_output_shape(const Shape& x, std::int64_t out_channels, const Conv2dParams& p);
 /// Elements of the weight tensor: out_channels · kernel_h · kernel_w · (in_channels / groups).
 std::int64_t conv2d_weight_elems(std::int64_t in_channels, std::int64_t out_channels, const Conv2dParams& p);
-bool xnnpack_available();
 
 /// y[n,oh,ow,o] = Σ_{kh,kw,i} x[n, oh·sh − ph + kh, ow·sw − pw + kw, g·Cg + i] · w[o,kh,kw,i] + b[o],
 /// g = o / (Cout/groups), Cg = Cin/groups; out-of-range x reads as 0. `bias` may be null.
@@ -42,6 +54,55 @@ void conv2d_backward_data(const float* dy, const Shape& ys, const float* w, floa
 /// dw[o,kh,kw,i] = Σ_{n,oh,ow} dy[n,oh,ow,o] · x[n, oh·sh − ph + kh, ow·sw − pw + kw, g·Cg + i];
 /// db[o] = Σ_{n,oh,ow} dy[n,oh,ow,o] (when db is not null). accumulate: add into dw/db.
 void conv2d_backward_filter(const float* x, const Shape& xs, const float* dy, const Shape& ys, float* dw, float* db,
-                            const Conv2dParams& p, bool accumulate);
+                            const Conv2dParams& p, bool accumulate, Conv2dAlgo algo = Conv2dAlgo::Auto);
+
+/// One pass of one convolution planned once for its shapes (the runtime prepares one per plan node, before the
+/// first step): the algorithm, and for oneDNN its primitives, their memory formats (activations stay NHWC: no
+/// reorder of x, y, dx or dy ever runs) and the reorders of the OHWI weights into the primitive's blocked format
+/// (weights change every step: one small reorder per call), so that a call creates nothing. The free functions
+/// above plan on each call.
+///
+/// oneDNN runs single-threaded on batch pieces fixed by the shape (forward and dx: up to 32 pieces of at least 256
+/// output positions; the weight gradient: 2 to 16 pieces, one per 512 FLOPs per weight; conv2d_onednn.cpp), claimed
+/// by the thread pool,
+/// and the weight-gradient pieces' partial sums are added in piece order; so, as with every kernel here, results
+/// do not depend on the thread count (oneDNN's own threading would split its reductions by thread count).
+/// Not thread-safe: one call at a time per plan (the runtime runs one node at a time).
+class Conv2dPlan {
+ public:
+  /// `bias`: the forward adds a bias (needed at plan time by oneDNN).
+  Conv2dPlan(const Shape& xs, const Shape& ys, const Conv2dParams& p, Conv2dPass pass, bool bias = false,
+             Conv2dAlgo algo = Conv2dAlgo::Auto);
+  ~Conv2dPlan();
+  Conv2dPlan(const Conv2dPlan&) = delete;
+  Conv2dPlan& operator=(const Conv2dPlan&) = delete;
+
+  Conv2dPass pass() const { return m_pass; }
+  /// The algorithm the pass runs (never Auto).
+  Conv2dAlgo algo() const { return m_algo; }
+  /// For profiles: "onednn brgconv:avx512_core", "xnnpack", "gemm".
+  const std::string& describe() const { return m_describe; }
+
+  void forward(const float* x, const float* w, const float* bias, float* y) const;
+  void backward_data(const float* dy, const float* w, float* dx, bool accumulate) const;
+  void backward_filter(const float* x, const float* dy, float* dw, float* db, bool accumulate) const;
+
+  /// The weight gradient (this plan) and the data gradient (`data`, a BackwardData plan of the same layer) at once:
+  /// they read the same dy and neither reads what the other writes, so one parallel section runs both passes' batch
+  /// pieces and the data gradient's pieces fill the weight gradient's tail (one join instead of two). The same bits
+  /// as backward_filter then backward_data; when either plan is not oneDNN, exactly those two calls.
+  void backward_filter_and_data(const float* x, const float* dy, float* dw, float* db, bool accumulate_w,
+                                const Conv2dPlan& data, const float* w, float* dx, bool accumulate_dx) const;
+
+  struct Onednn;  // kernels/cpu/conv2d_onednn.cpp
+
+ private:
+  Shape m_xs, m_ys;
+  Conv2dParams m_p;
+  Conv2dPass m_pass;
+  Conv2dAlgo m_algo;
+  std::string m_describe;
+  std::unique_ptr<Onednn> m_onednn;
+};
 
 }  // namespace renaissance::cpu

@@ -1,6 +1,7 @@
 #include <kernels/cpu/pooling.h>
 
 #include <kernels/cpu/thread_pool.h>
+#include <kernels/cpu/vectorize.h>
 #include <renaissance/core/error.h>
 
 #include <algorithm>
@@ -22,33 +23,52 @@ void check_pool(const Shape& xs, const Shape& ys, const Pool2dParams& p, const c
 constexpr std::uint8_t kNoArg = 0xFF;
 
 // The window maxima of output row (n, oy) into out/idx (ow × c each, idx = position in the window), first
-// maximum wins.
+// maximum wins. The window's first in-range position initialises the row (every window has one: padding is at
+// most half the kernel), later positions replace it where strictly greater, so a NaN that comes first stays and
+// one that comes later is ignored. Positions are kept as int32 beside the float maxima (same lane width: the
+// compare-and-select loop vectorises) and narrowed to bytes at the end. `pos` is a scratch row of ow × c.
 void max_row(const float* x, const Shape& xs, const Shape& ys, const Pool2dParams& p, std::int64_t n, std::int64_t oy,
-             float* out, std::uint8_t* idx) {
+             float* out, std::uint8_t* idx, std::int32_t* pos) {
   const std::int64_t c = xs.c;
+  const std::int64_t iy0 = oy * p.stride_h - p.pad_h;
+  const std::int64_t ky0 = std::max<std::int64_t>(0, -iy0), ky1 = std::min<std::int64_t>(p.kernel_h, xs.h - iy0);
   for (std::int64_t ox = 0; ox < ys.w; ++ox) {
     float* best = out + ox * c;
-    std::uint8_t* arg = idx + ox * c;
-    for (std::int64_t j = 0; j < c; ++j) {
-      best[j] = -std::numeric_limits<float>::infinity();
-      arg[j] = kNoArg;
+    std::int32_t* arg = pos + ox * c;
+    const std::int64_t ix0 = ox * p.stride_w - p.pad_w;
+    const std::int64_t kx0 = std::max<std::int64_t>(0, -ix0), kx1 = std::min<std::int64_t>(p.kernel_w, xs.w - ix0);
+    if (ky0 >= ky1 || kx0 >= kx1) {  // no position in range (not reachable with valid parameters)
+      for (std::int64_t j = 0; j < c; ++j) {
+        best[j] = -std::numeric_limits<float>::infinity();
+        arg[j] = kNoArg;
+      }
+      continue;
     }
-    for (std::int64_t ky = 0; ky < p.kernel_h; ++ky) {
-      const std::int64_t iy = oy * p.stride_h - p.pad_h + ky;
-      if (iy < 0 || iy >= xs.h) continue;
-      for (std::int64_t kx = 0; kx < p.kernel_w; ++kx) {
-        const std::int64_t ix = ox * p.stride_w - p.pad_w + kx;
-        if (ix < 0 || ix >= xs.w) continue;
-        const float* in = x + ((n * xs.h + iy) * xs.w + ix) * c;
-        const auto pos = static_cast<std::uint8_t>(ky * p.kernel_w + kx);
-        for (std::int64_t j = 0; j < c; ++j) {
-          const bool take = in[j] > best[j] || arg[j] == kNoArg;  // the first in-range value counts (NaN too)
-          best[j] = take ? in[j] : best[j];
-          arg[j] = take ? pos : arg[j];
+    bool first = true;
+    for (std::int64_t ky = ky0; ky < ky1; ++ky) {
+      for (std::int64_t kx = kx0; kx < kx1; ++kx) {
+        const float* in = x + ((n * xs.h + iy0 + ky) * xs.w + ix0 + kx) * c;
+        const auto at = static_cast<std::int32_t>(ky * p.kernel_w + kx);
+        if (first) {
+          for (std::int64_t j = 0; j < c; ++j) {
+            best[j] = in[j];
+            arg[j] = at;
+          }
+          first = false;
+          continue;
+        }
+        // The position select as a bit mask: GCC leaves `take ? at : arg[j]` as a branch (not vectorised).
+        RN_IVDEP for (std::int64_t j = 0; j < c; ++j) {
+          const float v = in[j], b = best[j];
+          const std::int32_t take = -static_cast<std::int32_t>(v > b);
+          best[j] = v > b ? v : b;
+          arg[j] = (at & take) | (arg[j] & ~take);
         }
       }
     }
   }
+  const std::int64_t row = ys.w * c;
+  for (std::int64_t j = 0; j < row; ++j) idx[j] = static_cast<std::uint8_t>(pos[j]);
 }
 
 }  // namespace
@@ -72,9 +92,10 @@ void maxpool2d_forward(const float* x, const Shape& xs, float* y, const Shape& y
   const std::int64_t row = ys.w * ys.c;
   parallel_for(0, ys.n * ys.h, 1, [&](std::int64_t b, std::int64_t e) {
     std::vector<std::uint8_t> local(argmax ? 0 : static_cast<std::size_t>(row));
+    std::vector<std::int32_t> pos(static_cast<std::size_t>(row));
     for (std::int64_t nr = b; nr < e; ++nr) {
       std::uint8_t* idx = argmax ? argmax + nr * row : local.data();
-      max_row(x, xs, ys, p, nr / ys.h, nr % ys.h, y + nr * row, idx);
+      max_row(x, xs, ys, p, nr / ys.h, nr % ys.h, y + nr * row, idx, pos.data());
     }
   });
 }
@@ -89,13 +110,14 @@ void maxpool2d_backward(const float* dy, const Shape& ys, const float* x, const 
   parallel_for(0, xs.n, 1, [&](std::int64_t b, std::int64_t e) {
     std::vector<float> best(argmax ? 0 : static_cast<std::size_t>(row));
     std::vector<std::uint8_t> local(argmax ? 0 : static_cast<std::size_t>(row));
+    std::vector<std::int32_t> pos(argmax ? 0 : static_cast<std::size_t>(row));
     for (std::int64_t n = b; n < e; ++n) {
       float* dxn = dx + n * plane * c;
       if (!accumulate) std::memset(dxn, 0, sizeof(float) * plane * c);
       for (std::int64_t oy = 0; oy < ys.h; ++oy) {
         const std::int64_t nr = n * ys.h + oy;
         const std::uint8_t* idx = argmax ? argmax + nr * row : local.data();
-        if (!argmax) max_row(x, xs, ys, p, n, oy, best.data(), local.data());
+        if (!argmax) max_row(x, xs, ys, p, n, oy, best.data(), local.data(), pos.data());
         const float* g = dy + nr * row;
         const std::int64_t iy0 = oy * p.stride_h - p.pad_h;
         for (std::int64_t ox = 0; ox < ys.w; ++ox) {

@@ -5,6 +5,11 @@
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
+#include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace renaissance::cpu::detail {
 
@@ -13,10 +18,17 @@ class AlignedBuffer {
  public:
   float* get(std::size_t count) {
     if (count > m_capacity) {
-      // Round up so that a slowly growing request does not reallocate each call.
-      const std::size_t bytes = ((count * sizeof(float) + 4095) / 4096) * 4096;
-      m_data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      // Round up so that a slowly growing request does not reallocate each call. Buffers of 1 MiB and more (im2col
+      // chunks, oneDNN's weight-gradient partials) are 2 MiB aligned and marked for transparent huge pages.
+      constexpr std::size_t kHuge = 2u << 20;
+      const bool huge = count * sizeof(float) >= (1u << 20);
+      const std::size_t align = huge ? kHuge : 4096;
+      const std::size_t bytes = ((count * sizeof(float) + align - 1) / align) * align;
+      m_data.reset(static_cast<float*>(std::aligned_alloc(huge ? kHuge : 64, bytes)));
       if (!m_data) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+      if (huge) madvise(m_data.get(), bytes, MADV_HUGEPAGE);  // advice only
+#endif
       m_capacity = bytes / sizeof(float);
     }
     return m_data.get();
@@ -32,7 +44,18 @@ class AlignedBuffer {
 };
 
 /// Per-thread scratch slots; each kernel level uses its own slot so nested users never share one.
-enum class ScratchSlot : int { PackA = 0, PackB, PackEdge, Col, Partial, Count };
+enum class ScratchSlot : int {
+  PackA = 0,
+  PackB,
+  PackEdge,
+  Col,
+  Partial,
+  DnnWeights,     // oneDNN: the weights in the primitive's format (the calling thread's)
+  DnnScratchpad,  // oneDNN: a primitive's scratchpad (each running thread's)
+  DnnTemp,        // oneDNN: an accumulating dx piece before it is added
+  DnnPartial,     // oneDNN: the weight gradient's per-piece partial sums (the calling thread's)
+  Count
+};
 
 /// `count` floats of this thread's scratch slot (valid until the next call with the same slot).
 inline float* scratch(ScratchSlot slot, std::size_t count) {

@@ -7,6 +7,10 @@
 #include <cstdlib>
 #include <memory>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define RN_CPU_RELAX() _mm_pause()
@@ -40,7 +44,7 @@ int default_thread_count() {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return affinity_cpu_count();
 }
 
 std::mutex& global_pool_mutex() {
@@ -54,6 +58,20 @@ std::unique_ptr<ThreadPool>& global_pool() {
 }
 
 }  // namespace
+
+int affinity_cpu_count() {
+#if defined(__linux__)
+  // The processors this process may run on (taskset, a Slurm step's cgroup, mpirun --bind-to), not all the
+  // machine's: hardware_concurrency counts every online CPU, and threads beyond the mask only take turns.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+#endif
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 ThreadPool::ThreadPool(int num_threads) {
   RN_CHECK(num_threads >= 0, "ThreadPool: thread count {} is negative", num_threads);
@@ -73,11 +91,19 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_chunks() {
+  const std::int64_t threads = size();
   for (;;) {
-    const std::int64_t b = m_next.fetch_add(m_chunk, std::memory_order_relaxed);
-    if (b >= m_end) return;
+    // Guided self-scheduling: each claim takes a share of what is left (at least the grain), so the chunks
+    // shrink towards the end and a thread that was descheduled mid-job (the cores are shared) holds up at
+    // most a small last chunk while the others take the rest. Where a chunk ends never changes results
+    // (file comment of thread_pool.h).
+    std::int64_t b = m_next.load(std::memory_order_relaxed), e = 0;
+    do {
+      if (b >= m_end) return;
+      e = std::min(m_end, b + std::max(m_grain, (m_end - b) / (2 * threads)));
+    } while (!m_next.compare_exchange_weak(b, e, std::memory_order_relaxed));
     try {
-      (*m_fn)(b, std::min(b + m_chunk, m_end));
+      (*m_fn)(b, e);
     } catch (...) {
       std::lock_guard<std::mutex> lock(m_error_mutex);
       if (!m_error) m_error = std::current_exception();
@@ -119,9 +145,7 @@ void ThreadPool::parallel_for(std::int64_t begin, std::int64_t end, std::int64_t
     return;
   }
   std::lock_guard<std::mutex> call_lock(m_call_mutex);
-  // Several chunks per thread balance uneven pieces; chunk size never changes results (file comment).
-  const std::int64_t target_chunks = static_cast<std::int64_t>(size()) * 4;
-  m_chunk = std::max(grain, (n + target_chunks - 1) / target_chunks);
+  m_grain = grain;
   m_fn = &fn;
   m_end = end;
   m_next.store(begin, std::memory_order_relaxed);

@@ -22,7 +22,7 @@ using RangeFn = std::function<void(std::int64_t begin, std::int64_t end)>;
 
 class ThreadPool {
  public:
-  /// `num_threads` counts the calling thread; 0 means std::thread::hardware_concurrency().
+  /// `num_threads` counts the calling thread; 0 means affinity_cpu_count().
   explicit ThreadPool(int num_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -30,8 +30,9 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(m_workers.size()) + 1; }
 
-  /// Runs fn over [begin, end) in chunks of at least `grain` indices, handed out dynamically to the
-  /// workers and the calling thread; returns when all chunks are done. The first exception thrown by a
+  /// Runs fn over [begin, end) in chunks of at least `grain` indices, claimed dynamically by the workers
+  /// and the calling thread (guided: each claim takes 1/(2·size) of what is left, so the last chunks are
+  /// small and a descheduled thread delays the call by little); returns when all chunks are done. The first exception thrown by a
   /// chunk is rethrown here (the remaining chunks still run). A call from inside a chunk (nesting) or
   /// a range of one chunk runs inline on the calling thread.
   void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain, const RangeFn& fn);
@@ -54,16 +55,20 @@ class ThreadPool {
 
   // The current job (written before m_generation is bumped, read after it is observed).
   const RangeFn* m_fn = nullptr;
-  std::int64_t m_end = 0, m_chunk = 1;
+  std::int64_t m_end = 0, m_grain = 1;
   std::atomic<std::int64_t> m_next{0};
   std::mutex m_error_mutex;
   std::exception_ptr m_error;
 };
 
-/// The process-wide pool every kernel uses (created on first use with hardware_concurrency threads,
-/// or RENAISSANCE_CPU_THREADS when that variable is set).
+/// Processors in this process's affinity mask (sched_getaffinity: taskset, a Slurm step's binding, mpirun
+/// --bind-to); std::thread::hardware_concurrency() where there is no mask.
+int affinity_cpu_count();
+
+/// The process-wide pool every kernel uses (created on first use with affinity_cpu_count() threads, or
+/// RENAISSANCE_CPU_THREADS when that variable is set).
 ThreadPool& thread_pool();
-/// Replaces the process-wide pool (0: hardware_concurrency). Not safe while kernels run.
+/// Replaces the process-wide pool (0: affinity_cpu_count()). Not safe while kernels run.
 void set_num_threads(int num_threads);
 int num_threads();
 

@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """PyTorch on the same CPU cores, same network and recipe as the default `renaissance train`.
 
-Trains fmnist_cnn (cbr32-pool-cbr64-pool-cbr64-flatten-fc10) on the Renaissance Fashion-MNIST file
+Trains fmnist_cnn (cbr32-pool-cbr64-pool-cbr64-flatten-fc10), or with --model resnet18_fmnist_narrow the
+quarter-width ResNet-18 of models/resnet18_fmnist_narrow.yaml (scripts/renaissance_models.py), on the Renaissance
+Fashion-MNIST file
 (read with h5py), batch 128, SGD Nesterov + OneCycleLR (max lr 0.1), label smoothing 0.1, weight decay
 5e-4 on conv/fc weights only, random horizontal flips, and reports training images/s per epoch and the
 test accuracy, in the same JSONL keys `renaissance train --metrics` writes.
 
     /usr/bin/python3 scripts/bench/pytorch_cpu_fmnist.py --data data/fashion-mnist.h5 --epochs 1 --threads 2
+    /usr/bin/python3 scripts/bench/pytorch_cpu_fmnist.py --model resnet18_fmnist_narrow --channels-last --epochs 1
 """
 import argparse
 import json
+import os
+import sys
 import time
 
 import h5py
@@ -39,12 +44,14 @@ def load(path, split, mean, std):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="data/fashion-mnist.h5")
+    ap.add_argument("--model", default="fmnist_cnn", choices=["fmnist_cnn", "resnet18_fmnist_narrow"])
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-validate", action="store_true")
+    ap.add_argument("--channels-last", action="store_true", help="NHWC memory format for the model and the inputs")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -53,7 +60,15 @@ def main():
         std = np.array(f.attrs["std"], dtype=np.float32)
     xtr, ytr = load(args.data, "train", mean, std)
     xva, yva = load(args.data, "val", mean, std)
-    model = fmnist_cnn()
+    if args.model == "fmnist_cnn":
+        model = fmnist_cnn()
+    else:  # torchvision's resnet18 with the 3x3 stride-1 stem, no max-pool, 16-32-64-128 channels, 1 input channel
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+        import renaissance_models as rm
+        model = rm.ResNet(rm.BasicBlock, [2, 2, 2, 2], num_classes=10, in_channels=1, width=16, small_stem=True)
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    xtr, xva = xtr.contiguous(memory_format=fmt), xva.contiguous(memory_format=fmt)
     for m in model.modules():
         if isinstance(m, nn.Conv2d):
             nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -74,7 +89,7 @@ def main():
             idx = order[b * args.batch:(b + 1) * args.batch]
             x, y = xtr[idx], ytr[idx]
             flip = torch.rand(len(idx), generator=g) < 0.5
-            x = torch.where(flip[:, None, None, None], x.flip(3), x)
+            x = torch.where(flip[:, None, None, None], x.flip(3), x).contiguous(memory_format=fmt)
             out = model(x)
             loss = F.cross_entropy(out, y, label_smoothing=0.1)
             opt.zero_grad(set_to_none=True)
@@ -90,10 +105,11 @@ def main():
           with torch.no_grad():
             vloss = vcorrect = 0.0
             for b in range(0, len(xva), 512):
-                out = model(xva[b:b + 512])
+                out = model(xva[b:b + 512].contiguous(memory_format=fmt))
                 vloss += float(F.cross_entropy(out, yva[b:b + 512], reduction="sum"))
                 vcorrect += float((out.argmax(1) == yva[b:b + 512]).sum())
-        print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "threads": args.threads, "epoch": epoch,
+        print(json.dumps({"framework": "pytorch", "model": args.model, "torch": torch.__version__, "threads": args.threads,
+                          "channels_last": args.channels_last, "epoch": epoch,
                           "train_loss": loss_sum / len(xtr), "train_top1": correct / len(xtr),
                           "val_loss": vloss / len(xva), "val_top1": vcorrect / len(xva),
                           "images_per_s": len(xtr) / train_s, "seconds": time.perf_counter() - t0}), flush=True)

@@ -2,8 +2,9 @@
 """`renaissance bench --profile` through the user's path: the text tables and the JSON rows.
 
 Usage: check_bench_profile.py RENAISSANCE_EXECUTABLE
-Runs a small CPU benchmark with --profile twice (text, --json) and checks that both tables are printed, that the
-expected kernel rows appear, and that the per-kernel times add up to the profiled total.
+Runs a small CPU benchmark with --profile three times (text, --json, and with --fused-kernels off) and checks that
+both tables are printed, that the expected kernel rows appear (the fused element-wise passes, or with them off the
+plain BN and ReLU nodes), and that the per-kernel times add up to the profiled total.
 """
 import json
 import subprocess
@@ -11,8 +12,9 @@ import sys
 
 ARGS = ["bench", "--device", "cpu", "--model", "fmnist_cnn", "--batch", "32", "--warmup", "1", "--steps", "2",
         "--profile", "--profile-steps", "3"]
-EXPECTED = ["CONV_FWD", "CONV_BWD_DATA", "CONV_BWD_FILTER", "BN_FWD_TRAIN", "BN_BWD", "SOFTMAX_CE_FWD",
-            "SOFTMAX_CE_BWD"]
+COMMON = ["CONV_FWD", "CONV_BWD_DATA", "CONV_BWD_FILTER", "SOFTMAX_CE_FWD", "SOFTMAX_CE_BWD"]
+EXPECTED = COMMON + ["FUSED:bn+relu", "FUSED:relu+bn backward"]  # fmnist_cnn's BN → ReLU pairs, fused on the CPU
+EXPECTED_UNFUSED = COMMON + ["BN_FWD_TRAIN", "BN_BWD", "RELU_FWD", "RELU_BWD"]
 
 
 def run(cli, extra):
@@ -39,12 +41,32 @@ def main():
     check(lines[headers[0]].split() == ["subgraph", "ms/step", "%"], "subgraph table header", text)
     check(lines[headers[1]].split() == ["kernel", "calls/step", "ms/step", "%"], "kernel table header", text)
     check(any(l.split()[:1] == ["train_base/DEEP_FWD_BWD"] for l in lines), "a DEEP_FWD_BWD subgraph row", text)
-    kernel_rows = {l.split()[0]: l.split() for l in lines[headers[1] + 1:] if l.strip()}
+    def kernel_rows_of(lines, header):
+        # label (it may hold a space: "FUSED:relu+bn backward"), calls/step, ms/step, % — up to the first blank line
+        rows = {}
+        for l in lines[header + 1:]:
+            if not l.strip():
+                break
+            f = l.split()
+            rows[" ".join(f[:-3])] = f[-3:]
+        return rows
+
+    kernel_rows = kernel_rows_of(lines, headers[1])
     for k in EXPECTED:
         check(k in kernel_rows, f"a {k} row in the kernel table", text)
-        check(len(kernel_rows[k]) == 4, f"the {k} row has calls, ms and %", text)
-    check(float(kernel_rows["CONV_FWD"][1]) == 3.0, "3 convolutions forward per step", text)
-    check(float(kernel_rows["SOFTMAX_CE_FWD"][1]) == 1.0, "1 softmax-CE forward per step", text)
+        check(len(kernel_rows[k]) == 3, f"the {k} row has calls, ms and %", text)
+    check(float(kernel_rows["CONV_FWD"][0]) == 3.0, "3 convolutions forward per step", text)
+    check(float(kernel_rows["SOFTMAX_CE_FWD"][0]) == 1.0, "1 softmax-CE forward per step", text)
+    check(float(kernel_rows["FUSED:bn+relu"][0]) == 3.0, "3 fused BN + ReLU passes per step", text)
+
+    plain = run(cli, ["--fused-kernels", "off"])
+    plines = plain.splitlines()
+    pheaders = [i for i, l in enumerate(plines) if l.split()[:1] in (["subgraph"], ["kernel"])]
+    check(len(pheaders) == 2, "two tables with --fused-kernels off", plain)
+    prows = kernel_rows_of(plines, pheaders[1])
+    for k in EXPECTED_UNFUSED:
+        check(k in prows, f"a {k} row in the kernel table with --fused-kernels off", plain)
+    check(not any(k.startswith("FUSED:") for k in prows), "no fused pass with --fused-kernels off", plain)
 
     out = run(cli, ["--json"])
     j = json.loads(out)

@@ -1,5 +1,6 @@
 // conv2d forward against a double reference, gradients against central differences of that reference,
-// accumulate flags, XNNPACK against the GEMM path, and large shapes that cross every blocking boundary.
+// accumulate flags, XNNPACK and oneDNN against the same references, and large shapes that cross every blocking
+// boundary and batch-piece split.
 #include <kernels/cpu/conv2d.h>
 #include <kernels/cpu/gemm.h>
 #include <renaissance/core/error.h>
@@ -79,6 +80,8 @@ TEST_P(Conv2dCases, ForwardMatchesReference) {
   expect_close(run_forward(cs, d, Conv2dAlgo::Auto), ref, 1e-5, std::string(cs.name) + " auto");
   if (xnnpack_available())
     expect_close(run_forward(cs, d, Conv2dAlgo::Xnnpack), ref, 1e-5, std::string(cs.name) + " xnnpack");
+  if (onednn_available())
+    expect_close(run_forward(cs, d, Conv2dAlgo::Onednn), ref, 1e-5, std::string(cs.name) + " onednn");
 }
 
 TEST_P(Conv2dCases, GradientsMatchFiniteDifferences) {
@@ -90,7 +93,8 @@ TEST_P(Conv2dCases, GradientsMatchFiniteDifferences) {
 
   Vec dx(d.x.size()), dw(d.w.size()), db(d.b.size());
   conv2d_backward_data(r.data(), d.ys, d.w.data(), dx.data(), d.xs, cs.p, false, Conv2dAlgo::Gemm);
-  conv2d_backward_filter(d.x.data(), d.xs, r.data(), d.ys, dw.data(), cs.bias ? db.data() : nullptr, cs.p, false);
+  conv2d_backward_filter(d.x.data(), d.xs, r.data(), d.ys, dw.data(), cs.bias ? db.data() : nullptr, cs.p, false,
+                         Conv2dAlgo::Gemm);
 
   const auto loss_x = [&](const DVec& v) { return dot(conv_ref(v, d.xs, wd, bp, d.ys, cs.p), rd); };
   const auto loss_w = [&](const DVec& v) { return dot(conv_ref(xd, d.xs, v, bp, d.ys, cs.p), rd); };
@@ -103,8 +107,18 @@ TEST_P(Conv2dCases, GradientsMatchFiniteDifferences) {
     conv2d_backward_data(rp.data(), d.ys, d.w.data(), dx_xnn.data(), d.xs, cs.p, false, Conv2dAlgo::Xnnpack);
     expect_grad(dx_xnn, num_dx, 1e-4, std::string(cs.name) + " dx xnnpack");
   }
-  expect_grad(dw, numeric_grad(loss_w, wd), 1e-4, std::string(cs.name) + " dw");
+  const DVec num_dw = numeric_grad(loss_w, wd);
+  expect_grad(dw, num_dw, 1e-4, std::string(cs.name) + " dw");
   if (cs.bias) expect_grad(db, numeric_grad(loss_b, bd), 1e-4, std::string(cs.name) + " db");
+  if (onednn_available()) {
+    Vec dx_dnn(d.x.size()), dw_dnn(d.w.size()), db_dnn(d.b.size());
+    conv2d_backward_data(r.data(), d.ys, d.w.data(), dx_dnn.data(), d.xs, cs.p, false, Conv2dAlgo::Onednn);
+    conv2d_backward_filter(d.x.data(), d.xs, r.data(), d.ys, dw_dnn.data(), cs.bias ? db_dnn.data() : nullptr, cs.p,
+                           false, Conv2dAlgo::Onednn);
+    expect_grad(dx_dnn, num_dx, 1e-4, std::string(cs.name) + " dx onednn");
+    expect_grad(dw_dnn, num_dw, 1e-4, std::string(cs.name) + " dw onednn");
+    if (cs.bias) expect_grad(db_dnn, numeric_grad(loss_b, bd), 1e-4, std::string(cs.name) + " db onednn");
+  }
 }
 
 TEST_P(Conv2dCases, AccumulateAddsIntoOutputs) {
@@ -113,11 +127,11 @@ TEST_P(Conv2dCases, AccumulateAddsIntoOutputs) {
   const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 52);
   Vec dx(d.x.size()), dw(d.w.size()), db(d.b.size());
   conv2d_backward_data(dy.data(), d.ys, d.w.data(), dx.data(), d.xs, cs.p, false, Conv2dAlgo::Gemm);
-  conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, dw.data(), db.data(), cs.p, false);
+  conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, dw.data(), db.data(), cs.p, false, Conv2dAlgo::Gemm);
   const Vec px = random_vec(dx.size(), 53), pw = random_vec(dw.size(), 54), pb = random_vec(db.size(), 55);
   Vec ax = px, aw = pw, ab = pb;
   conv2d_backward_data(dy.data(), d.ys, d.w.data(), ax.data(), d.xs, cs.p, true, Conv2dAlgo::Gemm);
-  conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, aw.data(), ab.data(), cs.p, true);
+  conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, aw.data(), ab.data(), cs.p, true, Conv2dAlgo::Gemm);
   auto sum = [](const Vec& a, const Vec& b) {
     DVec s(a.size());
     for (std::size_t i = 0; i < a.size(); ++i) s[i] = static_cast<double>(a[i]) + b[i];
@@ -132,6 +146,24 @@ TEST_P(Conv2dCases, AccumulateAddsIntoOutputs) {
   }
   expect_close(aw, sum(pw, dw), 1e-6, std::string(cs.name) + " dw accumulate");
   expect_close(ab, sum(pb, db), 1e-6, std::string(cs.name) + " db accumulate");
+  if (onednn_available()) {
+    // Accumulating equals overwriting plus the prior contents, bit for bit (one rounding: prior + pass).
+    Vec ox(dx.size()), ow(dw.size()), ob(db.size());
+    conv2d_backward_data(dy.data(), d.ys, d.w.data(), ox.data(), d.xs, cs.p, false, Conv2dAlgo::Onednn);
+    conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, ow.data(), ob.data(), cs.p, false, Conv2dAlgo::Onednn);
+    Vec axo = px, awo = pw, abo = pb;
+    conv2d_backward_data(dy.data(), d.ys, d.w.data(), axo.data(), d.xs, cs.p, true, Conv2dAlgo::Onednn);
+    conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, awo.data(), abo.data(), cs.p, true, Conv2dAlgo::Onednn);
+    auto plus = [](const Vec& a, const Vec& b) {
+      Vec s(a.size());
+      for (std::size_t i = 0; i < a.size(); ++i) s[i] = a[i] + b[i];
+      return s;
+    };
+    expect_bits_equal(axo, plus(px, ox), std::string(cs.name) + " dx accumulate onednn");
+    expect_bits_equal(awo, plus(pw, ow), std::string(cs.name) + " dw accumulate onednn");
+    expect_bits_equal(abo, plus(pb, ob), std::string(cs.name) + " db accumulate onednn");
+    expect_close(axo, sum(px, dx), 1e-5, std::string(cs.name) + " dx accumulate onednn vs gemm");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Conv2dCases, ::testing::ValuesIn(kCases),
@@ -170,6 +202,86 @@ TEST(Conv2dLarge, ForwardAndBackwardMatchReference) {
     }
     expect_close(dw, rdw, 2e-5, std::string(cs.name) + " dw");
     expect_close(db, rdb, 2e-5, std::string(cs.name) + " db");
+    if (onednn_available()) {
+      expect_close(run_forward(cs, d, Conv2dAlgo::Onednn), ref, 3e-5, std::string(cs.name) + " onednn");
+      Vec dxo(d.x.size()), dwo(d.w.size()), dbo(d.b.size());
+      conv2d_backward_data(dy.data(), d.ys, d.w.data(), dxo.data(), d.xs, cs.p, false, Conv2dAlgo::Onednn);
+      conv2d_backward_filter(d.x.data(), d.xs, dy.data(), d.ys, dwo.data(), dbo.data(), cs.p, false,
+                             Conv2dAlgo::Onednn);
+      expect_close(dxo, rdx, 3e-5, std::string(cs.name) + " dx onednn");
+      expect_close(dwo, rdw, 2e-5, std::string(cs.name) + " dw onednn");
+      expect_close(dbo, rdb, 2e-5, std::string(cs.name) + " db onednn");
+    }
+  }
+}
+
+// oneDNN runs on batch pieces fixed by the shape, the last one shorter: N = 37 gives 4 pieces of 10 (the last 7)
+// at 6×5, 2 of 19 (the last 18) at 4×4, 3 of 13 (the last 11) at 5×5, and 4 or 5 for the weight gradients. 16
+// channels on both sides take oneDNN's blocked kernels (the same bytes as NHWC). A plan made once keeps working when the weights
+// change between calls (a training step), and reports what it runs.
+TEST(Conv2dOnednn, BatchPiecesAndReusedPlansMatchReference) {
+  if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  for (const ConvCase& cs : {ConvCase{{37, 6, 5, 8}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "3x3_n37"},
+                             ConvCase{{37, 7, 7, 16}, 24, {3, 3, 2, 2, 1, 1, 1}, false, "3x3_s2_n37"},
+                             ConvCase{{37, 5, 5, 8}, 8, {3, 3, 1, 1, 1, 1, 8}, true, "depthwise_n37"},
+                             // 16 channels in and out: forward and dx through oneDNN's blocked (nChw16c) kernels
+                             ConvCase{{37, 9, 7, 16}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "16to16_n37"}}) {
+    ConvData d = make_data(cs, 101);
+    const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 102);
+    const Conv2dPlan fwd(d.xs, d.ys, cs.p, Conv2dPass::Forward, cs.bias, Conv2dAlgo::Onednn);
+    const Conv2dPlan bwd(d.xs, d.ys, cs.p, Conv2dPass::BackwardData, false, Conv2dAlgo::Onednn);
+    const Conv2dPlan wgt(d.xs, d.ys, cs.p, Conv2dPass::BackwardFilter, false, Conv2dAlgo::Onednn);
+    EXPECT_EQ(fwd.algo(), Conv2dAlgo::Onednn);
+    EXPECT_EQ(fwd.describe().rfind("onednn ", 0), 0u) << fwd.describe();
+    for (int step = 0; step < 2; ++step) {
+      const DVec bd = to_double(d.b);
+      Vec y(static_cast<std::size_t>(d.ys.elems())), dx(d.x.size()), dw(d.w.size()), db(d.b.size());
+      fwd.forward(d.x.data(), d.w.data(), cs.bias ? d.b.data() : nullptr, y.data());
+      bwd.backward_data(dy.data(), d.w.data(), dx.data(), false);
+      wgt.backward_filter(d.x.data(), dy.data(), dw.data(), db.data(), false);
+      const std::string tag = std::string(cs.name) + " step " + std::to_string(step);
+      expect_close(y, conv_ref(to_double(d.x), d.xs, to_double(d.w), cs.bias ? &bd : nullptr, d.ys, cs.p), 1e-5,
+                   tag + " forward");
+      DVec rdx, rdw, rdb;
+      conv_backward_ref(to_double(d.x), d.xs, to_double(d.w), to_double(dy), d.ys, cs.p, rdx, rdw, rdb);
+      expect_close(dx, rdx, 1e-5, tag + " dx");
+      expect_close(dw, rdw, 2e-5, tag + " dw");
+      expect_close(db, rdb, 2e-5, tag + " db");
+      for (auto& v : d.w) v *= -0.75f;  // the same buffers, new weights
+    }
+  }
+}
+
+// The weight and data gradients of a layer in one parallel section equal the two passes run one after the other.
+TEST(Conv2dOnednn, FilterAndDataTogetherEqualThePassesAlone) {
+  for (const ConvCase& cs : {ConvCase{{37, 6, 5, 8}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "3x3_n37"},
+                             ConvCase{{37, 9, 7, 16}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "16to16_n37"},
+                             ConvCase{{5, 8, 8, 12}, 20, {1, 1, 2, 2, 0, 0, 1}, false, "1x1_s2"}})
+    for (bool acc : {false, true}) {
+      const ConvData d = make_data(cs, 111);
+      const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 112);
+      const Conv2dPlan wgt(d.xs, d.ys, cs.p, Conv2dPass::BackwardFilter);
+      const Conv2dPlan bwd(d.xs, d.ys, cs.p, Conv2dPass::BackwardData);
+      const Vec dx0 = random_vec(d.x.size(), 113), dw0 = random_vec(d.w.size(), 114), db0 = random_vec(d.b.size(), 115);
+      Vec dx1 = dx0, dw1 = dw0, db1 = db0, dx2 = dx0, dw2 = dw0, db2 = db0;
+      wgt.backward_filter(d.x.data(), dy.data(), dw1.data(), db1.data(), acc);
+      bwd.backward_data(dy.data(), d.w.data(), dx1.data(), acc);
+      wgt.backward_filter_and_data(d.x.data(), dy.data(), dw2.data(), db2.data(), acc, bwd, d.w.data(), dx2.data(), acc);
+      const std::string tag = std::string(cs.name) + (acc ? " accumulate" : "");
+      expect_bits_equal(dx2, dx1, tag + " dx");
+      expect_bits_equal(dw2, dw1, tag + " dw");
+      expect_bits_equal(db2, db1, tag + " db");
+    }
+}
+
+TEST(Conv2dOnednn, WrongPassOrMissingLibraryIsAnError) {
+  const Conv2dParams p{3, 3, 1, 1, 1, 1, 1};
+  const Shape xs{2, 5, 5, 3}, ys{2, 5, 5, 4};
+  const Conv2dPlan fwd(xs, ys, p, Conv2dPass::Forward, false, Conv2dAlgo::Gemm);
+  Vec x(xs.elems()), w(4 * 9 * 3), y(ys.elems());
+  EXPECT_THROW(fwd.backward_data(y.data(), w.data(), x.data(), false), Error);
+  if (!onednn_available()) {
+    EXPECT_THROW(Conv2dPlan(xs, ys, p, Conv2dPass::Forward, false, Conv2dAlgo::Onednn), Error);
   }
 }
 

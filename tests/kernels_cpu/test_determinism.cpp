@@ -14,8 +14,14 @@
 #include "kernel_test_util.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
+#include <thread>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace renaissance::cpu::test {
 namespace {
@@ -53,6 +59,29 @@ TEST(ThreadPool, RethrowsAndNestsInline) {
   EXPECT_EQ(count.load(), 64);
 }
 
+#if defined(__linux__)
+TEST(ThreadPool, TakesItsSizeFromTheAffinityMask) {
+  // A thread restricted to one processor (as taskset or a Slurm binding would) sizes a default pool at one.
+  std::thread t([] {
+    cpu_set_t all, one;
+    ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+    const int allowed = CPU_COUNT(&all);
+    EXPECT_EQ(affinity_cpu_count(), allowed);
+    int first = 0;
+    while (!CPU_ISSET(first, &all)) ++first;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    EXPECT_EQ(affinity_cpu_count(), 1);
+    if (!std::getenv("RENAISSANCE_CPU_THREADS")) {  // the variable wins over the mask
+      ThreadPool pool(0);
+      EXPECT_EQ(pool.size(), 1);
+    }
+  });
+  t.join();
+}
+#endif
+
 // Runs every kernel once on medium shapes and returns all outputs by name.
 std::map<std::string, Vec> run_all() {
   std::map<std::string, Vec> out;
@@ -68,8 +97,10 @@ std::map<std::string, Vec> run_all() {
     std::int64_t cout;
     Conv2dParams p;
   };
+  // The last batch (37 samples) splits into oneDNN batch pieces with a shorter last one.
   for (const C& cs : {C{{8, 14, 14, 32}, 48, {3, 3, 1, 1, 1, 1, 1}}, C{{6, 9, 9, 16}, 16, {3, 3, 2, 2, 1, 1, 16}},
-                      C{{8, 10, 10, 24}, 40, {1, 1, 1, 1, 0, 0, 1}}}) {
+                      C{{8, 10, 10, 24}, 40, {1, 1, 1, 1, 0, 0, 1}}, C{{37, 7, 7, 16}, 32, {3, 3, 1, 1, 1, 1, 1}},
+                      C{{37, 9, 9, 16}, 16, {3, 3, 1, 1, 1, 1, 1}}}) {
     const Shape ys = conv2d_output_shape(cs.xs, cs.cout, cs.p);
     const std::string tag = "conv" + cs.xs.str() + ">" + std::to_string(cs.cout);
     Vec x = random_vec(cs.xs.elems() + 4, 3), w = random_vec(conv2d_weight_elems(cs.xs.c, cs.cout, cs.p), 4),
@@ -83,9 +114,20 @@ std::map<std::string, Vec> run_all() {
     out[tag + " dx"] = dx;
     conv2d_backward_data(dy.data(), ys, w.data(), dx.data(), cs.xs, cs.p, false, Conv2dAlgo::Auto);
     out[tag + " dx auto"] = dx;
-    conv2d_backward_filter(x.data(), cs.xs, dy.data(), ys, dw.data(), db.data(), cs.p, false);
+    conv2d_backward_filter(x.data(), cs.xs, dy.data(), ys, dw.data(), db.data(), cs.p, false, Conv2dAlgo::Gemm);
     out[tag + " dw"] = dw;
     out[tag + " db"] = db;
+    conv2d_backward_filter(x.data(), cs.xs, dy.data(), ys, dw.data(), db.data(), cs.p, false, Conv2dAlgo::Auto);
+    out[tag + " dw auto"] = dw;
+    out[tag + " db auto"] = db;
+    if (onednn_available()) {  // explicitly, whatever Auto picks
+      conv2d_forward(x.data(), cs.xs, w.data(), b.data(), y.data(), ys, cs.p, Conv2dAlgo::Onednn);
+      out[tag + " y onednn"] = y;
+      conv2d_backward_data(dy.data(), ys, w.data(), dx.data(), cs.xs, cs.p, false, Conv2dAlgo::Onednn);
+      out[tag + " dx onednn"] = dx;
+      conv2d_backward_filter(x.data(), cs.xs, dy.data(), ys, dw.data(), db.data(), cs.p, false, Conv2dAlgo::Onednn);
+      out[tag + " dw onednn"] = dw;
+    }
   }
   {
     const Shape s{16, 12, 12, 24};

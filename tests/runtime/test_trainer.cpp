@@ -8,6 +8,8 @@
 #include <renaissance/runtime/arena_keeper.h>
 #include <renaissance/runtime/trainer.h>
 
+#include <kernels/cpu/thread_pool.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,6 +82,23 @@ TEST(Trainer, OptimizerStateStartsAtZeroAfterStartUp) {
     ++checked;
   }
   EXPECT_GT(checked, 0u);
+}
+
+TEST(Trainer, OneAndTwoCpuThreadsTrainToTheSameBits) {
+  // The CPU kernels cut their work by shape, never by thread count (oneDNN's convolutions included: single-threaded
+  // on fixed batch pieces), so the thread pool's size changes no result of a whole training run.
+  const std::string data = synthetic(300, 100);
+  const int before = cpu::num_threads();
+  cpu::set_num_threads(1);
+  runtime::Trainer one(bp::zoo_model("fmnist_cnn"), small_options(data));
+  const auto h1 = one.run();
+  cpu::set_num_threads(2);
+  runtime::Trainer two(bp::zoo_model("fmnist_cnn"), small_options(data));
+  const auto h2 = two.run();
+  cpu::set_num_threads(before);
+  EXPECT_TRUE(bit_equal(one.state_values(), two.state_values()));
+  ASSERT_EQ(h1.size(), h2.size());
+  EXPECT_EQ(h1.back().val_loss, h2.back().val_loss);
 }
 
 TEST(Trainer, DifferentSeedGivesDifferentWeights) {
@@ -185,6 +204,66 @@ TEST(Trainer, FusedPlanEqualsThePlainPlan) {
   fused.run();
   plain.run();
   EXPECT_TRUE(bit_equal(fused.state_values(), plain.state_values()));
+}
+
+TEST(Trainer, CpuFusedPassesEqualThePlainParts) {
+  // The CPU's fused element-wise passes against every part run on its own (fuse_kernels off): FP32 plans have no fused
+  // layers, but the compiler plans the ReLU and the residual sum in place between plain nodes, which the CPU fuses
+  // (BN → ReLU, BN → ADD2 → ReLU with a projection shortcut's BN apply deferred into it, ReLU backward folded into the
+  // BN backward); AMP plans fuse inside their fused layers. Same weights, statistics, optimizer state and validation
+  // loss bit for bit, and every fused pass must have run.
+  const std::string data = synthetic(256, 64, 16, 3, 10);
+  bp::BluePrint m;
+  m.name = "tiny_res_cpu_fused";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::maxpool(2, 2), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
+                   bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::gap_fc(10), bp::softmax_ce(10));
+  for (bool amp : {false, true}) {
+    auto o = small_options(data);
+    o.amp = amp;
+    o.max_steps = 3;
+    o.fuse_kernels = true;
+    runtime::Trainer fused(m, o);
+    o.fuse_kernels = false;
+    runtime::Trainer plain(m, o);
+    const auto hf = fused.run(), hp = plain.run();
+    const std::string tag = amp ? "amp" : "fp32";
+    EXPECT_TRUE(bit_equal(fused.state_values(), plain.state_values())) << tag;
+    ASSERT_EQ(hf.size(), 1u);
+    ASSERT_EQ(hp.size(), 1u);
+    EXPECT_EQ(hf[0].val_loss, hp[0].val_loss) << tag;
+    EXPECT_EQ(hf[0].train_loss, hp[0].train_loss) << tag;
+    std::set<std::string> on, off;
+    for (const auto& row : fused.profile(0, 1).kernels) on.insert(row.label);
+    for (const auto& row : plain.profile(0, 1).kernels) off.insert(row.label);
+    for (const char* k : {"FUSED:bn+relu", "FUSED:relu+bn backward", "FUSED:bn+add+relu", "FUSED:bn+bn+add+relu",
+                          "FUSED:bn-stats"})
+      EXPECT_TRUE(on.count(k)) << tag << ": " << k << " did not run";
+    for (const std::string& k : off) EXPECT_EQ(k.rfind("FUSED:", 0), std::string::npos) << tag << ": " << k;
+  }
+  // Near misses the matcher must leave alone: a BN output read by a ReLU and by an identity shortcut (the ReLU is not
+  // in place, its gradient is not the BN output's whole gradient), and a ReLU after a residual sum whose main branch
+  // ends in a BN (the ReLU's input is not that BN's output).
+  bp::BluePrint tricky;
+  tricky.name = "tricky_cpu_fused";
+  tricky.in_h = tricky.in_w = 16;
+  tricky.in_c = 3;
+  tricky.root = bp::seq(bp::conv(16, 3, 1, 1), bp::bn(), bp::add2(bp::seq(bp::relu(), bp::conv(16, 3, 1, 1)), bp::seq()),
+                        bp::add2(bp::seq(bp::conv(16, 3, 1, 1), bp::bn()), bp::seq()), bp::relu(), bp::gap_fc(10),
+                        bp::softmax_ce(10));
+  auto o = small_options(data);
+  o.max_steps = 3;
+  runtime::Trainer fused(tricky, o);
+  o.fuse_kernels = false;
+  runtime::Trainer plain(tricky, o);
+  const auto hf = fused.run(), hp = plain.run();
+  EXPECT_TRUE(bit_equal(fused.state_values(), plain.state_values())) << "tricky";
+  EXPECT_EQ(hf[0].val_loss, hp[0].val_loss) << "tricky";
+  std::set<std::string> on;
+  for (const auto& row : fused.profile(0, 1).kernels) on.insert(row.label);
+  EXPECT_FALSE(on.count("FUSED:relu+bn backward")) << "tricky: no ReLU backward may be folded here";
+  EXPECT_FALSE(on.count("FUSED:bn+relu")) << "tricky: the first ReLU is not in place";
 }
 
 TEST(Trainer, ProgressiveResizeTrainsTheFirstEpochsOnTheLowResVariants) {

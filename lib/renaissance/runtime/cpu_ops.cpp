@@ -16,9 +16,15 @@
 #include <kernels/cpu/range_ops.h>
 #include <kernels/cpu/softmax_ce.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <map>
+#include <memory>
 
 namespace renaissance::runtime {
 
@@ -94,6 +100,35 @@ cpu::Conv2dParams conv_params(const plan::Node& n) {
   c.pad_h = c.pad_w = static_cast<int>(p.pad);
   c.groups = static_cast<int>(p.groups);
   return c;
+}
+
+/// The plan of a convolution pass, made by prepare_conv. x/dx are the pass's input-side shape, y/dy the output side.
+const cpu::Conv2dPlan& conv_plan(const ResolvedNode& r) {
+  RN_CHECK(r.state, "{} of layer '{}' was not prepared", plan::op_kind_name(r.node->op), r.layer);
+  return *static_cast<const cpu::Conv2dPlan*>(r.state.get());
+}
+
+PrepareFn prepare_conv(cpu::Conv2dPass pass) {
+  return [pass](ResolvedNode& r, ExecEnv&) {
+    const bool data = pass == cpu::Conv2dPass::BackwardData;  // inputs: dy, w; output: dx
+    const Shape& xs = data ? r.out[0].shape : r.in[0].shape;
+    const Shape& ys = data ? r.in[0].shape : (pass == cpu::Conv2dPass::Forward ? r.out[0].shape : r.in[1].shape);
+    const bool bias = pass == cpu::Conv2dPass::Forward && r.in.size() > 2;
+    try {
+      const cpu::Conv2dParams cp = conv_params(*r.node);
+      auto plan = std::make_shared<cpu::Conv2dPlan>(xs, ys, cp, pass, bias);
+      // As the CUDA backend words it: a fused layer holds several convolutions, the shapes tell them apart.
+      r.detail = fmt::format("{} {}{} {}x{}x{}>{} k{}s{}{} [{}]", r.layer.empty() ? "conv" : r.layer,
+                             pass == cpu::Conv2dPass::Forward        ? "fwd"
+                             : pass == cpu::Conv2dPass::BackwardData ? "dgrad"
+                                                                     : "wgrad",
+                             r.node->accumulate ? "+acc" : "", xs.h, xs.w, xs.c, ys.c, cp.kernel_h, cp.stride_h,
+                             cp.groups > 1 ? fmt::format("g{}", cp.groups) : "", plan->describe());
+      r.state = std::move(plan);
+    } catch (const Error& e) {
+      throw e.with_context(fmt::format("layer '{}'", r.layer));
+    }
+  };
 }
 
 cpu::Pool2dParams pool_params(const plan::Node& n) {
@@ -200,31 +235,514 @@ void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const
     }
 }
 
+
+// ---- fused element-wise passes (DESIGN §11 lever 1; the CUDA backend's plan_fused, mirrored) ----------------------
+//
+// A FUSED_* node carries its plain parts. At prepare time its sub-node list is matched, by tensor addresses, against
+// the element-wise tails the fused kernels of kernels/cpu/batchnorm.h replace; everything else runs as its plain op:
+//   BN → ReLU (in place)                 one apply pass writes relu(BN(x))
+//   BN → ADD2(·, s) [→ ReLU] (in place)  one apply pass writes [relu](BN(x) + s)
+//   ... where s is the output of an earlier BN of the same node that nothing else reads (the projection shortcut):
+//                                        that BN only computes its statistics; its apply joins the pass above
+//   RELU_BWD → BN_BWD (ReLU gradient read by nothing else)
+//                                        the ReLU backward folds into both BN backward passes (mask recomputed from x)
+//   CONV_BWD_FILTER → CONV_BWD_DATA of one layer (plan::runs_beside: the GPU runs them on two streams)
+//                                        one parallel section over both passes' batch pieces (same bits; profiled
+//                                        runs keep the two calls, as the GPU keeps one stream when profiling)
+// FP32 plans have no fused layers, but the compiler plans the same in-place ReLU and residual sums between plain
+// nodes: fuse_plain_graph (KernelTable::fuse_graph) wraps such a capture's node list in one group, matched the same
+// way, and checks against the whole graph what addresses inside one capture cannot show (the tensors a fused pass
+// never writes have no reader in other captures). Every fused pass rounds where the parts store (binary16 for AMP
+// plans), so results equal the plain parts bit for bit; ExecEnv::fuse_kernels = false runs every part on its own.
+
+struct FusedStep {
+  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kConvBwdPair } kind = kPlain;
+  int node = -1;         ///< the sub-node: the plain node, the BN (stats, apply), the BN_BWD or the CONV_BWD_FILTER
+  int relu = -1;         ///< apply: the RELU_FWD whose output is written (-1: no ReLU); bwd: the RELU_BWD
+  int add = -1;          ///< apply: the ADD2_FWD (-1: none); conv pair: the CONV_BWD_DATA
+  int shortcut_bn = -1;  ///< apply: the BN whose apply is the shortcut (-1: the ADD2's other input as stored)
+  int stats_slot = -1;   ///< kStats, and kApply with a training shortcut BN: its saved mean in FusedProgram::means
+  std::string label;     ///< for the profiler
+};
+struct FusedProgram {
+  std::vector<FusedStep> steps;
+  /// The batch means of shortcut BNs between their statistics and the deferred apply (the plain forward normalises
+  /// with the mean before it is blended into B_NEXT_MEAN, so it is kept as computed). One node runs at a time.
+  mutable std::vector<std::vector<float>> means;
+  bool fused() const {
+    return std::any_of(steps.begin(), steps.end(), [](const FusedStep& s) { return s.kind != FusedStep::kPlain; });
+  }
+};
+
+/// What the address checks cannot see from inside one node list: whether a tensor a fused pass leaves unwritten is
+/// read elsewhere, and whether a ReLU gradient's mask may be recomputed from the BN before it. Always true inside the
+/// plan's own fused layers (their parts are the whole composition).
+struct FusionChecks {
+  std::function<bool(const ResolvedNode& shortcut_bn)> defer_shortcut = [](const ResolvedNode&) { return true; };
+  std::function<bool(const ResolvedNode& relu_bwd, const ResolvedNode& bn_bwd)> fold_relu_backward =
+      [](const ResolvedNode&, const ResolvedNode&) { return true; };
+};
+
+std::pair<const std::byte*, const std::byte*> extent(const TensorView& v) {
+  const auto bytes = v.shape.n * v.strides[0] * static_cast<std::int64_t>(dtype_size(v.dtype));
+  return {v.ptr, v.ptr + bytes};
+}
+bool overlaps(const TensorView& a, const TensorView& b) {
+  if (!a.ptr || !b.ptr) return false;
+  const auto [a0, a1] = extent(a);
+  const auto [b0, b1] = extent(b);
+  return a0 < b1 && b0 < a1;
+}
+bool is_float_feature(const TensorView& v) { return v.dtype == DType::F32 || v.dtype == DType::F16; }
+bool same(const TensorView& a, const TensorView& b) { return a.ptr == b.ptr && a.shape == b.shape && a.dtype == b.dtype; }
+bool is_compute(const ResolvedNode& r) { return r.node->type == plan::NodeType::COMPUTE; }
+bool is_fused_kind(const ResolvedNode& r) {
+  return is_compute(r) && (r.node->op == OpKind::FUSED_FWD || r.node->op == OpKind::FUSED_BWD ||
+                           r.node->op == OpKind::FUSED_INFER);
+}
+
+/// Does any sub-node other than those in `except` read (inputs) or, with `writes`, write (outputs) bytes of `v`,
+/// among sub-nodes [from, to)?
+bool touched_by_others(const std::vector<ResolvedNode>& sub, const TensorView& v, std::initializer_list<int> except,
+                       bool reads, bool writes, std::size_t from = 0, std::size_t to = SIZE_MAX) {
+  to = std::min(to, sub.size());
+  for (std::size_t i = from; i < to; ++i) {
+    if (std::find(except.begin(), except.end(), static_cast<int>(i)) != except.end()) continue;
+    if (reads)
+      for (const TensorView& t : sub[i].in)
+        if (overlaps(t, v)) return true;
+    if (writes)
+      for (const TensorView& t : sub[i].out)
+        if (overlaps(t, v)) return true;
+  }
+  return false;
+}
+
+/// Is the value in `v` read by a sub-node from `from` on, before later nodes overwrite all of it? Tracks which bytes
+/// still hold the value: a read of bytes some node has overwritten since reads that node's result (the memory plan
+/// reuses dead bytes, often only partly), an accumulating write reads the value. `writer`, when not null, is the node
+/// just before `from` that consumes `v`: its outputs count as overwrites (a BN backward writing dx over the ReLU
+/// gradient it read).
+bool read_later(const std::vector<ResolvedNode>& sub, const TensorView& v, int from,
+                const ResolvedNode* writer = nullptr) {
+  using Span = std::pair<const std::byte*, const std::byte*>;
+  std::vector<Span> live{extent(v)};
+  auto touches = [&](const std::byte* b0, const std::byte* b1) {
+    return std::any_of(live.begin(), live.end(), [&](const Span& l) { return l.first < b1 && b0 < l.second; });
+  };
+  auto overwrite = [&](const std::byte* b0, const std::byte* b1) {
+    std::vector<Span> rest;
+    for (const Span& l : live) {
+      if (!(l.first < b1 && b0 < l.second)) {
+        rest.push_back(l);
+        continue;
+      }
+      if (l.first < b0) rest.emplace_back(l.first, b0);
+      if (b1 < l.second) rest.emplace_back(b1, l.second);
+    }
+    live.swap(rest);
+  };
+  // One node: its reads of live bytes (accumulating writes read too), then its writes; a fused node's parts in order
+  // (its own lists hold the intermediates it writes before reading them).
+  std::function<bool(const ResolvedNode&)> step = [&](const ResolvedNode& r) {
+    if (!r.sub.empty()) {
+      for (const ResolvedNode& p : r.sub)
+        if (step(p)) return true;
+      return false;
+    }
+    for (const TensorView& t : r.in) {
+      if (!t.ptr) continue;
+      const auto [t0, t1] = extent(t);
+      if (touches(t0, t1)) return true;
+    }
+    for (const RangeView& rg : r.in_ranges)
+      if (touches(rg.ptr, rg.ptr + rg.bytes)) return true;
+    for (const TensorView& t : r.out) {
+      if (!t.ptr) continue;
+      const auto [t0, t1] = extent(t);
+      if (r.node->accumulate && touches(t0, t1)) return true;
+      overwrite(t0, t1);
+    }
+    for (const RangeView& rg : r.out_ranges) overwrite(rg.ptr, rg.ptr + rg.bytes);
+    return false;
+  };
+  if (writer) {  // its reads are the fused pass's own
+    for (const TensorView& t : writer->out) {
+      if (!t.ptr) continue;
+      const auto [t0, t1] = extent(t);
+      if (writer->node->accumulate && touches(t0, t1)) return true;
+      overwrite(t0, t1);
+    }
+  }
+  for (std::size_t i = static_cast<std::size_t>(from); i < sub.size() && !live.empty(); ++i)
+    if (step(sub[i])) return true;
+  return false;
+}
+
+FusedProgram plan_fused(const std::vector<ResolvedNode>& sub, bool fuse, const FusionChecks& checks = {}) {
+  FusedProgram prog;
+  const auto n = static_cast<int>(sub.size());
+  auto op = [&](int i) {
+    return i >= 0 && i < n && is_compute(sub[static_cast<std::size_t>(i)]) ? sub[static_cast<std::size_t>(i)].node->op
+                                                                           : OpKind::COUNT;
+  };
+  auto at = [&](int i) -> const ResolvedNode& { return sub[static_cast<std::size_t>(i)]; };
+  auto plain = [&](int i) {
+    FusedStep s;
+    s.node = i;
+    s.label = is_compute(at(i)) ? plan::op_kind_name(op(i)) : plan::range_op_name(at(i).node->range_op);
+    return s;
+  };
+  // In-place ReLU on y at i (forward).
+  auto relu_in_place = [&](int i, const TensorView& y) {
+    return op(i) == OpKind::RELU_FWD && !at(i).node->accumulate && same(at(i).in[0], y) && same(at(i).out[0], y);
+  };
+  for (int i = 0; i < n; ++i) {
+    const OpKind k = op(i);
+    if (fuse && (k == OpKind::BN_FWD_TRAIN || k == OpKind::BN_FWD_INFER) && !at(i).node->accumulate &&
+        is_float_feature(at(i).out[0]) && !overlaps(at(i).in[0], at(i).out[0])) {
+      const TensorView& y = at(i).out[0];
+      if (relu_in_place(i + 1, y)) {
+        FusedStep s;
+        s.kind = FusedStep::kApply;
+        s.node = i;
+        s.relu = i + 1;
+        s.label = "FUSED:bn+relu";
+        prog.steps.push_back(s);
+        ++i;
+        continue;
+      }
+      if (op(i + 1) == OpKind::ADD2_FWD && !at(i + 1).node->accumulate && same(at(i + 1).out[0], y) &&
+          (same(at(i + 1).in[0], y) || same(at(i + 1).in[1], y))) {
+        const bool relu = relu_in_place(i + 2, y);  // none after an inverted residual's add
+        FusedStep s;
+        s.kind = FusedStep::kApply;
+        s.node = i;
+        s.add = i + 1;
+        s.relu = relu ? i + 2 : -1;
+        s.label = relu ? "FUSED:bn+add+relu" : "FUSED:bn+add";
+        const TensorView& sc = same(at(i + 1).in[0], y) ? at(i + 1).in[1] : at(i + 1).in[0];
+        // The shortcut is an earlier BN's output of the same kind, read by nothing but this ADD2, whose input
+        // nothing overwrites in between: defer that BN's apply into this pass.
+        for (int j = 0; j < i; ++j) {
+          if (op(j) != k || !same(at(j).out[0], sc) || at(j).node->accumulate || prog.steps.empty()) continue;
+          auto it = std::find_if(prog.steps.begin(), prog.steps.end(),
+                                 [&](const FusedStep& st) { return st.kind == FusedStep::kPlain && st.node == j; });
+          if (it == prog.steps.end()) continue;
+          if (overlaps(at(j).in[0], at(j).out[0]) || overlaps(at(j).in[0], y)) continue;
+          // Between its BN and the ADD2 nothing else reads it, nor after the ADD2 before its bytes are rewritten.
+          if (touched_by_others(sub, sc, {}, true, false, static_cast<std::size_t>(j) + 1, static_cast<std::size_t>(i) + 1) ||
+              read_later(sub, sc, i + 2, &at(i + 1)))
+            continue;
+          if (touched_by_others(sub, at(j).in[0], {}, false, true, static_cast<std::size_t>(j) + 1,
+                                static_cast<std::size_t>(i) + 2))
+            continue;
+          if (!checks.defer_shortcut(at(j))) continue;
+          if (k == OpKind::BN_FWD_TRAIN) {
+            it->kind = FusedStep::kStats;
+            it->label = "FUSED:bn-stats";
+            it->stats_slot = s.stats_slot = static_cast<int>(prog.means.size());
+            prog.means.emplace_back();
+          } else {
+            prog.steps.erase(it);  // inference: the apply needs nothing computed earlier
+          }
+          s.shortcut_bn = j;
+          s.label = relu ? "FUSED:bn+bn+add+relu" : "FUSED:bn+bn+add";
+          break;
+        }
+        prog.steps.push_back(s);
+        i += relu ? 2 : 1;
+        continue;
+      }
+    }
+    if (fuse && k == OpKind::RELU_BWD && op(i + 1) == OpKind::BN_BWD && !at(i).node->accumulate &&
+        at(i + 1).in.size() > 5 && same(at(i + 1).in[1], at(i).out[0]) && !overlaps(at(i).in[1], at(i + 1).in[0]) &&
+        !read_later(sub, at(i).out[0], i + 2, &at(i + 1)) && checks.fold_relu_backward(at(i), at(i + 1))) {
+      FusedStep s;
+      s.kind = FusedStep::kBnReluBwd;
+      s.node = i + 1;
+      s.relu = i;
+      s.label = "FUSED:relu+bn backward";
+      prog.steps.push_back(s);
+      ++i;
+      continue;
+    }
+    if (fuse && k == OpKind::CONV_BWD_FILTER && op(i + 1) == OpKind::CONV_BWD_DATA &&
+        plan::runs_beside(k, op(i + 1))) {
+      const ResolvedNode& wg = at(i);
+      const ResolvedNode& dg = at(i + 1);
+      // inputs: x, dy | dy, w; outputs: dw[, db] | dx. Run together, neither may write what the other reads.
+      bool safe = wg.in.size() >= 2 && dg.in.size() >= 2 && !dg.out.empty() && same(wg.in[1], dg.in[0]) &&
+                  wg.in[0].shape == dg.out[0].shape;
+      for (const TensorView& o : dg.out)
+        for (const TensorView& t : wg.in) safe = safe && !overlaps(o, t);
+      for (const TensorView& o : wg.out) {
+        for (const TensorView& t : dg.in) safe = safe && !overlaps(o, t);
+        for (const TensorView& t : dg.out) safe = safe && !overlaps(o, t);
+      }
+      if (safe) {
+        FusedStep s;
+        s.kind = FusedStep::kConvBwdPair;
+        s.node = i;
+        s.add = i + 1;
+        s.label = "CONV_BWD_FILTER+DATA";
+        prog.steps.push_back(s);
+        ++i;
+        continue;
+      }
+    }
+    prog.steps.push_back(plain(i));
+  }
+  return prog;
+}
+
+/// The statistics of a training BN node as the plain BN_FWD_TRAIN computes them: B_NEXT_* (momentum 1 into zeroed
+/// buffers), invstd into its output; the batch mean as computed into `mean`.
+void bn_train_statistics(const ResolvedNode& bn, const float* x, std::vector<float>& mean) {
+  const float* h = hyper_of(bn.in[3]);
+  float* bmean = bn.out[1].as<float>();
+  float* bvar = bn.out[2].as<float>();
+  const std::int64_t c = bn.out[1].shape.c;
+  std::fill(bmean, bmean + c, 0.0f);
+  std::fill(bvar, bvar + c, 0.0f);
+  mean.resize(static_cast<std::size_t>(c));
+  cpu::batchnorm_train_statistics(x, bn.in[0].shape, mean.data(), bn.out[3].as<float>(), bmean, bvar, 1.0f,
+                                  h[plan::kHyperBnEps]);
+}
+
+/// The normalisation of a BN node for batchnorm_apply_fused (x: its FP32 input; mean: the training batch mean).
+cpu::BnApply bn_apply_of(const ResolvedNode& bn, const float* x, const std::vector<float>& mean) {
+  cpu::BnApply a;
+  a.x = x;
+  a.gamma = bn.in[1].as<const float>();
+  a.beta = bn.in[2].as<const float>();
+  if (bn.node->op == OpKind::BN_FWD_TRAIN) {
+    a.mean = mean.data();
+    a.invstd = bn.out[3].as<const float>();
+  } else {  // inputs: x, gamma, beta, running mean, running var, hyper
+    a.mean = bn.in[3].as<const float>();
+    a.running_var = bn.in[4].as<const float>();
+    a.eps = hyper_of(bn.in[5])[plan::kHyperBnEps];
+  }
+  return a;
+}
+
+void run_plain(const ResolvedNode& s, ExecEnv& env) {
+  const KernelTable& table = KernelTable::for_backend(Backend::CPU);
+  (is_compute(s) ? table.compute(s.node->op) : table.range(s.node->range_op))(s, env);
+}
+
+void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const FusedStep& st, ExecEnv& env) {
+  const ResolvedNode& s = r.sub[static_cast<std::size_t>(st.node)];
+  if (st.kind == FusedStep::kPlain) return run_plain(s, env);
+  scratch().reset();
+  switch (st.kind) {
+    case FusedStep::kPlain: return;
+    case FusedStep::kStats:
+      bn_train_statistics(s, f32_in(s.in[0]), prog.means[static_cast<std::size_t>(st.stats_slot)]);
+      return;
+    case FusedStep::kApply: {
+      const bool train = s.node->op == OpKind::BN_FWD_TRAIN;
+      const float* x = f32_in(s.in[0]);
+      std::vector<float> mean;
+      if (train) bn_train_statistics(s, x, mean);
+      cpu::BnShortcut kind = cpu::BnShortcut::kNone;
+      const float* shortcut = nullptr;
+      cpu::BnApply second;
+      if (st.shortcut_bn >= 0) {
+        kind = cpu::BnShortcut::kBatchNorm;
+        const ResolvedNode& sb = r.sub[static_cast<std::size_t>(st.shortcut_bn)];
+        static const std::vector<float> kNone;
+        second = bn_apply_of(sb, f32_in(sb.in[0]),
+                             st.stats_slot >= 0 ? prog.means[static_cast<std::size_t>(st.stats_slot)] : kNone);
+      } else if (st.add >= 0) {
+        kind = cpu::BnShortcut::kTensor;
+        const ResolvedNode& add = r.sub[static_cast<std::size_t>(st.add)];
+        shortcut = f32_in(add.in[0].ptr == s.out[0].ptr ? add.in[1] : add.in[0]);
+      }
+      F32Out y(s.out[0], false);
+      cpu::batchnorm_apply_fused(bn_apply_of(s, x, mean), s.in[0].shape, kind, shortcut,
+                                 st.shortcut_bn >= 0 ? &second : nullptr, st.relu >= 0,
+                                 s.out[0].dtype == DType::F16, y.get());
+      return;
+    }
+    case FusedStep::kConvBwdPair: {
+      const ResolvedNode& d = r.sub[static_cast<std::size_t>(st.add)];
+      const float* x = f32_in(s.in[0]);
+      const float* dy = f32_in(s.in[1]);
+      const float* w = f32_in(d.in[1]);
+      F32Out dw(s.out[0], s.node->accumulate);
+      F32Out db(s.out.size() > 1 ? s.out[1] : TensorView{}, s.node->accumulate);
+      F32Out dx(d.out[0], d.node->accumulate);
+      conv_plan(s).backward_filter_and_data(x, dy, dw.get(), db.get(), s.node->accumulate, conv_plan(d), w, dx.get(),
+                                            d.node->accumulate);
+      return;
+    }
+    case FusedStep::kBnReluBwd: {
+      // BN_BWD inputs: x, dy (the ReLU gradient, never formed), gamma, batch mean, invstd, beta; RELU_BWD: y, dy.
+      const ResolvedNode& relu = r.sub[static_cast<std::size_t>(st.relu)];
+      const float* x = f32_in(s.in[0]);
+      const float* dy = f32_in(relu.in[1]);
+      F32Out dx(s.out[0], s.node->accumulate);
+      cpu::batchnorm_relu_backward(x, dy, s.in[0].shape, s.in[2].as<const float>(), s.in[5].as<const float>(),
+                                   s.in[3].as<const float>(), s.in[4].as<const float>(),
+                                   relu.in[0].dtype == DType::F16, dx.get(), s.out[1].as<float>(),
+                                   s.out[2].as<float>(), s.node->accumulate, true);
+      return;
+    }
+  }
+}
+
+void run_fused(const ResolvedNode& r, ExecEnv& env) {
+  const auto* prog = static_cast<const FusedProgram*>(r.state.get());
+  // Synchronised BN (several ranks) reduces its statistics over the ranks inside the plain ops: run the parts.
+  if (!prog || sync_bn(env)) {
+    for (const ResolvedNode& s : r.sub) {
+      const bool bracket = env.timer && !is_fused_kind(s);
+      if (bracket)
+        env.timer->begin(env, is_compute(s) ? plan::op_kind_name(s.node->op) : plan::range_op_name(s.node->range_op),
+                         s.detail);
+      run_plain(s, env);
+      if (bracket) env.timer->end(env);
+    }
+    return;
+  }
+  // Profiling: the executor leaves FUSED_* nodes to their runner, which brackets each of its steps (a fused layer
+  // inside a group of plain nodes brackets its own).
+  for (const FusedStep& st : prog->steps) {
+    const ResolvedNode& s = r.sub[static_cast<std::size_t>(st.node)];
+    if (st.kind == FusedStep::kConvBwdPair && env.timer) {  // profiled: the two passes on their own, as planned
+      for (int k : {st.node, st.add}) {
+        const ResolvedNode& p = r.sub[static_cast<std::size_t>(k)];
+        env.timer->begin(env, plan::op_kind_name(p.node->op), p.detail);
+        run_plain(p, env);
+        env.timer->end(env);
+      }
+      continue;
+    }
+    const bool bracket = env.timer && !(st.kind == FusedStep::kPlain && is_fused_kind(s));
+    if (bracket) env.timer->begin(env, st.label, st.kind == FusedStep::kPlain ? s.detail : std::string());
+    run_fused_step(r, *prog, st, env);
+    if (bracket) env.timer->end(env);
+  }
+}
+
+void prepare_fused(ResolvedNode& r, ExecEnv& env) {
+  if (r.state) return;  // a group of plain nodes: fuse_plain_graph planned it with the whole graph in view
+  r.state = std::make_shared<FusedProgram>(plan_fused(r.sub, env.fuse_kernels && !sync_bn(env)));
+}
+
+/// The plan-level checks for a group of plain nodes (FusionChecks), from the whole graph the capture comes from
+/// (`self`: its bucket). By tensor id, so by value: a tensor that reuses dead bytes is another id.
+FusionChecks plain_graph_checks(const plan::CompiledPlan& plan, const plan::ComputationGraph& graph, int self) {
+  struct Usage {
+    std::map<TensorId, int> reads, writes;
+  };
+  auto use = std::make_shared<std::vector<Usage>>(static_cast<std::size_t>(plan::kGraphIds));
+  // layer index → the buckets whose BN_FWD_TRAIN of that layer writes which output (A/B buckets repeat a layer)
+  auto bn_forward = std::make_shared<std::multimap<int, std::pair<int, TensorId>>>();
+  for (int g = 0; g < plan::kGraphIds; ++g) {
+    Usage& u = (*use)[static_cast<std::size_t>(g)];
+    std::function<void(const plan::Node&)> walk = [&](const plan::Node& n) {
+      if (n.type == plan::NodeType::COMPUTE) {
+        for (TensorId t : n.inputs) ++u.reads[t];
+        for (TensorId t : n.outputs) ++u.writes[t];
+        if (n.op == OpKind::BN_FWD_TRAIN && !n.outputs.empty()) bn_forward->emplace(n.layer_index, std::make_pair(g, n.outputs[0]));
+      }
+      for (const plan::Node& s : n.sub) walk(s);
+    };
+    for (const plan::Node& n : graph.bucket(static_cast<plan::GraphId>(g))) walk(n);
+  }
+  // In bucket g exactly one node reads t, and no other bucket reads t without writing it itself (A/B twins of a
+  // bucket, or the EMA weights' inference, produce their own values under the same ids).
+  auto read_once = [use](TensorId t, int g) {
+    const auto& mine = (*use)[static_cast<std::size_t>(g)].reads;
+    const auto it = mine.find(t);
+    if (it == mine.end() || it->second != 1) return false;
+    for (int h = 0; h < plan::kGraphIds; ++h)
+      if (h != g && (*use)[static_cast<std::size_t>(h)].reads.count(t) && !(*use)[static_cast<std::size_t>(h)].writes.count(t))
+        return false;
+    return true;
+  };
+  const auto* layers = &plan.arch.layers;
+  FusionChecks c;
+  // A deferred shortcut BN's output is never written: nothing but the ADD2 may read it.
+  c.defer_shortcut = [read_once, self](const ResolvedNode& bn) {
+    return self >= 0 && !bn.node->outputs.empty() && read_once(bn.node->outputs[0], self);
+  };
+  // The mask is the BN output's sign only when the ReLU is the layer right after the BN (no residual sum between),
+  // and the ReLU gradient is that BN output's whole gradient only when the ReLU is its one reader.
+  c.fold_relu_backward = [layers, bn_forward, read_once](const ResolvedNode& relu, const ResolvedNode& bn) {
+    const int lr = relu.node->layer_index, lb = bn.node->layer_index;
+    if (lb < 0 || lr != lb + 1 || static_cast<std::size_t>(lr) >= layers->size()) return false;
+    const plan::LayerKind kb = (*layers)[static_cast<std::size_t>(lb)].kind;
+    if ((*layers)[static_cast<std::size_t>(lr)].kind != plan::LayerKind::Relu ||
+        (kb != plan::LayerKind::Bn2d && kb != plan::LayerKind::Bn1d))
+      return false;
+    const auto [from, to] = bn_forward->equal_range(lb);
+    if (from == to) return false;
+    for (auto it = from; it != to; ++it)
+      if (!read_once(it->second.second, it->second.first)) return false;
+    return true;
+  };
+  return c;
+}
+
+/// KernelTable::fuse_graph of the CPU: when a capture's plain nodes hold fusable tails, the whole list becomes one
+/// group node (FUSED_FWD, owned by the ResolvedNode) whose program fuses them; otherwise the list stays as it is.
+void fuse_plain_graph(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns, const plan::CompiledPlan& plan,
+                      const plan::ComputationGraph& graph, ExecEnv& env) {
+  if (!env.fuse_kernels || sync_bn(env) || nodes.size() < 2) return;
+  int self = -1;  // the bucket these nodes were resolved from
+  for (int g = 0; g < plan::kGraphIds && self < 0; ++g) {
+    const auto& b = graph.bucket(static_cast<plan::GraphId>(g));
+    if (!b.empty() && nodes.front().node >= b.data() && nodes.front().node < b.data() + b.size()) self = g;
+  }
+  auto prog = std::make_shared<FusedProgram>(plan_fused(nodes, true, plain_graph_checks(plan, graph, self)));
+  if (!prog->fused()) return;
+  auto group = std::make_shared<plan::Node>();
+  group->type = plan::NodeType::COMPUTE;
+  group->op = OpKind::FUSED_FWD;
+  ResolvedNode r;
+  r.owned_node = group;
+  r.node = group.get();
+  r.sub = std::move(nodes);
+  r.state = std::move(prog);
+  nodes.clear();
+  nodes.push_back(std::move(r));
+  fns.assign(1, &KernelTable::for_backend(Backend::CPU).compute(OpKind::FUSED_FWD));
+}
+
 // ---- COMPUTE ops ------------------------------------------------------------------------------------
 
 void register_compute(KernelTable& t) {
-  t.add_compute(OpKind::CONV_FWD, op([](const ResolvedNode& r, ExecEnv&) {
-                  const float* x = f32_in(r.in[0]);
-                  const float* w = f32_in(r.in[1]);
-                  const float* b = r.in.size() > 2 ? f32_in(r.in[2]) : nullptr;
-                  F32Out y(r.out[0], false);
-                  cpu::conv2d_forward(x, r.in[0].shape, w, b, y.get(), r.out[0].shape, conv_params(*r.node));
-                }));
-  t.add_compute(OpKind::CONV_BWD_DATA, op([](const ResolvedNode& r, ExecEnv&) {
-                  const float* dy = f32_in(r.in[0]);
-                  const float* w = f32_in(r.in[1]);
-                  F32Out dx(r.out[0], r.node->accumulate);
-                  cpu::conv2d_backward_data(dy, r.in[0].shape, w, dx.get(), r.out[0].shape, conv_params(*r.node),
-                                            r.node->accumulate);
-                }));
-  t.add_compute(OpKind::CONV_BWD_FILTER, op([](const ResolvedNode& r, ExecEnv&) {
-                  const float* x = f32_in(r.in[0]);
-                  const float* dy = f32_in(r.in[1]);
-                  F32Out dw(r.out[0], r.node->accumulate);
-                  F32Out db(r.out.size() > 1 ? r.out[1] : TensorView{}, r.node->accumulate);
-                  cpu::conv2d_backward_filter(x, r.in[0].shape, dy, r.in[1].shape, dw.get(), db.get(),
-                                              conv_params(*r.node), r.node->accumulate);
-                }));
+  // Convolutions: each pass planned once at prepare time (algorithm, oneDNN primitives and formats).
+  t.add_compute(
+      OpKind::CONV_FWD, op([](const ResolvedNode& r, ExecEnv&) {
+        const float* x = f32_in(r.in[0]);
+        const float* w = f32_in(r.in[1]);
+        const float* b = r.in.size() > 2 ? f32_in(r.in[2]) : nullptr;
+        F32Out y(r.out[0], false);
+        conv_plan(r).forward(x, w, b, y.get());
+      }),
+      prepare_conv(cpu::Conv2dPass::Forward));
+  t.add_compute(
+      OpKind::CONV_BWD_DATA, op([](const ResolvedNode& r, ExecEnv&) {
+        const float* dy = f32_in(r.in[0]);
+        const float* w = f32_in(r.in[1]);
+        F32Out dx(r.out[0], r.node->accumulate);
+        conv_plan(r).backward_data(dy, w, dx.get(), r.node->accumulate);
+      }),
+      prepare_conv(cpu::Conv2dPass::BackwardData));
+  t.add_compute(
+      OpKind::CONV_BWD_FILTER, op([](const ResolvedNode& r, ExecEnv&) {
+        const float* x = f32_in(r.in[0]);
+        const float* dy = f32_in(r.in[1]);
+        F32Out dw(r.out[0], r.node->accumulate);
+        F32Out db(r.out.size() > 1 ? r.out[1] : TensorView{}, r.node->accumulate);
+        conv_plan(r).backward_filter(x, dy, dw.get(), db.get(), r.node->accumulate);
+      }),
+      prepare_conv(cpu::Conv2dPass::BackwardFilter));
   t.add_compute(OpKind::BN_FWD_TRAIN, op([](const ResolvedNode& r, ExecEnv& env) {
                   // Batch statistics go to B_NEXT_* (momentum 1 into zeroed buffers = the unbiased batch
                   // variance); UPDATE_STATS blends them into the running statistics once per step.
@@ -384,21 +902,9 @@ void register_compute(KernelTable& t) {
                   cpu::accumulate_metrics(logits, r.in[1].as<const std::int32_t>(), s.n, s.per_sample(), 0.0f, result,
                                           r.out[1].as<std::int32_t>());
                 }));
-  // Fused kinds: their plain decomposition, in order (the GPU backend has fused kernels instead).
-  for (OpKind k : {OpKind::FUSED_FWD, OpKind::FUSED_BWD, OpKind::FUSED_INFER})
-    t.add_compute(k, [](const ResolvedNode& r, ExecEnv& env) {
-      const KernelTable& table = KernelTable::for_backend(Backend::CPU);  // sub-nodes are plain CPU ops
-      if (!env.timer) {
-        for (const ResolvedNode& s : r.sub) table.compute(s.node->op)(s, env);
-        return;
-      }
-      // Profiling: the executor leaves FUSED_* nodes to their runner, which brackets each of its steps.
-      for (const ResolvedNode& s : r.sub) {
-        env.timer->begin(env, plan::op_kind_name(s.node->op));
-        table.compute(s.node->op)(s, env);
-        env.timer->end(env);
-      }
-    });
+  // Fused kinds (and the CPU's own groups of plain nodes, fuse_plain_graph): the parts in order, with the element-wise
+  // tails matched at prepare time running as fused passes.
+  for (OpKind k : {OpKind::FUSED_FWD, OpKind::FUSED_BWD, OpKind::FUSED_INFER}) t.add_compute(k, run_fused, prepare_fused);
 }
 
 // ---- RANGE ops -----------------------------------------------------------------------------------------
@@ -546,6 +1052,7 @@ void register_cpu_ops(KernelTable& t) {
   t.backend = Backend::CPU;
   register_compute(t);
   register_range(t);
+  t.set_fuse_graph(fuse_plain_graph);
 }
 
 }  // namespace renaissance::runtime

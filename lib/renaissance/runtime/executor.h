@@ -54,6 +54,9 @@ struct ResolvedNode {
   std::string layer;   ///< the ArchPlan layer's name ("" for none)
   /// What `prepare` chose, for the profile (GPU convolutions: "s1.b1.c1 dgrad graph eng63_k25=1"); "" for most ops.
   std::string detail;
+  /// A node the backend made itself (a CPU fusion group over plain nodes, KernelTable::fuse_graph); `node` points
+  /// into it. Null for the plan's own nodes.
+  std::shared_ptr<const plan::Node> owned_node;
 };
 
 struct ExecEnv;
@@ -107,8 +110,9 @@ struct ExecEnv {
   /// 1 the graph API only; 2 the legacy API only, for comparisons). cuda::ConvEngine's values.
   int conv_api = 0;
   bool sync_bn = false;            ///< BN training statistics over all ranks' samples (--sync-bn; CPU and GPU ranks)
-  /// GPU: fused layers run their element-wise work as fused kernels (BN-apply + residual add + ReLU in one pass, the
-  /// ReLU backward folded into the BN backward). Off: every part runs as its own kernel (for comparisons).
+  /// Fused layers run their element-wise work as fused kernels (BN-apply + residual add + ReLU in one pass, the ReLU
+  /// backward folded into the BN backward); the CPU also fuses those tails between plain nodes (FP32 plans). Off:
+  /// every part runs as its own kernel (for comparisons; the same bits).
   bool fuse_kernels = true;
   OpTimer* timer = nullptr;  ///< set only while profiling, never during a capture
   ComputeStreams* streams = nullptr;  ///< GPU: the weight-gradient stream; null: everything in order on `stream`
@@ -124,6 +128,11 @@ void run_in_order(std::size_t count, const std::function<const plan::Node*(std::
 using OpFn = std::function<void(const ResolvedNode&, ExecEnv&)>;
 /// Optional per-node setup before capture (never inside a captured region).
 using PrepareFn = std::function<void(ResolvedNode&, ExecEnv&)>;
+/// Optional per-backend rewrite of a capture's resolved node list before it is prepared (the CPU backend groups plain
+/// nodes whose element-wise tails it fuses, checked by address and against `graph`, the whole graph they come from).
+using FuseGraphFn = std::function<void(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns,
+                                       const plan::CompiledPlan& plan, const plan::ComputationGraph& graph,
+                                       ExecEnv& env)>;
 
 class KernelTable {
  public:
@@ -135,6 +144,8 @@ class KernelTable {
   const OpFn& range(plan::RangeOp op) const;
   /// Runs the prepare step of a node and of its sub-nodes (recursively), where the op has one.
   void prepare(ResolvedNode& r, ExecEnv& env) const;
+  void set_fuse_graph(FuseGraphFn f) { m_fuse_graph = std::move(f); }
+  const FuseGraphFn& fuse_graph() const { return m_fuse_graph; }
   Backend backend = Backend::CPU;
 
  private:
@@ -142,6 +153,7 @@ class KernelTable {
   std::map<plan::RangeOp, OpFn> m_range;
   std::map<plan::OpKind, PrepareFn> m_compute_prepare;
   std::map<plan::RangeOp, PrepareFn> m_range_prepare;
+  FuseGraphFn m_fuse_graph;
 };
 
 namespace cuda_detail {

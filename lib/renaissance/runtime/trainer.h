@@ -56,7 +56,9 @@ struct TrainOptions {
   std::int64_t loss_scale_interval = 2000;
   bool validate = true;
   bool reuse_memory = true;  ///< plan features and gradients by liveness (plan::TrainConfig::reuse_memory)
-  bool fuse_kernels = true;  ///< GPU: fused element-wise kernels for fused layers (ExecEnv::fuse_kernels)
+  /// Fused element-wise passes (ExecEnv::fuse_kernels): GPU, for fused layers; CPU, for fused layers and the same
+  /// tails between plain nodes. Off: every part runs on its own (same bits, for comparisons).
+  bool fuse_kernels = true;
   /// GPU: weight gradients on a second compute stream beside the data gradients (ExecEnv::streams; one more
   /// workspace of workspace_mib). Off: one compute stream.
   bool concurrent_streams = true;
