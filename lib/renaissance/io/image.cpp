@@ -62,10 +62,18 @@ struct TjHandle {
   TjHandle& operator=(const TjHandle&) = delete;
 };
 
-/// One decompressor per thread (the loader threads decode many images each).
-tjhandle decompressor() {
+/// One decompressor per thread (the loader threads decode many images each). After an error it is replaced: a
+/// TurboJPEG handle whose header read failed stays in that state and fails every later image with the same message.
+TjHandle& decompressor_holder() {
   thread_local TjHandle t(false);
-  return t.h;
+  return t;
+}
+tjhandle decompressor() { return decompressor_holder().h; }
+void reset_decompressor() {
+  TjHandle& t = decompressor_holder();
+  tjDestroy(t.h);
+  t.h = tjInitDecompress();
+  RN_CHECK(t.h != nullptr, "libturbojpeg: cannot create a decompression handle");
 }
 
 ImageHeader jpeg_header(const std::uint8_t* data, std::size_t size, const std::string& name,
@@ -74,9 +82,11 @@ ImageHeader jpeg_header(const std::uint8_t* data, std::size_t size, const std::s
     RN_IO_FAIL(name, "", "the file is too large");
   int w = 0, h = 0, subsamp = 0, cs = 0;
   tjhandle t = decompressor();
-  if (tjDecompressHeader3(t, data, static_cast<unsigned long>(size), &w, &h, &subsamp, &cs) != 0)
-    RN_IO_FAIL(name, "the file is corrupt, truncated or not a JPEG", "cannot read the JPEG header: {}",
-               tjGetErrorStr2(t));
+  if (tjDecompressHeader3(t, data, static_cast<unsigned long>(size), &w, &h, &subsamp, &cs) != 0) {
+    const std::string msg = tjGetErrorStr2(t);
+    reset_decompressor();
+    RN_IO_FAIL(name, "the file is corrupt, truncated or not a JPEG", "cannot read the JPEG header: {}", msg);
+  }
   ImageHeader hd;
   hd.format = ImageFormat::jpeg;
   hd.height = h;
@@ -99,7 +109,6 @@ ImageHeader jpeg_header(const std::uint8_t* data, std::size_t size, const std::s
 Image jpeg_decode(const std::uint8_t* data, std::size_t size, int channels, const std::string& name,
                   const DecodeLimits& limits) {
   const ImageHeader hd = jpeg_header(data, size, name, limits);
-  tjhandle t = decompressor();
   Image img;
   img.height = hd.height;
   img.width = hd.width;
@@ -108,11 +117,13 @@ Image jpeg_decode(const std::uint8_t* data, std::size_t size, int channels, cons
   // Progressive files: at most 500 scans (libjpeg-turbo's guard against files built to take forever to decode).
   const int flags = TJFLAG_LIMITSCANS;
   auto decode = [&](std::uint8_t* out, int pf) {
+    tjhandle t = decompressor();
     if (tjDecompress2(t, data, static_cast<unsigned long>(size), out, w, 0, h, pf, flags) == 0) return;
     const std::string msg = tjGetErrorStr2(t);
     // libjpeg-turbo >= 2 reports warnings as -1 too (the image is complete). Pillow ignores libjpeg's warnings but
     // refuses a file that ends early ("image file is truncated"); so does this reader.
     if (tjGetErrorCode(t) == TJERR_WARNING && msg.find("Premature end of JPEG file") == std::string::npos) return;
+    reset_decompressor();
     if (msg.find("Premature end") != std::string::npos)
       RN_IO_FAIL(name, "the file is truncated (an interrupted download or copy?)",
                  "the JPEG data ends before the image is complete ({})", msg);
@@ -183,6 +194,15 @@ void png_on_warning(png_structp, png_const_charp) {}
 /// in this one function, with only trivially destructible locals across setjmp.
 ImageHeader png_run(const std::uint8_t* data, std::size_t size, int channels, const std::string& name,
                     const DecodeLimits& limits, Image* out) {
+  // The size first, from the IHDR chunk that must follow the signature: a header-only file (or one whose pixel data
+  // is cut short) claiming 20000 x 20000 is refused as too large, before libpng reads anything.
+  if (size >= 24 && std::memcmp(data + 12, "IHDR", 4) == 0) {
+    auto be32 = [&](std::size_t at) {
+      return (std::int64_t(data[at]) << 24) | (std::int64_t(data[at + 1]) << 16) | (std::int64_t(data[at + 2]) << 8) |
+             std::int64_t(data[at + 3]);
+    };
+    check_limits(name, "PNG", be32(20), be32(16), limits);
+  }
   PngReader r{data, size, 0, {}};
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, png_on_error, png_on_warning);
   RN_CHECK(png != nullptr, "libpng: cannot create a read struct");

@@ -6,6 +6,10 @@ target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/importers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/image.cpp
   ${CMAKE_CURRENT_LIST_DIR}/augment.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/loader_pool.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/pickle.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/import_folder.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/import_cifar.cpp
   ${CMAKE_CURRENT_LIST_DIR}/weights.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint.cpp
 )
