@@ -31,6 +31,7 @@ class Renaissance(CMakePackage, CudaPackage):
     # cuda / cuda_arch come from CudaPackage; cuda_arch=none means sm_90 (the H200).
     variant("xnnpack", default=False, description="Use XNNPACK for CPU forward operators")
     variant("openblas", default=False, description="Offer OpenBLAS as a CPU GEMM backend")
+    variant("images", default=True, description="JPEG/PNG import and JPEG stores (libjpeg-turbo, libpng)")
     variant("tests", default=False, description="Build the GoogleTest suites and Google Benchmark programs")
 
     generator("ninja")
@@ -52,6 +53,8 @@ class Renaissance(CMakePackage, CudaPackage):
     depends_on("xnnpack@2022-02-16", when="+xnnpack")
 
     depends_on("openblas", when="+openblas")
+    depends_on("libjpeg-turbo@2:", when="+images")  # the TurboJPEG API (turbojpeg.h, libturbojpeg)
+    depends_on("libpng@1.6:", when="+images")
 
     depends_on("googletest", type=("build", "test"), when="+tests")
     depends_on("benchmark", type=("build", "test"), when="+tests")
@@ -79,6 +82,8 @@ class Renaissance(CMakePackage, CudaPackage):
             self.define("RENAISSANCE_CUDA", "ON" if spec.satisfies("+cuda") else "OFF"),
             self.define("RENAISSANCE_XNNPACK", "ON" if spec.satisfies("+xnnpack") else "OFF"),
             self.define("RENAISSANCE_OPENBLAS", "ON" if spec.satisfies("+openblas") else "OFF"),
+            self.define("RENAISSANCE_JPEG", "ON" if spec.satisfies("+images") else "OFF"),
+            self.define("RENAISSANCE_PNG", "ON" if spec.satisfies("+images") else "OFF"),
             self.define_from_variant("RENAISSANCE_BUILD_TESTS", "tests"),
             self.define_from_variant("RENAISSANCE_BUILD_BENCHMARKS", "tests"),
         ]
