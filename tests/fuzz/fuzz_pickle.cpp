@@ -13,13 +13,13 @@ using namespace renaissance;
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   fuzz::expect_clean(
       [&] {
-        const io::pickle::ValuePtr v = io::pickle::load(data, size, "fuzz.pkl");
+        const io::pickle::Document doc = io::pickle::load(data, size, "fuzz.pkl");
         std::string bytes;
         for (const char* key : {"data", "labels", "fine_labels", "label_names"})
-          if (const io::pickle::Value* x = v->get(key)) {
+          if (const io::pickle::Value* x = doc.root().get(key)) {
             (void)io::pickle::as_bytes(*x, bytes);
             if (x->state) (void)io::pickle::as_bytes(*x->state, bytes);
-            for (const auto& item : x->items) (void)io::pickle::as_bytes(*item, bytes);
+            for (const io::pickle::Value* item : x->items) (void)io::pickle::as_bytes(*item, bytes);
           }
       },
       "fuzz_pickle");

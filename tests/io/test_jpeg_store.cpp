@@ -245,20 +245,30 @@ TEST(Pickle, ReadsTheOpcodesOfPython2AndPython3) {
   // {'data': 'ab', 'labels': [1, 2, 300]} as Python 2's cPickle (protocol 2) writes it.
   const std::string py2 =
       std::string("\x80\x02}q\x00(U\x04" "dataq\x01U\x02" "abq\x02U\x06labelsq\x03]q\x04(K\x01K\x02M,\x01" "eu.", 44);
-  const pickle::ValuePtr v = pickle::load(reinterpret_cast<const std::uint8_t*>(py2.data()), py2.size(), "py2");
-  ASSERT_TRUE(v->is(pickle::Value::Kind::dict));
+  const pickle::Document doc = pickle::load(reinterpret_cast<const std::uint8_t*>(py2.data()), py2.size(), "py2");
+  const pickle::Value& v = doc.root();
+  ASSERT_TRUE(v.is(pickle::Value::Kind::dict));
   std::string data;
-  ASSERT_TRUE(pickle::as_bytes(*v->get("data"), data));
+  ASSERT_TRUE(pickle::as_bytes(*v.get("data"), data));
   EXPECT_EQ(data, "ab");
-  const pickle::Value* labels = v->get("labels");
+  const pickle::Value* labels = v.get("labels");
   ASSERT_NE(labels, nullptr);
   ASSERT_EQ(labels->items.size(), 3u);
   EXPECT_EQ(labels->items[2]->i, 300);
   // b'\xe9' as Python 3 writes bytes under protocol 2: _codecs.encode('\u00e9', 'latin1').
   const std::string py3 = std::string("\x80\x02" "c_codecs\nencode\nq\x00X\x02\x00\x00\x00\xc3\xa9q\x01X\x06\x00\x00\x00" "latin1q\x02\x86q\x03Rq\x04.", 49);
-  const pickle::ValuePtr b = pickle::load(reinterpret_cast<const std::uint8_t*>(py3.data()), py3.size(), "py3");
-  ASSERT_TRUE(pickle::as_bytes(*b, data));
+  const pickle::Document b = pickle::load(reinterpret_cast<const std::uint8_t*>(py3.data()), py3.size(), "py3");
+  ASSERT_TRUE(pickle::as_bytes(b.root(), data));
   EXPECT_EQ(data, "\xe9");
+  // A list that holds itself (legal: the memo; no leak), and bytes() of nothing (Python 3 pickles b"" so).
+  const std::string cycle = std::string("\x80\x02]q\x00h\x00" "a.", 9);
+  const pickle::Document c = pickle::load(reinterpret_cast<const std::uint8_t*>(cycle.data()), cycle.size(), "cycle");
+  ASSERT_EQ(c.root().items.size(), 1u);
+  EXPECT_EQ(c.root().items[0], &c.root());
+  const std::string self_arg = std::string("\x80\x02" "c__builtin__\nbytes\nq\x00)Rq\x01.", 28);
+  const pickle::Document e = pickle::load(reinterpret_cast<const std::uint8_t*>(self_arg.data()), self_arg.size(), "e");
+  ASSERT_TRUE(pickle::as_bytes(e.root(), data));
+  EXPECT_EQ(data, "");
 }
 
 TEST(Pickle, MalformedInputIsAnErrorWithItsOffset) {

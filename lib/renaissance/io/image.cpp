@@ -37,7 +37,7 @@ void check_limits(const std::string& name, const char* what, std::int64_t h, std
     RN_IO_FAIL(name, "resize it first, or skip it (data import --skip-bad)",
                "the {} image is {}x{} = {} pixels, more than the limit of {} (a decompression bomb, or a scan far "
                "larger than training needs)",
-               what, w, h, h * w, limits.max_pixels);
+               what, w, h, static_cast<std::uint64_t>(h) * static_cast<std::uint64_t>(w), limits.max_pixels);
 }
 
 std::uint8_t clip8(std::int32_t v) {

@@ -160,10 +160,11 @@ Batch read_batch(const std::string& tarball, const std::string& member, const st
                  const char* label_key, int classes) {
   using K = pickle::Value::Kind;
   const std::string ctx = tarball + ": " + member;
-  const pickle::ValuePtr root = pickle::load(data.data(), data.size(), ctx);
-  if (!root->is(K::dict)) bad(ctx, fmt::format("the pickle holds a {}, not a dict", pickle::kind_name(root->kind)));
-  const pickle::Value* d = root->get("data");
-  const pickle::Value* l = root->get(label_key);
+  const pickle::Document doc = pickle::load(data.data(), data.size(), ctx);
+  const pickle::Value& root = doc.root();
+  if (!root.is(K::dict)) bad(ctx, fmt::format("the pickle holds a {}, not a dict", pickle::kind_name(root.kind)));
+  const pickle::Value* d = root.get("data");
+  const pickle::Value* l = root.get(label_key);
   if (!d) bad(ctx, "no 'data' key");
   if (!l) bad(ctx, fmt::format("no '{}' key", label_key));
   std::int64_t rows = 0, cols = 0;
@@ -195,8 +196,8 @@ Batch read_batch(const std::string& tarball, const std::string& member, const st
 std::vector<std::string> names_of(const std::string& tarball, const std::string& member,
                                   const std::vector<std::uint8_t>& data, const char* key, std::size_t expect) {
   const std::string ctx = tarball + ": " + member;
-  const pickle::ValuePtr root = pickle::load(data.data(), data.size(), ctx);
-  const pickle::Value* v = root->get(key);
+  const pickle::Document doc = pickle::load(data.data(), data.size(), ctx);
+  const pickle::Value* v = doc.root().get(key);
   if (!v || !v->is(pickle::Value::Kind::list) || v->items.size() != expect)
     RN_IO_FAIL(ctx, "the meta member is not CIFAR's", "no list '{}' of {} class names", key, expect);
   std::vector<std::string> names;

@@ -13,11 +13,14 @@ namespace {
 constexpr std::int64_t kMaxValues = std::int64_t(1) << 24;  // a CIFAR batch has ~10^4 (labels and file names)
 constexpr const char* kHint = "the file is corrupt, or not one of the CIFAR python pickles; download it again";
 
+}  // namespace
+
 class Reader {
  public:
-  Reader(const std::uint8_t* data, std::size_t size, std::string name) : m_p(data), m_n(size), m_name(std::move(name)) {}
+  Reader(const std::uint8_t* data, std::size_t size, std::string name, Document& doc)
+      : m_p(data), m_n(size), m_name(std::move(name)), m_doc(doc) {}
 
-  ValuePtr run();
+  Value* run();
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
@@ -43,33 +46,31 @@ class Reader {
     ++m_at;
     return s;
   }
-  ValuePtr make(Value::Kind k) {
+  Value* make(Value::Kind k) {
     if (++m_values > kMaxValues) fail(fmt::format("more than {} values", kMaxValues));
-    auto v = std::make_shared<Value>();
-    v->kind = k;
-    return v;
+    return m_doc.make(k);
   }
-  ValuePtr pop() {
+  Value* pop() {
     if (m_stack.empty() || m_stack.size() <= (m_marks.empty() ? 0 : m_marks.back())) fail("pop from an empty stack");
-    ValuePtr v = m_stack.back();
+    Value* v = m_stack.back();
     m_stack.pop_back();
     return v;
   }
-  ValuePtr& top() {
+  Value*& top() {
     if (m_stack.empty()) fail("the stack is empty");
     return m_stack.back();
   }
   /// The values since the last MARK, which is removed.
-  std::vector<ValuePtr> pop_mark() {
+  std::vector<Value*> pop_mark() {
     if (m_marks.empty()) fail("no MARK on the stack");
     const std::size_t m = m_marks.back();
     m_marks.pop_back();
-    std::vector<ValuePtr> out(m_stack.begin() + static_cast<std::ptrdiff_t>(m), m_stack.end());
+    std::vector<Value*> out(m_stack.begin() + static_cast<std::ptrdiff_t>(m), m_stack.end());
     m_stack.resize(m);
     return out;
   }
-  ValuePtr text(Value::Kind k, std::size_t n) {
-    ValuePtr v = make(k);
+  Value* text(Value::Kind k, std::size_t n) {
+    Value* v = make(k);
     const std::uint8_t* p = take(n);
     v->s.assign(reinterpret_cast<const char*>(p), n);
     return v;
@@ -78,19 +79,19 @@ class Reader {
     if (m_memo.size() >= static_cast<std::size_t>(kMaxValues)) fail("too many memo entries");
     m_memo[key] = top();
   }
-  ValuePtr memo_get(std::uint64_t key) {
+  Value* memo_get(std::uint64_t key) {
     const auto it = m_memo.find(key);
     if (it == m_memo.end()) fail(fmt::format("memo entry {} was never stored", key));
     return it->second;
   }
-  void add_items(Value& container, std::vector<ValuePtr> items) {
+  void add_items(Value& container, std::vector<Value*> items) {
     if (container.kind == Value::Kind::list) {
       for (auto& v : items) container.items.push_back(std::move(v));
     } else {
       fail(fmt::format("APPEND to a {}", kind_name(container.kind)));
     }
   }
-  void set_items(Value& dict, std::vector<ValuePtr> kv) {
+  void set_items(Value& dict, std::vector<Value*> kv) {
     if (dict.kind != Value::Kind::dict) fail(fmt::format("SETITEM on a {}", kind_name(dict.kind)));
     if (kv.size() % 2) fail("SETITEMS with an odd number of values");
     for (auto& v : kv) dict.items.push_back(std::move(v));
@@ -99,13 +100,14 @@ class Reader {
   const std::uint8_t* m_p;
   std::size_t m_n, m_at = 0, m_op_at = 0;
   std::string m_name;
-  std::vector<ValuePtr> m_stack;
+  std::vector<Value*> m_stack;
   std::vector<std::size_t> m_marks;
-  std::map<std::uint64_t, ValuePtr> m_memo;
+  std::map<std::uint64_t, Value*> m_memo;
   std::int64_t m_values = 0;
+  Document& m_doc;
 };
 
-ValuePtr Reader::run() {
+Value* Reader::run() {
   for (;;) {
     m_op_at = m_at;
     const std::uint8_t op = *take(1);
@@ -121,48 +123,48 @@ ValuePtr Reader::run() {
       case ']': m_stack.push_back(make(Value::Kind::list)); break;
       case ')': m_stack.push_back(make(Value::Kind::tuple)); break;
       case 'd': {  // DICT
-        ValuePtr d = make(Value::Kind::dict);
+        Value* d = make(Value::Kind::dict);
         set_items(*d, pop_mark());
         m_stack.push_back(d);
         break;
       }
       case 'l': {  // LIST
-        ValuePtr l = make(Value::Kind::list);
+        Value* l = make(Value::Kind::list);
         add_items(*l, pop_mark());
         m_stack.push_back(l);
         break;
       }
       case 't': {  // TUPLE
-        ValuePtr t = make(Value::Kind::tuple);
+        Value* t = make(Value::Kind::tuple);
         t->items = pop_mark();
         m_stack.push_back(t);
         break;
       }
       case 0x85: case 0x86: case 0x87: {  // TUPLE1, TUPLE2, TUPLE3
         const int n = op - 0x84;
-        ValuePtr t = make(Value::Kind::tuple);
+        Value* t = make(Value::Kind::tuple);
         t->items.resize(static_cast<std::size_t>(n));
         for (int k = n - 1; k >= 0; --k) t->items[static_cast<std::size_t>(k)] = pop();
         m_stack.push_back(t);
         break;
       }
       case 's': {  // SETITEM
-        ValuePtr v = pop(), k = pop();
+        Value *v = pop(), *k = pop();
         set_items(*top(), {k, v});
         break;
       }
       case 'u': {  // SETITEMS
-        std::vector<ValuePtr> kv = pop_mark();
+        std::vector<Value*> kv = pop_mark();
         set_items(*top(), std::move(kv));
         break;
       }
       case 'a': {  // APPEND
-        ValuePtr v = pop();
+        Value* v = pop();
         add_items(*top(), {v});
         break;
       }
       case 'e': {  // APPENDS
-        std::vector<ValuePtr> vs = pop_mark();
+        std::vector<Value*> vs = pop_mark();
         add_items(*top(), std::move(vs));
         break;
       }
@@ -188,13 +190,13 @@ ValuePtr Reader::run() {
         break;
       }
       case 'J': {  // BININT
-        ValuePtr v = make(Value::Kind::integer);
+        Value* v = make(Value::Kind::integer);
         v->i = static_cast<std::int32_t>(static_cast<std::uint32_t>(le(4)));
         m_stack.push_back(v);
         break;
       }
       case 'K': case 'M': {  // BININT1, BININT2
-        ValuePtr v = make(Value::Kind::integer);
+        Value* v = make(Value::Kind::integer);
         v->i = static_cast<std::int64_t>(le(op == 'K' ? 1 : 2));
         m_stack.push_back(v);
         break;
@@ -202,7 +204,7 @@ ValuePtr Reader::run() {
       case 0x8a: {  // LONG1: n bytes, little-endian two's complement
         const std::size_t n = *take(1);
         if (n > 8) fail(fmt::format("a {}-byte integer (at most 8 are supported)", n));
-        ValuePtr v = make(Value::Kind::integer);
+        Value* v = make(Value::Kind::integer);
         std::uint64_t u = n ? le(static_cast<int>(n)) : 0;
         if (n && n < 8 && (u >> (8 * n - 1)) & 1) u |= ~std::uint64_t(0) << (8 * n);  // sign extension
         v->i = static_cast<std::int64_t>(u);
@@ -212,7 +214,7 @@ ValuePtr Reader::run() {
       case 'I': case 'L': {  // INT, LONG (text; "I01\n" is True, "I00\n" False)
         std::string s = line();
         if (op == 'L' && !s.empty() && s.back() == 'L') s.pop_back();
-        ValuePtr v = make(Value::Kind::integer);
+        Value* v = make(Value::Kind::integer);
         if (op == 'I' && (s == "00" || s == "01")) {
           v->kind = Value::Kind::boolean;
           v->i = s == "01";
@@ -228,14 +230,14 @@ ValuePtr Reader::run() {
         const std::uint8_t* p = take(8);
         std::uint64_t u = 0;
         for (int i = 0; i < 8; ++i) u = (u << 8) | p[i];
-        ValuePtr v = make(Value::Kind::floating);
+        Value* v = make(Value::Kind::floating);
         std::memcpy(&v->f, &u, 8);
         m_stack.push_back(v);
         break;
       }
       case 'N': m_stack.push_back(make(Value::Kind::none)); break;
       case 0x88: case 0x89: {  // NEWTRUE, NEWFALSE
-        ValuePtr v = make(Value::Kind::boolean);
+        Value* v = make(Value::Kind::boolean);
         v->i = op == 0x88;
         m_stack.push_back(v);
         break;
@@ -250,33 +252,33 @@ ValuePtr Reader::run() {
       case 'X': m_stack.push_back(text(Value::Kind::str, le(4))); break;        // BINUNICODE
       case 0x8d: m_stack.push_back(text(Value::Kind::str, le(8))); break;       // BINUNICODE8
       case 'c': {  // GLOBAL module\nname\n
-        ValuePtr g = make(Value::Kind::global);
+        Value* g = make(Value::Kind::global);
         const std::string module = line();
         g->s = module + "." + line();
         m_stack.push_back(g);
         break;
       }
       case 0x93: {  // STACK_GLOBAL
-        ValuePtr name = pop(), module = pop();
+        Value *name = pop(), *module = pop();
         if (!module->is(Value::Kind::str) || !name->is(Value::Kind::str)) fail("STACK_GLOBAL of non-strings");
-        ValuePtr g = make(Value::Kind::global);
+        Value* g = make(Value::Kind::global);
         g->s = module->s + "." + name->s;
         m_stack.push_back(g);
         break;
       }
       case 'R': case 0x81: {  // REDUCE, NEWOBJ: callable(*args) as a node
-        ValuePtr args = pop(), callable = pop();
+        Value *args = pop(), *callable = pop();
         if (!args->is(Value::Kind::tuple)) fail(fmt::format("{} with {} arguments", op == 'R' ? "REDUCE" : "NEWOBJ",
                                                             kind_name(args->kind)));
-        ValuePtr o = make(Value::Kind::object);
+        Value* o = make(Value::Kind::object);
         o->callable = callable;
         o->args = args;
         m_stack.push_back(o);
         break;
       }
       case 'b': {  // BUILD
-        ValuePtr state = pop();
-        ValuePtr& obj = top();
+        Value* state = pop();
+        Value*& obj = top();
         if (!obj->is(Value::Kind::object)) fail(fmt::format("BUILD on a {}", kind_name(obj->kind)));
         obj->state = state;
         break;
@@ -289,6 +291,8 @@ ValuePtr Reader::run() {
     }
   }
 }
+
+namespace {
 
 /// UTF-8 to code points below 256 (latin-1): false on anything else.
 bool utf8_to_latin1(const std::string& in, std::string& out) {
@@ -341,15 +345,36 @@ bool Value::text_equals(const std::string& text) const {
 const Value* Value::get(const std::string& key) const {
   if (kind != Kind::dict) return nullptr;
   for (std::size_t i = 0; i + 1 < items.size(); i += 2)
-    if (items[i]->text_equals(key)) return items[i + 1].get();
+    if (items[i]->text_equals(key)) return items[i + 1];
   return nullptr;
 }
 
-ValuePtr load(const std::uint8_t* data, std::size_t size, const std::string& name) {
-  return Reader(data, size, name).run();
+Value* Document::make(Value::Kind k) {
+  m_values.push_back(std::make_unique<Value>());
+  m_values.back()->kind = k;
+  return m_values.back().get();
 }
 
-bool as_bytes(const Value& v, std::string& out) {
+Document load(const std::uint8_t* data, std::size_t size, const std::string& name) {
+  Document doc;
+  doc.m_root = Reader(data, size, name, doc).run();
+  return doc;
+}
+
+namespace {
+bool as_bytes_at(const Value& v, std::string& out, int depth);
+}
+
+bool as_bytes(const Value& v, std::string& out) { return as_bytes_at(v, out, 0); }
+
+namespace {
+/// bytes or str equal to `t`, without looking into objects (as_bytes_at must not recurse through a cycle).
+bool plain_is(const Value* v, const char* t) {
+  return v && (v->kind == Value::Kind::bytes || v->kind == Value::Kind::str) && v->s == t;
+}
+
+bool as_bytes_at(const Value& v, std::string& out, int depth) {
+  if (depth > 8) return false;
   if (v.is(Value::Kind::bytes)) {
     out = v.s;
     return true;
@@ -358,7 +383,7 @@ bool as_bytes(const Value& v, std::string& out) {
   const std::string& fn = v.callable->s;
   const auto& a = v.args->items;
   if (fn == "_codecs.encode" && a.size() == 2 && a[0]->is(Value::Kind::str) &&
-      (a[1]->text_equals("latin1") || a[1]->text_equals("latin-1")))
+      (plain_is(a[1], "latin1") || plain_is(a[1], "latin-1")))
     return utf8_to_latin1(a[0]->s, out);
   if (fn == "__builtin__.bytes" || fn == "builtins.bytes" || fn == "__builtin__.bytearray" ||
       fn == "builtins.bytearray") {
@@ -366,11 +391,12 @@ bool as_bytes(const Value& v, std::string& out) {
       out.clear();
       return true;
     }
-    if (a.size() == 1) return as_bytes(*a[0], out);
-    if (a.size() == 2 && a[0]->is(Value::Kind::str) && (a[1]->text_equals("latin1") || a[1]->text_equals("latin-1")))
+    if (a.size() == 1) return as_bytes_at(*a[0], out, depth + 1);
+    if (a.size() == 2 && a[0]->is(Value::Kind::str) && (plain_is(a[1], "latin1") || plain_is(a[1], "latin-1")))
       return utf8_to_latin1(a[0]->s, out);
   }
   return false;
 }
+}  // namespace
 
 }  // namespace renaissance::io::pickle
