@@ -279,6 +279,7 @@ void register_data_command(CLI::App& app) {
     io::FolderImportOptions o;
   };
   auto fargs = std::make_shared<FolderArgs>();
+  fargs->o.writer.deflate_level = 0;  // decoded photographs barely deflate, and deflate costs 3x the import time
   CLI::App* folder = import->add_subcommand(
       "folder", "An ImageFolder tree (DIR/train/<class>/*.jpg|png, DIR/val/<class>/...) as a JPEG or raw store");
   folder->add_option("DIR", fargs->dir, "The folder holding train/ (and val/)")->required();

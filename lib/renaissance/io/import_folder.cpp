@@ -257,6 +257,17 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
   } join{pool, mutex, cv, stop};
 
   std::int64_t done[2] = {0, 0};
+  // Raw stores: samples are appended in runs (one HDF5 write per run instead of per image).
+  std::vector<std::uint8_t> run_images;
+  std::vector<std::int32_t> run_labels;
+  Split run_split = Split::train;
+  const std::size_t sample_bytes = static_cast<std::size_t>(o.size * o.size * o.channels);
+  auto flush_run = [&] {
+    if (run_labels.empty()) return;
+    writer->append(run_split, run_images.data(), run_labels.data(), static_cast<std::int64_t>(run_labels.size()));
+    run_images.clear();
+    run_labels.clear();
+  };
   for (std::size_t i = 0; i < items.size(); ++i) {
     Result r;
     {
@@ -275,15 +286,20 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
       ++sum.bad;
       if (sum.bad_examples.size() < 5) sum.bad_examples.push_back(r.bad_reason);
     } else if (o.storage == Storage::raw) {
-      writer->append(it.split, r.pixels.data(), &it.label, 1);
+      if (it.split != run_split || run_images.size() >= (std::size_t(16) << 20)) flush_run();
+      run_split = it.split;
+      run_images.insert(run_images.end(), r.pixels.begin(), r.pixels.begin() + static_cast<std::ptrdiff_t>(sample_bytes));
+      run_labels.push_back(it.label);
     } else {
       writer->append_encoded(it.split, r.bytes.data(), static_cast<std::int64_t>(r.bytes.size()), r.height, r.width,
                              it.label, it.split == Split::train ? r.pixels.data() : nullptr);
       sum.stored_bytes += static_cast<std::int64_t>(r.bytes.size());
       (r.reencoded ? sum.reencoded : sum.kept) += 1;
     }
+    if (done[si] == total[si]) flush_run();
     if (o.progress && (done[si] == total[si] || done[si] % 64 == 0)) o.progress({it.split, done[si], total[si]});
   }
+  flush_run();
   sum.samples[0] = writer->count(Split::train);
   sum.samples[1] = writer->count(Split::val);
   if (sum.samples[0] == 0)
