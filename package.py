@@ -32,6 +32,7 @@ class Renaissance(CMakePackage, CudaPackage):
     variant("xnnpack", default=False, description="Use XNNPACK for CPU forward operators")
     variant("openblas", default=False, description="Offer OpenBLAS as a CPU GEMM backend")
     variant("onednn", default=False, description="oneDNN 2.x training primitives for the CPU convolutions")
+    variant("images", default=True, description="JPEG/PNG import and JPEG stores (libjpeg-turbo, libpng)")
     variant("tests", default=False, description="Build the GoogleTest suites and Google Benchmark programs")
 
     generator("ninja")
@@ -53,6 +54,8 @@ class Renaissance(CMakePackage, CudaPackage):
     depends_on("xnnpack@2022-02-16", when="+xnnpack")
 
     depends_on("openblas", when="+openblas")
+    depends_on("libjpeg-turbo@2:", when="+images")  # the TurboJPEG API (turbojpeg.h, libturbojpeg)
+    depends_on("libpng@1.6:", when="+images")
 
     # The 2.x API (operation descriptors; oneDNN 3 removed them). Renaissance runs each primitive single-threaded on
     # batch pieces of its own thread pool, which needs the OpenMP or sequential runtime (not TBB or threadpool).
@@ -85,6 +88,8 @@ class Renaissance(CMakePackage, CudaPackage):
             self.define("RENAISSANCE_XNNPACK", "ON" if spec.satisfies("+xnnpack") else "OFF"),
             self.define("RENAISSANCE_OPENBLAS", "ON" if spec.satisfies("+openblas") else "OFF"),
             self.define("RENAISSANCE_ONEDNN", "ON" if spec.satisfies("+onednn") else "OFF"),
+            self.define("RENAISSANCE_JPEG", "ON" if spec.satisfies("+images") else "OFF"),
+            self.define("RENAISSANCE_PNG", "ON" if spec.satisfies("+images") else "OFF"),
             self.define_from_variant("RENAISSANCE_BUILD_TESTS", "tests"),
             self.define_from_variant("RENAISSANCE_BUILD_BENCHMARKS", "tests"),
         ]

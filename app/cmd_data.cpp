@@ -10,6 +10,9 @@
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -59,12 +62,59 @@ std::string filters_text(const io::SplitInfo& s) {
   return f.empty() ? "none" : f;
 }
 
+std::string human_bytes(std::int64_t b) {
+  if (b >= (std::int64_t(1) << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1 << 30));
+  if (b >= (1 << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
+  return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
+}
+
+/// "120x90 to 500x375" of a JPEG store's split.
+std::string size_range(const io::SplitInfo& i) {
+  if (i.count == 0) return "no images";
+  return fmt::format("{}x{} to {}x{}", i.min_width, i.min_height, i.max_width, i.max_height);
+}
+
 void print_summary(const std::string& path) {
   const io::DatasetFile f(path);
   const io::SplitInfo& t = f.info(io::Split::train);
-  fmt::print("wrote {}: train {}, val {} samples of {}x{}x{}, {} classes\n", path, t.count, f.size(io::Split::val),
-             t.height, t.width, t.channels, f.num_classes());
+  if (f.storage() == io::Storage::jpeg)
+    fmt::print("wrote {}: train {}, val {} JPEGs ({} channels, {}, {}), {} classes\n", path, t.count,
+               f.size(io::Split::val), t.channels, size_range(t),
+               human_bytes(t.encoded_bytes + f.info(io::Split::val).encoded_bytes), f.num_classes());
+  else
+    fmt::print("wrote {}: train {}, val {} samples of {}x{}x{}, {} classes\n", path, t.count, f.size(io::Split::val),
+               t.height, t.width, t.channels, f.num_classes());
 }
+
+/// A progress bar on stderr when it is a terminal; one line per split otherwise (logs stay readable).
+class ImportProgressBar {
+ public:
+  ImportProgressBar() : m_tty(isatty(fileno(stderr)) != 0), m_split_t0(std::chrono::steady_clock::now()) {}
+  void operator()(const io::ImportProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - m_split_t0).count();
+    const double ips = s > 0 ? static_cast<double>(p.done) / s : 0.0;
+    if (p.done == p.total) {
+      if (m_tty) std::fprintf(stderr, "\r%*s\r", 79, "");
+      std::fprintf(stderr, "%s: %lld images in %.1f s (%.0f images/s)\n", io::split_name(p.split),
+                   static_cast<long long>(p.total), s, ips);
+      m_split_t0 = now;  // the next split starts here
+      return;
+    }
+    if (!m_tty || now - m_last < std::chrono::milliseconds(200)) return;
+    m_last = now;
+    const int width = 30, done = static_cast<int>(width * p.done / std::max<std::int64_t>(p.total, 1));
+    std::fprintf(stderr, "\rimporting %s [%s%s] %lld/%lld  %.0f images/s ", io::split_name(p.split),
+                 std::string(static_cast<std::size_t>(done), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - done), '.').c_str(), static_cast<long long>(p.done),
+                 static_cast<long long>(p.total), ips);
+    std::fflush(stderr);
+  }
+
+ private:
+  bool m_tty;
+  std::chrono::steady_clock::time_point m_split_t0, m_last{};
+};
 
 /// The report of `data inspect`. An invalid file throws (after a {"valid": false} line with --json), so the
 /// command exits 1 with the reason on stderr.
@@ -88,19 +138,27 @@ void inspect(const std::string& path, bool json, bool quick) {
   if (json) {
     std::string out = fmt::format(
         "{{\"file\": \"{}\", \"valid\": true, \"checksums_verified\": {}, \"content_checksums\": {}, "
-        "\"format\": \"{}\", \"version\": {}, ",
+        "\"format\": \"{}\", \"version\": {}, \"storage\": \"{}\", ",
         json_escape(path), quick ? "false" : "true", !quick && f.version() >= 2 ? "true" : "false", io::kDatasetFormat,
-        f.version());
+        f.version(), io::storage_name(f.storage()));
     out += fmt::format("\"num_classes\": {}, \"mean\": {}, \"std\": {}, \"class_names\": {}, \"splits\": {{",
                        f.num_classes(), json_array(f.mean()), json_array(f.stddev()), json_array(f.class_names()));
     bool first = true;
     for (io::Split s : io::kAllSplits) {
       const io::SplitInfo& i = f.info(s);
-      out += fmt::format(
-          "{}\"{}\": {{\"count\": {}, \"shape\": [{}, {}, {}, {}], \"chunk_samples\": {}, \"deflate\": {}, "
-          "\"fletcher32\": {}, \"label_histogram\": {}}}",
-          first ? "" : ", ", io::split_name(s), i.count, i.count, i.height, i.width, i.channels, i.chunk_samples,
-          i.deflate_level, i.fletcher32 ? "true" : "false", json_array(f.label_histogram(s)));
+      if (f.storage() == io::Storage::jpeg)
+        out += fmt::format(
+            "{}\"{}\": {{\"count\": {}, \"channels\": {}, \"min_size\": [{}, {}], \"max_size\": [{}, {}], "
+            "\"encoded_bytes\": {}, \"chunk_bytes\": {}, \"fletcher32\": {}, \"label_histogram\": {}}}",
+            first ? "" : ", ", io::split_name(s), i.count, i.channels, i.min_height, i.min_width, i.max_height,
+            i.max_width, i.encoded_bytes, i.chunk_samples, i.fletcher32 ? "true" : "false",
+            json_array(f.label_histogram(s)));
+      else
+        out += fmt::format(
+            "{}\"{}\": {{\"count\": {}, \"shape\": [{}, {}, {}, {}], \"chunk_samples\": {}, \"deflate\": {}, "
+            "\"fletcher32\": {}, \"label_histogram\": {}}}",
+            first ? "" : ", ", io::split_name(s), i.count, i.count, i.height, i.width, i.channels, i.chunk_samples,
+            i.deflate_level, i.fletcher32 ? "true" : "false", json_array(f.label_histogram(s)));
       first = false;
     }
     out += "}}\n";
@@ -109,13 +167,24 @@ void inspect(const std::string& path, bool json, bool quick) {
   }
   std::string out = fmt::format("file:        {}\nformat:      {} version {}\nnum_classes: {}\n", path,
                                 io::kDatasetFormat, f.version(), f.num_classes());
+  if (f.storage() == io::Storage::jpeg)
+    out += fmt::format("storage:     jpeg ({} channels; imported at quality {}, max side {})\n", f.channels(),
+                       f.jpeg_spec().quality, f.jpeg_spec().max_side > 0 ? std::to_string(f.jpeg_spec().max_side) : "none");
+  else
+    out += "storage:     raw\n";
   out += fmt::format("mean:        {}\nstd:         {}\n", fmt::join(f.mean(), ", "), fmt::join(f.stddev(), ", "));
   if (!f.class_names().empty()) out += fmt::format("class_names: {}\n", fmt::join(f.class_names(), ", "));
   for (io::Split s : io::kAllSplits) {
     const io::SplitInfo& i = f.info(s);
-    out += fmt::format("/{}: images uint8 [{}, {}, {}, {}], labels int32 [{}]\n", io::split_name(s), i.count, i.height,
-                       i.width, i.channels, i.count);
-    out += fmt::format("  storage: chunks of {} samples, filters: {}\n", i.chunk_samples, filters_text(i));
+    if (f.storage() == io::Storage::jpeg) {
+      out += fmt::format("/{}: {} JPEGs ({}), {} channels, {}, labels int32 [{}]\n", io::split_name(s), i.count,
+                         size_range(i), i.channels, human_bytes(i.encoded_bytes), i.count);
+      out += fmt::format("  storage: chunks of {} bytes, filters: {}\n", i.chunk_samples, filters_text(i));
+    } else {
+      out += fmt::format("/{}: images uint8 [{}, {}, {}, {}], labels int32 [{}]\n", io::split_name(s), i.count,
+                         i.height, i.width, i.channels, i.count);
+      out += fmt::format("  storage: chunks of {} samples, filters: {}\n", i.chunk_samples, filters_text(i));
+    }
     const std::vector<std::int64_t> hist = f.label_histogram(s);
     out += "  labels:";
     for (size_t k = 0; k < hist.size(); ++k) {
@@ -203,6 +272,91 @@ void register_data_command(CLI::App& app) {
     io::import_idx(args->out, args->train, args->val, args->classes, {}, args->options);
     print_summary(args->out);
   });
+
+  // ---- folder (issue 12) ----------------------------------------------------------------------------------------
+  struct FolderArgs {
+    std::string dir, out, store = "jpeg";
+    io::FolderImportOptions o;
+  };
+  auto fargs = std::make_shared<FolderArgs>();
+  fargs->o.writer.deflate_level = 0;  // decoded photographs barely deflate, and deflate costs 3x the import time
+  CLI::App* folder = import->add_subcommand(
+      "folder", "An ImageFolder tree (DIR/train/<class>/*.jpg|png, DIR/val/<class>/...) as a JPEG or raw store");
+  folder->add_option("DIR", fargs->dir, "The folder holding train/ (and val/)")->required();
+  folder->add_option("--out", fargs->out, "Output .h5 file")->required();
+  folder->add_option("--store", fargs->store, "jpeg: the JPEG bytes (decoded when read); raw: decoded uint8, resized")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"jpeg", "raw"}));
+  folder->add_option("--size", fargs->o.size, "raw: short side resized to S, then the centre SxS kept");
+  folder->add_option("--max-side", fargs->o.max_side,
+                     "jpeg: images whose longer side exceeds S are resized to S and re-encoded (0: keep all)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(65500)));
+  folder->add_option("--quality", fargs->o.quality, "jpeg: quality of re-encoded images (1-100)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  folder->add_option("--channels", fargs->o.channels, "3: RGB (as torchvision's loader), 1: grey")
+      ->capture_default_str()
+      ->check(CLI::IsMember({1, 3}));
+  folder->add_option("--threads", fargs->o.threads, "Decoding threads (0: every CPU of the affinity mask)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  folder->add_flag("--skip-bad", fargs->o.skip_bad,
+                   "Skip unreadable images (corrupt, truncated, not an image, too large) and count them");
+  folder->add_option("--max-pixels", fargs->o.limits.max_pixels, "Largest image accepted, in pixels (w*h)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  folder->add_option("--deflate", fargs->o.writer.deflate_level, "Deflate level 0-9 of raw images and labels")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 9));
+  folder->callback([fargs] {
+    require_distinct_files({{"DIR", fargs->dir}}, {{"--out", fargs->out}});
+    fargs->o.storage = fargs->store == "raw" ? io::Storage::raw : io::Storage::jpeg;
+    if (fargs->o.storage == io::Storage::raw && fargs->o.size <= 0)
+      RN_FAIL_CTX("--size", "--store raw needs --size S (the short side is resized to S, the centre SxS kept)");
+    if (fargs->o.storage == io::Storage::jpeg && fargs->o.size > 0)
+      RN_FAIL_CTX("--size", "--size applies to --store raw; a JPEG store keeps each image's size (see --max-side)");
+    auto bar = std::make_shared<ImportProgressBar>();
+    fargs->o.progress = [bar](const io::ImportProgress& p) { (*bar)(p); };
+    const io::FolderImportSummary sum = io::import_folder(fargs->out, fargs->dir, fargs->o);
+    print_summary(fargs->out);
+    if (!sum.has_val) fmt::print("note: {} has no val folder: the val split is empty\n", fargs->dir);
+    if (fargs->o.storage == io::Storage::jpeg)
+      fmt::print("jpeg: {} kept as they were, {} (re-)encoded at quality {}\n", sum.kept, sum.reencoded,
+                 fargs->o.quality);
+    if (sum.bad > 0) {
+      fmt::print("skipped {} unreadable image(s) (--skip-bad):\n", sum.bad);
+      for (const std::string& e : sum.bad_examples) fmt::print("  {}\n", e);
+      if (sum.bad > static_cast<std::int64_t>(sum.bad_examples.size()))
+        fmt::print("  ... and {} more\n", sum.bad - static_cast<std::int64_t>(sum.bad_examples.size()));
+    }
+    if (sum.other_files > 0)
+      fmt::print("skipped {} file(s) whose names do not end in .jpg, .jpeg or .png\n", sum.other_files);
+  });
+
+  // ---- CIFAR (issue 12) ---------------------------------------------------------------------------------------------
+  struct CifarArgs {
+    std::string tarball, out;
+    bool coarse = false;
+    io::DatasetWriterOptions options;
+  };
+  for (const int classes : {10, 100}) {
+    auto cargs = std::make_shared<CifarArgs>();
+    CLI::App* cifar = import->add_subcommand(
+        fmt::format("cifar{}", classes),
+        fmt::format("CIFAR-{} from the python tarball (cifar-{}-python.tar.gz)", classes, classes));
+    cifar->add_option("FILE", cargs->tarball, fmt::format("cifar-{}-python.tar.gz", classes))->required();
+    cifar->add_option("--out", cargs->out, "Output .h5 file")->required();
+    if (classes == 100) cifar->add_flag("--coarse", cargs->coarse, "The 20 coarse labels instead of the 100 fine ones");
+    cifar->add_option("--deflate", cargs->options.deflate_level, "Deflate level 0-9 (0 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 9));
+    cifar->callback([cargs, classes] {
+      require_distinct_files({{"FILE", cargs->tarball}}, {{"--out", cargs->out}});
+      io::import_cifar(cargs->out, cargs->tarball, classes, cargs->coarse, cargs->options);
+      print_summary(cargs->out);
+    });
+  }
 
   // ---- synthetic ----------------------------------------------------------------------------------------------
   struct SynthArgs {

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -46,6 +47,9 @@ struct TrainCli {
   std::string save;
   bool no_flip = false;
   bool no_validate = false;
+  std::string crop = "none";
+  std::string crop_scale = "0.08,1";
+  std::string crop_ratio = "0.75,1.3333333333333333";
   double comm_timeout = 0;
   CheckpointCli ckpt;  ///< --checkpoint-dir, --checkpoint-every, --keep, --resume, --loss-log
   GpuOptions gpu;      ///< --deterministic, --engine-cache, --conv-api
@@ -100,6 +104,29 @@ std::string metrics_json(const runtime::EpochMetrics& m, bool validated) {
   return j.str();
 }
 
+/// "MIN,MAX" of two positive numbers (--crop-scale, --crop-ratio); "3/4" style fractions are accepted too.
+std::pair<double, double> parse_range(const std::string& text, const char* option) {
+  auto number = [&](std::string part) {
+    const auto slash = part.find('/');
+    try {
+      std::size_t used = 0;
+      if (slash == std::string::npos) {
+        const double v = std::stod(part, &used);
+        if (used == part.size() && std::isfinite(v)) return v;
+      } else {
+        std::size_t u2 = 0;
+        const double a = std::stod(part.substr(0, slash), &used), b = std::stod(part.substr(slash + 1), &u2);
+        if (used == slash && u2 == part.size() - slash - 1 && b != 0 && std::isfinite(a / b)) return a / b;
+      }
+    } catch (const std::exception&) {
+    }
+    RN_FAIL_CTX(option, "'{}' is not MIN,MAX (e.g. 0.08,1 or 3/4,4/3)", text);
+  };
+  const auto comma = text.find(',');
+  RN_CHECK_CTX(comma != std::string::npos, option, "'{}' is not MIN,MAX (e.g. 0.08,1 or 3/4,4/3)", text);
+  return {number(text.substr(0, comma)), number(text.substr(comma + 1))};
+}
+
 void ensure_default_data(const std::string& path) {
   if (path != kDefaultData || std::filesystem::exists(path)) return;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -116,6 +143,17 @@ void run_train(TrainCli& c) {
   c.t.optimizer = plan::optimizer_from_name(c.optimizer);
   c.t.schedule = runtime::schedule_from_name(c.schedule);
   c.t.augmentation.horizontal_flip = !c.no_flip;
+  c.t.augmentation.crop = io::parse_crop_mode(c.crop);
+  {
+    const auto [smin, smax] = parse_range(c.crop_scale, "--crop-scale");
+    const auto [rmin, rmax] = parse_range(c.crop_ratio, "--crop-ratio");
+    RN_CHECK_CTX(smin > 0 && smin <= smax && smax <= 1, "--crop-scale", "'{}': need 0 < MIN <= MAX <= 1", c.crop_scale);
+    RN_CHECK_CTX(rmin > 0 && rmin <= rmax, "--crop-ratio", "'{}': need 0 < MIN <= MAX", c.crop_ratio);
+    c.t.augmentation.scale_min = smin;
+    c.t.augmentation.scale_max = smax;
+    c.t.augmentation.ratio_min = rmin;
+    c.t.augmentation.ratio_max = rmax;
+  }
   c.t.validate = !c.no_validate;
   RN_CHECK(c.t.epochs >= 1, "--epochs must be >= 1, got {}", c.t.epochs);
   RN_CHECK(c.t.batch >= 1, "--batch must be >= 1, got {}", c.t.batch);
@@ -266,6 +304,24 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--crop-padding", c->t.augmentation.crop_padding, "Random crop with this zero padding (0: off)")
       ->capture_default_str();
   cmd->add_flag("--no-flip", c->no_flip, "No random horizontal flips");
+  cmd->add_option("--crop", c->crop,
+                  "none: images as stored; random-resized: torchvision's RandomResizedCrop to the model's size; "
+                  "center: the validation transform, Resize + CenterCrop (JPEG stores default to it; a copy for "
+                  "images of the model's size)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "random-resized", "center"}));
+  cmd->add_option("--crop-scale", c->crop_scale, "random-resized: area fraction MIN,MAX")->capture_default_str();
+  cmd->add_option("--crop-ratio", c->crop_ratio, "random-resized: aspect ratio MIN,MAX (w/h, log-uniform)")
+      ->capture_default_str();
+  cmd->add_option("--val-resize", c->t.augmentation.val_resize,
+                  "Validation of images not of the model's size: short side to this, then the centre crop "
+                  "(0: size/0.875)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(65535)));
+  cmd->add_option("--loader-threads", c->t.loader_threads,
+                  "Host threads decoding, augmenting and normalising samples (0: every CPU of the affinity mask)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--start-resolution", c->t.start_resolution, "Progressive resize: train the first epochs at this size");
   cmd->add_option("--lowres-epochs", c->t.lowres_epochs, "Progressive resize: epochs at --start-resolution");
   cmd->add_flag("--no-validate", c->no_validate, "Skip validation after each epoch");

@@ -63,7 +63,7 @@ TEST_F(DataCli, SyntheticThenInspect) {
 
   r = run(fmt::format("data inspect '{}'", path));
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("renaissance-dataset version 2"));
+  EXPECT_THAT(r.out, HasSubstr("renaissance-dataset version 3"));
   EXPECT_THAT(r.out, HasSubstr("num_classes: 4"));
   EXPECT_THAT(r.out, HasSubstr("/train: images uint8 [300, 8, 6, 3], labels int32 [300]"));
   EXPECT_THAT(r.out, HasSubstr("/val: images uint8 [40, 8, 6, 3]"));

@@ -27,7 +27,8 @@ TEST(Dataset, RoundTripContiguous) {
   const SmallSpec spec;
   write_small(path, spec);
   const DatasetFile f(path);
-  EXPECT_EQ(f.version(), 2);  // format 2: content checksums per block
+  EXPECT_EQ(f.version(), 3);  // format 3: the storage attribute; content checksums per block since 2
+  EXPECT_EQ(f.storage(), Storage::raw);
   EXPECT_EQ(f.num_classes(), spec.classes);
   ASSERT_EQ(f.class_names().size(), 10u);
   EXPECT_EQ(f.class_names()[3], "class 3");

@@ -1,22 +1,39 @@
 #include <renaissance/io/batch_loader.h>
 
 #include <renaissance/core/error.h>
+#include <renaissance/io/hdf5_util.h>
+#include <renaissance/io/image.h>
 
 #include <algorithm>
 
 namespace renaissance::io {
 
 BatchLoader::BatchLoader(const DatasetFile& file, Split split, std::int64_t batch_size, std::vector<std::int64_t> order,
-                         BatchTransform transform, std::optional<BatchBuffers> buffers)
+                         BatchTransform transform, std::optional<BatchBuffers> buffers, LoaderOptions options)
     : m_file(file),
       m_split(split),
       m_batch_size(batch_size),
       m_order(std::move(order)),
       m_transform(std::move(transform)),
-      m_num_batches(batch_size > 0 ? (static_cast<std::int64_t>(m_order.size()) + batch_size - 1) / batch_size : 0),
-      m_sample_bytes(file.sample_bytes()) {
+      m_options(std::move(options)),
+      m_num_batches(batch_size > 0 ? (static_cast<std::int64_t>(m_order.size()) + batch_size - 1) / batch_size : 0) {
   const std::string ctx = fmt::format("{}: split '{}'", file.path(), split_name(split));
   RN_CHECK_CTX(batch_size > 0, ctx, "batch size must be positive, got {}", batch_size);
+  const SplitInfo& info = file.info(split);
+  m_out_h = m_options.out_h > 0 ? m_options.out_h : info.height;
+  m_out_w = m_options.out_w > 0 ? m_options.out_w : info.width;
+  if (file.storage() == Storage::jpeg) {
+    RN_CHECK_CTX(m_options.render, ctx, "a JPEG store's images differ in size: the loader needs a render (crop/resize)");
+    RN_CHECK_CTX(m_options.out_h > 0 && m_options.out_w > 0, ctx, "a JPEG store needs the batch's image size");
+    RN_CHECK_CTX(have_jpeg_codec(), file.path(),
+                 "this build has no JPEG decoder (libturbojpeg) to read a JPEG store; rebuild with libturbojpeg0-dev "
+                 "or import the images as a raw store (data import folder --store raw)");
+  }
+  if (!m_options.render)
+    RN_CHECK_CTX(m_out_h == info.height && m_out_w == info.width, ctx,
+                 "images of {}x{} requested from a split of {}x{} without a render", m_out_w, m_out_h, info.width,
+                 info.height);
+  m_sample_bytes = m_out_h * m_out_w * file.channels();
   // Checked here rather than on the thread so that a bad order fails at the call that made it.
   const std::int64_t n = file.size(split);
   for (size_t i = 0; i < m_order.size(); ++i)
@@ -50,8 +67,42 @@ void BatchLoader::fill(int slot, std::int64_t batch) {
   const std::int64_t first = batch * m_batch_size;
   const std::int64_t count = std::min<std::int64_t>(m_batch_size, static_cast<std::int64_t>(m_order.size()) - first);
   const std::vector<std::int64_t> idx(m_order.begin() + first, m_order.begin() + first + count);
-  m_file.read_indices(m_split, idx, m_images[slot], m_labels[slot]);
-  if (m_transform) m_transform(m_images[slot], m_labels[slot], count, first);
+  std::uint8_t* out = m_images[slot];
+  const SplitInfo& info = m_file.info(m_split);
+  const std::int64_t c = m_file.channels();
+  auto each = [&](const std::function<void(std::int64_t)>& fn) {
+    if (m_options.pool)
+      m_options.pool->parallel_for(count, fn);
+    else
+      for (std::int64_t i = 0; i < count; ++i) fn(i);
+  };
+  if (m_file.storage() == Storage::jpeg) {
+    m_file.read_encoded(m_split, idx, m_encoded);
+    std::copy(m_encoded.labels.begin(), m_encoded.labels.end(), m_labels[slot]);
+    each([&](std::int64_t i) {
+      thread_local Image img;
+      const std::string name =
+          fmt::format("{}: /{}/jpeg sample {}", m_file.path(), split_name(m_split), idx[static_cast<std::size_t>(i)]);
+      img = decode_image(m_encoded.data(i), static_cast<std::size_t>(m_encoded.size(i)), static_cast<int>(c), name);
+      if (img.height != m_encoded.heights[static_cast<std::size_t>(i)] ||
+          img.width != m_encoded.widths[static_cast<std::size_t>(i)])
+        RN_IO_FAIL(name, "the file is corrupt; re-import it", "decodes to {}x{} but its shape says {}x{}", img.width,
+                   img.height, m_encoded.widths[static_cast<std::size_t>(i)],
+                   m_encoded.heights[static_cast<std::size_t>(i)]);
+      m_options.render(SampleSource{img.pixels.data(), img.height, img.width, c}, first + i, out + i * m_sample_bytes);
+    });
+  } else if (m_options.render) {
+    const std::int64_t sb = info.sample_bytes();
+    m_stored.resize(static_cast<std::size_t>(count * sb));
+    m_file.read_indices(m_split, idx, m_stored.data(), m_labels[slot]);
+    each([&](std::int64_t i) {
+      m_options.render(SampleSource{m_stored.data() + i * sb, info.height, info.width, c}, first + i,
+                       out + i * m_sample_bytes);
+    });
+  } else {
+    m_file.read_indices(m_split, idx, out, m_labels[slot]);
+  }
+  if (m_transform) m_transform(out, m_labels[slot], count, first);
 }
 
 void BatchLoader::run() {
@@ -94,8 +145,13 @@ std::optional<Batch> BatchLoader::next() {
   m_holding = true;
   ++m_consumed;
   const std::int64_t first = k * m_batch_size;
-  return Batch{m_images[slot], m_labels[slot],
-               std::min<std::int64_t>(m_batch_size, static_cast<std::int64_t>(m_order.size()) - first), k, first};
+  return Batch{m_images[slot],
+               m_labels[slot],
+               std::min<std::int64_t>(m_batch_size, static_cast<std::int64_t>(m_order.size()) - first),
+               k,
+               first,
+               m_out_h,
+               m_out_w};
 }
 
 }  // namespace renaissance::io

@@ -1,8 +1,11 @@
 // BatchLoader: reads batch k+1 from a DatasetFile on a background thread while the caller consumes batch k,
-// into two host buffers (A/B, like the I_A_*/I_B_* input regions they are copied into).
+// into two host buffers (A/B, like the I_A_*/I_B_* input regions they are copied into). With a SampleRender (issue
+// 12) every sample is decoded (JPEG stores) and rendered (augmented, resized) on the loader threads of a LoaderPool,
+// into a batch of out_h x out_w images whatever the stored sizes.
 #pragma once
 
 #include <renaissance/io/dataset.h>
+#include <renaissance/io/loader_pool.h>
 
 #include <condition_variable>
 #include <cstdint>
@@ -22,6 +25,22 @@ struct Batch {
   std::int64_t count = 0;
   std::int64_t index = 0;           // batch number within the epoch
   std::int64_t first_position = 0;  // position in `order` of the first sample (= index * batch_size)
+  std::int64_t height = 0, width = 0;  // of every image: the stored size, or LoaderOptions' out_h x out_w
+};
+
+/// One sample as stored (raw stores) or decoded (JPEG stores), HWC uint8.
+struct SampleSource {
+  const std::uint8_t* pixels = nullptr;
+  std::int64_t height = 0, width = 0, channels = 0;
+};
+/// Renders one sample into its slot of the batch (out_h x out_w x channels) on a loader thread. `position` is its
+/// position in the loader's `order` (the caller maps it to the sample's Philox key). Must be thread-safe.
+using SampleRender = std::function<void(const SampleSource& src, std::int64_t position, std::uint8_t* out)>;
+
+struct LoaderOptions {
+  LoaderPool* pool = nullptr;          ///< where samples are decoded and rendered (nullptr: the loader's thread)
+  std::int64_t out_h = 0, out_w = 0;   ///< the batch's image size (0: the stored size, raw stores only)
+  SampleRender render;                 ///< empty: raw images are delivered as stored (JPEG stores need one)
 };
 
 /// Runs on the loader thread on each freshly read batch (augmentation). `first_position` is the position in the
@@ -40,7 +59,8 @@ class BatchLoader {
   /// `order` lists the sample indices of the epoch in the order to deliver them (the caller shuffles, so the
   /// sequence is deterministic). `file` must outlive the loader. The thread starts reading at once.
   BatchLoader(const DatasetFile& file, Split split, std::int64_t batch_size, std::vector<std::int64_t> order,
-              BatchTransform transform = {}, std::optional<BatchBuffers> buffers = std::nullopt);
+              BatchTransform transform = {}, std::optional<BatchBuffers> buffers = std::nullopt,
+              LoaderOptions options = {});
   /// Stops the thread after the read in flight (if any) and joins it; safe mid-epoch.
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
@@ -63,8 +83,12 @@ class BatchLoader {
   const std::int64_t m_batch_size;
   const std::vector<std::int64_t> m_order;
   const BatchTransform m_transform;
+  const LoaderOptions m_options;
   const std::int64_t m_num_batches;
-  const std::int64_t m_sample_bytes;
+  std::int64_t m_out_h = 0, m_out_w = 0;
+  std::int64_t m_sample_bytes = 0;  ///< of a delivered image
+  std::vector<std::uint8_t> m_stored;  ///< raw stores with a render: the batch as stored
+  EncodedBatch m_encoded;              ///< JPEG stores: the batch's JPEG bytes
 
   std::vector<std::uint8_t> m_own_images[2];
   std::vector<std::int32_t> m_own_labels[2];

@@ -239,24 +239,51 @@ Split parse_split(const std::string& s) {
 
 // ================================================ DatasetWriter ================================================
 
+const char* storage_name(Storage s) { return s == Storage::jpeg ? "jpeg" : "raw"; }
+
+namespace {
+/// The tail of a JPEG store's block checksum (format 3): per sample its byte count, height and width, uint32 LE.
+std::uint32_t shapes_crc(std::uint32_t crc, const std::vector<std::uint32_t>& meta) {
+  std::vector<std::uint8_t> le(meta.size() * 4);
+  for (std::size_t i = 0; i < meta.size(); ++i)
+    for (int b = 0; b < 4; ++b) le[i * 4 + b] = static_cast<std::uint8_t>((meta[i] >> (8 * b)) & 0xff);
+  return content_crc(crc, le.data(), le.size());
+}
+constexpr std::int64_t kJpegChunkBytes = 64 << 10;   // chunks of the JPEG bytes: a random read costs ~ one image
+constexpr std::int64_t kJpegFlushBytes = 8 << 20;    // bytes gathered before one write
+constexpr std::int64_t kMaxJpegBytes = 64 << 20;     // one image's JPEG (a reader refuses a larger claim)
+constexpr std::int64_t kMaxJpegSide = 65535;         // JPEG's own limit
+}  // namespace
+
 struct DatasetWriter::Impl {
   std::string path, tmp_path;
+  Storage storage = Storage::raw;
+  JpegStoreSpec jpeg;
   std::int64_t h = 0, w = 0, c = 0;
   int num_classes = 0;
   DatasetWriterOptions options;
   std::vector<std::string> class_names;
   H5Handle file;
   H5Handle groups[2];
-  H5Handle images[2], labels[2];
+  H5Handle images[2], labels[2];  ///< images: the uint8 [N,H,W,C] dataset, or a JPEG store's byte dataset
   std::int64_t counts[2] = {0, 0};
   std::vector<std::uint64_t> sum, sumsq;  // train pixel sums per channel: exact, so mean/std are reproducible
+  std::uint64_t pixels_seen = 0;           // train pixels summed (JPEG stores: their sizes differ)
   bool finished = false;
   // Content checksums (format 2): one CRC-32 per block of `block` samples, over the block's image bytes then its
-  // labels (int32 LE). The open block's image CRC runs as samples stream in; its labels wait for the block's end.
+  // labels (int32 LE); JPEG stores continue over each sample's (byte count, height, width) as uint32 LE. The open
+  // block's image CRC runs as samples stream in; its labels wait for the block's end.
   std::int64_t block = 0;
   std::vector<std::uint32_t> checksums[2];
   std::uint32_t open_crc[2] = {0, 0};
   std::vector<std::int32_t> open_labels[2];
+  std::vector<std::uint32_t> open_meta[2];
+  // JPEG stores: bytes not yet written, the offsets (count + 1) and shapes (2 per sample), kept until finish().
+  std::vector<std::uint8_t> pending[2];
+  std::vector<std::int32_t> pending_labels[2];
+  std::int64_t written_bytes[2] = {0, 0}, written_labels[2] = {0, 0};
+  std::vector<std::int64_t> offsets[2] = {{0}, {0}};
+  std::vector<std::int32_t> shapes[2];
 
   void checksum(int si, const std::uint8_t* images, const std::int32_t* labels, std::int64_t count) {
     const std::int64_t sb = h * w * c;
@@ -271,10 +298,72 @@ struct DatasetWriter::Impl {
   }
   void close_block(int si) {
     if (open_labels[si].empty()) return;
-    checksums[si].push_back(labels_crc(open_crc[si], open_labels[si]));
+    std::uint32_t crc = labels_crc(open_crc[si], open_labels[si]);
+    if (storage == Storage::jpeg) crc = shapes_crc(crc, open_meta[si]);
+    checksums[si].push_back(crc);
     open_crc[si] = 0;
     open_labels[si].clear();
+    open_meta[si].clear();
   }
+
+  /// Labels dataset of a split (both storages).
+  void create_labels(int si) {
+    const Split s = static_cast<Split>(si);
+    const std::string ctx = ds_ctx(path, s, "labels");
+    const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, cdims[1] = {4096};
+    H5Handle space(H5_CHECK(H5Screate_simple(1, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
+    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+    H5_CHECK(H5Pset_chunk(dcpl, 1, cdims), ctx, "setting chunks");
+    if (options.deflate_level > 0) H5_CHECK(H5Pset_deflate(dcpl, options.deflate_level), ctx, "enabling deflate");
+    H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
+    labels[si] = own(H5_CHECK(H5Dcreate2(groups[si], "labels", H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                              ctx, "creating the dataset"),
+                     H5Dclose);
+  }
+
+  /// Appends rows to a 1-D or N-D chunked dataset whose first dimension grows.
+  void grow_and_write(hid_t ds, hid_t mem_type, int rank, const hsize_t* tail, std::int64_t base, std::int64_t count,
+                      const void* buf, const std::string& ctx) {
+    hsize_t dims[4] = {hsize_t(base + count), 0, 0, 0};
+    for (int i = 1; i < rank; ++i) dims[i] = tail[i - 1];
+    H5_CHECK(H5Dset_extent(ds, dims), ctx, "growing to {} rows", base + count);
+    rows_io(true, ds, mem_type, base, count, const_cast<void*>(buf), ctx, rows_what(base, count, 0));
+  }
+
+  /// JPEG stores: writes the gathered bytes and labels of split si.
+  void flush(int si) {
+    const Split s = static_cast<Split>(si);
+    if (!pending[si].empty()) {
+      grow_and_write(images[si], H5T_NATIVE_UINT8, 1, nullptr, written_bytes[si],
+                     static_cast<std::int64_t>(pending[si].size()), pending[si].data(), ds_ctx(path, s, "jpeg"));
+      written_bytes[si] += static_cast<std::int64_t>(pending[si].size());
+      pending[si].clear();
+    }
+    if (!pending_labels[si].empty()) {
+      grow_and_write(labels[si], H5T_NATIVE_INT32, 1, nullptr, written_labels[si],
+                     static_cast<std::int64_t>(pending_labels[si].size()), pending_labels[si].data(),
+                     ds_ctx(path, s, "labels"));
+      written_labels[si] += static_cast<std::int64_t>(pending_labels[si].size());
+      pending_labels[si].clear();
+    }
+  }
+
+  /// A dataset written whole at finish() (JPEG stores: offsets, shapes).
+  void write_whole(int si, const char* name, hid_t file_type, hid_t mem_type, int rank, const hsize_t* dims,
+                   const void* data) {
+    const std::string ctx = ds_ctx(path, static_cast<Split>(si), name);
+    H5Handle space(H5_CHECK(H5Screate_simple(rank, dims, nullptr), ctx, "creating the dataspace"), H5Sclose);
+    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+    hsize_t cdims[2] = {std::max<hsize_t>(1, std::min<hsize_t>(dims[0], 1 << 16)), rank > 1 ? dims[1] : 1};
+    H5_CHECK(H5Pset_chunk(dcpl, rank, cdims), ctx, "setting chunks");
+    H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
+    H5Handle ds(H5_CHECK(H5Dcreate2(groups[si], name, file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), ctx,
+                         "creating the dataset"),
+                H5Dclose);
+    if (dims[0] > 0) H5_CHECK(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), ctx, "writing");
+  }
+
+  void create(std::string target, int classes, DatasetWriterOptions opts);
 
   void close_all() noexcept {
     for (int s = 0; s < 2; ++s) {
@@ -295,85 +384,106 @@ struct DatasetWriter::Impl {
   }
 };
 
+/// The file, its groups and labels datasets; the images datasets are the caller's (they differ by storage).
+void DatasetWriter::Impl::create(std::string target, int classes, DatasetWriterOptions opts) {
+  path = std::move(target);
+  num_classes = classes;
+  options = opts;
+  RN_CHECK_CTX(num_classes >= 1, path, "num_classes must be >= 1, got {}", num_classes);
+  RN_CHECK_CTX(options.deflate_level >= 0 && options.deflate_level <= 9, path, "deflate level {} not in 0..9",
+               options.deflate_level);
+  RN_CHECK_CTX(options.chunk_samples >= 0, path, "chunk_samples must be >= 0, got {}", options.chunk_samples);
+  sum.assign(static_cast<std::size_t>(c), 0);
+  sumsq.assign(static_cast<std::size_t>(c), 0);
+
+  const fs::path tp(path);
+  const fs::path dir = tp.has_parent_path() ? tp.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir))
+    RN_IO_FAIL(path, "create the directory first", "output directory '{}' does not exist", dir.string());
+  // Same directory as the target so that the final rename is atomic (no cross-file-system copy). A symlink at the
+  // target is followed (its file is replaced, the link stays); a device or directory there is refused.
+  path = resolve_output_file(path, "--out");
+  tmp_path = temporary_name(path);
+
+  H5Handle fapl(make_file_access_plist(), H5Pclose);
+  // Format 2: checksummed metadata (superblock 3, object headers 2, a checksummed chunk index), so a corrupt header
+  // is a checksum error, never input HDF5's parsers trust.
+  H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), path, "setting the format version bounds");
+  // STRONG: closing the file closes every object, so finish() really releases it before the rename.
+  H5_CHECK(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), path, "setting the close degree");
+  file = own(H5_CHECK(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), path,
+                      "creating temporary file '{}'", tmp_path),
+             H5Fclose);
+  for (Split s : kAllSplits) {
+    const int si = static_cast<int>(s);
+    const std::string gctx = fmt::format("{}: group '/{}'", path, split_name(s));
+    groups[si] = own(
+        H5_CHECK(H5Gcreate2(file, split_name(s), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), gctx, "creating the group"),
+        H5Gclose);
+    create_labels(si);
+  }
+}
+
 DatasetWriter::DatasetWriter(std::string path, std::int64_t height, std::int64_t width, std::int64_t channels,
                              int num_classes, DatasetWriterOptions options)
     : m_impl(std::make_unique<Impl>()) {
   const auto lock = hdf5_lock();
   hdf5_init();
   Impl& m = *m_impl;
-  m.path = std::move(path);
   m.h = height;
   m.w = width;
   m.c = channels;
-  m.num_classes = num_classes;
-  m.options = options;
-  RN_CHECK_CTX(height > 0 && width > 0 && channels > 0, m.path, "image shape {}x{}x{} must be positive", height, width,
+  RN_CHECK_CTX(height > 0 && width > 0 && channels > 0, path, "image shape {}x{}x{} must be positive", height, width,
                channels);
-  RN_CHECK_CTX(num_classes >= 1, m.path, "num_classes must be >= 1, got {}", num_classes);
-  RN_CHECK_CTX(options.deflate_level >= 0 && options.deflate_level <= 9, m.path, "deflate level {} not in 0..9",
-               options.deflate_level);
-  RN_CHECK_CTX(options.chunk_samples >= 0, m.path, "chunk_samples must be >= 0, got {}", options.chunk_samples);
+  m.create(std::move(path), num_classes, options);
   const std::int64_t chunk =
       options.chunk_samples > 0 ? options.chunk_samples : auto_chunk_samples(height * width * channels);
-  m.sum.assign(channels, 0);
-  m.sumsq.assign(channels, 0);
   m.block = chunk;  // one content checksum per images chunk
-
-  const fs::path target(m.path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir))
-    RN_IO_FAIL(m.path, "create the directory first", "output directory '{}' does not exist", dir.string());
-  // Same directory as the target so that the final rename is atomic (no cross-file-system copy). A symlink at the
-  // target is followed (its file is replaced, the link stays); a device or directory there is refused.
-  m.path = resolve_output_file(m.path, "--out");
-  m.tmp_path = temporary_name(m.path);
-
-  H5Handle fapl(make_file_access_plist(), H5Pclose);
-  // Format 2: checksummed metadata (superblock 3, object headers 2, a checksummed chunk index), so a corrupt header
-  // is a checksum error, never input HDF5's parsers trust.
-  H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), m.path, "setting the format version bounds");
-  // STRONG: closing the file closes every object, so finish() really releases it before the rename.
-  H5_CHECK(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), m.path, "setting the close degree");
-  m.file = own(H5_CHECK(H5Fcreate(m.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), m.path,
-                        "creating temporary file '{}'", m.tmp_path),
-               H5Fclose);
-
   for (Split s : kAllSplits) {
     const int si = static_cast<int>(s);
-    const std::string gctx = fmt::format("{}: group '/{}'", m.path, split_name(s));
-    m.groups[si] = own(
-        H5_CHECK(H5Gcreate2(m.file, split_name(s), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), gctx, "creating the group"),
-        H5Gclose);
-    {
-      const std::string ctx = ds_ctx(m.path, s, "images");
-      const hsize_t dims[4] = {0, hsize_t(height), hsize_t(width), hsize_t(channels)};
-      const hsize_t maxdims[4] = {H5S_UNLIMITED, hsize_t(height), hsize_t(width), hsize_t(channels)};
-      const hsize_t cdims[4] = {hsize_t(chunk), hsize_t(height), hsize_t(width), hsize_t(channels)};
-      H5Handle space(H5_CHECK(H5Screate_simple(4, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
-      H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
-      H5_CHECK(H5Pset_chunk(dcpl, 4, cdims), ctx, "setting chunks of {} samples", chunk);
-      if (options.deflate_level > 0) H5_CHECK(H5Pset_deflate(dcpl, options.deflate_level), ctx, "enabling deflate");
-      // After deflate: the checksum covers the bytes on disk, so a flipped byte is reported as corruption
-      // instead of surfacing as a confusing inflate error (or not at all).
-      H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
-      m.images[si] =
-          own(H5_CHECK(H5Dcreate2(m.groups[si], "images", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), ctx,
-                       "creating the dataset"),
-              H5Dclose);
-    }
-    {
-      const std::string ctx = ds_ctx(m.path, s, "labels");
-      const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, cdims[1] = {4096};
-      H5Handle space(H5_CHECK(H5Screate_simple(1, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
-      H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
-      H5_CHECK(H5Pset_chunk(dcpl, 1, cdims), ctx, "setting chunks");
-      if (options.deflate_level > 0) H5_CHECK(H5Pset_deflate(dcpl, options.deflate_level), ctx, "enabling deflate");
-      H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
-      m.labels[si] =
-          own(H5_CHECK(H5Dcreate2(m.groups[si], "labels", H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), ctx,
-                       "creating the dataset"),
-              H5Dclose);
-    }
+    const std::string ctx = ds_ctx(m.path, s, "images");
+    const hsize_t dims[4] = {0, hsize_t(height), hsize_t(width), hsize_t(channels)};
+    const hsize_t maxdims[4] = {H5S_UNLIMITED, hsize_t(height), hsize_t(width), hsize_t(channels)};
+    const hsize_t cdims[4] = {hsize_t(chunk), hsize_t(height), hsize_t(width), hsize_t(channels)};
+    H5Handle space(H5_CHECK(H5Screate_simple(4, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
+    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+    H5_CHECK(H5Pset_chunk(dcpl, 4, cdims), ctx, "setting chunks of {} samples", chunk);
+    if (options.deflate_level > 0) H5_CHECK(H5Pset_deflate(dcpl, options.deflate_level), ctx, "enabling deflate");
+    // After deflate: the checksum covers the bytes on disk, so a flipped byte is reported as corruption
+    // instead of surfacing as a confusing inflate error (or not at all).
+    H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
+    m.images[si] = own(H5_CHECK(H5Dcreate2(m.groups[si], "images", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                                ctx, "creating the dataset"),
+                       H5Dclose);
+  }
+}
+
+DatasetWriter::DatasetWriter(std::string path, const JpegStoreSpec& jpeg, int num_classes, DatasetWriterOptions options)
+    : m_impl(std::make_unique<Impl>()) {
+  const auto lock = hdf5_lock();
+  hdf5_init();
+  Impl& m = *m_impl;
+  m.storage = Storage::jpeg;
+  m.jpeg = jpeg;
+  m.c = jpeg.channels;
+  RN_CHECK_CTX(jpeg.channels == 1 || jpeg.channels == 3, path, "a JPEG store holds 1 or 3 channels, not {}",
+               jpeg.channels);
+  RN_CHECK_CTX(jpeg.quality >= 1 && jpeg.quality <= 100 && jpeg.max_side >= 0, path,
+               "JPEG quality {} (1..100) or max side {} (>= 0) out of range", jpeg.quality, jpeg.max_side);
+  m.create(std::move(path), num_classes, options);
+  // One checksum per sample by default: a shuffled read of a store larger than the cache then reads what it needs.
+  m.block = options.chunk_samples > 0 ? options.chunk_samples : 1;
+  for (Split s : kAllSplits) {
+    const int si = static_cast<int>(s);
+    const std::string ctx = ds_ctx(m.path, s, "jpeg");
+    const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, cdims[1] = {hsize_t(kJpegChunkBytes)};
+    H5Handle space(H5_CHECK(H5Screate_simple(1, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
+    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+    H5_CHECK(H5Pset_chunk(dcpl, 1, cdims), ctx, "setting chunks");
+    H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
+    m.images[si] = own(H5_CHECK(H5Dcreate2(m.groups[si], "jpeg", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                                ctx, "creating the dataset"),
+                       H5Dclose);
   }
 }
 
@@ -392,6 +502,7 @@ void DatasetWriter::append(Split split, const std::uint8_t* images, const std::i
   Impl& m = *m_impl;
   const int si = static_cast<int>(split);
   RN_CHECK_CTX(!m.finished, m.path, "append after finish()");
+  RN_CHECK_CTX(m.storage == Storage::raw, m.path, "append() to a JPEG store: use append_encoded()");
   RN_CHECK_CTX(count >= 0, m.path, "negative sample count {}", count);
   if (count == 0) return;
   RN_CHECK_CTX(images && labels, m.path, "append: null images or labels");
@@ -401,20 +512,9 @@ void DatasetWriter::append(Split split, const std::uint8_t* images, const std::i
       RN_IO_FAIL(ds_ctx(m.path, split, "labels"), "check --classes against the source labels",
                  "label {} of sample {} is outside [0, {})", labels[i], base + i, m.num_classes);
   }
-  {
-    const std::string ctx = ds_ctx(m.path, split, "images");
-    const hsize_t dims[4] = {hsize_t(base + count), hsize_t(m.h), hsize_t(m.w), hsize_t(m.c)};
-    H5_CHECK(H5Dset_extent(m.images[si], dims), ctx, "growing to {} samples", base + count);
-    rows_io(true, m.images[si], H5T_NATIVE_UINT8, base, count, const_cast<std::uint8_t*>(images), ctx,
-            rows_what(base, count, 0));
-  }
-  {
-    const std::string ctx = ds_ctx(m.path, split, "labels");
-    const hsize_t dims[1] = {hsize_t(base + count)};
-    H5_CHECK(H5Dset_extent(m.labels[si], dims), ctx, "growing to {} samples", base + count);
-    rows_io(true, m.labels[si], H5T_NATIVE_INT32, base, count, const_cast<std::int32_t*>(labels), ctx,
-            rows_what(base, count, 0));
-  }
+  const hsize_t tail[3] = {hsize_t(m.h), hsize_t(m.w), hsize_t(m.c)};
+  m.grow_and_write(m.images[si], H5T_NATIVE_UINT8, 4, tail, base, count, images, ds_ctx(m.path, split, "images"));
+  m.grow_and_write(m.labels[si], H5T_NATIVE_INT32, 1, nullptr, base, count, labels, ds_ctx(m.path, split, "labels"));
   m.checksum(si, images, labels, count);
   if (split == Split::train) {
     const std::int64_t pixels = count * m.h * m.w;
@@ -425,8 +525,48 @@ void DatasetWriter::append(Split split, const std::uint8_t* images, const std::i
         m.sumsq[ch] += std::uint64_t(px[ch]) * px[ch];
       }
     }
+    m.pixels_seen += static_cast<std::uint64_t>(pixels);
   }
   m.counts[si] = base + count;
+}
+
+void DatasetWriter::append_encoded(Split split, const std::uint8_t* bytes, std::int64_t size, std::int64_t height,
+                                   std::int64_t width, std::int32_t label, const std::uint8_t* pixels) {
+  const auto lock = hdf5_lock();
+  Impl& m = *m_impl;
+  const int si = static_cast<int>(split);
+  RN_CHECK_CTX(!m.finished, m.path, "append after finish()");
+  RN_CHECK_CTX(m.storage == Storage::jpeg, m.path, "append_encoded() to a raw store: use append()");
+  const std::int64_t base = m.counts[si];
+  RN_CHECK_CTX(bytes && size > 0 && size <= kMaxJpegBytes, m.path, "sample {}: {} bytes of JPEG (1 to {} allowed)",
+               base, size, kMaxJpegBytes);
+  RN_CHECK_CTX(height > 0 && width > 0 && height <= kMaxJpegSide && width <= kMaxJpegSide, m.path,
+               "sample {}: a JPEG of {}x{} pixels", base, width, height);
+  if (label < 0 || label >= m.num_classes)
+    RN_IO_FAIL(ds_ctx(m.path, split, "labels"), "check --classes against the source labels",
+               "label {} of sample {} is outside [0, {})", label, base, m.num_classes);
+  m.pending[si].insert(m.pending[si].end(), bytes, bytes + size);
+  m.pending_labels[si].push_back(label);
+  m.offsets[si].push_back(m.offsets[si].back() + size);
+  m.shapes[si].push_back(static_cast<std::int32_t>(height));
+  m.shapes[si].push_back(static_cast<std::int32_t>(width));
+  m.open_crc[si] = content_crc(m.open_crc[si], bytes, static_cast<std::size_t>(size));
+  m.open_labels[si].push_back(label);
+  m.open_meta[si].insert(m.open_meta[si].end(), {static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(height),
+                                                 static_cast<std::uint32_t>(width)});
+  if (static_cast<std::int64_t>(m.open_labels[si].size()) == m.block) m.close_block(si);
+  if (split == Split::train && pixels) {
+    const std::int64_t n = height * width;
+    for (std::int64_t p = 0; p < n; ++p)
+      for (std::int64_t ch = 0; ch < m.c; ++ch) {
+        const std::uint8_t v = pixels[p * m.c + ch];
+        m.sum[ch] += v;
+        m.sumsq[ch] += std::uint64_t(v) * v;
+      }
+    m.pixels_seen += static_cast<std::uint64_t>(n);
+  }
+  m.counts[si] = base + 1;
+  if (static_cast<std::int64_t>(m.pending[si].size()) >= kJpegFlushBytes) m.flush(si);
 }
 
 void DatasetWriter::finish() {
@@ -435,7 +575,8 @@ void DatasetWriter::finish() {
   RN_CHECK_CTX(!m.finished, m.path, "finish() called twice");
   if (m.counts[0] == 0) RN_IO_FAIL(m.path, "append training samples before finish()", "the train split is empty");
   const std::string& ctx = m.path;
-  const long double n = static_cast<long double>(m.counts[0]) * m.h * m.w;
+  RN_CHECK_CTX(m.pixels_seen > 0, ctx, "no train pixels were given for the mean and std");
+  const long double n = static_cast<long double>(m.pixels_seen);
   std::vector<float> mean(m.c), stddev(m.c);
   for (std::int64_t ch = 0; ch < m.c; ++ch) {
     const long double mu = m.sum[ch] / n;
@@ -445,12 +586,25 @@ void DatasetWriter::finish() {
   }
   write_string_attr(m.file, "format", kDatasetFormat, ctx);
   write_int_attr(m.file, "version", kDatasetVersion, ctx);
+  write_string_attr(m.file, "storage", storage_name(m.storage), ctx);
   write_int_attr(m.file, "num_classes", m.num_classes, ctx);
   write_float_array_attr(m.file, "mean", mean, ctx);
   write_float_array_attr(m.file, "std", stddev, ctx);
+  if (m.storage == Storage::jpeg) {
+    write_int_attr(m.file, "channels", static_cast<int>(m.c), ctx);
+    write_int_attr(m.file, "jpeg_quality", m.jpeg.quality, ctx);
+    write_int_attr(m.file, "max_side", static_cast<int>(m.jpeg.max_side), ctx);
+  }
   if (!m.class_names.empty()) write_string_array_attr(m.file, "class_names", m.class_names, ctx);
   for (int si = 0; si < 2; ++si) {
     m.close_block(si);
+    if (m.storage == Storage::jpeg) {
+      m.flush(si);
+      const hsize_t odims[1] = {m.offsets[si].size()};
+      m.write_whole(si, "offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, odims, m.offsets[si].data());
+      const hsize_t sdims[2] = {hsize_t(m.counts[si]), 2};
+      m.write_whole(si, "shapes", H5T_STD_I32LE, H5T_NATIVE_INT32, 2, sdims, m.shapes[si].data());
+    }
     const Split s = static_cast<Split>(si);
     const std::string cctx = ds_ctx(m.path, s, "checksums");
     const hsize_t n = m.checksums[si].size();
@@ -491,11 +645,13 @@ struct DatasetFile::Impl {
   /// Decoded samples [first, first + count) of one split: what a read copies from.
   struct Block {
     std::int64_t first = 0, count = 0;
-    std::vector<std::uint8_t> images;
+    std::vector<std::uint8_t> images;  ///< raw: count samples of H*W*C; JPEG: their bytes one after the other
     std::vector<std::int32_t> labels;
   };
   struct SplitData {
-    H5Handle images, labels;
+    H5Handle images, labels;  ///< images: uint8 [N,H,W,C], or a JPEG store's byte dataset /<split>/jpeg
+    std::vector<std::int64_t> offsets;  ///< JPEG stores: N + 1 byte offsets
+    std::vector<std::int32_t> shapes;   ///< JPEG stores: (height, width) per sample
     std::int64_t block = 1;                ///< samples per block (= per content checksum in format 2)
     std::vector<std::uint32_t> checksums;  ///< format 2: one per block; empty in format 1
     std::int64_t capacity = 2;             ///< blocks kept in memory (all of them when the split fits the budget)
@@ -505,7 +661,10 @@ struct DatasetFile::Impl {
   };
   std::string path;
   std::string format_attr;  ///< as read (a child process hands it over: see the constructor)
+  std::string storage_attr;  ///< likewise ("raw", "jpeg"; empty before version 3)
   int version = 0;
+  Storage storage = Storage::raw;
+  JpegStoreSpec jpeg;
   int num_classes = 0;
   std::vector<float> mean, stddev;
   std::vector<std::string> class_names;
@@ -541,12 +700,20 @@ struct DatasetFile::Impl {
     auto b = std::make_shared<Block>();
     b->first = k * d.block;
     b->count = std::min(d.block, in.count - b->first);
+    const bool jpeg = in.storage == Storage::jpeg;
     const std::int64_t sb = in.sample_bytes();
-    b->images.resize(static_cast<std::size_t>(b->count * sb));
+    const std::int64_t byte0 = jpeg ? d.offsets[static_cast<std::size_t>(b->first)] : 0;
+    const std::int64_t nbytes =
+        jpeg ? d.offsets[static_cast<std::size_t>(b->first + b->count)] - byte0 : b->count * sb;
+    b->images.resize(static_cast<std::size_t>(nbytes));
     b->labels.resize(static_cast<std::size_t>(b->count));
     const std::string what = rows_what(b->first, b->count, in.chunk_samples);
     try {
-      rows_io(false, d.images, H5T_NATIVE_UINT8, b->first, b->count, b->images.data(), ds_ctx(path, s, "images"), what);
+      if (jpeg)
+        rows_io(false, d.images, H5T_NATIVE_UINT8, byte0, nbytes, b->images.data(), ds_ctx(path, s, "jpeg"),
+                fmt::format("{} (bytes [{}, {}))", what, byte0, byte0 + nbytes));
+      else
+        rows_io(false, d.images, H5T_NATIVE_UINT8, b->first, b->count, b->images.data(), ds_ctx(path, s, "images"), what);
       rows_io(false, d.labels, H5T_NATIVE_INT32, b->first, b->count, b->labels.data(), ds_ctx(path, s, "labels"), what);
     } catch (const Error& e) {
       if (request.empty() || request == what) throw;
@@ -555,10 +722,20 @@ struct DatasetFile::Impl {
     check_size(s, b->first, b->count);
     if (!d.checksums.empty()) {
       const std::uint32_t want = d.checksums[static_cast<std::size_t>(k)];
-      const std::uint32_t got = labels_crc(content_crc(0, b->images.data(), b->images.size()), b->labels);
+      std::uint32_t got = labels_crc(content_crc(0, b->images.data(), b->images.size()), b->labels);
+      if (jpeg) {
+        std::vector<std::uint32_t> meta;
+        for (std::int64_t i = b->first; i < b->first + b->count; ++i) {
+          const auto u = static_cast<std::size_t>(i);
+          meta.insert(meta.end(), {static_cast<std::uint32_t>(d.offsets[u + 1] - d.offsets[u]),
+                                   static_cast<std::uint32_t>(d.shapes[2 * u]),
+                                   static_cast<std::uint32_t>(d.shapes[2 * u + 1])});
+        }
+        got = shapes_crc(got, meta);
+      }
       if (got != want) {
         const bool zeros = std::all_of(b->images.begin(), b->images.end(), [](std::uint8_t v) { return v == 0; });
-        RN_IO_FAIL(ds_ctx(path, s, "images"), "the file is corrupted; re-create or re-copy it",
+        RN_IO_FAIL(ds_ctx(path, s, jpeg ? "jpeg" : "images"), "the file is corrupted; re-create or re-copy it",
                    "samples [{}, {}) fail their content checksum (stored {:08x}, read {:08x}){}", b->first,
                    b->first + b->count, want, got,
                    zeros ? ": their images read as all zero (a zeroed chunk, one never written, or one past the end "
@@ -705,6 +882,79 @@ void check_stored(hid_t ds, const std::string& ctx, std::int64_t count, std::int
                want, stored / static_cast<hsize_t>(std::max<std::int64_t>(sample_bytes, 1)));
 }
 
+/// The type and rank of a dataset, checked; its dimensions.
+std::vector<hsize_t> checked_dims(hid_t ds, const std::string& ctx, H5T_class_t cls, std::size_t bytes, H5T_sign_t sign,
+                                  int rank, const char* expected) {
+  H5Handle type(H5_CHECK(H5Dget_type(ds), ctx, "reading the type"), H5Tclose);
+  if (H5Tget_class(type) != cls || H5Tget_size(type) != bytes || (cls == H5T_INTEGER && H5Tget_sign(type) != sign))
+    RN_IO_FAIL(ctx, kRecreateHint, "has type {}, expected {}", describe_type(type), expected);
+  H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "reading the dataspace"), H5Sclose);
+  const int r = H5_CHECK(H5Sget_simple_extent_ndims(space), ctx, "reading the rank");
+  if (r != rank) RN_IO_FAIL(ctx, kRecreateHint, "has rank {}, expected {}", r, rank);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr), ctx, "reading the dimensions");
+  return dims;
+}
+
+/// A JPEG store's split (format 3): /<split>/jpeg uint8 [bytes], /<split>/offsets int64 [N+1], /<split>/shapes int32
+/// [N, 2]. Every chunk the extents claim must be stored before anything is read; the offsets must run from 0 to the
+/// byte count, each image 1 byte to 64 MiB; every shape 1..65535.
+void open_jpeg_split(DatasetFile::Impl& m, const std::string& path, Split s) {
+  const int si = static_cast<int>(s);
+  auto& d = m.split[si];
+  SplitInfo& info = m.info[si];
+  constexpr hsize_t kMaxCount = hsize_t{1} << 40, kMaxBytes = hsize_t{1} << 50;
+  const std::string jctx = ds_ctx(path, s, "jpeg"), octx = ds_ctx(path, s, "offsets"), sctx = ds_ctx(path, s, "shapes");
+  d.images = open_dataset(m.file, path, s, "jpeg");
+  const hsize_t total = checked_dims(d.images, jctx, H5T_INTEGER, 1, H5T_SGN_NONE, 1, "uint8 [bytes]")[0];
+  if (total > kMaxBytes) RN_IO_FAIL(jctx, kRecreateHint, "claims {} bytes, more than 1 PiB (corrupt header?)", total);
+  H5Handle shapes = open_dataset(m.file, path, s, "shapes");
+  const std::vector<hsize_t> sd = checked_dims(shapes, sctx, H5T_INTEGER, 4, H5T_SGN_2, 2, "int32 [N, 2]");
+  if (sd[1] != 2) RN_IO_FAIL(sctx, kRecreateHint, "has {} columns, expected 2 (height, width)", sd[1]);
+  if (sd[0] > kMaxCount || sd[0] > total)
+    RN_IO_FAIL(sctx, kRecreateHint, "claims {} images in {} bytes of JPEG (corrupt header?)", sd[0], total);
+  H5Handle offsets = open_dataset(m.file, path, s, "offsets");
+  const hsize_t no = checked_dims(offsets, octx, H5T_INTEGER, 8, H5T_SGN_2, 1, "int64 [N + 1]")[0];
+  if (no != sd[0] + 1) RN_IO_FAIL(octx, kRecreateHint, "{} offsets for {} images ({} expected)", no, sd[0], sd[0] + 1);
+  const std::int64_t n = static_cast<std::int64_t>(sd[0]);
+  SplitInfo jinfo;
+  read_storage(d.images, jinfo, jctx);
+  check_stored(d.images, jctx, static_cast<std::int64_t>(total), 1, jinfo.chunk_samples);
+  check_stored(shapes, sctx, n, 8, 0);
+  check_stored(offsets, octx, n + 1, 8, 0);
+  d.offsets.resize(static_cast<std::size_t>(n + 1));
+  d.shapes.resize(static_cast<std::size_t>(2 * n));
+  H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.offsets.data()), octx, "reading");
+  if (n > 0) H5_CHECK(H5Dread(shapes, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.shapes.data()), sctx, "reading");
+  if (d.offsets[0] != 0) RN_IO_FAIL(octx, kRecreateHint, "offset 0 is {}, expected 0", d.offsets[0]);
+  if (d.offsets[static_cast<std::size_t>(n)] != static_cast<std::int64_t>(total))
+    RN_IO_FAIL(octx, kRecreateHint, "the last offset is {} but the JPEG data has {} bytes",
+               d.offsets[static_cast<std::size_t>(n)], total);
+  info.count = n;
+  info.channels = m.jpeg.channels;
+  info.encoded_bytes = static_cast<std::int64_t>(total);
+  info.chunk_samples = jinfo.chunk_samples;  // bytes, for a JPEG store
+  info.deflate_level = jinfo.deflate_level;
+  info.fletcher32 = jinfo.fletcher32;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    const std::int64_t len = d.offsets[u + 1] - d.offsets[u];
+    if (len < 1 || len > kMaxJpegBytes)
+      RN_IO_FAIL(octx, kRecreateHint, "image {} spans {} bytes (offsets {} to {}): not 1 to {}", i, len, d.offsets[u],
+                 d.offsets[u + 1], kMaxJpegBytes);
+    const std::int64_t h = d.shapes[2 * u], w = d.shapes[2 * u + 1];
+    if (h < 1 || w < 1 || h > kMaxJpegSide || w > kMaxJpegSide)
+      RN_IO_FAIL(sctx, kRecreateHint, "image {} claims {}x{} pixels", i, w, h);
+    info.min_height = i ? std::min(info.min_height, h) : h;
+    info.min_width = i ? std::min(info.min_width, w) : w;
+    info.max_height = std::max(info.max_height, h);
+    info.max_width = std::max(info.max_width, w);
+  }
+  // Blocks are cached by us (verified once); HDF5 keeps only a few chunks.
+  d.images = reopen_with_cache(m.file, std::move(d.images), fmt::format("/{}/jpeg", split_name(s)),
+                               static_cast<std::int64_t>(total), jinfo.chunk_samples, 1, 0, jctx);
+}
+
 /// Blocks, content checksums (format 2) and the cache of one split.
 void open_blocks(DatasetFile::Impl& m, Split s, std::int64_t budget) {
   const int si = static_cast<int>(s);
@@ -737,9 +987,12 @@ void open_blocks(DatasetFile::Impl& m, Split s, std::int64_t budget) {
     if (n > 0)
       H5_CHECK(H5Dread(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.checksums.data()), ctx, "reading");
   }
-  const std::int64_t block_bytes = std::max<std::int64_t>(1, d.block * sb);
-  d.capacity = in.count * sb <= budget ? std::max<std::int64_t>(d.blocks(in.count), 1)
-                                       : std::max<std::int64_t>(2, budget / block_bytes);
+  // JPEG stores: blocks differ in size; their mean decides how many fit.
+  const std::int64_t total = in.storage == Storage::jpeg ? in.encoded_bytes : in.count * sb;
+  const std::int64_t block_bytes =
+      std::max<std::int64_t>(1, in.count > 0 ? total / std::max<std::int64_t>(d.blocks(in.count), 1) : 1);
+  d.capacity = total <= budget ? std::max<std::int64_t>(d.blocks(in.count), 1)
+                               : std::max<std::int64_t>(2, budget / block_bytes);
 }
 
 }  // namespace
@@ -748,7 +1001,7 @@ namespace {
 
 /// The string attributes, read where HDF5 may crash on them (below).
 struct StringAttrs {
-  std::string format;
+  std::string format, storage;
   std::vector<std::string> class_names;
 };
 
@@ -820,7 +1073,7 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
   const std::string got = run_contained(path, [&] {
     DatasetFile::Impl probe;
     open_into(probe, path, cache_budget, nullptr, /*vlen_strings=*/true);
-    std::string out = probe.format_attr;
+    std::string out = probe.format_attr + '\0' + probe.storage_attr;
     for (const std::string& n : probe.class_names) out += '\0' + n;
     return out;
   });
@@ -833,6 +1086,7 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
     return v;
   };
   strings.format = next();
+  strings.storage = next();
   while (at <= got.size()) strings.class_names.push_back(next());
   open_into(mc, path, cache_budget, &strings, /*vlen_strings=*/false);
 }
@@ -868,6 +1122,24 @@ void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache
   if (classes < 1 || classes > (1LL << 30))
     RN_IO_FAIL(path, kRecreateHint, "attribute 'num_classes' = {} is not a positive class count", classes);
   m.num_classes = static_cast<int>(classes);
+  if (m.version >= 3) {  // version 3 says how the images are stored
+    const std::vector<std::string> storage =
+        strings ? std::vector<std::string>{strings->storage}
+                : guarded_strings(open_attr(m.file, "storage", path), "storage", path, vlen_strings);
+    if (!storage.empty()) m.storage_attr = storage[0];
+    if (storage.size() == 1 && storage[0] == "jpeg")
+      m.storage = Storage::jpeg;
+    else if (storage.size() != 1 || storage[0] != "raw")
+      RN_IO_FAIL(path, kRecreateHint, "attribute 'storage' is '{}', expected 'raw' or 'jpeg'",
+                 storage.empty() ? "" : storage[0]);
+  }
+  if (m.storage == Storage::jpeg) {
+    const long long ch = read_int_attr(m.file, "channels", path);
+    if (ch != 1 && ch != 3) RN_IO_FAIL(path, kRecreateHint, "attribute 'channels' = {}: a JPEG store has 1 or 3", ch);
+    m.jpeg.channels = ch;
+    if (H5Aexists(m.file, "jpeg_quality") > 0) m.jpeg.quality = static_cast<int>(read_int_attr(m.file, "jpeg_quality", path));
+    if (H5Aexists(m.file, "max_side") > 0) m.jpeg.max_side = read_int_attr(m.file, "max_side", path);
+  }
 
   for (Split s : kAllSplits) {
     const int si = static_cast<int>(s);
@@ -877,9 +1149,12 @@ void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache
       RN_IO_FAIL(path, kRecreateHint, "missing group '{}'", group);
     SplitInfo& info = m.info[si];
 
+    info.storage = m.storage;
     const std::string ictx = ds_ctx(path, s, "images");
-    m.split[si].images = open_dataset(m.file, path, s, "images");
-    {
+    if (m.storage == Storage::jpeg) {
+      open_jpeg_split(m, path, s);
+    } else {
+      m.split[si].images = open_dataset(m.file, path, s, "images");
       H5Handle type(H5_CHECK(H5Dget_type(m.split[si].images), ictx, "reading the type"), H5Tclose);
       if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 || H5Tget_sign(type) != H5T_SGN_NONE)
         RN_IO_FAIL(ictx, kRecreateHint, "images have type {}, expected uint8", describe_type(type));
@@ -931,7 +1206,7 @@ void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache
   }
   const SplitInfo& t = m.info[0];
   const SplitInfo& v = m.info[1];
-  if (t.height != v.height || t.width != v.width || t.channels != v.channels)
+  if (m.storage == Storage::raw && (t.height != v.height || t.width != v.width || t.channels != v.channels))
     RN_IO_FAIL(path, kRecreateHint, "train images are {}x{}x{} but val images are {}x{}x{}", t.height, t.width,
                t.channels, v.height, v.width, v.channels);
 
@@ -988,6 +1263,9 @@ const std::vector<float>& DatasetFile::stddev() const { return m_impl->stddev; }
 const std::vector<std::string>& DatasetFile::class_names() const { return m_impl->class_names; }
 const SplitInfo& DatasetFile::info(Split split) const { return m_impl->info[static_cast<int>(split)]; }
 std::int64_t DatasetFile::sample_bytes() const { return m_impl->info[0].sample_bytes(); }
+Storage DatasetFile::storage() const { return m_impl->storage; }
+std::int64_t DatasetFile::channels() const { return m_impl->info[0].channels; }
+const JpegStoreSpec& DatasetFile::jpeg_spec() const { return m_impl->jpeg; }
 
 void DatasetFile::read(Split split, std::int64_t start, std::int64_t count, std::uint8_t* images,
                        std::int32_t* labels) const {
@@ -1007,6 +1285,9 @@ void DatasetFile::read(Split split, std::int64_t start, std::int64_t count, std:
     m.check_size(split, start, count);
     return;
   }
+  if (m.storage == Storage::jpeg)
+    RN_IO_FAIL(m.path, "a JPEG store's images are read encoded (DatasetFile::read_encoded) and decoded by the loader",
+               "samples [{}, {}) of a JPEG store read as raw pixels", start, start + count);
   // Images go through verified blocks: each is read once (whole chunks), checked, and cached.
   const std::string request = rows_what(start, count, info.chunk_samples);
   const std::int64_t sb = info.sample_bytes(), bs = m.split[si].block;
@@ -1068,6 +1349,43 @@ void DatasetFile::read_indices(Split split, const std::vector<std::int64_t>& idx
       }
     }
     i = j + 1;
+  }
+}
+
+void DatasetFile::read_encoded(Split split, const std::vector<std::int64_t>& idx, EncodedBatch& out) const {
+  const auto lock = hdf5_lock();
+  hdf5_init();
+  Impl& m = *m_impl;
+  const int si = static_cast<int>(split);
+  const SplitInfo& info = m.info[si];
+  if (m.storage != Storage::jpeg)
+    RN_IO_FAIL(m.path, "read a raw store with read()/read_indices()", "read_encoded() on a raw store");
+  for (std::size_t i = 0; i < idx.size(); ++i)
+    if (idx[i] < 0 || idx[i] >= info.count)
+      RN_IO_FAIL(ds_ctx(m.path, split, "jpeg"), "indices run from 0 to the split size - 1",
+                 "index idx[{}] = {} out of range: the split has {} samples", i, idx[i], info.count);
+  const auto& d = m.split[si];
+  std::int64_t total = 0;
+  for (std::int64_t i : idx)
+    total += d.offsets[static_cast<std::size_t>(i) + 1] - d.offsets[static_cast<std::size_t>(i)];
+  out.bytes.resize(static_cast<std::size_t>(total));
+  out.offsets.assign(1, 0);
+  out.heights.resize(idx.size());
+  out.widths.resize(idx.size());
+  out.labels.resize(idx.size());
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    const std::int64_t j = idx[i];
+    const auto u = static_cast<std::size_t>(j);
+    const std::shared_ptr<Impl::Block> b = m.block(split, j / d.block, rows_what(j, 1, 0));
+    const std::int64_t from = d.offsets[u] - d.offsets[static_cast<std::size_t>(b->first)];
+    const std::int64_t len = d.offsets[u + 1] - d.offsets[u];
+    std::memcpy(out.bytes.data() + at, b->images.data() + from, static_cast<std::size_t>(len));
+    at += len;
+    out.offsets.push_back(at);
+    out.heights[i] = d.shapes[2 * u];
+    out.widths[i] = d.shapes[2 * u + 1];
+    out.labels[i] = b->labels[static_cast<std::size_t>(j - b->first)];
   }
 }
 

@@ -12,10 +12,43 @@
 namespace renaissance::runtime {
 
 namespace {
-// Philox "purpose" words keep the streams of different uses apart.
-constexpr std::uint32_t kPurposeOrder = 0x4f524452;    // "ORDR"
-constexpr std::uint32_t kPurposeAugment = 0x41554721;  // "AUG!"
+// Philox "purpose" words keep the streams of different uses apart (augmentation: io/augment.h).
+constexpr std::uint32_t kPurposeOrder = 0x4f524452;  // "ORDR"
 }  // namespace
+
+io::AugmentSpec train_spec(const Augmentation& a, std::int64_t out_h, std::int64_t out_w) {
+  io::AugmentSpec s;
+  s.out_h = out_h;
+  s.out_w = out_w;
+  s.crop = a.crop;
+  s.scale_min = a.scale_min;
+  s.scale_max = a.scale_max;
+  s.ratio_min = a.ratio_min;
+  s.ratio_max = a.ratio_max;
+  s.resize_short = a.val_resize;
+  s.crop_padding = a.crop_padding;
+  s.horizontal_flip = a.horizontal_flip;
+  return s;
+}
+
+io::AugmentSpec val_spec(const Augmentation& a, std::int64_t out_h, std::int64_t out_w, bool same_size) {
+  io::AugmentSpec s;
+  s.out_h = out_h;
+  s.out_w = out_w;
+  s.crop = same_size ? io::CropMode::none : io::CropMode::center;
+  s.resize_short = a.val_resize;
+  return s;
+}
+
+io::SampleRender make_render(const io::AugmentSpec& spec, std::uint64_t seed, std::int64_t epoch,
+                             const std::vector<std::int64_t>* positions) {
+  return [spec, seed, epoch, positions](const io::SampleSource& src, std::int64_t p, std::uint8_t* out) {
+    thread_local std::vector<std::uint8_t> scratch;
+    const std::int64_t key = positions ? (*positions)[static_cast<std::size_t>(p)] : p;
+    const io::SampleGeometry g = io::sample_geometry(spec, seed, epoch, key, src.height, src.width);
+    io::render_sample(src.pixels, src.height, src.width, src.channels, g, spec, out, scratch);
+  };
+}
 
 std::vector<std::int64_t> epoch_order(std::uint64_t seed, std::int64_t epoch, std::int64_t n, bool shuffle) {
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
@@ -32,26 +65,12 @@ std::vector<std::int64_t> epoch_order(std::uint64_t seed, std::int64_t epoch, st
 void augment_image(std::uint8_t* image, std::int64_t h, std::int64_t w, std::int64_t c, const Augmentation& a,
                    std::uint64_t seed, std::int64_t epoch, std::int64_t sample, std::vector<std::uint8_t>& scratch) {
   if (!a.enabled()) return;
-  const Philox::Block r = Philox::generate(
-      seed, {static_cast<std::uint32_t>(sample), static_cast<std::uint32_t>(sample >> 32),
-             static_cast<std::uint32_t>(epoch), kPurposeAugment});
-  const std::int64_t p = a.crop_padding;
-  const std::int64_t dy = p > 0 ? static_cast<std::int64_t>(r[0] % static_cast<std::uint32_t>(2 * p + 1)) - p : 0;
-  const std::int64_t dx = p > 0 ? static_cast<std::int64_t>(r[1] % static_cast<std::uint32_t>(2 * p + 1)) - p : 0;
-  const bool flip = a.horizontal_flip && (r[2] & 1u);
-  if (dy == 0 && dx == 0 && !flip) return;
+  // One definition of the pixel work (io/augment.h), in place: the image is copied aside and rendered back.
+  const io::AugmentSpec spec = train_spec(a, h, w);
+  const io::SampleGeometry g = io::sample_geometry(spec, seed, epoch, sample, h, w);
   const std::size_t bytes = static_cast<std::size_t>(h * w * c);
-  scratch.assign(image, image + bytes);
-  // out(y, x) = in(y + dy, x' + dx) with x' the (possibly mirrored) column; outside the image reads 0.
-  for (std::int64_t y = 0; y < h; ++y)
-    for (std::int64_t x = 0; x < w; ++x) {
-      const std::int64_t sx = (flip ? w - 1 - x : x) + dx, sy = y + dy;
-      std::uint8_t* dst = image + (y * w + x) * c;
-      if (sy < 0 || sy >= h || sx < 0 || sx >= w)
-        std::memset(dst, 0, static_cast<std::size_t>(c));
-      else
-        std::memcpy(dst, scratch.data() + (sy * w + sx) * c, static_cast<std::size_t>(c));
-    }
+  std::vector<std::uint8_t> copy(image, image + bytes);
+  io::render_sample(copy.data(), h, w, c, g, spec, image, scratch);
 }
 
 void normalize_images(const std::uint8_t* src, std::int64_t count, std::int64_t h, std::int64_t w, std::int64_t c,
@@ -79,6 +98,23 @@ void normalize_images(const std::uint8_t* src, std::int64_t count, std::int64_t 
       for (std::int64_t k = c; k < dst_c; ++k) out[i * dst_c + k] = 0;
     }
   }
+}
+
+void normalize_images(io::LoaderPool* pool, const std::uint8_t* src, std::int64_t count, std::int64_t h,
+                      std::int64_t w, std::int64_t c, const float* mean, const float* stddev, std::byte* dst,
+                      DType dst_dtype, std::int64_t dst_c) {
+  const int workers = pool ? pool->threads() + 1 : 1;
+  if (workers <= 1 || count < 2) {
+    normalize_images(src, count, h, w, c, mean, stddev, dst, dst_dtype, dst_c);
+    return;
+  }
+  const std::int64_t pieces = std::min<std::int64_t>(count, 4 * workers);
+  const std::int64_t in_bytes = h * w * c;
+  const std::int64_t out_bytes = h * w * dst_c * static_cast<std::int64_t>(dtype_size(dst_dtype));
+  pool->parallel_for(pieces, [&](std::int64_t k) {
+    const std::int64_t a = count * k / pieces, b = count * (k + 1) / pieces;
+    normalize_images(src + a * in_bytes, b - a, h, w, c, mean, stddev, dst + a * out_bytes, dst_dtype, dst_c);
+  });
 }
 
 void resize_images(const std::uint8_t* src, std::int64_t count, std::int64_t h, std::int64_t w, std::int64_t c,

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <set>
 
@@ -64,9 +65,46 @@ struct Trainer::Impl {
   std::byte* hyper_staging[2] = {nullptr, nullptr};  ///< per-slot pinned copies of the step scalars
   std::int64_t staging_bytes = 0;
   std::int64_t staging_labels_off = 0, staging_data_off = 0;
-  std::int64_t img_h = 0, img_w = 0, img_c = 0;
+  std::int64_t img_h = 0, img_w = 0, img_c = 0;  ///< the images the training loader delivers at full resolution
   int world = 1, rank = 0;  ///< data-parallel ranks (DESIGN §9)
   std::vector<std::uint8_t> resized;
+  /// The input pipeline on the host (issue 12): loader threads that decode (JPEG stores) and render (crop, resize,
+  /// flip) samples, and normalise batches into the staging buffers.
+  std::unique_ptr<io::LoaderPool> pool;
+  bool stored_is_model_size = true;  ///< a raw store of the model's H x W: validation copies, crop none trains as stored
+  std::int64_t model_h = 0, model_w = 0;
+
+  /// The loader options that render `split`'s samples for a variant of out_h x out_w (training: the run's
+  /// augmentation keyed by positions; validation: a copy or the centre crop), or none where the stored images are
+  /// delivered as they are.
+  io::LoaderOptions loader_options(io::Split split, std::int64_t out_h, std::int64_t out_w, std::int64_t epoch,
+                                   const std::vector<std::int64_t>* positions) const {
+    io::LoaderOptions lo;
+    lo.pool = pool.get();
+    const bool jpeg = data.storage() == io::Storage::jpeg;
+    if (split == io::Split::train) {
+      // crop none on a raw store: the stored size (progressive resize happens in stage()); otherwise rendered at the
+      // variant's size directly (FFCV-style progressive resize). `center` is the validation transform, so on a raw
+      // store of the model's size, which validation copies, it is none too.
+      Augmentation aug = opt.augmentation;
+      if (aug.crop == io::CropMode::center && stored_is_model_size) aug.crop = io::CropMode::none;
+      const bool as_stored = aug.crop == io::CropMode::none && !jpeg;
+      const std::int64_t h = as_stored ? img_h : out_h, w = as_stored ? img_w : out_w;
+      io::AugmentSpec spec = train_spec(aug, h, w);
+      if (jpeg && spec.crop == io::CropMode::none) spec.crop = io::CropMode::center;  // a size must come from somewhere
+      if (!spec.random() && spec.crop == io::CropMode::none) return lo;  // delivered as stored
+      lo.out_h = h;
+      lo.out_w = w;
+      lo.render = make_render(spec, opt.seed, epoch, positions);
+      return lo;
+    }
+    const bool same = stored_is_model_size && out_h == img_h && out_w == img_w && !jpeg;
+    if (same) return lo;
+    lo.out_h = out_h;
+    lo.out_w = out_w;
+    lo.render = make_render(val_spec(opt.augmentation, out_h, out_w, false), 0, 0, nullptr);
+    return lo;
+  }
 
   // Checkpoint and resume (DESIGN §10): where run() stands, so a checkpoint records it and run() resumes there.
   // The definitions are in the checkpoint section at the end of this file.
@@ -126,9 +164,20 @@ struct Trainer::Impl {
     world = o.comm ? o.comm->world_size() : 1;
     rank = o.comm ? o.comm->rank() : 0;
     const io::SplitInfo& tr = data.info(io::Split::train);
-    img_h = tr.height;
-    img_w = tr.width;
-    img_c = tr.channels;
+    const DTensor& input = mp.tensor(p.baseline.data_a);  // the model's input at full resolution
+    model_h = input.shape.h;
+    model_w = input.shape.w;
+    img_c = data.channels();
+    stored_is_model_size = data.storage() == io::Storage::raw && tr.height == model_h && tr.width == model_w;
+    // The training loader delivers the stored size when it only copies or shifts/flips a raw store (progressive
+    // resize then resizes in stage()); the model's size when it crops (random-resized, centre) or decodes JPEGs.
+    const bool as_stored = (o.augmentation.crop == io::CropMode::none ||
+                            (o.augmentation.crop == io::CropMode::center && stored_is_model_size)) &&
+                           data.storage() == io::Storage::raw;
+    img_h = as_stored ? tr.height : model_h;
+    img_w = as_stored ? tr.width : model_w;
+    const int threads = o.loader_threads > 0 ? o.loader_threads : io::available_cpus();
+    pool = std::make_unique<io::LoaderPool>(std::max(0, threads - 1));  // the calling thread is one of them
   }
 
   ~Impl() {
@@ -339,14 +388,15 @@ struct Trainer::Impl {
     const DTensor& dt = plan.plan(v).tensor(s == 0 ? plan.baseline.data_a : plan.baseline.data_b);
     std::memcpy(staging[s] + staging_labels_off, b.labels, static_cast<std::size_t>(b.count) * 4);
     const std::uint8_t* images = b.images;
-    if (dt.shape.h != img_h || dt.shape.w != img_w) {
-      // Progressive resize: the low-resolution variants get bilinearly downscaled images.
+    const std::int64_t bh = b.height > 0 ? b.height : img_h, bw = b.width > 0 ? b.width : img_w;
+    if (dt.shape.h != bh || dt.shape.w != bw) {
+      // Progressive resize of stored images: the low-resolution variants get bilinearly downscaled images.
       resized.resize(static_cast<std::size_t>(b.count * dt.shape.h * dt.shape.w * img_c));
-      resize_images(b.images, b.count, img_h, img_w, img_c, resized.data(), dt.shape.h, dt.shape.w);
+      resize_images(b.images, b.count, bh, bw, img_c, resized.data(), dt.shape.h, dt.shape.w);
       images = resized.data();
     }
-    normalize_images(images, b.count, dt.shape.h, dt.shape.w, img_c, data.mean().data(), data.stddev().data(),
-                     staging[s] + staging_data_off, dt.dtype, dt.shape.c);
+    normalize_images(pool.get(), images, b.count, dt.shape.h, dt.shape.w, img_c, data.mean().data(),
+                     data.stddev().data(), staging[s] + staging_data_off, dt.dtype, dt.shape.c);
   }
 
   void check_labels(const io::Batch& b) const {
@@ -368,8 +418,19 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   RN_CHECK_CTX(bp.in_c == tr.channels, opts.data_path,
                "images have {} channels but model '{}' expects {} (hint: pick a model for this dataset)", tr.channels,
                bp.name, bp.in_c);
-  RN_CHECK_CTX(bp.in_h == tr.height && bp.in_w == tr.width, opts.data_path,
-               "images are {}x{} but model '{}' expects {}x{}", tr.height, tr.width, bp.name, bp.in_h, bp.in_w);
+  // A crop renders every image at the model's size; without one a raw store must have it. A JPEG store is cropped
+  // (centre crops unless --crop random-resized).
+  const bool renders = opts.augmentation.crop != io::CropMode::none || probe.storage() == io::Storage::jpeg;
+  if (!renders)
+    RN_CHECK_CTX(bp.in_h == tr.height && bp.in_w == tr.width, opts.data_path,
+                 "images are {}x{} but model '{}' expects {}x{} (hint: --crop random-resized or --crop center renders "
+                 "them at the model's size)",
+                 tr.height, tr.width, bp.name, bp.in_h, bp.in_w);
+  if (probe.storage() == io::Storage::jpeg && opts.augmentation.crop == io::CropMode::none &&
+      (!opts.comm || opts.comm->rank() == 0))
+    spdlog::info("{}: a JPEG store: training images are resized and centre-cropped to {}x{} (--crop random-resized "
+                 "for random crops)",
+                 opts.data_path, bp.in_h, bp.in_w);
   const double t_start = now_s();
   plan::BuildOptions bo;
   bo.amp = opts.amp;
@@ -475,7 +536,6 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   sched.warmup_steps = static_cast<std::int64_t>(o.warmup_epochs * static_cast<double>(batches));
   sched.step_size = o.step_epochs * batches;
   sched.gamma = o.step_gamma;
-  const Augmentation aug = o.augmentation;
   const std::uint64_t seed = o.seed;
   std::vector<EpochMetrics> history;
   I.preempted = false;
@@ -487,17 +547,14 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     std::vector<std::int64_t> positions;
     // Resuming mid-epoch: the same order and augmentation keys, without the batches already trained.
     const std::int64_t first_batch = epoch == I.cur_epoch ? I.cur_position : 0;
-    io::BatchLoader loader(
-        I.data, io::Split::train, shard.rank_batch,
+    std::vector<std::int64_t> order =
         drop_batches(shard_order(shard, epoch_order(seed, epoch, n, o.shuffle), &positions), &positions,
-                     first_batch * shard.rank_batch),
-        [&](std::uint8_t* images, std::int32_t*, std::int64_t count, std::int64_t first) {
-          std::vector<std::uint8_t> scratch;
-          const std::int64_t bytes = I.img_h * I.img_w * I.img_c;
-          for (std::int64_t i = 0; i < count; ++i)
-            augment_image(images + i * bytes, I.img_h, I.img_w, I.img_c, aug, seed, epoch,
-                          positions[static_cast<std::size_t>(first + i)], scratch);
-        });
+                     first_batch * shard.rank_batch);
+    // Every sample is decoded and augmented on the loader threads, keyed by its position in the global order.
+    const Variant full = lowres ? Variant::TRAIN_LOWRES : Variant::TRAIN_BASE;
+    const DTensor& in = I.plan.plan(full).tensor(I.plan.baseline.data_a);
+    io::BatchLoader loader(I.data, io::Split::train, shard.rank_batch, std::move(order), {}, std::nullopt,
+                           I.loader_options(io::Split::train, in.shape.h, in.shape.w, epoch, &positions));
     std::int64_t samples = 0;
     double lr = 0;
     while (auto b = loader.next()) {
@@ -590,10 +647,12 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
 std::int64_t Trainer::Impl::stage_bench_batch() {
   const std::int64_t b = plan.specs[static_cast<std::size_t>(Variant::TRAIN_BASE)].batch_size;
   RN_CHECK_CTX(data.size(io::Split::train) >= b, data.path(), "the train split has fewer than {} samples", b);
-  std::vector<std::uint8_t> images(static_cast<std::size_t>(b * data.sample_bytes()));
-  std::vector<std::int32_t> labels(static_cast<std::size_t>(b));
-  data.read(io::Split::train, 0, b, images.data(), labels.data());
-  io::Batch batch{images.data(), labels.data(), b, 0, 0};
+  // The first b training samples as validation renders them (a copy of a raw store of the model's size).
+  std::vector<std::int64_t> first(static_cast<std::size_t>(b));
+  std::iota(first.begin(), first.end(), std::int64_t(0));
+  io::BatchLoader loader(data, io::Split::train, b, std::move(first), {}, std::nullopt,
+                         loader_options(io::Split::val, model_h, model_w, 0, nullptr));
+  const io::Batch batch = *loader.next();
   for (int s = 0; s < 2; ++s) {
     stage(s, batch, Variant::TRAIN_BASE);
     replay(Variant::TRAIN_BASE, s == 0 ? GraphId::TRANSFER_A : GraphId::TRANSFER_B);
@@ -673,7 +732,9 @@ EpochMetrics Trainer::evaluate(bool ema) {
   I.replay(Variant::VAL_BASE, GraphId::CLEAR_METRICS);
   if (ema && I.opt.amp) I.replay(Variant::VAL_BASE, GraphId::CAST_E_TO_E16);
   // Data-parallel: the val batches are dealt round-robin over the ranks; VAL_RESULT_COMM sums the metrics.
-  io::BatchLoader loader(I.data, io::Split::val, vb, round_robin_batches(epoch_order(0, 0, n, false), vb, I.world, I.rank));
+  const DTensor& vin = I.plan.plan(Variant::VAL_BASE).tensor(I.plan.baseline.data_a);
+  io::BatchLoader loader(I.data, io::Split::val, vb, round_robin_batches(epoch_order(0, 0, n, false), vb, I.world, I.rank),
+                         {}, std::nullopt, I.loader_options(io::Split::val, vin.shape.h, vin.shape.w, 0, nullptr));
   while (auto b = loader.next()) {
     const int s = static_cast<int>(b->index % 2);
     const Variant v = b->count < vb ? Variant::VAL_LAST : Variant::VAL_BASE;
@@ -853,6 +914,10 @@ std::string options_yaml(const TrainOptions& o) {
   kv("max-steps", o.max_steps);
   kv("crop-padding", o.augmentation.crop_padding);
   kv("flip", o.augmentation.horizontal_flip);
+  kv("crop", std::string(io::crop_mode_name(o.augmentation.crop)));
+  kv("crop-scale", fmt::format("{},{}", o.augmentation.scale_min, o.augmentation.scale_max));
+  kv("crop-ratio", fmt::format("{},{}", o.augmentation.ratio_min, o.augmentation.ratio_max));
+  kv("val-resize", o.augmentation.val_resize);
   kv("shuffle", o.shuffle);
   kv("start-resolution", o.start_resolution);
   kv("lowres-epochs", o.lowres_epochs);
@@ -1191,10 +1256,15 @@ std::vector<float> Trainer::logits(io::Split split, std::int64_t first, std::int
   const Variant v = Variant::VAL_BASE;
   const std::int64_t vb = I.plan.specs[static_cast<std::size_t>(v)].batch_size;
   const std::int64_t classes = I.plan.arch.num_classes;
-  const std::int64_t sb = I.data.sample_bytes();
+  const DTensor& vin = I.plan.plan(v).tensor(I.plan.baseline.data_a);
+  const std::int64_t sb = vin.shape.h * vin.shape.w * I.img_c;  // rendered as validation renders them
   if (ema && I.opt.amp) I.replay(v, GraphId::CAST_E_TO_E16);
   std::vector<std::uint8_t> images(static_cast<std::size_t>(vb * sb));
   std::vector<std::int32_t> labels(static_cast<std::size_t>(vb));
+  std::vector<std::int64_t> range(static_cast<std::size_t>(count));
+  std::iota(range.begin(), range.end(), first);
+  io::BatchLoader loader(I.data, split, vb, std::move(range), {}, std::nullopt,
+                         I.loader_options(io::Split::val, vin.shape.h, vin.shape.w, 0, nullptr));
   std::vector<float> out(static_cast<std::size_t>(count * classes));
   const TensorView lv = I.ctx.view(I.plan.baseline.logits, v);
   RN_CHECK(lv.shape.n == vb && lv.shape.h * lv.shape.w * lv.shape.c == classes,
@@ -1204,12 +1274,15 @@ std::vector<float> Trainer::logits(io::Split split, std::int64_t first, std::int
   std::int64_t batch_index = 0;
   for (std::int64_t done = 0; done < count; done += vb, ++batch_index) {
     const std::int64_t k = std::min(vb, count - done);
-    I.data.read(split, first + done, k, images.data(), labels.data());
+    const io::Batch loaded = *loader.next();
+    RN_CHECK(loaded.count == k, "internal: {} samples loaded for {}", loaded.count, k);
+    std::memcpy(images.data(), loaded.images, static_cast<std::size_t>(k * sb));
+    std::memcpy(labels.data(), loaded.labels, static_cast<std::size_t>(k) * sizeof(std::int32_t));
     for (std::int64_t i = k; i < vb; ++i) {  // pad: inference treats samples independently (running BN stats)
       std::memcpy(images.data() + i * sb, images.data() + (k - 1) * sb, static_cast<std::size_t>(sb));
       labels[static_cast<std::size_t>(i)] = labels[static_cast<std::size_t>(k - 1)];
     }
-    const io::Batch b{images.data(), labels.data(), vb, batch_index, first + done};
+    const io::Batch b{images.data(), labels.data(), vb, batch_index, first + done, vin.shape.h, vin.shape.w};
     const int s = static_cast<int>(batch_index % 2);
     I.check_labels(b);
     I.wait_slot(s);

@@ -48,6 +48,9 @@ struct TrainOptions {
   std::uint64_t seed = 0;
   std::int64_t max_steps = -1;  ///< stop after this many optimizer steps (-1: all epochs)
   Augmentation augmentation;
+  /// Host threads that decode (JPEG stores), augment and normalise samples (issue 12); 0: every CPU of the affinity
+  /// mask. The results do not depend on it.
+  int loader_threads = 0;
   bool shuffle = true;
   std::int64_t start_resolution = 0;  ///< progressive resize: the first `lowres_epochs` epochs at this size
   std::int64_t lowres_epochs = 0;

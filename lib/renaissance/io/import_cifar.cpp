@@ -1,0 +1,251 @@
+// `renaissance data import cifar10|cifar100`: the python-pickle tarballs of https://www.cs.toronto.edu/~kriz/cifar.html.
+#include <renaissance/core/error.h>
+#include <renaissance/io/hdf5_util.h>
+#include <renaissance/io/importers.h>
+#include <renaissance/io/pickle.h>
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+namespace renaissance::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t kMaxMember = std::int64_t(1) << 30;  // a CIFAR batch is 31 MB (Python 2) to 46 MB (latin-1 str)
+
+/// The members of a tar (gzip or plain) whose base names are wanted, read into memory; the rest are skipped.
+std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& path,
+                                                         const std::vector<std::string>& wanted) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    RN_IO_FAIL(path, "download cifar-10-python.tar.gz / cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html",
+               "tarball not found");
+  if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .tar.gz file itself", "is a directory");
+  gzFile gz = gzopen(path.c_str(), "rb");
+  if (!gz) RN_IO_FAIL(path, "check the file's permissions", "cannot open: {}", std::strerror(errno));
+  struct Closer {
+    gzFile g;
+    ~Closer() { gzclose(g); }
+  } closer{gz};
+  gzbuffer(gz, 1 << 18);
+  std::int64_t offset = 0;
+  auto read = [&](void* dst, std::int64_t n, const std::string& what) {
+    auto* p = static_cast<unsigned char*>(dst);
+    std::int64_t done = 0;
+    while (done < n) {
+      const int r = gzread(gz, p + done, static_cast<unsigned>(std::min<std::int64_t>(n - done, 1 << 30)));
+      if (r < 0) {
+        int errnum = 0;
+        const char* msg = gzerror(gz, &errnum);
+        RN_IO_FAIL(path, "the file is corrupt; download it again", "read error at byte {} (uncompressed) in {}: {}",
+                   offset + done, what, msg ? msg : "zlib error");
+      }
+      if (r == 0) return done;
+      done += r;
+    }
+    return done;
+  };
+  std::map<std::string, std::vector<std::uint8_t>> out;
+  std::string long_name;
+  for (;;) {
+    unsigned char h[512];
+    const std::int64_t got = read(h, 512, "a tar header");
+    if (got == 0) break;  // end without the two zero blocks: accepted (as tar does)
+    if (got < 512)
+      RN_IO_FAIL(path, "the file is truncated; download it again", "truncated tar header at byte {}", offset);
+    offset += 512;
+    if (std::all_of(h, h + 512, [](unsigned char c) { return c == 0; })) break;  // end of archive
+    // Header checksum: the sum of the header's bytes with the checksum field as spaces.
+    unsigned sum = 0;
+    for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
+    const std::string chk(reinterpret_cast<char*>(h + 148), 8);
+    if (std::strtoul(chk.c_str(), nullptr, 8) != sum)
+      RN_IO_FAIL(path, "this is not a tar archive, or it is corrupt", "bad tar header checksum at byte {}", offset - 512);
+    std::int64_t size = 0;
+    if (h[124] & 0x80) {  // GNU base-256 size
+      for (int i = 125; i < 136; ++i) size = (size << 8) | h[i];
+    } else {
+      const std::string sz(reinterpret_cast<char*>(h + 124), 12);
+      size = static_cast<std::int64_t>(std::strtoull(sz.c_str(), nullptr, 8));
+    }
+    if (size < 0 || size > (std::int64_t(1) << 40))
+      RN_IO_FAIL(path, "the archive is corrupt", "tar member at byte {} claims {} bytes", offset - 512, size);
+    std::string name(reinterpret_cast<char*>(h), strnlen(reinterpret_cast<char*>(h), 100));
+    if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345]) {
+      const std::string prefix(reinterpret_cast<char*>(h + 345), strnlen(reinterpret_cast<char*>(h + 345), 155));
+      name = prefix + "/" + name;
+    }
+    if (!long_name.empty()) {
+      name = long_name;
+      long_name.clear();
+    }
+    const char type = static_cast<char>(h[156]);
+    const std::int64_t padded = (size + 511) / 512 * 512;
+    const std::string base = fs::path(name).filename().string();
+    const bool want = (type == '0' || type == '\0') &&
+                      std::find(wanted.begin(), wanted.end(), base) != wanted.end() && !out.count(base);
+    if (type == 'L' || want) {  // GNU long name, or a member we need
+      if (size > kMaxMember)
+        RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "member '{}' has {} bytes", name, size);
+      std::vector<std::uint8_t> data(static_cast<std::size_t>(size));
+      if (read(data.data(), size, "'" + name + "'") < size)
+        RN_IO_FAIL(path, "the file is truncated (an interrupted download?); download it again",
+                   "member '{}' ends after byte {} (uncompressed): {} bytes expected", name, offset, size);
+      std::vector<std::uint8_t> pad(static_cast<std::size_t>(padded - size));
+      read(pad.data(), padded - size, "padding");
+      offset += padded;
+      if (type == 'L')
+        long_name.assign(reinterpret_cast<char*>(data.data()), strnlen(reinterpret_cast<char*>(data.data()), data.size()));
+      else
+        out[base] = std::move(data);
+    } else {
+      std::vector<std::uint8_t> skip(1 << 16);
+      for (std::int64_t left = padded; left > 0;) {
+        const std::int64_t n = std::min<std::int64_t>(left, static_cast<std::int64_t>(skip.size()));
+        if (read(skip.data(), n, "'" + name + "'") < n)
+          RN_IO_FAIL(path, "the file is truncated; download it again", "member '{}' is truncated", name);
+        left -= n;
+      }
+      offset += padded;
+    }
+  }
+  return out;
+}
+
+struct Batch {
+  std::vector<std::uint8_t> hwc;  ///< N x 32 x 32 x 3
+  std::vector<std::int32_t> labels;
+};
+
+[[noreturn]] void bad(const std::string& ctx, const std::string& what) {
+  RN_IO_FAIL(ctx, "the member is not a CIFAR python batch (a dict with 'data' uint8 [N, 3072] and the labels)", "{}",
+             what);
+}
+
+/// numpy's pickled uint8 array (numpy.core.multiarray._reconstruct + BUILD (version, shape, dtype, fortran, data)).
+std::string array_bytes(const pickle::Value& v, const std::string& ctx, std::int64_t& rows, std::int64_t& cols) {
+  using K = pickle::Value::Kind;
+  if (!v.is(K::object) || !v.callable || !v.callable->is(K::global) ||
+      (v.callable->s != "numpy.core.multiarray._reconstruct" && v.callable->s != "numpy._core.multiarray._reconstruct"))
+    bad(ctx, fmt::format("'data' is a {}, not a numpy array", pickle::kind_name(v.kind)));
+  if (!v.state || !v.state->is(K::tuple) || v.state->items.size() != 5) bad(ctx, "'data' has no array state");
+  const auto& st = v.state->items;
+  const pickle::Value& shape = *st[1];
+  if (!shape.is(K::tuple) || shape.items.size() != 2 || !shape.items[0]->is(K::integer) || !shape.items[1]->is(K::integer))
+    bad(ctx, "'data' is not a 2-D array");
+  rows = shape.items[0]->i;
+  cols = shape.items[1]->i;
+  const pickle::Value& dtype = *st[2];
+  const bool u1 = dtype.is(K::object) && dtype.args && !dtype.args->items.empty() &&
+                  (dtype.args->items[0]->text_equals("u1") || dtype.args->items[0]->text_equals("|u1"));
+  if (!u1) bad(ctx, "'data' is not uint8");
+  if (st[3]->is(K::boolean) || st[3]->is(K::integer)) {
+    if (st[3]->i != 0) bad(ctx, "'data' is in Fortran order");
+  }
+  std::string bytes;
+  if (!pickle::as_bytes(*st[4], bytes)) bad(ctx, "'data' holds no raw bytes");
+  if (rows < 0 || cols <= 0 || static_cast<std::int64_t>(bytes.size()) != rows * cols)
+    bad(ctx, fmt::format("'data' claims {} x {} but holds {} bytes", rows, cols, bytes.size()));
+  return bytes;
+}
+
+Batch read_batch(const std::string& tarball, const std::string& member, const std::vector<std::uint8_t>& data,
+                 const char* label_key, int classes) {
+  using K = pickle::Value::Kind;
+  const std::string ctx = tarball + ": " + member;
+  const pickle::Document doc = pickle::load(data.data(), data.size(), ctx);
+  const pickle::Value& root = doc.root();
+  if (!root.is(K::dict)) bad(ctx, fmt::format("the pickle holds a {}, not a dict", pickle::kind_name(root.kind)));
+  const pickle::Value* d = root.get("data");
+  const pickle::Value* l = root.get(label_key);
+  if (!d) bad(ctx, "no 'data' key");
+  if (!l) bad(ctx, fmt::format("no '{}' key", label_key));
+  std::int64_t rows = 0, cols = 0;
+  const std::string bytes = array_bytes(*d, ctx, rows, cols);
+  if (cols != 3072) bad(ctx, fmt::format("rows of {} bytes, expected 3072 (32 x 32 x 3)", cols));
+  if (!l->is(K::list) || static_cast<std::int64_t>(l->items.size()) != rows)
+    bad(ctx, fmt::format("'{}' is not a list of {} labels", label_key, rows));
+  Batch b;
+  b.labels.resize(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const pickle::Value& v = *l->items[static_cast<std::size_t>(i)];
+    if (!v.is(K::integer) || v.i < 0 || v.i >= classes)
+      RN_IO_FAIL(ctx, "the member does not belong to this CIFAR variant (cifar10: 10 classes, cifar100: 100, coarse: 20)",
+                 "label {} of sample {} is not in [0, {})", v.is(K::integer) ? std::to_string(v.i) : pickle::kind_name(v.kind), i,
+                 classes);
+    b.labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(v.i);
+  }
+  // Rows hold the red plane, then green, then blue (1024 bytes each, row-major 32 x 32): to HWC.
+  b.hwc.resize(bytes.size());
+  for (std::int64_t n = 0; n < rows; ++n) {
+    const auto* src = reinterpret_cast<const std::uint8_t*>(bytes.data()) + n * 3072;
+    std::uint8_t* dst = b.hwc.data() + n * 3072;
+    for (int p = 0; p < 1024; ++p)
+      for (int c = 0; c < 3; ++c) dst[p * 3 + c] = src[c * 1024 + p];
+  }
+  return b;
+}
+
+std::vector<std::string> names_of(const std::string& tarball, const std::string& member,
+                                  const std::vector<std::uint8_t>& data, const char* key, std::size_t expect) {
+  const std::string ctx = tarball + ": " + member;
+  const pickle::Document doc = pickle::load(data.data(), data.size(), ctx);
+  const pickle::Value* v = doc.root().get(key);
+  if (!v || !v->is(pickle::Value::Kind::list) || v->items.size() != expect)
+    RN_IO_FAIL(ctx, "the meta member is not CIFAR's", "no list '{}' of {} class names", key, expect);
+  std::vector<std::string> names;
+  for (const auto& n : v->items) {
+    std::string s;
+    if (!n->is(pickle::Value::Kind::str) && !pickle::as_bytes(*n, s))
+      RN_IO_FAIL(ctx, "the meta member is not CIFAR's", "a class name in '{}' is a {}", key, pickle::kind_name(n->kind));
+    names.push_back(n->is(pickle::Value::Kind::str) ? n->s : s);
+  }
+  return names;
+}
+
+}  // namespace
+
+void import_cifar(const std::string& out_path, const std::string& tarball, int classes, bool coarse,
+                  const DatasetWriterOptions& options) {
+  RN_CHECK_CTX(classes == 10 || classes == 100, tarball, "CIFAR has 10 or 100 classes, not {}", classes);
+  RN_CHECK_CTX(!coarse || classes == 100, tarball, "coarse labels exist in CIFAR-100 only");
+  const bool c10 = classes == 10;
+  const std::vector<std::string> train_members =
+      c10 ? std::vector<std::string>{"data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5"}
+          : std::vector<std::string>{"train"};
+  const std::string test_member = c10 ? "test_batch" : "test", meta_member = c10 ? "batches.meta" : "meta";
+  std::vector<std::string> wanted = train_members;
+  wanted.push_back(test_member);
+  wanted.push_back(meta_member);
+  const auto members = read_tar(tarball, wanted);
+  for (const std::string& m : train_members)
+    if (!members.count(m))
+      RN_IO_FAIL(tarball, fmt::format("expected the CIFAR-{} python tarball ({})", classes,
+                                      c10 ? "cifar-10-python.tar.gz" : "cifar-100-python.tar.gz"),
+                 "the archive has no member '{}'", m);
+  if (!members.count(test_member))
+    RN_IO_FAIL(tarball, "expected the CIFAR python tarball", "the archive has no member '{}'", test_member);
+  const char* label_key = c10 ? "labels" : (coarse ? "coarse_labels" : "fine_labels");
+  const int k = coarse ? 20 : classes;
+  DatasetWriter writer(out_path, 32, 32, 3, k, options);
+  if (members.count(meta_member))
+    writer.set_class_names(names_of(tarball, meta_member, members.at(meta_member),
+                                    c10 ? "label_names" : (coarse ? "coarse_label_names" : "fine_label_names"),
+                                    static_cast<std::size_t>(k)));
+  for (const std::string& m : train_members) {
+    const Batch b = read_batch(tarball, m, members.at(m), label_key, k);
+    writer.append(Split::train, b.hwc.data(), b.labels.data(), static_cast<std::int64_t>(b.labels.size()));
+  }
+  const Batch t = read_batch(tarball, test_member, members.at(test_member), label_key, k);
+  writer.append(Split::val, t.hwc.data(), t.labels.data(), static_cast<std::int64_t>(t.labels.size()));
+  writer.finish();
+}
+
+}  // namespace renaissance::io

@@ -1,0 +1,312 @@
+// `renaissance data import folder`: an ImageFolder tree of JPEG/PNG files into a JPEG store or a raw store.
+#include <renaissance/core/error.h>
+#include <renaissance/io/hdf5_util.h>
+#include <renaissance/io/image.h>
+#include <renaissance/io/importers.h>
+#include <renaissance/io/loader_pool.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+namespace renaissance::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Item {
+  Split split;
+  std::string path;
+  std::int32_t label;
+};
+
+bool image_extension(const fs::path& p) {
+  std::string e = p.extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return e == ".jpg" || e == ".jpeg" || e == ".png";
+}
+
+/// The image files of one class folder in torchvision's order: sorted(os.walk(...)) then sorted(names), i.e. by
+/// (folder path, file name). Other files are counted.
+std::vector<std::string> class_files(const fs::path& dir, std::int64_t& other) {
+  std::vector<std::pair<std::string, std::string>> found;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
+  if (ec) RN_IO_FAIL(dir.string(), "check its permissions", "cannot list the class folder: {}", ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (ec) RN_IO_FAIL(dir.string(), "check its permissions", "cannot list the class folder: {}", ec.message());
+    std::error_code fec;
+    if (!it->is_regular_file(fec)) continue;
+    if (!image_extension(it->path())) {
+      ++other;
+      continue;
+    }
+    found.emplace_back(it->path().parent_path().string(), it->path().filename().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  out.reserve(found.size());
+  for (const auto& [folder, name] : found) out.push_back((fs::path(folder) / name).string());
+  return out;
+}
+
+std::vector<std::string> subfolders(const fs::path& dir, std::int64_t& other) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code dec;
+    if (it->is_directory(dec))
+      names.push_back(it->path().filename().string());
+    else
+      ++other;  // a file outside any class folder
+  }
+  if (ec) RN_IO_FAIL(dir.string(), "check its permissions", "cannot list the folder: {}", ec.message());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<std::uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) RN_IO_FAIL(path, "check the file's permissions", "cannot open the file");
+  std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) RN_IO_FAIL(path, "check the disk", "reading the file failed");
+  return b;
+}
+
+/// One processed file: what the writer appends.
+struct Result {
+  bool ready = false, bad = false;
+  std::string bad_reason;
+  std::exception_ptr error;
+  std::vector<std::uint8_t> bytes;   ///< jpeg: the JPEG to store
+  std::vector<std::uint8_t> pixels;  ///< raw: the S x S x C image; jpeg, train: the decoded stored JPEG (statistics)
+  std::int64_t height = 0, width = 0;
+  bool reencoded = false;
+};
+
+std::int64_t round_even(double v) { return static_cast<std::int64_t>(std::nearbyint(v)); }
+
+void process(const Item& item, const FolderImportOptions& o, Result& r) {
+  const std::vector<std::uint8_t> file = read_file(item.path);
+  const ImageHeader hd = read_image_header(file.data(), file.size(), item.path, o.limits);
+  Image img = decode_image(file.data(), file.size(), o.channels, item.path, o.limits);
+  std::vector<std::uint8_t> scratch;
+  if (o.storage == Storage::raw) {
+    const ResizeCrop rc = resize_short_center_crop(img.height, img.width, o.size, o.size, o.size);
+    r.pixels.resize(static_cast<std::size_t>(o.size * o.size * o.channels));
+    resize_then_crop(img.pixels.data(), img.height, img.width, o.channels, rc, r.pixels.data(), o.size, o.size,
+                     scratch);
+    r.height = r.width = o.size;
+    return;
+  }
+  const std::int64_t longer = std::max(img.height, img.width);
+  const bool too_big = o.max_side > 0 && longer > o.max_side;
+  // Kept as they are: JPEGs that decode to the store's channels with a plain decoder (not CMYK; grey is fine in an
+  // RGB store, a decoder replicates it) and are not larger than max_side.
+  const bool keep = hd.format == ImageFormat::jpeg && !hd.cmyk && !too_big && (o.channels == 3 || hd.channels == 1);
+  if (keep) {
+    r.bytes = file;
+    r.height = img.height;
+    r.width = img.width;
+    if (item.split == Split::train) r.pixels = std::move(img.pixels);
+    return;
+  }
+  if (too_big) {  // the longer side to max_side, the other in proportion (half to even), at least 1
+    const double f = static_cast<double>(o.max_side) / static_cast<double>(longer);
+    const std::int64_t nh = img.height >= img.width ? o.max_side
+                                                    : std::max<std::int64_t>(1, round_even(img.height * f));
+    const std::int64_t nw = img.width > img.height ? o.max_side : std::max<std::int64_t>(1, round_even(img.width * f));
+    Image small;
+    small.height = nh;
+    small.width = nw;
+    small.channels = o.channels;
+    small.pixels.resize(static_cast<std::size_t>(nh * nw * o.channels));
+    resize_box(img.pixels.data(), img.height, img.width, o.channels, 0, 0, img.height, img.width, small.pixels.data(),
+               nh, nw, scratch);
+    img = std::move(small);
+  }
+  r.bytes = encode_jpeg(img.pixels.data(), img.height, img.width, o.channels, o.quality, item.path);
+  r.reencoded = true;
+  // What a reader will see is the decoded new JPEG: the statistics come from it (and it is checked to decode).
+  Image back = decode_image(r.bytes.data(), r.bytes.size(), o.channels, item.path + " (re-encoded)", o.limits);
+  r.height = back.height;
+  r.width = back.width;
+  if (item.split == Split::train) r.pixels = std::move(back.pixels);
+}
+
+}  // namespace
+
+FolderImportSummary import_folder(const std::string& out_path, const std::string& dir,
+                                  const FolderImportOptions& o) {
+  RN_CHECK_CTX(o.channels == 1 || o.channels == 3, "--channels", "{} channels: 1 (grey) or 3 (RGB)", o.channels);
+  if (o.storage == Storage::raw)
+    RN_CHECK_CTX(o.size >= 1 && o.size <= 65535, "--size", "a raw store needs --size S (1..65535), got {}", o.size);
+  RN_CHECK_CTX(o.quality >= 1 && o.quality <= 100, "--quality", "{} not in 1..100", o.quality);
+  RN_CHECK_CTX(o.max_side >= 0 && o.max_side <= 65500, "--max-side", "{} not in 0..65500", o.max_side);
+  if (o.storage == Storage::jpeg && !have_jpeg_codec())
+    RN_IO_FAIL(out_path, "rebuild with libturbojpeg (apt-get install libturbojpeg0-dev)",
+               "a JPEG store needs the JPEG codec, which this build does not have");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    RN_IO_FAIL(dir, "pass the folder that holds train/<class>/ (and val/<class>/)",
+               fs::exists(dir, ec) ? "not a directory" : "folder not found");
+  const fs::path train_dir = fs::path(dir) / "train", val_dir = fs::path(dir) / "val";
+  if (!fs::is_directory(train_dir, ec))
+    RN_IO_FAIL(train_dir.string(), "an ImageFolder tree has DIR/train/<class>/*.jpg (and DIR/val/<class>/...)",
+               "no train folder");
+
+  FolderImportSummary sum;
+  sum.classes = subfolders(train_dir, sum.other_files);
+  if (sum.classes.empty())
+    RN_IO_FAIL(train_dir.string(), "put each class's images in a subfolder named after the class",
+               "no class folders");
+  std::vector<Item> items;
+  std::int64_t total[2] = {0, 0};
+  std::map<std::string, std::int32_t> label_of;
+  for (std::size_t k = 0; k < sum.classes.size(); ++k) label_of[sum.classes[k]] = static_cast<std::int32_t>(k);
+  auto add_split = [&](Split s, const fs::path& root, const std::vector<std::string>& names) {
+    for (const std::string& name : names) {
+      const auto it = label_of.find(name);
+      if (it == label_of.end())
+        RN_IO_FAIL((root / name).string(), "every val class must also be a train class (labels come from train's folders)",
+                   "class folder '{}' has no counterpart in '{}'", name, train_dir.string());
+      const std::vector<std::string> files = class_files(root / name, sum.other_files);
+      if (files.empty())
+        RN_IO_FAIL((root / name).string(), "remove the folder or put the class's images into it",
+                   "class folder holds no .jpg, .jpeg or .png files");
+      for (const std::string& f : files) items.push_back({s, f, it->second});
+      total[static_cast<int>(s)] += static_cast<std::int64_t>(files.size());
+    }
+  };
+  add_split(Split::train, train_dir, sum.classes);
+  if (fs::is_directory(val_dir, ec)) {
+    sum.has_val = true;
+    std::int64_t ignored = 0;
+    add_split(Split::val, val_dir, subfolders(val_dir, ignored));
+    sum.other_files += ignored;
+  }
+  RN_CHECK_CTX(sum.classes.size() <= (std::size_t(1) << 30), dir, "{} classes", sum.classes.size());
+
+  std::optional<DatasetWriter> writer;
+  if (o.storage == Storage::raw)
+    writer.emplace(out_path, o.size, o.size, o.channels, static_cast<int>(sum.classes.size()), o.writer);
+  else
+    writer.emplace(out_path, JpegStoreSpec{o.channels, o.quality, o.max_side}, static_cast<int>(sum.classes.size()),
+                   o.writer);
+  writer->set_class_names(sum.classes);
+
+  // Workers process items in any order within a window ahead of the writer; the writer appends in item order.
+  const int threads = std::max(1, o.threads > 0 ? o.threads : available_cpus());
+  const std::size_t window = static_cast<std::size_t>(std::max(8, 4 * threads));
+  std::vector<Result> results(window);
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::size_t next = 0, written = 0;  // next item to take; items written (results[i % window] is item i's)
+  bool stop = false;
+  auto worker = [&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || next >= items.size() || next < written + window; });
+      if (stop || next >= items.size()) return;
+      const std::size_t i = next++;
+      lock.unlock();
+      Result r;
+      try {
+        process(items[i], o, r);
+      } catch (const Error& e) {
+        if (o.skip_bad) {
+          r.bad = true;
+          r.bad_reason = e.what();
+        } else {
+          r.error = std::current_exception();
+        }
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+      r.ready = true;
+      lock.lock();
+      results[i % window] = std::move(r);
+      cv.notify_all();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+  struct Join {
+    std::vector<std::thread>& pool;
+    std::mutex& mutex;
+    std::condition_variable& cv;
+    bool& stop;
+    ~Join() {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        stop = true;
+      }
+      cv.notify_all();
+      for (std::thread& t : pool) t.join();
+    }
+  } join{pool, mutex, cv, stop};
+
+  std::int64_t done[2] = {0, 0};
+  // Raw stores: samples are appended in runs (one HDF5 write per run instead of per image).
+  std::vector<std::uint8_t> run_images;
+  std::vector<std::int32_t> run_labels;
+  Split run_split = Split::train;
+  const std::size_t sample_bytes = static_cast<std::size_t>(o.size * o.size * o.channels);
+  auto flush_run = [&] {
+    if (run_labels.empty()) return;
+    writer->append(run_split, run_images.data(), run_labels.data(), static_cast<std::int64_t>(run_labels.size()));
+    run_images.clear();
+    run_labels.clear();
+  };
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Result r;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      cv.wait(lock, [&] { return results[i % window].ready; });
+      r = std::move(results[i % window]);
+      results[i % window] = Result{};
+      ++written;
+      cv.notify_all();
+    }
+    if (r.error) std::rethrow_exception(r.error);
+    const Item& it = items[i];
+    const int si = static_cast<int>(it.split);
+    ++done[si];
+    if (r.bad) {
+      ++sum.bad;
+      if (sum.bad_examples.size() < 5) sum.bad_examples.push_back(r.bad_reason);
+    } else if (o.storage == Storage::raw) {
+      if (it.split != run_split || run_images.size() >= (std::size_t(16) << 20)) flush_run();
+      run_split = it.split;
+      run_images.insert(run_images.end(), r.pixels.begin(), r.pixels.begin() + static_cast<std::ptrdiff_t>(sample_bytes));
+      run_labels.push_back(it.label);
+    } else {
+      writer->append_encoded(it.split, r.bytes.data(), static_cast<std::int64_t>(r.bytes.size()), r.height, r.width,
+                             it.label, it.split == Split::train ? r.pixels.data() : nullptr);
+      sum.stored_bytes += static_cast<std::int64_t>(r.bytes.size());
+      (r.reencoded ? sum.reencoded : sum.kept) += 1;
+    }
+    if (done[si] == total[si]) flush_run();
+    if (o.progress && (done[si] == total[si] || done[si] % 64 == 0)) o.progress({it.split, done[si], total[si]});
+  }
+  flush_run();
+  sum.samples[0] = writer->count(Split::train);
+  sum.samples[1] = writer->count(Split::val);
+  if (sum.samples[0] == 0)
+    RN_IO_FAIL(train_dir.string(), "no image of the train split could be read (see the skipped files)",
+               "every train image was skipped");
+  writer->finish();
+  return sum;
+}
+
+}  // namespace renaissance::io

@@ -1,0 +1,142 @@
+// The CPU input pipeline (issue 12) in images/s: JPEG decoding of ImageNet-like 500x375 quality-90 images, the
+// random-resized crop to 224 (Pillow's bilinear), normalisation to FP16 with 8 channels, and whole loader epochs from
+// a JPEG store with 1..N loader threads.
+//   build/tests/bench/bench_input_pipeline --benchmark_min_time=1
+// Results and the machine they came from: docs/input-pipeline.md.
+#include <renaissance/io/augment.h>
+#include <renaissance/io/batch_loader.h>
+#include <renaissance/io/dataset.h>
+#include <renaissance/io/image.h>
+#include <renaissance/runtime/data_pipeline.h>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace renaissance;
+
+/// A photograph-like 500x375 image: smooth colour fields, a wave and noise (JPEGs of ~100 KB at quality 90, like
+/// scripts/make_image_folder.py's).
+std::vector<std::uint8_t> photo(int h, int w, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 22.0f);
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(h * w * 3));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) {
+        const float v = 120.0f + 40.0f * c + 50.0f * std::sin(0.05f * (x + 2 * y) + c + seed) + noise(rng);
+        px[static_cast<std::size_t>((y * w + x) * 3 + c)] = static_cast<std::uint8_t>(std::clamp(v, 0.0f, 255.0f));
+      }
+  return px;
+}
+
+const std::vector<std::uint8_t>& jpeg_500x375() {
+  static const std::vector<std::uint8_t> j = [] {
+    const auto px = photo(375, 500, 1);
+    return io::encode_jpeg(px.data(), 375, 500, 3, 90, "bench");
+  }();
+  return j;
+}
+
+void BM_DecodeJpeg500x375(benchmark::State& state) {
+  const auto& j = jpeg_500x375();
+  for (auto _ : state) {
+    io::Image img = io::decode_image(j.data(), j.size(), 3, "bench");
+    benchmark::DoNotOptimize(img.pixels.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["jpeg_KiB"] = static_cast<double>(j.size()) / 1024.0;
+}
+BENCHMARK(BM_DecodeJpeg500x375)->Unit(benchmark::kMillisecond);
+
+void BM_RandomResizedCrop224(benchmark::State& state) {
+  const auto& j = jpeg_500x375();
+  const io::Image img = io::decode_image(j.data(), j.size(), 3, "bench");
+  io::AugmentSpec spec;
+  spec.out_h = spec.out_w = 224;
+  spec.crop = io::CropMode::random_resized;
+  spec.horizontal_flip = true;
+  std::vector<std::uint8_t> out(224 * 224 * 3), scratch;
+  std::int64_t sample = 0;
+  for (auto _ : state) {
+    const io::SampleGeometry g = io::sample_geometry(spec, 0, 0, sample++, img.height, img.width);
+    io::render_sample(img.pixels.data(), img.height, img.width, 3, g, spec, out.data(), scratch);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_RandomResizedCrop224)->Unit(benchmark::kMillisecond);
+
+void BM_SampleGeometryRrc(benchmark::State& state) {
+  io::AugmentSpec spec;
+  spec.out_h = spec.out_w = 224;
+  spec.crop = io::CropMode::random_resized;
+  spec.horizontal_flip = true;
+  std::int64_t sample = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(io::sample_geometry(spec, 3, 1, sample++, 375, 500));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_SampleGeometryRrc);
+
+void BM_NormalizeFp16x8(benchmark::State& state) {
+  const auto px = photo(224, 224, 2);
+  std::vector<std::byte> out(224 * 224 * 8 * 2);
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+  for (auto _ : state) {
+    runtime::normalize_images(px.data(), 1, 224, 224, 3, mean, sd, out.data(), DType::F16, 8);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_NormalizeFp16x8)->Unit(benchmark::kMillisecond);
+
+/// A JPEG store of 256 ImageNet-like images in the temp directory, written once.
+const std::string& store() {
+  static const std::string path = [] {
+    const std::string p = (std::filesystem::temp_directory_path() / "rn_bench_input_pipeline.h5").string();
+    io::DatasetWriter w(p, io::JpegStoreSpec{3, 90, 0}, 10, {});
+    for (int i = 0; i < 256 + 8; ++i) {
+      const int h = i % 5 == 0 ? 500 : 375, wd = i % 5 == 0 ? 375 : 500;
+      const auto px = photo(h, wd, static_cast<unsigned>(i));
+      const auto j = io::encode_jpeg(px.data(), h, wd, 3, 90, "bench");
+      w.append_encoded(i < 256 ? io::Split::train : io::Split::val, j.data(), static_cast<std::int64_t>(j.size()), h,
+                       wd, i % 10, px.data());
+    }
+    w.finish();
+    return p;
+  }();
+  return path;
+}
+
+/// One epoch of the JPEG store (256 images, batch 64): read, decode, random-resized crop to 224, flip.
+void BM_LoaderEpochJpegStore(benchmark::State& state) {
+  const io::DatasetFile f(store());
+  const int threads = static_cast<int>(state.range(0));
+  io::LoaderPool pool(threads - 1);  // the loader's own thread is one of them
+  io::AugmentSpec spec;
+  spec.out_h = spec.out_w = 224;
+  spec.crop = io::CropMode::random_resized;
+  spec.horizontal_flip = true;
+  std::vector<std::int64_t> order(256);
+  std::iota(order.begin(), order.end(), 0);
+  std::int64_t epoch = 0;
+  for (auto _ : state) {
+    io::LoaderOptions o{&pool, 224, 224, runtime::make_render(spec, 0, epoch++, nullptr)};
+    io::BatchLoader loader(f, io::Split::train, 64, order, {}, std::nullopt, o);
+    while (auto b = loader.next()) benchmark::DoNotOptimize(b->images);
+  }
+  state.SetItemsProcessed(state.iterations() * 256);
+}
+BENCHMARK(BM_LoaderEpochJpegStore)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,27 @@
+// libFuzzer target: the pickle reader of the CIFAR importer (io/pickle.h) and the interpretation of what it returns
+// as a CIFAR batch (a dict with a numpy uint8 array and a label list). Every input must end in a value or a
+// renaissance::Error: no crash, no unbounded allocation.
+#include "fuzz_util.h"
+
+#include <renaissance/io/pickle.h>
+
+#include <cstdint>
+#include <string>
+
+using namespace renaissance;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fuzz::expect_clean(
+      [&] {
+        const io::pickle::Document doc = io::pickle::load(data, size, "fuzz.pkl");
+        std::string bytes;
+        for (const char* key : {"data", "labels", "fine_labels", "label_names"})
+          if (const io::pickle::Value* x = doc.root().get(key)) {
+            (void)io::pickle::as_bytes(*x, bytes);
+            if (x->state) (void)io::pickle::as_bytes(*x->state, bytes);
+            for (const io::pickle::Value* item : x->items) (void)io::pickle::as_bytes(*item, bytes);
+          }
+      },
+      "fuzz_pickle");
+  return 0;
+}

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""`renaissance data import folder|cifar10|cifar100` end to end, read back with independent readers.
+
+    check_importers.py RENAISSANCE_CLI SOURCE_DIR WORKDIR
+
+- folder round trips: a generated ImageFolder tree (scripts/make_image_folder.py) plus odd files (grey, CMYK and
+  progressive JPEGs, RGBA/palette/grey PNGs, an upper-case .JPEG, a nested subfolder, a README) imported as a JPEG
+  store (with and without --max-side) and as raw stores (RGB and grey), each checked by scripts/check_dataset.py
+  --folder (h5py + Pillow + torchvision's ImageFolder listing and Resize/CenterCrop formulas); the same file for 1
+  and 3 threads;
+- CIFAR round trips: scripts/make_cifar_tarball.py tarballs (Python 2 opcodes as in the real files, and Python 3
+  protocol 2 and 4 pickles) checked by check_dataset.py --cifar (pickle.load(..., encoding="bytes"));
+- bad input: a corrupt JPEG, a truncated JPEG, a truncated PNG, a non-image file named .jpg, an empty class folder,
+  a val class that train lacks, a 20000x20000 PNG and JPEG (headers only), a missing train folder, a corrupt and a
+  truncated tarball: exit status 1 (not a crash: < 128), one error line naming the file, no output file and no
+  temporary left; --skip-bad turns unreadable images into a counted, listed skip.
+Exit 0 all pass, 1 a failure, 77 numpy/h5py/Pillow missing.
+"""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+try:
+    import h5py
+    import numpy as np
+    from PIL import Image
+except ImportError as e:  # pragma: no cover
+    print(f"SKIP: {e}", file=sys.stderr)
+    sys.exit(77)
+
+CLI, SRC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+PY = sys.executable
+FAILS = []
+
+
+def fail(msg):
+    FAILS.append(msg)
+    print("FAIL:", msg)
+
+
+def run(args, **kw):
+    return subprocess.run(args, capture_output=True, text=True, **kw)
+
+
+def script(name, *args):
+    r = run([PY, os.path.join(SRC, "scripts", name), *args])
+    if r.returncode != 0:
+        fail(f"{name} {' '.join(args)}: exit {r.returncode}\n{r.stdout}{r.stderr}")
+    return r
+
+
+def imp(*args):
+    return run([CLI, "data", "import", *args])
+
+
+def check_dataset(h5, *src):
+    r = script("check_dataset.py", h5, *src)
+    last = r.stdout.strip().splitlines()[-1:] if r.stdout.strip() else ["(no output)"]
+    print("  check_dataset:", last[0])
+
+
+def fresh(path):
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def make_folder():
+    root = os.path.join(WORK, "folder")
+    shutil.rmtree(root, ignore_errors=True)
+    script("make_image_folder.py", "imagenet-like", root, "--classes", "3", "--train-per-class", "6",
+           "--val-per-class", "2", "--size", "120x90", "--workers", "1")
+    rng = np.random.default_rng(3)
+    rgb = np.clip(rng.normal(128, 50, size=(70, 90, 3)), 0, 255).astype(np.uint8)
+    c = os.path.join(root, "train", "n00000001")
+    Image.fromarray(rgb[:, :, 0]).save(os.path.join(c, "grey.jpg"), quality=90)
+    Image.fromarray(rgb).convert("CMYK").save(os.path.join(c, "cmyk.jpg"), quality=90)
+    Image.fromarray(rgb).save(os.path.join(c, "progressive.jpg"), quality=80, progressive=True)
+    Image.fromarray(np.dstack([rgb, rgb[:, :, :1]]), "RGBA").save(os.path.join(c, "alpha.png"))
+    Image.fromarray(rgb).convert("P", palette=Image.ADAPTIVE, colors=32).save(os.path.join(c, "palette.png"))
+    Image.fromarray(rgb[:, :, 1]).save(os.path.join(c, "grey.png"))
+    Image.fromarray(rgb).save(os.path.join(c, "UPPER.JPEG"), quality=85)
+    os.makedirs(os.path.join(c, "nested"))
+    Image.fromarray(rgb[::-1]).save(os.path.join(c, "nested", "deep.jpg"), quality=85)
+    Image.fromarray(np.tile(rgb, (3, 3, 1))).save(os.path.join(c, "big.jpg"), quality=90)  # 270x210: > --max-side 160
+    with open(os.path.join(c, "README.txt"), "w") as f:
+        f.write("not an image\n")
+    return root
+
+
+def round_trips(root):
+    print("folder round trips")
+    files = {}
+    for name, extra in (("jpeg", []), ("jpeg_max160", ["--max-side", "160", "--quality", "85"]),
+                        ("raw64", ["--store", "raw", "--size", "64"]),
+                        ("raw48_grey", ["--store", "raw", "--size", "48", "--channels", "1"]),
+                        ("jpeg_grey", ["--channels", "1"])):
+        out = os.path.join(WORK, f"{name}.h5")
+        r = imp("folder", root, "--out", out, *extra)
+        if r.returncode != 0:
+            fail(f"import folder {extra}: exit {r.returncode}: {r.stderr}")
+            continue
+        print(f"  {name}: {r.stdout.strip().splitlines()[0]}")
+        if "skipped 1 file(s) whose names do not end in .jpg" not in r.stdout:
+            fail(f"import folder {extra}: the README was not reported as skipped:\n{r.stdout}")
+        files[name] = out
+        check_dataset(out, "--folder", root)
+    with h5py.File(files["jpeg_max160"], "r") as f:
+        if int(f["train/shapes"][...].max()) > 160:
+            fail("--max-side 160: a stored image is larger")
+    # The thread count changes nothing: the same bytes for 1 and 3 decoding threads.
+    a, b = os.path.join(WORK, "t1.h5"), os.path.join(WORK, "t3.h5")
+    for out, t in ((a, "1"), (b, "3")):
+        r = imp("folder", root, "--out", out, "--store", "raw", "--size", "32", "--threads", t)
+        if r.returncode:
+            fail(f"--threads {t}: {r.stderr}")
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        for k in ("train/images", "train/labels", "val/images", "train/checksums"):
+            if not np.array_equal(fa[k][...], fb[k][...]):
+                fail(f"--threads 1 and 3 differ in {k}")
+    # `data inspect` reads a JPEG store (every block's checksum).
+    r = run([CLI, "data", "inspect", files.get("jpeg", a)])
+    if r.returncode or "storage:     jpeg" not in r.stdout or "every block's content checksum matches" not in r.stdout:
+        fail(f"data inspect of a JPEG store: {r.returncode}\n{r.stdout}{r.stderr}")
+
+
+def cifar_round_trips():
+    print("CIFAR round trips")
+    for variant, style, proto in ((10, "py2", 2), (100, "py2", 2), (10, "py3", 2), (100, "py3", 4)):
+        tgz = os.path.join(WORK, f"cifar-{variant}-{style}{proto}.tar.gz")
+        script("make_cifar_tarball.py", "--variant", str(variant), "--per-batch", "30", "--test", "20", "--style", style,
+               "--protocol", str(proto), "--out", tgz)
+        out = os.path.join(WORK, f"cifar{variant}-{style}{proto}.h5")
+        r = imp(f"cifar{variant}", tgz, "--out", out)
+        if r.returncode:
+            fail(f"import cifar{variant} ({style}, protocol {proto}): {r.stderr}")
+            continue
+        print(f"  cifar{variant} {style} protocol {proto}: {r.stdout.strip()}")
+        check_dataset(out, "--cifar", tgz)
+    tgz = os.path.join(WORK, "cifar-100-py22.tar.gz")
+    out = os.path.join(WORK, "cifar100-coarse.h5")
+    r = imp("cifar100", tgz, "--coarse", "--out", out)
+    if r.returncode or "20 classes" not in r.stdout:
+        fail(f"import cifar100 --coarse: {r.stdout}{r.stderr}")
+    else:
+        check_dataset(out, "--cifar", tgz)
+
+
+def expect_error(args, must_name, what, out):
+    r = imp(*args)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    ok = True
+    if r.returncode != 1:
+        fail(f"{what}: exit status {r.returncode} (expected 1){'' if r.returncode < 128 else ' - a crash'}:\n{r.stderr}")
+        ok = False
+    elif not any("renaissance: error: " in l and must_name in l for l in lines):
+        fail(f"{what}: the error does not name {must_name}:\n{r.stderr}")
+        ok = False
+    d = os.path.dirname(out)
+    left = [e for e in os.listdir(d) if e.startswith(os.path.basename(out))]
+    if left:
+        fail(f"{what}: left {left} behind")
+        ok = False
+    if ok:
+        print(f"  {what}: exit 1, {[l for l in lines if 'error' in l][0][:150]}")
+    return r
+
+
+def png_header(w, h):
+    """A PNG whose IHDR claims w x h (8-bit RGB) with one small IDAT: the importer must refuse it from the header."""
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
+
+
+def jpeg_claiming(w, h, src):
+    """A real JPEG whose SOF0 frame header is patched to claim w x h."""
+    b = bytearray(open(src, "rb").read())
+    i = 2
+    while i < len(b):
+        marker, length = b[i + 1], struct.unpack(">H", b[i + 2:i + 4])[0]
+        if marker in (0xC0, 0xC1, 0xC2):
+            b[i + 5:i + 9] = struct.pack(">HH", h, w)
+            return bytes(b)
+        i += 2 + length
+    raise RuntimeError("no SOF marker")
+
+
+def bad_inputs(good):
+    print("bad input")
+    base = os.path.join(WORK, "bad")
+    sample = os.path.join(good, "train", "n00000000", sorted(os.listdir(os.path.join(good, "train", "n00000000")))[0])
+    jpeg = open(sample, "rb").read()
+
+    def tree(name, mutate):
+        root = os.path.join(base, name)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(good, root)
+        mutate(root)
+        return root
+
+    def write(path, data):
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    out = os.path.join(fresh(os.path.join(WORK, "out")), "bad.h5")
+    cls = os.path.join("train", "n00000002")
+    cases = [
+        ("corrupt JPEG", lambda r: write(os.path.join(r, cls, "corrupt.jpg"),
+                                         jpeg[:600] + bytes((x * 37) & 0xff for x in range(400)) + jpeg[1000:])),
+        ("truncated JPEG", lambda r: write(os.path.join(r, cls, "truncated.jpg"), jpeg[:len(jpeg) // 2])),
+        ("truncated PNG", lambda r: write(os.path.join(r, cls, "truncated.png"),
+                                          open(os.path.join(r, "train", "n00000001", "alpha.png"), "rb").read()[:300])),
+        ("non-image file", lambda r: write(os.path.join(r, cls, "notes.jpg"), b"these are my notes, not an image\n")),
+        ("20000x20000 PNG", lambda r: write(os.path.join(r, cls, "huge.png"), png_header(20000, 20000))),
+        ("20000x20000 JPEG", lambda r: write(os.path.join(r, cls, "huge.jpg"), jpeg_claiming(20000, 20000, sample))),
+    ]
+    for what, mutate in cases:
+        holder = {}
+        root = tree(what.replace(" ", "_"), lambda r: holder.setdefault("file", mutate(r)))
+        bad_file = holder["file"]
+        expect_error(["folder", root, "--out", out], bad_file, what, out)
+        # --skip-bad: imported, the file counted and named in the summary.
+        r = imp("folder", root, "--out", out, "--skip-bad")
+        if r.returncode != 0 or "skipped 1 unreadable image(s)" not in r.stdout or bad_file not in r.stdout:
+            fail(f"{what} with --skip-bad: exit {r.returncode}\n{r.stdout}{r.stderr}")
+        else:
+            with h5py.File(out, "r") as f:
+                n = len(f["train/labels"])
+            print(f"  {what} with --skip-bad: imported {n} train images, the file counted and named")
+        os.remove(out)
+    # Structural problems: always errors.
+    root = tree("empty_class", lambda r: os.makedirs(os.path.join(r, "train", "zz_empty")))
+    expect_error(["folder", root, "--out", out], os.path.join(root, "train", "zz_empty"), "empty class folder", out)
+    root = tree("val_only_class", lambda r: shutil.copytree(os.path.join(r, "val", "n00000000"),
+                                                            os.path.join(r, "val", "n99999999")))
+    expect_error(["folder", root, "--out", out], os.path.join(root, "val", "n99999999"), "val class not in train", out)
+    root = tree("no_train", lambda r: shutil.rmtree(os.path.join(r, "train")))
+    expect_error(["folder", root, "--out", out], os.path.join(root, "train"), "missing train folder", out)
+    expect_error(["folder", root + "-nonexistent", "--out", out], root + "-nonexistent", "missing folder", out)
+    # Tarballs.
+    tgz = os.path.join(WORK, "cifar-10-py22.tar.gz")
+    data = open(tgz, "rb").read()
+    cut = write(os.path.join(base, "truncated.tar.gz"), data[:len(data) // 2])
+    expect_error(["cifar10", cut, "--out", out], cut, "truncated tarball", out)
+    flipped = bytearray(data)
+    for k in range(len(data) // 3, len(data) // 3 + 64):
+        flipped[k] ^= 0x5A
+    bad = write(os.path.join(base, "corrupt.tar.gz"), bytes(flipped))
+    expect_error(["cifar10", bad, "--out", out], bad, "corrupt tarball", out)
+    wrong = os.path.join(WORK, "cifar-100-py22.tar.gz")
+    expect_error(["cifar10", wrong, "--out", out], wrong, "CIFAR-100 tarball given as CIFAR-10", out)
+    notar = write(os.path.join(base, "plain.tar.gz"), b"hello" * 200)
+    expect_error(["cifar10", notar, "--out", out], notar, "not a tarball", out)
+
+
+def main():
+    os.makedirs(WORK, exist_ok=True)
+    root = make_folder()
+    round_trips(root)
+    cifar_round_trips()
+    bad_inputs(root)
+    if FAILS:
+        print(f"{len(FAILS)} failure(s)")
+        return 1
+    print("all pass")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
