@@ -67,6 +67,9 @@ F = rm.F
 h5py = rm.h5py
 
 GOLDEN_FORMAT = "renaissance-golden"
+# HDF5 1.10's file format at most: Renaissance links the system HDF5 (1.10 on Debian 12 and on the GPU machine),
+# which cannot read what a newer h5py wheel (HDF5 1.14) writes with libver="latest".
+LIBVER = ("earliest", "v110")
 CASES = {  # case -> (zoo model | None, model file relative to the repository root | None)
     "fmnist_cnn": ("fmnist_cnn", None),
     "tiny_resnet": (None, "models/tiny_resnet.yaml"),
@@ -91,7 +94,7 @@ def write_dataset(path, images, labels, classes):
     std = x.std(axis=(0, 1, 2)).astype(np.float32)  # population std, as `renaissance data` computes it
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with h5py.File(tmp, "w", libver="latest") as f:
+        with h5py.File(tmp, "w", libver=LIBVER) as f:
             f.attrs["format"] = "renaissance-dataset"
             f.attrs["version"] = np.int32(2)  # with content checksums (data/README.md)
             f.attrs["num_classes"] = np.int32(classes)
@@ -129,7 +132,7 @@ def write_weights(path, tensors, attrs):
     plain = set()
     try:
         for _ in range(2):
-            with h5py.File(tmp, "w", libver="latest") as f:
+            with h5py.File(tmp, "w", libver=LIBVER) as f:
                 for k, v in attrs.items():
                     f.attrs[k] = np.bytes_(v.encode())  # fixed-length strings, as Renaissance writes them
                 for key, value in tensors.items():
@@ -319,7 +322,7 @@ def run_case(case, args):
     path = os.path.join(out_dir, "golden.h5")
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with h5py.File(tmp, "w", libver="latest") as f:
+        with h5py.File(tmp, "w", libver=LIBVER) as f:
             f.attrs.update(attrs)
             put(f, "logits/init", r["logits_init"])
             put(f, "logits/final", r["logits_final"])

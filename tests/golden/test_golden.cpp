@@ -53,15 +53,30 @@ struct GoldenCase {
   const char* zoo;         ///< zoo model, or nullptr
   const char* model_file;  ///< model YAML under the source tree, or nullptr
   bool amp;
+  /// The GPU paths a user can pick, each replayed against the same goldens (the CPU ignores them): TrainOptions'
+  /// conv_api (0 auto, 2 the legacy cuDNN API), fuse_kernels and concurrent_streams.
+  int conv_api = 0;
+  bool fuse_kernels = true;
+  bool concurrent_streams = true;
+  const char* name = nullptr;  ///< the test's name when it is not `dir`
 };
 
-void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.dir; }  // gtest: the case, not its bytes
+void PrintTo(const GoldenCase& c, std::ostream* os) {
+  *os << (c.name ? c.name : c.dir);
+}  // gtest: the case, not its bytes
 
 const GoldenCase kCases[] = {
     {"fmnist_cnn_fp32", "fmnist_cnn", nullptr, false},
     {"tiny_resnet_fp32", nullptr, "models/tiny_resnet.yaml", false},
     {"fmnist_cnn_amp", "fmnist_cnn", nullptr, true},
     {"tiny_resnet_amp", nullptr, "models/tiny_resnet.yaml", true},
+#ifdef RN_GOLDEN_CUDA
+    {"tiny_resnet_fp32", nullptr, "models/tiny_resnet.yaml", false, 2, true, true, "tiny_resnet_fp32_legacy_api"},
+    {"tiny_resnet_fp32", nullptr, "models/tiny_resnet.yaml", false, 0, false, true, "tiny_resnet_fp32_unfused"},
+    {"tiny_resnet_fp32", nullptr, "models/tiny_resnet.yaml", false, 0, true, false, "tiny_resnet_fp32_one_stream"},
+    {"tiny_resnet_amp", nullptr, "models/tiny_resnet.yaml", true, 2, true, true, "tiny_resnet_amp_legacy_api"},
+    {"tiny_resnet_amp", nullptr, "models/tiny_resnet.yaml", true, 0, false, true, "tiny_resnet_amp_unfused"},
+#endif
 };
 
 /// Tolerances per dtype and backend (STYLE habit 6). FP32: both sides compute in FP32 and differ only in the order
@@ -166,6 +181,9 @@ Replay replay(const GoldenCase& c, const fs::path& dir, double lr_factor = 1.0) 
   o.loss_scale = c.amp ? g.number("loss_scale") : o.loss_scale;
   o.ema = false;
   o.validate = false;  // logits() runs the inference graph itself
+  o.conv_api = c.conv_api;
+  o.fuse_kernels = c.fuse_kernels;
+  o.concurrent_streams = c.concurrent_streams;
   runtime::Trainer t(model_of(c), o);
   // The goldens name tensors after an ArchPlan: a plan that changed since they were made would compare other
   // tensors, or none.
@@ -237,10 +255,10 @@ Replay replay(const GoldenCase& c, const fs::path& dir, double lr_factor = 1.0) 
       "golden {} on {} (PyTorch {}, {}): max |diff|/max|ref| (tolerance): logits {:.2g} ({:.2g}), after training "
       "{:.2g} ({:.2g}); gradients {:.2g} ({}; {:.2g} + {:.2g}·|ref|); losses {:.2g} relative ({:.2g}); updates {:.2g} "
       "({}; {:.2g}); BN statistics {:.2g} ({}; {:.2g})",
-      c.dir, kBackendName, g.text("torch_version"), g.text("device"), m_logits0.max_rel_to_max, tol.logits.abs,
-      m_logits1.max_rel_to_max, tol.logits_final.abs, w_grad.rel_to_max, w_grad.tensor, tol.grad.abs, tol.grad.rel,
-      loss_rel, tol.loss.rel, w_update.rel_to_max, w_update.tensor, tol.update.abs, w_bn.rel_to_max, w_bn.tensor,
-      tol.bn.abs);
+      c.name ? c.name : c.dir, kBackendName, g.text("torch_version"), g.text("device"), m_logits0.max_rel_to_max,
+      tol.logits.abs, m_logits1.max_rel_to_max, tol.logits_final.abs, w_grad.rel_to_max, w_grad.tensor, tol.grad.abs,
+      tol.grad.rel, loss_rel, tol.loss.rel, w_update.rel_to_max, w_update.tensor, tol.update.abs, w_bn.rel_to_max,
+      w_bn.tensor, tol.bn.abs);
   return out;
 }
 
@@ -300,7 +318,8 @@ TEST(GoldenCompare, BoundIsPerElementAndNaNNeverPasses) {
   EXPECT_NE(std::string(r.message()).find("conv1.w: element 1"), std::string::npos) << r.message();
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<GoldenCase>& i) { return std::string(i.param.dir); });
+INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(kCases), [](const ::testing::TestParamInfo<GoldenCase>& i) {
+  return std::string(i.param.name ? i.param.name : i.param.dir);
+});
 
 }  // namespace

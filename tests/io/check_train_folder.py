@@ -9,8 +9,9 @@
    names in index order) - checked image by image with h5py.
 3. The same images as JPEG files (quality 95) -> `data import folder --channels 1` (C, a JPEG store), trained with
    the JPEGs decoded on the loader threads (--val-resize 28: the centre crop of a 28x28 image is the image).
-4. fmnist_cnn trained on A, B and C with the same options: the test accuracies agree within a tolerance (the sample
-   order differs between A and B, the pixels between A and C).
+4. The idx subset written again in ImageFolder order and imported (A2): fmnist_cnn trained on A2 and on B with the same
+   options gives the same per-step losses bit for bit and the same accuracy (the same images in the same order); C's
+   accuracy agrees with A2's within a tolerance (only the JPEG pixels differ).
 5. C trained with random-resized crops for a few steps with --loader-threads 1 and 3: identical per-step losses.
 Exit 0 pass, 1 fail, 77 when Fashion-MNIST, h5py, numpy or Pillow is missing.
 """
@@ -93,6 +94,26 @@ def main():
             print(f"PNG folder /{split}: {len(ya)} images {'equal' if same else 'DIFFER from'} the idx import's")
             if not same:
                 fails.append(f"PNG folder /{split} differs from the idx import")
+    # The idx subset again, in ImageFolder order (A2): the same images in B's order, so B must train like it exactly.
+    A2 = os.path.join(a.work, "A2.h5")
+    idx2 = os.path.join(a.work, "idx2")
+    os.makedirs(idx2)
+    names2 = {}
+    for split, prefix in (("train", "train"), ("val", "t10k")):
+        with h5py.File(A, "r") as fa:
+            ya = fa[f"{split}/labels"][...]
+            xa = fa[f"{split}/images"][...]
+        order = np.argsort(ya, kind="stable")
+        n = len(ya)
+        for kind, magic, body in (("images", 2051, struct.pack(">III", n, 28, 28) + xa[order].tobytes()),
+                                  ("labels", 2049, struct.pack(">I", n) + ya[order].astype(np.uint8).tobytes())):
+            out = os.path.join(idx2, f"{prefix}-{kind}-idx{3 if kind == 'images' else 1}-ubyte.gz")
+            with gzip.open(out, "wb") as f:
+                f.write(struct.pack(">I", magic) + body)
+            names2[(split, kind)] = out
+    run(a.cli, "data", "import", "idx", "--train-images", names2[("train", "images")], "--train-labels",
+        names2[("train", "labels")], "--val-images", names2[("val", "images")], "--val-labels",
+        names2[("val", "labels")], "--classes", "10", "--out", A2)
     # 3. JPEG folder -> JPEG store
     run(sys.executable, mk, "fashion-mnist", jpg, "--format", "jpeg", "--quality", "95", "--train-limit",
         str(a.train), "--val-limit", str(a.val))
@@ -100,17 +121,25 @@ def main():
     # 4. training
     common = ["train", "--device", "cpu", "--model", "fmnist_cnn", "--epochs", str(a.epochs), "--batch", "128",
               "--seed", "1"]
-    acc = {}
-    for name, path, extra in (("idx", A, []), ("png folder", B, []), ("jpeg store", C, ["--val-resize", "28"])):
-        metrics = os.path.join(a.work, f"{name.replace(' ', '_')}.jsonl")
-        run(a.cli, *common, "--data", path, "--metrics", metrics, *extra)
-        with open(metrics) as f:
+    acc, losses = {}, {}
+    for name, path, extra in (("idx", A2, []), ("png folder", B, []), ("jpeg store", C, ["--val-resize", "28"])):
+        stem = os.path.join(a.work, name.replace(" ", "_"))
+        run(a.cli, *common, "--data", path, "--metrics", stem + ".jsonl", "--loss-log", stem + ".loss", *extra)
+        with open(stem + ".jsonl") as f:
             last = [json.loads(l) for l in f if l.strip()][-1]
+        with open(stem + ".loss") as f:
+            losses[name] = f.read()
         acc[name] = last["val_top1"]
         print(f"{name}: val_top1 {acc[name]:.4f} after {a.epochs} epochs ({last['images_per_s']:.0f} img/s)")
-    for name in ("png folder", "jpeg store"):
-        if abs(acc[name] - acc["idx"]) > a.tolerance:
-            fails.append(f"{name} reached {acc[name]:.4f}, the idx import {acc['idx']:.4f} (tolerance {a.tolerance})")
+    if losses["png folder"] != losses["idx"] or not losses["idx"].strip():
+        fails.append("the PNG folder's per-step losses differ from the idx import's in the same order")
+    else:
+        print(f"png folder and idx in ImageFolder order: the same {len(losses['idx'].splitlines())} loss lines")
+    if acc["png folder"] != acc["idx"]:
+        fails.append(f"png folder reached {acc['png folder']:.4f}, the idx import {acc['idx']:.4f}")
+    if abs(acc["jpeg store"] - acc["idx"]) > a.tolerance:
+        fails.append(f"jpeg store reached {acc['jpeg store']:.4f}, the idx import {acc['idx']:.4f} "
+                     f"(tolerance {a.tolerance})")
     # 5. the loader threads change nothing
     logs = []
     for t in ("1", "3"):
