@@ -171,8 +171,12 @@ void run_train(TrainCli& c) {
   runtime::Trainer trainer(bp, c.t);
   const bool resumed = c.ckpt.resume_into(trainer, root);
   if (root && comm)
-    std::printf("data-parallel: %d ranks x %lld samples per step (global batch %lld)\n", comm->world_size(),
-                static_cast<long long>(c.t.batch / comm->world_size()), static_cast<long long>(c.t.batch));
+    std::printf("data-parallel: %d ranks x %lld samples per step (global batch %lld)%s\n", comm->world_size(),
+                static_cast<long long>(c.t.batch / comm->world_size()), static_cast<long long>(c.t.batch),
+                c.t.backend == runtime::Backend::CUDA
+                    ? "; gradients all-reduced by NCCL inside the captured step graphs, bucket 1 beside the first "
+                      "layer's backward"
+                    : "");
   if (root) std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs, batch %lld, %s, lr %g (%s)\n",
               bp.name.c_str(), c.data.c_str(), static_cast<long long>(trainer.plan().arch.parameter_count()),
               static_cast<double>(trainer.plan().arena_bytes()) / (1 << 20), static_cast<long long>(c.t.epochs),

@@ -29,7 +29,7 @@ set -uo pipefail
 
 MODE=$1
 shift
-CLI="" WORK="" MPIEXEC=mpirun PY=python3 LAUNCH=""
+CLI="" WORK="" MPIEXEC=mpirun PY=python3 LAUNCH="" DEVICE=""
 while (($#)); do
   case "$1" in
     --cli) CLI=$2; shift 2 ;;
@@ -37,11 +37,23 @@ while (($#)); do
     --mpiexec) MPIEXEC=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
     --launch) LAUNCH=$2; shift 2 ;;
+    --device) DEVICE=$2; shift 2 ;;  # cuda: one GPU per rank (the gpu.dp_* tests); default: the CLI's auto
     *) echo "dp_test.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MODEL=$HERE/fixtures/dp_cnn.yaml
+DEV=()
+if [[ $DEVICE == cuda ]]; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if ((gpus < 2)); then
+    echo "SKIP: $MODE on GPU ranks needs 2 GPUs, ${gpus:-0} visible (the nvidia-h200-x2 machine runs it)"
+    exit 77
+  fi
+  DEV=(--device cuda)
+elif [[ -n $DEVICE ]]; then
+  DEV=(--device "$DEVICE")
+fi
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK" || exit 1
@@ -70,7 +82,8 @@ launch2() { launchn 2 "$@"; }
   fail "cannot make the synthetic dataset"
 # 200 samples, global batch 32: 6 full batches and a partial one of 8 (4 per rank) per epoch; 2 epochs, 12 steps,
 # random crops and flips keyed by the global sample position.
-TRAIN=(train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 2 --max-steps 12 --lr 0.05 --crop-padding 2)
+TRAIN=(train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 2 --max-steps 12 --lr 0.05 --crop-padding 2
+  "${DEV[@]}")
 
 # A wrapper that changes the command line of rank 1 (or of rank $RANK_SEL; the rank from the launcher's environment)
 # and records pids.
@@ -101,6 +114,10 @@ case "$MODE" in
     cat out2.txt
     [[ $(grep -o "epoch [12]/2  step" out2.txt | wc -l) == 2 ]] || fail "expected 2 epoch summaries, from rank 0 only"
     grep -q "data-parallel: 2 ranks x 16 samples" out2.txt || fail "no data-parallel line"
+    if [[ $DEVICE == cuda ]]; then
+      grep -q "all-reduced by NCCL inside the captured step graphs, bucket 1 beside" out2.txt ||
+        fail "the GPU run does not say its all-reduces are captured NCCL buckets"
+    fi
     "$PY" "$HERE/compare_weights.py" w1.h5 w2.h5 --max-rel 1e-5 || fail "2-rank weights differ from 1-rank weights"
     "$PY" - m1.jsonl m2.jsonl <<'PYEOF' || fail "metrics differ"
 import json, sys
@@ -118,7 +135,7 @@ PYEOF
     ;;
   equality-syncbn)
     BN=(train --model-file "$HERE/fixtures/dp_bn_cnn.yaml" --data ds.h5 --batch 32 --epochs 2 --max-steps 12 --lr 0.05
-        --crop-padding 2)
+        --crop-padding 2 "${DEV[@]}")
     "$CLI" "${BN[@]}" --save w1.h5 >out1.txt 2>&1 || { cat out1.txt; fail "1-rank run"; }
     launch2 "$CLI" "${BN[@]}" --sync-bn --save w2.h5 >out2.txt 2>&1 || { cat out2.txt; fail "2-rank --sync-bn run"; }
     launch2 "$CLI" "${BN[@]}" --save w3.h5 >out3.txt 2>&1 || { cat out3.txt; fail "2-rank run"; }
@@ -141,7 +158,7 @@ PYEOF
     export RENAISSANCE_COMM_TIMEOUT=$TIMEOUT
     start=$SECONDS
     launch2 ./rank_wrapper.sh train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 100000 \
-      --metrics m.jsonl >out.txt 2>&1 &
+      --metrics m.jsonl "${DEV[@]}" >out.txt 2>&1 &
     launcher=$!
     for _ in $(seq 1 600); do  # the first epoch done: both ranks are in the training loop
       [[ -s m.jsonl ]] && break

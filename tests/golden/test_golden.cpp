@@ -22,11 +22,14 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -184,6 +187,13 @@ Replay replay(const GoldenCase& c, const fs::path& dir, double lr_factor = 1.0) 
   o.conv_api = c.conv_api;
   o.fuse_kernels = c.fuse_kernels;
   o.concurrent_streams = c.concurrent_streams;
+#ifdef RN_GOLDEN_CUDA
+  // The convolution engines are chosen by timing: a failure lists the ones this run chose (the engine cache's text).
+  static int replays = 0;
+  const fs::path engines = fs::temp_directory_path() / fmt::format("golden-engines-{}-{}.txt", ::getpid(), replays++);
+  fs::remove(engines);
+  o.engine_cache = engines.string();
+#endif
   runtime::Trainer t(model_of(c), o);
   // The goldens name tensors after an ArchPlan: a plan that changed since they were made would compare other
   // tensors, or none.
@@ -259,6 +269,16 @@ Replay replay(const GoldenCase& c, const fs::path& dir, double lr_factor = 1.0) 
       tol.logits.abs, m_logits1.max_rel_to_max, tol.logits_final.abs, w_grad.rel_to_max, w_grad.tensor, tol.grad.abs,
       tol.grad.rel, loss_rel, tol.loss.rel, w_update.rel_to_max, w_update.tensor, tol.update.abs, w_bn.rel_to_max,
       w_bn.tensor, tol.bn.abs);
+#ifdef RN_GOLDEN_CUDA
+  if (!out.failures.empty()) {
+    std::ifstream in(engines);
+    std::ostringstream text;
+    text << in.rdbuf();
+    out.failures.push_back("the convolution engines of this run (" + engines.string() + "):\n" + text.str());
+  } else {
+    fs::remove(engines);
+  }
+#endif
   return out;
 }
 
