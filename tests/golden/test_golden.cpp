@@ -6,7 +6,7 @@
 // with its own tolerance (tests/golden/README.md lists them and what was measured).
 //
 // Built twice: test_golden (CPU backend, in CI) and, with CUDA, test_golden_gpu (RN_GOLDEN_CUDA: the CUDA backend;
-// skips without a device). The AMP cases are skipped (visibly) until their goldens exist: PyTorch makes them on a GPU.
+// skips without a device). The AMP goldens come from PyTorch on a GPU (CUDA autocast); without them those cases skip.
 #include "golden_util.h"
 
 #include <renaissance/blueprint/yaml.h>
