@@ -325,8 +325,9 @@ void register_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--data-cache", c->data_cache,
-                  "GPU: keep a raw store's images on the device and gather, shift, flip and normalise each batch "
-                  "there (auto: when it fits in 25 % of the device's memory; on: or fail saying why; off: host loader)")
+                  "GPU, raw stores: keep the images on the device and crop, resample, shift, flip and normalise "
+                  "each batch there (auto: when they fit in 25 % of the device's memory; on: or fail saying why; "
+                  "off: the host loader)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "off", "on"}));
   cmd->add_option("--start-resolution", c->t.start_resolution, "Progressive resize: train the first epochs at this size");

@@ -79,8 +79,22 @@ struct GpuDataCache::Split {
 struct GpuDataCache::Graph {
   std::unique_ptr<cuda::GraphExec> exec;
   bool resample = false;
+  int max_taps = 0;  ///< the longest filter its shared-memory tables hold
   std::int64_t out_h = 0, out_w = 0;
 };
+
+void GpuDataCache::reserve_scratch(std::int64_t batch, std::int64_t out_w) {
+  const std::int64_t need = scratch_bytes(batch, out_w);
+  if (need <= m_scratch_bytes) return;
+  // The captured renders hold the scratch's address: it can only be sized before the first of them.
+  for (const auto& [key, g] : m_graphs)
+    RN_CHECK(!g->resample, "internal: the resampling scratch must be reserved before the first render is captured");
+  cuda::device_free(m_scratch);
+  m_bytes -= m_scratch_bytes;
+  m_scratch = static_cast<std::uint8_t*>(cuda::device_alloc(need, "the device dataset cache's resampling rows"));
+  m_scratch_bytes = need;
+  m_bytes += need;
+}
 
 GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes) {
   RN_CHECK_CTX(data.storage() == io::Storage::raw, data.path(), "the device cache holds raw stores only");
@@ -166,14 +180,7 @@ void GpuDataCache::prepare(io::Split s, int slot, std::int64_t batch, std::int64
     const std::int64_t ratio = std::max<std::int64_t>({1, (m_h + out_h - 1) / out_h, (m_w + out_w - 1) / out_w,
                                                        (m_h + out_w - 1) / out_w, (m_w + out_h - 1) / out_h});
     m_max_taps = std::max(m_max_taps, static_cast<int>(std::min<std::int64_t>(2 * ratio + 3, cuda::kMaxTaps)));
-    const std::int64_t need = scratch_bytes(batch, out_w);
-    if (need > m_scratch_bytes) {
-      RN_CHECK(m_graphs.empty() || m_scratch == nullptr, "internal: the resampling scratch grew after a capture");
-      cuda::device_free(m_scratch);
-      m_scratch = static_cast<std::uint8_t*>(cuda::device_alloc(need, "the device dataset cache's resampling rows"));
-      m_scratch_bytes = need;
-      m_bytes += need;
-    }
+    reserve_scratch(batch, out_w);
     p.max_taps = m_max_taps;
     p.scratch = m_scratch;
   }
@@ -192,6 +199,7 @@ void GpuDataCache::prepare(io::Split s, int slot, std::int64_t batch, std::int64
     cuda::advance_cursor(sp.cursor, m_capture_stream);
   });
   g->resample = resample;
+  g->max_taps = p.max_taps;
   g->out_h = out_h;
   g->out_w = out_w;
   m_graphs[key] = std::move(g);
@@ -215,8 +223,12 @@ void GpuDataCache::begin_pass(io::Split s, const std::vector<std::int64_t>& orde
            order.size());
   // Which captured renders read this pass: those of this split (all resample, or none).
   bool resample = false, plain = false;
-  for (const auto& [key, g] : m_graphs)
-    if (std::get<0>(key) == static_cast<int>(s)) (g->resample ? resample : plain) = true;
+  int max_taps = cuda::kMaxTaps;  // the least any of the split's renders holds
+  for (const auto& [key, g] : m_graphs) {
+    if (std::get<0>(key) != static_cast<int>(s)) continue;
+    (g->resample ? resample : plain) = true;
+    if (g->resample) max_taps = std::min(max_taps, g->max_taps);
+  }
   constexpr int K = cuda::kGatherTableInts;
   sp.host_table.assign(order.size() * K + K, 0);
   for (std::size_t p = 0; p < order.size(); ++p) {
@@ -237,10 +249,10 @@ void GpuDataCache::begin_pass(io::Split s, const std::vector<std::int64_t>& orde
                    g.box_x + g.box_w <= m_w && g.virt_h > 0 && g.virt_w > 0,
                "internal: box {}x{} at ({}, {}) of a {}x{} image", g.box_h, g.box_w, g.box_y, g.box_x, m_h, m_w);
       const int taps = std::max(taps_for(g.box_h, g.virt_h), taps_for(g.box_w, g.virt_w));
-      if (taps > m_max_taps)
+      if (taps > max_taps)
         throw Error(fmt::format("sample {} is resampled from {}x{} to {}x{}: a filter of {} taps, more than the {} "
                                 "the device cache's render allows",
-                                order[p], g.box_h, g.box_w, g.virt_h, g.virt_w, taps, m_max_taps),
+                                order[p], g.box_h, g.box_w, g.virt_h, g.virt_w, taps, max_taps),
                     "--data-cache", "--data-cache off renders it on the host; or import the store at a smaller --size");
     }
     e[0] = static_cast<std::int32_t>(order[p]);
@@ -270,6 +282,7 @@ GpuDataCache::~GpuDataCache() = default;
 void GpuDataCache::prepare(io::Split, int, std::int64_t, std::int64_t, const Dest&, const float*, const float*,
                            std::int64_t, std::int64_t, bool) {}
 void GpuDataCache::begin_pass(io::Split, const std::vector<std::int64_t>&, const std::vector<io::SampleGeometry>*) {}
+void GpuDataCache::reserve_scratch(std::int64_t, std::int64_t) {}
 void GpuDataCache::launch(io::Split, int, std::int64_t, void*) const {}
 
 #endif

@@ -78,6 +78,9 @@ class GpuDataCache {
                const float* stddev, std::int64_t out_h, std::int64_t out_w, bool resample);
   /// The resampling scratch the gathers need for batches of up to `batch` at out_w columns (bytes).
   std::int64_t scratch_bytes(std::int64_t batch, std::int64_t out_w) const { return batch * m_h * out_w * m_c; }
+  /// Allocates that scratch for the largest batch and output width of any render to be captured (before the first
+  /// prepare() that resamples; prepare() reserves what it needs itself when it is the first).
+  void reserve_scratch(std::int64_t batch, std::int64_t out_w);
   /// Starts a pass over `split`: order[p] is the stored index of position p, geometry[p] its geometry (nullptr:
   /// the whole image as stored). Synchronous (waits for the device: the previous pass's gathers are done).
   void begin_pass(io::Split split, const std::vector<std::int64_t>& order,

@@ -1387,6 +1387,8 @@ std::string Trainer::Impl::setup_cache() {
   const io::CropMode crop = opt.augmentation.crop;
   const bool train_resamples = !(stored_is_model_size && (crop == io::CropMode::none || crop == io::CropMode::center));
   const bool val_resamples = !stored_is_model_size;
+  if (train_resamples || val_resamples)
+    cache->reserve_scratch(std::max(train_resamples ? train_batch : 0, val_resamples ? val_batch : 0), model_w);
   // One gather per split, slot and batch size the variants use, captured now (nothing is captured mid-run).
   const Variant train_vs[] = {Variant::TRAIN_BASE, Variant::TRAIN_LAST};
   const Variant val_vs[] = {Variant::VAL_BASE, Variant::VAL_LAST};
