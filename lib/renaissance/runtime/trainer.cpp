@@ -1393,7 +1393,6 @@ std::string Trainer::Impl::setup_cache() {
   const Variant train_vs[] = {Variant::TRAIN_BASE, Variant::TRAIN_LAST};
   const Variant val_vs[] = {Variant::VAL_BASE, Variant::VAL_LAST};
   for (io::Split split : {io::Split::train, io::Split::val}) {
-    if (split == io::Split::val && !(opt.validate || opt.ema)) continue;
     const bool train = split == io::Split::train;
     for (Variant v : train ? train_vs : val_vs) {
       const std::int64_t count = plan.specs[static_cast<std::size_t>(v)].batch_size;
