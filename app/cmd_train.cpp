@@ -48,6 +48,7 @@ struct TrainCli {
   bool no_flip = false;
   bool no_validate = false;
   std::string crop = "none";
+  std::string data_cache = "auto";
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
   double comm_timeout = 0;
@@ -144,6 +145,7 @@ void run_train(TrainCli& c) {
   c.t.schedule = runtime::schedule_from_name(c.schedule);
   c.t.augmentation.horizontal_flip = !c.no_flip;
   c.t.augmentation.crop = io::parse_crop_mode(c.crop);
+  c.t.data_cache = runtime::parse_data_cache(c.data_cache);
   {
     const auto [smin, smax] = parse_range(c.crop_scale, "--crop-scale");
     const auto [rmin, rmax] = parse_range(c.crop_ratio, "--crop-ratio");
@@ -326,6 +328,12 @@ void register_train_command(CLI::App& app) {
                   "Host threads decoding, augmenting and normalising samples (0: every CPU of the affinity mask)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  cmd->add_option("--data-cache", c->data_cache,
+                  "GPU, raw stores: keep the images on the device and crop, resample, shift, flip and normalise "
+                  "each batch there (auto: when they fit in 25 % of the device's memory; on: or fail saying why; "
+                  "off: the host loader)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "off", "on"}));
   cmd->add_option("--start-resolution", c->t.start_resolution, "Progressive resize: train the first epochs at this size");
   cmd->add_option("--lowres-epochs", c->t.lowres_epochs, "Progressive resize: epochs at --start-resolution");
   cmd->add_flag("--no-validate", c->no_validate, "Skip validation after each epoch");

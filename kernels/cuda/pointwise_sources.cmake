@@ -7,6 +7,7 @@ set(RENAISSANCE_POINTWISE_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cu
   ${CMAKE_CURRENT_LIST_DIR}/range_ops.cu
   ${CMAKE_CURRENT_LIST_DIR}/optimizer.cu
+  ${CMAKE_CURRENT_LIST_DIR}/augment.cu
 )
 target_sources(renaissance_kernels_cuda PRIVATE ${RENAISSANCE_POINTWISE_CUDA_SOURCES})
 # No contraction into FMA: like kernels/cpu (-ffp-contract=off), every formula is evaluated as written, which is

@@ -114,6 +114,29 @@ TEST(TrainCli, BadInputFailsWithTheFileNamed) {
   EXPECT_NE(device.code, 0);
 }
 
+// --data-cache (runtime/gpu_input.h): `off` and `auto` train on the CPU backend (no cache there), `on` stops with the
+// reason and exit 1, an unknown value is the command line's error; the config key works like the option.
+TEST(TrainCli, DataCacheOption) {
+  const std::string data = synthetic(28, 1);
+  const CliRun off = run("train --device cpu --data " + data + " --max-steps 1 --no-validate --data-cache off");
+  EXPECT_EQ(off.code, 0) << off.out;
+  const CliRun aut = run("train --device cpu --data " + data + " --max-steps 1 --no-validate --data-cache auto");
+  EXPECT_EQ(aut.code, 0) << aut.out;
+  const CliRun on = run("train --device cpu --data " + data + " --max-steps 1 --no-validate --data-cache on");
+  EXPECT_EQ(on.code, 1) << on.out;
+  EXPECT_NE(on.out.find("--data-cache on"), std::string::npos) << on.out;
+  EXPECT_NE(on.out.find("not the CUDA backend"), std::string::npos) << on.out;
+  const CliRun bad = run("train --device cpu --data " + data + " --max-steps 1 --data-cache yes");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_LT(bad.code, 128);
+  EXPECT_NE(bad.out.find("--data-cache"), std::string::npos) << bad.out;
+  const fs::path cfg = temp_dir() / "cache.yaml";
+  std::ofstream(cfg) << "max-steps: 1\ndata-cache: on\n";
+  const CliRun c = run("train --device cpu --data " + data + " --no-validate --config " + cfg.string());
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_NE(c.out.find("--data-cache on"), std::string::npos) << c.out;
+}
+
 TEST(TrainCli, EvalReproducesTheFinalValidation) {
   const fs::path w = temp_dir() / "w.h5";
   const fs::path m = temp_dir() / "m2.jsonl";

@@ -8,6 +8,7 @@ target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/profiler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/data_pipeline.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpu_input.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replicas.cpp
   ${CMAKE_CURRENT_LIST_DIR}/collectives.cpp

@@ -24,8 +24,9 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
-#include <sstream>
+#include <optional>
 #include <set>
+#include <sstream>
 
 namespace renaissance::runtime {
 
@@ -48,6 +49,25 @@ std::vector<std::int64_t> drop_batches(std::vector<std::int64_t> order, std::vec
   positions->erase(positions->begin(), positions->begin() + std::min<std::int64_t>(count, static_cast<std::int64_t>(positions->size())));
   return order;
 }
+
+/// The batches of a pass over the device cache: counts and numbers as BatchLoader would deliver them (no pixels).
+class CachedBatches {
+ public:
+  CachedBatches(std::size_t samples, std::int64_t batch)
+      : m_samples(static_cast<std::int64_t>(samples)), m_batch(batch) {}
+  std::optional<io::Batch> next() {
+    if (m_next >= m_samples) return std::nullopt;
+    io::Batch b;
+    b.count = std::min(m_batch, m_samples - m_next);
+    b.index = m_next / m_batch;
+    b.first_position = m_next;
+    m_next += b.count;
+    return b;
+  }
+
+ private:
+  std::int64_t m_samples, m_batch, m_next = 0;
+};
 
 }  // namespace
 
@@ -73,6 +93,20 @@ struct Trainer::Impl {
   std::unique_ptr<io::LoaderPool> pool;
   bool stored_is_model_size = true;  ///< a raw store of the model's H x W: validation copies, crop none trains as stored
   std::int64_t model_h = 0, model_w = 0;
+  /// The device-resident dataset cache (gpu_input.h), when --data-cache lets the run use one: batches are gathered
+  /// on the GPU instead of loaded, staged and copied.
+  std::unique_ptr<GpuDataCache> cache;
+  /// Decides on the cache, uploads the dataset and captures its gathers (start-up); returns a line for the log.
+  std::string setup_cache();
+  /// Starts a pass of the cache over `split`; training passes get each position's shift and flip.
+  void begin_cached_pass(io::Split split, const std::vector<std::int64_t>& order, std::int64_t epoch,
+                         const std::vector<std::int64_t>* positions);
+  std::int64_t img_h_stored() const { return data.info(io::Split::train).height; }
+  std::int64_t img_w_stored() const { return data.info(io::Split::train).width; }
+  /// The cache's gather of the pass's next batch into slot `s`, on the transfer stream (in place of stage + transfer).
+  void transfer_cached(io::Split split, int s, std::int64_t count) {
+    session->transfer(env, s, [&] { cache->launch(split, s, count, env.stream); });
+  }
 
   /// The loader options that render `split`'s samples for a variant of out_h x out_w (training: the run's
   /// augmentation keyed by positions; validation: a copy or the centre crop), or none where the stored images are
@@ -493,6 +527,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
                        I.startup.engines_cached, I.startup.engines_chosen, I.startup.engines_s,
                        I.startup.engines_legacy));
   }
+  log0(I.setup_cache());
   const double t_init = now_s();
   I.init_weights();
   I.startup.init_s = now_s() - t_init;
@@ -553,23 +588,32 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     // Every sample is decoded and augmented on the loader threads, keyed by its position in the global order.
     const Variant full = lowres ? Variant::TRAIN_LOWRES : Variant::TRAIN_BASE;
     const DTensor& in = I.plan.plan(full).tensor(I.plan.baseline.data_a);
-    io::BatchLoader loader(I.data, io::Split::train, shard.rank_batch, std::move(order), {}, std::nullopt,
-                           I.loader_options(io::Split::train, in.shape.h, in.shape.w, epoch, &positions));
+    std::optional<io::BatchLoader> loader;  // none with the device cache: its pass table replaces it
+    CachedBatches cached(order.size(), shard.rank_batch);
+    if (I.cache)
+      I.begin_cached_pass(io::Split::train, order, epoch, &positions);
+    else
+      loader.emplace(I.data, io::Split::train, shard.rank_batch, std::move(order), io::BatchTransform{}, std::nullopt,
+                     I.loader_options(io::Split::train, in.shape.h, in.shape.w, epoch, &positions));
     std::int64_t samples = 0;
     double lr = 0;
-    while (auto b = loader.next()) {
+    while (auto b = loader ? loader->next() : cached.next()) {
       const int s = static_cast<int>(b->index % 2);
       const bool last = b->count < shard.rank_batch;
       const Variant v = lowres ? (last ? Variant::TRAIN_LOWRES_LAST : Variant::TRAIN_LOWRES)
                                : (last ? Variant::TRAIN_LAST : Variant::TRAIN_BASE);
       RN_CHECK(b->count == I.plan.specs[static_cast<std::size_t>(v)].batch_size,
                "internal: batch of {} samples for variant '{}'", b->count, plan::variant_name(v));
-      I.check_labels(*b);
       // data: slot s was last used two batches ago; once that step is done, stage and copy this batch while the
-      // previous step still runs on the device.
+      // previous step still runs on the device (or gather it there from the device cache).
       I.wait_slot(s);
-      I.stage(s, *b, v);
-      I.transfer(v, s);
+      if (I.cache) {
+        I.transfer_cached(io::Split::train, s, b->count);
+      } else {
+        I.check_labels(*b);
+        I.stage(s, *b, v);
+        I.transfer(v, s);
+      }
       lr = sched.lr(m_step);
       I.hyper[plan::kHyperLr] = static_cast<float>(lr);
       I.hyper[plan::kHyperStep] = static_cast<float>(m_step + 1);
@@ -733,15 +777,25 @@ EpochMetrics Trainer::evaluate(bool ema) {
   if (ema && I.opt.amp) I.replay(Variant::VAL_BASE, GraphId::CAST_E_TO_E16);
   // Data-parallel: the val batches are dealt round-robin over the ranks; VAL_RESULT_COMM sums the metrics.
   const DTensor& vin = I.plan.plan(Variant::VAL_BASE).tensor(I.plan.baseline.data_a);
-  io::BatchLoader loader(I.data, io::Split::val, vb, round_robin_batches(epoch_order(0, 0, n, false), vb, I.world, I.rank),
-                         {}, std::nullopt, I.loader_options(io::Split::val, vin.shape.h, vin.shape.w, 0, nullptr));
-  while (auto b = loader.next()) {
+  std::vector<std::int64_t> val_order = round_robin_batches(epoch_order(0, 0, n, false), vb, I.world, I.rank);
+  std::optional<io::BatchLoader> loader;  // none with the device cache
+  CachedBatches cached(val_order.size(), vb);
+  if (I.cache)
+    I.begin_cached_pass(io::Split::val, val_order, 0, nullptr);
+  else
+    loader.emplace(I.data, io::Split::val, vb, std::move(val_order), io::BatchTransform{}, std::nullopt,
+                   I.loader_options(io::Split::val, vin.shape.h, vin.shape.w, 0, nullptr));
+  while (auto b = loader ? loader->next() : cached.next()) {
     const int s = static_cast<int>(b->index % 2);
     const Variant v = b->count < vb ? Variant::VAL_LAST : Variant::VAL_BASE;
-    I.check_labels(*b);
     I.wait_slot(s);  // the batch two back is done with slot s
-    I.stage(s, *b, v);
-    I.transfer(v, s);
+    if (I.cache) {
+      I.transfer_cached(io::Split::val, s, b->count);
+    } else {
+      I.check_labels(*b);
+      I.stage(s, *b, v);
+      I.transfer(v, s);
+    }
     I.replay(v, ema ? (s == 0 ? GraphId::INF_EMA_A : GraphId::INF_EMA_B) : (s == 0 ? GraphId::INF_MAIN_A : GraphId::INF_MAIN_B));
     I.replay(v, s == 0 ? GraphId::ACCUM_METRICS_VAL_A : GraphId::ACCUM_METRICS_VAL_B);
     I.session->release_slot(s);
@@ -1308,6 +1362,87 @@ std::vector<float> Trainer::logits(io::Split split, std::int64_t first, std::int
       }
   }
   return out;
+}
+
+std::string Trainer::Impl::setup_cache() {
+  const io::SplitInfo& tr = data.info(io::Split::train);
+  const io::SplitInfo& va = data.info(io::Split::val);
+  const std::int64_t train_batch = plan.specs[static_cast<std::size_t>(Variant::TRAIN_BASE)].batch_size;
+  const std::int64_t val_batch = plan.specs[static_cast<std::size_t>(Variant::VAL_BASE)].batch_size;
+  DataCacheRequest r;
+  r.mode = opt.data_cache;
+  r.gpu = opt.backend == Backend::CUDA;
+  r.raw_store = data.storage() == io::Storage::raw;
+  r.progressive = opt.start_resolution > 0 && opt.lowres_epochs > 0;
+  r.bytes = (tr.count + va.count) * (tr.height * tr.width * tr.channels + 52) +
+            std::max(train_batch, val_batch) * tr.height * model_w * tr.channels;
+  if (r.gpu) device_memory_now(&r.free_bytes, &r.total_bytes);
+  const DataCacheDecision d = decide_data_cache(r);
+  if (!d.use)
+    return opt.data_cache == DataCacheMode::off || !r.gpu ? std::string() : "data cache: off (" + d.reason + ")";
+  const double t0 = now_s();
+  cache = std::make_unique<GpuDataCache>(data, static_cast<int>(plan.arch.num_classes));
+  // What each split's gathers render (the host loader's choices, loader_options): training resamples unless it
+  // only shifts and flips a store of the model's size; validation unless the store has the model's size.
+  const io::CropMode crop = opt.augmentation.crop;
+  const bool train_resamples = !(stored_is_model_size && (crop == io::CropMode::none || crop == io::CropMode::center));
+  const bool val_resamples = !stored_is_model_size;
+  if (train_resamples || val_resamples)
+    cache->reserve_scratch(std::max(train_resamples ? train_batch : 0, val_resamples ? val_batch : 0), model_w);
+  // One gather per split, slot and batch size the variants use, captured now (nothing is captured mid-run).
+  const Variant train_vs[] = {Variant::TRAIN_BASE, Variant::TRAIN_LAST};
+  const Variant val_vs[] = {Variant::VAL_BASE, Variant::VAL_LAST};
+  for (io::Split split : {io::Split::train, io::Split::val}) {
+    const bool train = split == io::Split::train;
+    for (Variant v : train ? train_vs : val_vs) {
+      const std::int64_t count = plan.specs[static_cast<std::size_t>(v)].batch_size;
+      if (count <= 0) continue;
+      for (int s = 0; s < 2; ++s) {
+        const DTensor& dt = plan.plan(v).tensor(s == 0 ? plan.baseline.data_a : plan.baseline.data_b);
+        GpuDataCache::Dest dst;
+        dst.labels = ctx.ptr_at(s == 0 ? plan.baseline.labels_a : plan.baseline.labels_b);
+        dst.data = ctx.ptr_at(s == 0 ? plan.baseline.data_a : plan.baseline.data_b);
+        dst.dtype = dt.dtype;
+        dst.channels = dt.shape.c;
+        cache->prepare(split, s, train ? train_batch : val_batch, count, dst, data.mean().data(), data.stddev().data(),
+                       dt.shape.h, dt.shape.w, train ? train_resamples : val_resamples);
+      }
+    }
+  }
+  startup.data_cache_s = now_s() - t0;
+  return fmt::format(
+      "data cache: {} + {} images ({}x{}x{}, {}) on the device in {:.2f} s; batches are gathered{}, "
+      "shifted, flipped and normalised there",
+      tr.count, va.count, tr.height, tr.width, tr.channels, gib(cache->bytes()), startup.data_cache_s,
+      train_resamples ? ", cropped, resampled" : "");
+}
+
+void Trainer::Impl::begin_cached_pass(io::Split split, const std::vector<std::int64_t>& order, std::int64_t epoch,
+                                      const std::vector<std::int64_t>* positions) {
+  // The geometry the host loader's render would use (loader_options).
+  io::AugmentSpec spec;
+  if (split == io::Split::val) {
+    if (stored_is_model_size) {  // a copy
+      cache->begin_pass(split, order, nullptr);
+      return;
+    }
+    spec = val_spec(opt.augmentation, model_h, model_w, false);
+  } else {
+    Augmentation aug = opt.augmentation;
+    if (aug.crop == io::CropMode::center && stored_is_model_size) aug.crop = io::CropMode::none;
+    spec = train_spec(aug, model_h, model_w);
+    if (!spec.random() && spec.crop == io::CropMode::none) {  // delivered as stored
+      cache->begin_pass(split, order, nullptr);
+      return;
+    }
+  }
+  std::vector<io::SampleGeometry> geom(order.size());
+  const std::uint64_t seed = split == io::Split::train ? opt.seed : 0;
+  const std::int64_t e = split == io::Split::train ? epoch : 0;
+  for (std::size_t p = 0; p < order.size(); ++p)
+    geom[p] = io::sample_geometry(spec, seed, e, positions ? (*positions)[p] : static_cast<std::int64_t>(p),
+                                  img_h_stored(), img_w_stored());
+  cache->begin_pass(split, order, &geom);
 }
 
 }  // namespace renaissance::runtime

@@ -6,6 +6,7 @@
 #include <renaissance/plan/compiler.h>
 #include <renaissance/runtime/data_pipeline.h>
 #include <renaissance/runtime/executor.h>
+#include <renaissance/runtime/gpu_input.h>
 #include <renaissance/runtime/profiler.h>
 #include <renaissance/runtime/schedule.h>
 
@@ -51,6 +52,8 @@ struct TrainOptions {
   /// Host threads that decode (JPEG stores), augment and normalise samples (issue 12); 0: every CPU of the affinity
   /// mask. The results do not depend on it.
   int loader_threads = 0;
+  /// The device-resident dataset cache (runtime/gpu_input.h): auto uses it where it can, off never, on or an error.
+  DataCacheMode data_cache = DataCacheMode::automatic;
   bool shuffle = true;
   std::int64_t start_resolution = 0;  ///< progressive resize: the first `lowres_epochs` epochs at this size
   std::int64_t lowres_epochs = 0;
@@ -112,6 +115,7 @@ struct StartupTimes {
   double compile_s = 0, engines_s = 0, capture_s = 0, init_s = 0;
   std::int64_t engines_cached = 0, engines_chosen = 0;  ///< convolution passes found in the engine cache / chosen
   std::int64_t engines_legacy = 0;  ///< convolution passes on the legacy API (fallback or --conv-api legacy)
+  double data_cache_s = 0;          ///< reading the dataset and uploading it into the device cache (--data-cache)
 };
 
 struct BenchResult {

@@ -1,0 +1,293 @@
+#include <renaissance/core/error.h>
+#include <renaissance/runtime/gpu_input.h>
+#include <renaissance/runtime/memory_guard.h>
+
+#ifdef RENAISSANCE_HAVE_CUDA
+#include <kernels/cuda/augment.h>
+#include <kernels/cuda/device_info.h>
+#include <kernels/cuda/runtime_api.h>
+#endif
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace renaissance::runtime {
+
+DataCacheMode parse_data_cache(const std::string& s) {
+  if (s == "auto") return DataCacheMode::automatic;
+  if (s == "off") return DataCacheMode::off;
+  if (s == "on") return DataCacheMode::on;
+  RN_FAIL_CTX("--data-cache", "unknown value '{}' (known: auto, off, on)", s);
+}
+
+const char* data_cache_name(DataCacheMode m) {
+  switch (m) {
+    case DataCacheMode::off: return "off";
+    case DataCacheMode::on: return "on";
+    default: return "auto";
+  }
+}
+
+DataCacheDecision decide_data_cache(const DataCacheRequest& r) {
+  DataCacheDecision d;
+  auto no = [&](std::string why) {
+    if (r.mode == DataCacheMode::on)
+      throw Error(fmt::format("the device-resident dataset cache cannot be used: {}", why), "--data-cache on",
+                  "--data-cache auto falls back to the host loader");
+    d.reason = std::move(why);
+    return d;
+  };
+  if (r.mode == DataCacheMode::off) return no("--data-cache off");
+  if (!r.gpu) return no("not the CUDA backend");
+  if (!r.raw_store) return no("a JPEG store (decoded on the host loader threads in this build)");
+  if (r.progressive) return no("progressive resize (--start-resolution), which this build renders on the host");
+  if (r.total_bytes >= 0) {
+    const auto share = static_cast<std::int64_t>(kDataCacheShare * static_cast<double>(r.total_bytes));
+    if (r.bytes > share)
+      return no(fmt::format("{} of images exceed {:.0f} % of the device's {}", gib(r.bytes), 100 * kDataCacheShare,
+                            gib(r.total_bytes)));
+  }
+  if (r.free_bytes >= 0 && r.bytes + kDataCacheHeadroom > r.free_bytes)
+    return no(fmt::format("{} of images and {} of headroom exceed the {} free", gib(r.bytes), gib(kDataCacheHeadroom),
+                          gib(r.free_bytes)));
+  d.use = true;
+  return d;
+}
+
+void device_memory_now(std::int64_t* free_bytes, std::int64_t* total_bytes) {
+#ifdef RENAISSANCE_HAVE_CUDA
+  cuda::device_memory(free_bytes, total_bytes);
+#else
+  *free_bytes = *total_bytes = -1;
+#endif
+}
+
+struct GpuDataCache::Split {
+  std::int64_t n = 0;
+  std::uint8_t* images = nullptr;
+  std::int32_t* labels = nullptr;
+  std::int32_t* table = nullptr;   // [n, kGatherTableInts]
+  std::int32_t* cursor = nullptr;  // one int
+  std::vector<std::int32_t> host_table;
+};
+
+#ifdef RENAISSANCE_HAVE_CUDA
+
+struct GpuDataCache::Graph {
+  std::unique_ptr<cuda::GraphExec> exec;
+  bool resample = false;
+  int max_taps = 0;  ///< the longest filter its shared-memory tables hold
+  std::int64_t out_h = 0, out_w = 0;
+};
+
+void GpuDataCache::reserve_scratch(std::int64_t batch, std::int64_t out_w) {
+  const std::int64_t need = scratch_bytes(batch, out_w);
+  if (need <= m_scratch_bytes) return;
+  // The captured renders hold the scratch's address: it can only be sized before the first of them.
+  for (const auto& [key, g] : m_graphs)
+    RN_CHECK(!g->resample, "internal: the resampling scratch must be reserved before the first render is captured");
+  cuda::device_free(m_scratch);
+  m_bytes -= m_scratch_bytes;
+  m_scratch = static_cast<std::uint8_t*>(cuda::device_alloc(need, "the device dataset cache's resampling rows"));
+  m_scratch_bytes = need;
+  m_bytes += need;
+}
+
+GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes) {
+  RN_CHECK_CTX(data.storage() == io::Storage::raw, data.path(), "the device cache holds raw stores only");
+  const io::SplitInfo& tr = data.info(io::Split::train);
+  m_h = tr.height;
+  m_w = tr.width;
+  m_c = tr.channels;
+  const io::SplitInfo& va = data.info(io::Split::val);
+  RN_CHECK_CTX(va.count == 0 || (va.height == m_h && va.width == m_w && va.channels == m_c), data.path(),
+               "the val images are {}x{}x{}, the train images {}x{}x{}", va.height, va.width, va.channels, m_h, m_w,
+               m_c);
+  const std::int64_t image_bytes = m_h * m_w * m_c;
+  for (io::Split s : {io::Split::train, io::Split::val}) {
+    auto sp = std::make_unique<Split>();
+    sp->n = data.size(s);
+    const std::int64_t n = std::max<std::int64_t>(sp->n, 1);
+    sp->images = static_cast<std::uint8_t*>(cuda::device_alloc(n * image_bytes, "the device dataset cache's images"));
+    sp->labels = static_cast<std::int32_t*>(cuda::device_alloc(n * 4, "the device dataset cache's labels"));
+    sp->table = static_cast<std::int32_t*>(
+        cuda::device_alloc(n * 4 * cuda::kGatherTableInts, "the device dataset cache's pass table"));
+    sp->cursor = static_cast<std::int32_t*>(cuda::device_alloc(16, "the device dataset cache's batch counter"));
+    m_bytes += n * (image_bytes + 4 + 4 * cuda::kGatherTableInts);
+    // Uploaded in pieces of about 256 MiB (one HDF5 hyperslab each), so the host holds no second copy of the set.
+    const std::int64_t piece =
+        std::max<std::int64_t>(1, (std::int64_t(256) << 20) / std::max<std::int64_t>(image_bytes, 1));
+    std::vector<std::uint8_t> images(static_cast<std::size_t>(std::min(piece, n) * image_bytes));
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(std::min(piece, n)));
+    for (std::int64_t a = 0; a < sp->n; a += piece) {
+      const std::int64_t k = std::min(piece, sp->n - a);
+      data.read(s, a, k, images.data(), labels.data());
+      for (std::int64_t i = 0; i < k; ++i)
+        if (labels[static_cast<std::size_t>(i)] < 0 || labels[static_cast<std::size_t>(i)] >= num_classes)
+          throw Error(fmt::format("label {} of {} sample {} is outside [0, {})", labels[static_cast<std::size_t>(i)],
+                                  s == io::Split::train ? "train" : "val", a + i, num_classes),
+                      data.path(), "the dataset's num_classes must match the model's classes");
+      cuda::copy_h2d(sp->images + a * image_bytes, images.data(), k * image_bytes);
+      cuda::copy_h2d(sp->labels + a, labels.data(), k * 4);
+    }
+    (s == io::Split::train ? m_train : m_val) = std::move(sp);
+  }
+  m_capture_stream = cuda::stream_create();
+}
+
+GpuDataCache::~GpuDataCache() {
+  m_graphs.clear();
+  cuda::stream_destroy(m_capture_stream);
+  cuda::device_free(m_scratch);
+  for (Split* sp : {m_train.get(), m_val.get()}) {
+    if (!sp) continue;
+    cuda::device_free(sp->images);
+    cuda::device_free(sp->labels);
+    cuda::device_free(sp->table);
+    cuda::device_free(sp->cursor);
+  }
+}
+
+void GpuDataCache::prepare(io::Split s, int slot, std::int64_t batch, std::int64_t count, const Dest& d,
+                           const float* mean, const float* stddev, std::int64_t out_h, std::int64_t out_w,
+                           bool resample) {
+  const auto key = std::make_tuple(static_cast<int>(s), slot, count);
+  if (m_graphs.count(key)) return;
+  RN_CHECK(d.dtype == DType::F32 || d.dtype == DType::F16, "the data buffer must be f32 or f16");
+  RN_CHECK(m_c <= 16 && d.channels >= m_c, "data buffer of {} channels for images of {}", d.channels, m_c);
+  RN_CHECK(resample || (out_h == m_h && out_w == m_w), "internal: {}x{} images gathered into {}x{} as they are", m_h,
+           m_w, out_h, out_w);
+  const Split& sp = split(s);
+  cuda::GatherParams p;
+  p.images = sp.images;
+  p.h = m_h;
+  p.w = m_w;
+  p.c = m_c;
+  p.labels = sp.labels;
+  p.table = sp.table;
+  p.cursor = sp.cursor;
+  p.batch = batch;
+  p.count = count;
+  p.out_h = out_h;
+  p.out_w = out_w;
+  p.resample = resample;
+  if (resample) {
+    // Random-resized boxes lie inside the image and are resampled to the output size; centre crops resize the
+    // whole image to at least the output's short side: 2 ceil(source / output) + 1 taps at most (begin_pass checks).
+    const std::int64_t ratio = std::max<std::int64_t>({1, (m_h + out_h - 1) / out_h, (m_w + out_w - 1) / out_w,
+                                                       (m_h + out_w - 1) / out_w, (m_w + out_h - 1) / out_h});
+    m_max_taps = std::max(m_max_taps, static_cast<int>(std::min<std::int64_t>(2 * ratio + 3, cuda::kMaxTaps)));
+    reserve_scratch(batch, out_w);
+    p.max_taps = m_max_taps;
+    p.scratch = m_scratch;
+  }
+  // runtime::normalize_images' constants, computed the same way in FP32.
+  for (std::int64_t k = 0; k < m_c; ++k) {
+    p.scale[k] = 1.0f / (255.0f * stddev[k]);
+    p.bias[k] = -mean[k] / stddev[k];
+  }
+  p.out = d.data;
+  p.out_f16 = d.dtype == DType::F16;
+  p.out_c = d.channels;
+  p.out_labels = reinterpret_cast<std::int32_t*>(d.labels);
+  auto g = std::make_unique<Graph>();
+  g->exec = cuda::GraphExec::capture(m_capture_stream, [&] {
+    cuda::gather_normalize(p, m_capture_stream);
+    cuda::advance_cursor(sp.cursor, m_capture_stream);
+  });
+  g->resample = resample;
+  g->max_taps = p.max_taps;
+  g->out_h = out_h;
+  g->out_w = out_w;
+  m_graphs[key] = std::move(g);
+}
+
+namespace {
+/// The filter length io::resample_table uses for in -> out (0 when the axis is copied).
+int taps_for(std::int64_t in, std::int64_t out) {
+  if (in == out) return 0;
+  const double scale = static_cast<double>(in) / static_cast<double>(out);
+  return static_cast<int>(std::ceil(std::max(scale, 1.0))) * 2 + 1;
+}
+}  // namespace
+
+void GpuDataCache::begin_pass(io::Split s, const std::vector<std::int64_t>& order,
+                              const std::vector<io::SampleGeometry>* geometry) {
+  Split& sp = split(s);
+  RN_CHECK(static_cast<std::int64_t>(order.size()) <= sp.n, "internal: a pass of {} samples over {}", order.size(),
+           sp.n);
+  RN_CHECK(!geometry || geometry->size() == order.size(), "internal: {} geometries for {} samples", geometry->size(),
+           order.size());
+  // Which captured renders read this pass: those of this split (all resample, or none).
+  bool resample = false, plain = false;
+  int max_taps = cuda::kMaxTaps;  // the least any of the split's renders holds
+  for (const auto& [key, g] : m_graphs) {
+    if (std::get<0>(key) != static_cast<int>(s)) continue;
+    (g->resample ? resample : plain) = true;
+    if (g->resample) max_taps = std::min(max_taps, g->max_taps);
+  }
+  constexpr int K = cuda::kGatherTableInts;
+  sp.host_table.assign(order.size() * K + K, 0);
+  for (std::size_t p = 0; p < order.size(); ++p) {
+    std::int32_t* e = sp.host_table.data() + K * p;
+    RN_CHECK(order[p] >= 0 && order[p] < sp.n, "internal: sample {} of {}", order[p], sp.n);
+    io::SampleGeometry g;
+    if (geometry) {
+      g = (*geometry)[p];
+    } else {
+      g.box_h = g.virt_h = static_cast<std::int32_t>(m_h);
+      g.box_w = g.virt_w = static_cast<std::int32_t>(m_w);
+    }
+    const bool whole = g.box_y == 0 && g.box_x == 0 && g.box_h == m_h && g.box_w == m_w && g.virt_h == m_h &&
+                       g.virt_w == m_w && g.top == 0 && g.left == 0;
+    RN_CHECK(whole || !plain, "internal: a resampled geometry for a gather captured without resampling");
+    if (resample) {
+      RN_CHECK(g.box_y >= 0 && g.box_x >= 0 && g.box_h > 0 && g.box_w > 0 && g.box_y + g.box_h <= m_h &&
+                   g.box_x + g.box_w <= m_w && g.virt_h > 0 && g.virt_w > 0,
+               "internal: box {}x{} at ({}, {}) of a {}x{} image", g.box_h, g.box_w, g.box_y, g.box_x, m_h, m_w);
+      const int taps = std::max(taps_for(g.box_h, g.virt_h), taps_for(g.box_w, g.virt_w));
+      if (taps > max_taps)
+        throw Error(fmt::format("sample {} is resampled from {}x{} to {}x{}: a filter of {} taps, more than the {} "
+                                "the device cache's render allows",
+                                order[p], g.box_h, g.box_w, g.virt_h, g.virt_w, taps, max_taps),
+                    "--data-cache", "--data-cache off renders it on the host; or import the store at a smaller --size");
+    }
+    e[0] = static_cast<std::int32_t>(order[p]);
+    const std::int32_t f[11] = {g.box_y, g.box_x, g.box_h,   g.box_w,   g.virt_h, g.virt_w,
+                                g.top,   g.left,  g.shift_y, g.shift_x, g.flip};
+    std::memcpy(e + 1, f, sizeof f);
+  }
+  // The table, then the counter's 0 (copy_h2d waits for the device: no gather of the last pass is still running).
+  if (!order.empty()) cuda::copy_h2d(sp.table, sp.host_table.data(), static_cast<std::int64_t>(order.size() * K * 4));
+  const std::int32_t zero[4] = {0, 0, 0, 0};
+  cuda::copy_h2d(sp.cursor, zero, sizeof zero);
+}
+
+void GpuDataCache::launch(io::Split s, int slot, std::int64_t count, void* stream) const {
+  auto it = m_graphs.find(std::make_tuple(static_cast<int>(s), slot, count));
+  RN_CHECK(it != m_graphs.end(), "internal: no gather captured for a batch of {} in slot {}", count, slot);
+  it->second->exec->launch(stream);
+}
+
+#else  // CPU-only build
+
+struct GpuDataCache::Graph {};
+GpuDataCache::GpuDataCache(const io::DatasetFile& data, int) {
+  RN_FAIL_CTX(data.path(), "the device dataset cache needs a build with CUDA");
+}
+GpuDataCache::~GpuDataCache() = default;
+void GpuDataCache::prepare(io::Split, int, std::int64_t, std::int64_t, const Dest&, const float*, const float*,
+                           std::int64_t, std::int64_t, bool) {}
+void GpuDataCache::begin_pass(io::Split, const std::vector<std::int64_t>&, const std::vector<io::SampleGeometry>*) {}
+void GpuDataCache::reserve_scratch(std::int64_t, std::int64_t) {}
+void GpuDataCache::launch(io::Split, int, std::int64_t, void*) const {}
+
+#endif
+
+GpuDataCache::Split& GpuDataCache::split(io::Split s) { return s == io::Split::train ? *m_train : *m_val; }
+const GpuDataCache::Split& GpuDataCache::split(io::Split s) const { return s == io::Split::train ? *m_train : *m_val; }
+
+}  // namespace renaissance::runtime

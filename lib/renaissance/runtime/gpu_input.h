@@ -1,0 +1,110 @@
+// The device-resident dataset cache (issue 12, `renaissance train --data-cache auto|off|on`, docs/input-pipeline.md):
+// a raw store's uint8 images and labels of both splits uploaded once; each step's batch is gathered on the GPU from
+// the pass's table (the epoch order's stored indices and each sample's io::SampleGeometry — random-resized or
+// centre crop box, pad-crop shift, flip — computed on the host once per pass, keyed by (seed, epoch, position) as
+// the host loader keys them), rendered (Pillow's BILINEAR in fixed point where the box is resampled), normalised,
+// cast to FP16 (AMP) and channel-padded by kernels/cuda/augment.cu straight into the plan's input buffer I_A / I_B. The
+// gathers are CUDA graphs captured at start-up (one per split, slot and batch size; each reads and advances a
+// device-resident batch counter), replayed on the transfer stream in place of the TRANSFER graphs' host-to-device copy:
+// no host work per step beyond the replay. The result equals the host path (io::render_sample + normalize_images) bit
+// for bit.
+#pragma once
+
+#include <renaissance/core/dtype.h>
+#include <renaissance/io/augment.h>
+#include <renaissance/io/dataset.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace renaissance::runtime {
+
+enum class DataCacheMode {
+  automatic,  ///< the cache when the run can use it and the images fit in kDataCacheShare of the device's memory
+  off,        ///< the host loader always
+  on,         ///< the cache, or an error saying why it cannot be used
+};
+DataCacheMode parse_data_cache(const std::string& s);  // "auto", "off", "on"; anything else: an error naming it
+const char* data_cache_name(DataCacheMode m);
+
+/// The share of the device's total memory the cache may take (and it must also fit in what is free after the
+/// plan's arena and workspace, with kDataCacheHeadroom to spare).
+inline constexpr double kDataCacheShare = 0.25;
+inline constexpr std::int64_t kDataCacheHeadroom = std::int64_t(1) << 30;
+
+/// What the run asks of its input, for the decision below.
+struct DataCacheRequest {
+  DataCacheMode mode = DataCacheMode::automatic;
+  bool gpu = false;          ///< the CUDA backend
+  bool raw_store = false;    ///< not a JPEG store (JPEG stores: decoded on the host in this build)
+  bool progressive = false;  ///< progressive resize (--start-resolution): its low-resolution variants
+  std::int64_t bytes = 0;    ///< images, labels, pass tables and the resampling scratch
+  std::int64_t free_bytes = -1, total_bytes = -1;  ///< the device's, after the arena (-1: unknown)
+};
+struct DataCacheDecision {
+  bool use = false;
+  std::string reason;  ///< why not (or, when used, what: "60000 + 10000 images, 54.7 MiB")
+};
+/// A pure function (tested without a GPU). mode on and not usable: an Error with the reason.
+DataCacheDecision decide_data_cache(const DataCacheRequest& r);
+/// The current device's free and total bytes (CPU-only builds: -1, -1).
+void device_memory_now(std::int64_t* free_bytes, std::int64_t* total_bytes);
+
+/// The cache itself (GPU builds; constructing one in a CPU-only build is an error).
+class GpuDataCache {
+ public:
+  /// Reads both splits of `data` (a raw store) and uploads them; labels are checked against [0, num_classes).
+  GpuDataCache(const io::DatasetFile& data, int num_classes);
+  ~GpuDataCache();
+  GpuDataCache(const GpuDataCache&) = delete;
+  GpuDataCache& operator=(const GpuDataCache&) = delete;
+
+  /// Where a gather writes: the labels (int32 [count]) and the data tensor (NHWC, F32 or F16, `channels` >= C).
+  struct Dest {
+    std::byte* labels = nullptr;
+    std::byte* data = nullptr;
+    DType dtype = DType::F32;
+    std::int64_t channels = 0;
+  };
+  /// Captures the gather of `split` into `slot` (0: A, 1: B) for batches of `count` samples out of passes of
+  /// `batch`-sample batches, rendered at out_h x out_w (start-up only). `resample`: the general render (boxes
+  /// resampled), else whole images shifted and flipped only (out_h x out_w must be the stored size).
+  void prepare(io::Split split, int slot, std::int64_t batch, std::int64_t count, const Dest& d, const float* mean,
+               const float* stddev, std::int64_t out_h, std::int64_t out_w, bool resample);
+  /// The resampling scratch the gathers need for batches of up to `batch` at out_w columns (bytes).
+  std::int64_t scratch_bytes(std::int64_t batch, std::int64_t out_w) const { return batch * m_h * out_w * m_c; }
+  /// Allocates that scratch for the largest batch and output width of any render to be captured (before the first
+  /// prepare() that resamples; prepare() reserves what it needs itself when it is the first).
+  void reserve_scratch(std::int64_t batch, std::int64_t out_w);
+  /// Starts a pass over `split`: order[p] is the stored index of position p, geometry[p] its geometry (nullptr:
+  /// the whole image as stored). Synchronous (waits for the device: the previous pass's gathers are done).
+  void begin_pass(io::Split split, const std::vector<std::int64_t>& order,
+                  const std::vector<io::SampleGeometry>* geometry);
+  /// Replays the captured gather of the pass's next batch on `stream` (a cudaStream_t).
+  void launch(io::Split split, int slot, std::int64_t count, void* stream) const;
+
+  std::int64_t bytes() const { return m_bytes; }
+  std::int64_t height() const { return m_h; }
+  std::int64_t width() const { return m_w; }
+  std::int64_t channels() const { return m_c; }
+
+ private:
+  struct Split;
+  struct Graph;
+  Split& split(io::Split s);
+  const Split& split(io::Split s) const;
+  std::int64_t m_h = 0, m_w = 0, m_c = 0, m_bytes = 0;
+  std::unique_ptr<Split> m_train, m_val;
+  void* m_capture_stream = nullptr;
+  std::uint8_t* m_scratch = nullptr;
+  std::int64_t m_scratch_bytes = 0;
+  int m_max_taps = 0;  ///< the longest filter the captured renders allow
+  std::map<std::tuple<int, int, std::int64_t>, std::unique_ptr<Graph>> m_graphs;
+};
+
+}  // namespace renaissance::runtime
