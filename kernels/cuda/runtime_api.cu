@@ -53,6 +53,10 @@ void pinned_free(void* p) noexcept {
 void copy_h2d(void* dst, const void* src, std::int64_t bytes) {
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy returns once the bytes are staged, possibly before the DMA into `dst` is done,
+  // and it orders only against the legacy default stream: work launched next on a non-blocking stream (every stream
+  // of the runtime) could read `dst` half-written. Wait for the copy itself.
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 void copy_d2h(void* dst, const void* src, std::int64_t bytes) {
   CUDA_CHECK(cudaDeviceSynchronize());
