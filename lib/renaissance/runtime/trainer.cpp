@@ -586,7 +586,8 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
         observer.on_step(epoch + 1, first_batch + b->index + 1, batches, static_cast<double>(samples) / (now_s() - t0));
       // Step boundary: checkpoint and preemption policy (collective; an epoch's last step is handled at its end).
       I.cur_position = first_batch + b->index + 1;
-      if (observer.on_step_loss) observer.on_step_loss(m_step, epoch + 1, I.step_loss());
+      if (observer.on_step_loss && (!observer.wants_step_loss || observer.wants_step_loss(m_step)))
+        observer.on_step_loss(m_step, epoch + 1, I.step_loss());
       const bool stop = I.stop_agreed();
       if (stop) I.preempted = true;  // before the checkpoint: a failed write is still a preemption (exit 75)
       if (I.cur_position < batches && (stop || m_step >= total_steps || I.checkpoint_due(m_step))) {

@@ -129,6 +129,9 @@ struct TrainObserver {
   /// After every step (when set; it reads the loss back, a host sync): the step (1-based), its epoch (1-based)
   /// and the mean training loss of its batch on this rank.
   std::function<void(std::int64_t step, std::int64_t epoch, double loss)> on_step_loss;
+  /// When set, on_step_loss is called only for the steps this approves (the progress bar's redraws, --log-every):
+  /// the other steps skip the host sync.
+  std::function<bool(std::int64_t step)> wants_step_loss;
   /// After a checkpoint was written (rank 0).
   std::function<void(const std::string& path, std::int64_t step)> on_checkpoint;
 };
