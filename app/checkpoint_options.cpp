@@ -46,6 +46,9 @@ void CheckpointCli::add_to(CLI::App& cmd) {
                  "Write checkpoints here (ckpt-stepN.h5, latest.h5); SIGUSR1/SIGTERM then checkpoint and exit 75");
   cmd.add_option("--checkpoint-every", every, "Checkpoint every N steps, or 'epoch' (default with a directory: epoch)");
   cmd.add_option("--keep", keep, "Keep the newest N checkpoints")->capture_default_str();
+  cmd.add_option("--keep-best", keep_best,
+                 "Also keep the checkpoint with the best value of this metric as best.h5 beside latest.h5")
+      ->check(CLI::IsMember({"val_top1"}));
   m_resume_option =
       cmd.add_option(
              "--resume", resume,
@@ -59,6 +62,8 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
   RN_CHECK(keep >= 1, "--keep must be >= 1, got {}", keep);
   t.checkpoint_dir = dir;
   t.checkpoint_keep = keep;
+  RN_CHECK(keep_best.empty() || !dir.empty(), "--keep-best needs --checkpoint-dir");
+  t.checkpoint_keep_best = !keep_best.empty();
   t.checkpoint_every = 0;
   t.checkpoint_each_epoch = false;
   if (!every.empty()) {

@@ -23,6 +23,7 @@ struct CheckpointCli {
   int keep = 2;
   std::string resume;  ///< "auto" or a checkpoint file; empty: start fresh (a bare --resume: auto)
   std::string loss_log;
+  std::string keep_best;  ///< "val_top1": keep the best checkpoint as best.h5 too; empty: no
 
   void add_to(CLI::App& cmd);
   /// Validates the options, sets the checkpoint fields of `t` and, with a checkpoint directory, installs the

@@ -91,7 +91,7 @@ std::string usage_error_text(const CLI::App& app, const std::vector<std::string>
         what = fmt::format("unknown command '{}'", args[i]);
         const std::string near = nearest_name(args[i], subcommand_names(*level));
         if (!near.empty()) hints.push_back(fmt::format("did you mean '{} {}'?", path, near));
-      } else if (e.get_name() == "RequiredError" || e.get_name() == "ExtrasError") {
+      } else if (dynamic_cast<const CLI::RequiredError*>(&e) || dynamic_cast<const CLI::ExtrasError*>(&e)) {
         what = fmt::format("'{}' needs a command", path);
       }
       hints.push_back(
@@ -117,7 +117,7 @@ std::string usage_error_text(const CLI::App& app, const std::vector<std::string>
     hints.push_back(near.empty() ? fmt::format("'{}' is not an option of '{}'", name, path)
                                  : fmt::format("'{}': did you mean '{}'?", name, near));
   }
-  if (e.get_name() == "ExtrasError" && !unknown.empty())
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr && !unknown.empty())
     what = fmt::format("unknown option{} {}", unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", "));
   hints.push_back(fmt::format("run '{} --help' for its options", path));
   return fmt::format("{}: error: {}: {}\n{}\n", prog, level->get_name(), what, fmt::join(hints, "\n"));

@@ -81,6 +81,8 @@ struct TrainOptions {
   std::int64_t checkpoint_every = 0;   ///< every this many steps (0: not by steps)
   bool checkpoint_each_epoch = false;  ///< at the end of every epoch
   int checkpoint_keep = 2;
+  /// Also keep the checkpoint of the best validation top-1 so far as checkpoint_dir/best.h5 (--keep-best val_top1).
+  bool checkpoint_keep_best = false;
   /// Preemption: a flag a SIGUSR1/SIGTERM handler sets. At each step boundary the ranks agree on it (MAX); when
   /// set, rank 0 writes a checkpoint into checkpoint_dir and run() returns early with preempted() true.
   const std::atomic<int>* stop_request = nullptr;
