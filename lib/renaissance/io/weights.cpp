@@ -31,13 +31,6 @@ const NamedTensor* WeightsFile::find(const std::string& group, const std::string
   return find_tensor(tensors, group, name);
 }
 
-void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors,
-                   const std::map<std::string, std::string>& attributes) {
-  WeightsMeta meta;
-  meta.strings = attributes;
-  write_weights(path, tensors, meta);
-}
-
 void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors, const WeightsMeta& meta) {
   hdf5_init();
   auto lock = hdf5_lock();

@@ -36,9 +36,7 @@ struct WeightsMeta {
 
 /// Writes the tensors and attributes atomically to `path`.
 void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors, const WeightsMeta& meta);
-/// Old form: string attributes only.
-void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors,
-                   const std::map<std::string, std::string>& attributes);
+
 
 /// The tensor `group/name` in `tensors`, or nullptr.
 const NamedTensor* find_tensor(const std::vector<NamedTensor>& tensors, const std::string& group,
