@@ -96,11 +96,12 @@ std::vector<std::pair<std::string, double>> epoch_scalars(const runtime::EpochMe
 
 std::string metrics_json(const runtime::EpochMetrics& m, bool validated, const std::string& run_id) {
   JsonWriter j;
-  j.begin_object().kv("run_id", run_id).kv("time", unix_time()).kv("epoch", m.epoch).kv("step", m.step).kv("train_loss", m.train_loss);
+  j.begin_object().kv("epoch", m.epoch).kv("step", m.step).kv("train_loss", m.train_loss);
   j.kv("train_top1", m.train_top1);
   if (validated) j.kv("val_loss", m.val_loss).kv("val_top1", m.val_top1).kv("val_top5", m.val_top5);
   if (m.ema_val_top1 >= 0) j.kv("ema_val_top1", m.ema_val_top1);
   j.kv("images_per_s", m.images_per_s).kv("seconds", m.seconds).kv("lr", m.lr).kv("loss_scale", m.loss_scale);
+  j.kv("time", unix_time()).kv("run_id", run_id);  // seconds since 1970 (UTC) when the epoch ended; see make_run_id
   j.end_object();
   return j.str();
 }
