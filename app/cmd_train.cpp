@@ -217,7 +217,7 @@ void run_train(TrainCli& c) {
       RN_FAIL_CTX(c.metrics, "--metrics: writing epoch {} failed: {}", m.epoch, std::strerror(errno));
     if (tb) tb->scalars(m.step, epoch_scalars(m, c.t.validate));
   };
-  c.ckpt.observe(obs, root, resumed);
+  c.ckpt.observe(obs, root, resumed, trainer);
   // The loss of a step is read back (a host sync) only where someone uses it: the loss log (every step), the bar's
   // redraws and heartbeats, TensorBoard's per-step curve.
   const bool every_step_loss = static_cast<bool>(obs.on_step_loss);

@@ -7,7 +7,7 @@ Each metrics file (`train --metrics FILE`, one JSON object per epoch) is one run
 in every panel (the metrics record the step at the end of each epoch). A series keeps one style in every panel:
 each run has its colour, and train is a solid line with circles, validation dashed with squares, EMA dotted with
 triangles; per-step training losses (`train --loss-log FILE`, one per run, in the same order) are a thin line of the
-run's colour. The learning rate is the value at the end of each epoch. The title is --title, else the run ids the
+run's colour. The learning rate is the value at the end of each epoch, and per step where the loss log has it. The title is --title, else the run ids the
 files record (metrics lines carry `run_id` since issue 17), else the file names.
 Needs matplotlib (Debian: python3-matplotlib); exits 77 when it is missing so CTest reports the test as skipped.
 """
@@ -101,6 +101,8 @@ def main():
             ax_acc.plot(*series(rows, "val_top1", 100), color=c, label=f"{label} val top-1", **STYLES["val"])
         if any("ema_val_top1" in r for r in rows):
             ax_acc.plot(*series(rows, "ema_val_top1", 100), color=c, label=f"{label} EMA val top-1", **STYLES["ema"])
+        if i < len(steps) and any("lr" in r for r in steps[i]):  # per step (loss logs since issue 17)
+            ax_lr.plot(*series(steps[i], "lr"), color=c, label=f"{label} lr (per step)", **STYLES["step"])
         if any("lr" in r for r in rows):
             ax_lr.plot(*series(rows, "lr"), color=c, label=f"{label} lr (end of epoch)", **STYLES["train"])
     ax_loss.set(xlabel="step", ylabel="loss", title="loss")

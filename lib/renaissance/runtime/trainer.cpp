@@ -116,6 +116,7 @@ struct Trainer::Impl {
   std::vector<float> stopped_metrics;
   bool preempted = false;
   std::string last_checkpoint;
+  double last_lr = 0;  ///< the learning rate of the last step
   /// The validation metrics of the last finished epoch (epoch 0: none), recorded in the checkpoint written at its end.
   EpochMetrics last_epoch_metrics;
   int comm_rank() const { return env.comm ? env.comm->rank() : 0; }
@@ -573,6 +574,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.stage(s, *b, v);
       I.transfer(v, s);
       lr = sched.lr(m_step);
+      I.last_lr = lr;
       I.hyper[plan::kHyperLr] = static_cast<float>(lr);
       I.hyper[plan::kHyperStep] = static_cast<float>(m_step + 1);
       I.push_hyper_async(s);
@@ -1071,6 +1073,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
 }
 
 bool Trainer::preempted() const { return m_impl->preempted; }
+double Trainer::last_lr() const { return m_impl->last_lr; }
 std::string Trainer::last_checkpoint() const { return m_impl->last_checkpoint; }
 
 std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool weights_only) {

@@ -162,6 +162,8 @@ class Trainer {
   /// ("s1.b1.c1 dgrad [graph eng63_k25=1]"); empty on the CPU.
   std::vector<std::string> conv_engines() const;
   std::int64_t steps() const { return m_step; }
+  /// The learning rate of the last optimizer step (0 before the first): the loss log records it per step.
+  double last_lr() const;
   /// FP32 values of a named tensor (e.g. "conv1.w", "bn2d1.running_mean") in the arena.
   std::vector<float> tensor_values(const std::string& name) const;
   /// Every FP32 master weight, BN running statistic, in plan order (for bit-exact comparisons).
