@@ -24,16 +24,16 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <cstdlib>
-#include <ctime>
 
 namespace renaissance::app {
 
@@ -58,8 +58,8 @@ struct TrainCli {
   std::string crop_ratio = "0.75,1.3333333333333333";
   double comm_timeout = 0;
   std::int64_t log_every = 0;  ///< --log-every: a heartbeat line every N steps
-  std::string tensorboard;      ///< --tensorboard DIR
-  std::string config_text;      ///< every option's value (TensorBoard's run/config text)
+  std::string tensorboard;     ///< --tensorboard DIR
+  std::string config_text;     ///< every option's value (TensorBoard's run/config text)
   CheckpointCli ckpt;  ///< --checkpoint-dir, --checkpoint-every, --keep, --resume, --loss-log
   GpuOptions gpu;      ///< --deterministic, --engine-cache, --conv-api
 };
@@ -89,7 +89,9 @@ std::vector<std::pair<std::string, double>> epoch_scalars(const runtime::EpochMe
     v.insert(v.end(), {{"val/loss", m.val_loss}, {"val/top1", m.val_top1}, {"val/top5", m.val_top5}});
     if (m.ema_val_top1 >= 0) v.emplace_back("val/ema_top1", m.ema_val_top1);
   }
-  v.insert(v.end(), {{"opt/lr", m.lr}, {"opt/loss_scale", m.loss_scale}, {"perf/images_per_s", m.images_per_s},
+  v.insert(v.end(), {{"opt/lr", m.lr},
+                     {"opt/loss_scale", m.loss_scale},
+                     {"perf/images_per_s", m.images_per_s},
                      {"perf/epoch_seconds", m.seconds}});
   return v;
 }
@@ -178,10 +180,11 @@ void run_train(TrainCli& c) {
   // On the CPU: the kernel threads of each rank (its affinity mask, or RENAISSANCE_CPU_THREADS), for Slurm logs.
   const std::string threads =
       c.t.backend == runtime::Backend::CPU ? fmt::format(", {} CPU threads", cpu::num_threads()) : std::string();
-  if (root) std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs, batch %lld, %s, lr %g (%s)%s\n",
-              bp.name.c_str(), c.data.c_str(), static_cast<long long>(trainer.plan().arch.parameter_count()),
-              static_cast<double>(trainer.plan().arena_bytes()) / (1 << 20), static_cast<long long>(c.t.epochs),
-              static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str(), threads.c_str());
+  if (root)
+    std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs, batch %lld, %s, lr %g (%s)%s\n",
+                bp.name.c_str(), c.data.c_str(), static_cast<long long>(trainer.plan().arch.parameter_count()),
+                static_cast<double>(trainer.plan().arena_bytes()) / (1 << 20), static_cast<long long>(c.t.epochs),
+                static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str(), threads.c_str());
   std::fflush(stdout);
   std::unique_ptr<std::ofstream> metrics;
   if (!c.metrics.empty() && root) {

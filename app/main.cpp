@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
     // A usage error: the same on every rank, said once, exit 2 with a "did you mean" where one is near.
     const int code = renaissance::app::kExitUsage;
     if (mpi.is_root()) {
-      const std::string text = renaissance::app::usage_error_text(app, std::vector<std::string>(argv + 1, argv + argc), e);
+      const std::string text =
+          renaissance::app::usage_error_text(app, std::vector<std::string>(argv + 1, argv + argc), e);
       std::fputs(text.c_str(), stderr);
       std::fflush(stderr);
     }

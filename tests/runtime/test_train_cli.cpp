@@ -216,8 +216,7 @@ TEST(TrainCli, ProgressBarOnATerminalCoversTheWholeRun) {
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream f(out);
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("[########################] 100%  step 7/7  epoch 2/2 (2/5)  loss "), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("[########################] 100%  step 7/7  epoch 2/2 (2/5)  loss "), std::string::npos) << text;
   EXPECT_EQ(text.find("epoch 1/3"), std::string::npos) << text;
 }
 

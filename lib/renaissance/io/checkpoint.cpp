@@ -275,9 +275,9 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
       RN_CHECK_CTX(static_cast<std::int64_t>(t.values.size()) == t.shape.elems(), ctx, "{} values for shape {}",
                    t.values.size(), t.shape.str());
       write_f32_dataset(g->second, t.name,
-                    {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h), static_cast<hsize_t>(t.shape.w),
-                     static_cast<hsize_t>(t.shape.c)},
-                    t.values.data(), ctx, tensor_layout(t.shape.n, t.shape.h, t.shape.w));
+                        {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h),
+                         static_cast<hsize_t>(t.shape.w), static_cast<hsize_t>(t.shape.c)},
+                        t.values.data(), ctx, tensor_layout(t.shape.n, t.shape.h, t.shape.w));
     }
     groups.clear();
     std::vector<std::string> tensors = {"/state/loss_scale", "/state/train_metrics"};

@@ -157,7 +157,8 @@ void write_int_attr(hid_t obj, const std::string& name, std::int64_t value, cons
   H5_CHECK(H5Awrite(attr, H5T_NATIVE_LLONG, &v), ctx, "write attribute '{}'", name);
 }
 
-void write_f32_array_attr(hid_t obj, const std::string& name, const std::vector<float>& values, const std::string& ctx) {
+void write_f32_array_attr(hid_t obj, const std::string& name, const std::vector<float>& values,
+                          const std::string& ctx) {
   const hsize_t n = values.size();
   H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
   H5Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
@@ -189,8 +190,7 @@ std::string read_attr_text(hid_t obj, const std::string& name, const std::string
   auto join = [&](std::vector<std::string> parts, bool quote) {
     if (scalar) return parts[0];
     std::string out = "[";
-    for (std::size_t i = 0; i < parts.size(); ++i)
-      out += (i ? ", " : "") + (quote ? "\"" + parts[i] + "\"" : parts[i]);
+    for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + (quote ? "\"" + parts[i] + "\"" : parts[i]);
     return out + "]";
   };
   const auto count = static_cast<std::size_t>(n);

@@ -37,7 +37,6 @@ struct WeightsMeta {
 /// Writes the tensors and attributes atomically to `path`.
 void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors, const WeightsMeta& meta);
 
-
 /// The tensor `group/name` in `tensors`, or nullptr.
 const NamedTensor* find_tensor(const std::vector<NamedTensor>& tensors, const std::string& group,
                                const std::string& name);

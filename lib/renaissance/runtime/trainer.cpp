@@ -1048,8 +1048,7 @@ void Trainer::Impl::write_checkpoint_in_dir(std::int64_t step, const std::vector
       last_checkpoint = io::save_checkpoint_in_dir(opt.checkpoint_dir, ck, opt.checkpoint_keep);
       if (opt.checkpoint_keep_best) {
         const std::string best = io::save_best_checkpoint(opt.checkpoint_dir, ck);
-        if (!best.empty())
-          spdlog::info("best val_top1 so far ({:.4f}, step {}): {}", ck.state.val_top1, step, best);
+        if (!best.empty()) spdlog::info("best val_top1 so far ({:.4f}, step {}): {}", ck.state.val_top1, step, best);
       }
     } catch (...) {
       error = std::current_exception();
