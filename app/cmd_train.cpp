@@ -180,11 +180,14 @@ void run_train(TrainCli& c) {
   // On the CPU: the kernel threads of each rank (its affinity mask, or RENAISSANCE_CPU_THREADS), for Slurm logs.
   const std::string threads =
       c.t.backend == runtime::Backend::CPU ? fmt::format(", {} CPU threads", cpu::num_threads()) : std::string();
+  const std::string bound =
+      c.t.max_steps > 0 ? fmt::format(" (at most {} steps: --max-steps)", c.t.max_steps) : std::string();
   if (root)
-    std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs, batch %lld, %s, lr %g (%s)%s\n",
+    std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs%s, batch %lld, %s, lr %g (%s)%s\n",
                 bp.name.c_str(), c.data.c_str(), static_cast<long long>(trainer.plan().arch.parameter_count()),
                 static_cast<double>(trainer.plan().arena_bytes()) / (1 << 20), static_cast<long long>(c.t.epochs),
-                static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str(), threads.c_str());
+                bound.c_str(), static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str(),
+                threads.c_str());
   std::fflush(stdout);
   std::unique_ptr<std::ofstream> metrics;
   if (!c.metrics.empty() && root) {

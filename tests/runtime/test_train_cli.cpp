@@ -192,6 +192,7 @@ TEST(TrainCli, HeartbeatEveryNStepsBoundedByMaxSteps) {
   EXPECT_NE(r.out.find("epoch 1/2  step 5 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("epoch 2/2  step 7 "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("epoch 1/3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("3 epochs (at most 7 steps: --max-steps)"), std::string::npos) << r.out;
   // The metrics JSONL carries the wall time and one run id for every line.
   const auto rows = lines_of(m);
   ASSERT_EQ(rows.size(), 2u);
