@@ -93,6 +93,16 @@ std::string usage_error_text(const CLI::App& app, const std::vector<std::string>
         if (!near.empty()) hints.push_back(fmt::format("did you mean '{} {}'?", path, near));
       } else if (dynamic_cast<const CLI::RequiredError*>(&e) || dynamic_cast<const CLI::ExtrasError*>(&e)) {
         what = fmt::format("'{}' needs a command", path);
+        // Options this level does not have (`renaissance --verison`).
+        const std::vector<std::string> known = option_names(*level);
+        for (const std::string& a : args) {
+          if (a.size() < 2 || a[0] != '-' || a == "--") continue;
+          const std::string name = a.substr(0, a.find('='));
+          if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+          what = fmt::format("unknown option '{}'", name);
+          const std::string near = nearest_name(name, known);
+          if (!near.empty()) hints.push_back(fmt::format("'{}': did you mean '{}'?", name, near));
+        }
       }
       hints.push_back(
           fmt::format("commands: {}; run '{} --help' for more", fmt::join(subcommand_names(*level), ", "), path));

@@ -222,6 +222,7 @@ TEST(CliUsage, NearMissesExitTwoWithASuggestion) {
            {"data import fashion-mnst", "unknown command 'fashion-mnst'",
             "did you mean 'renaissance data import fashion-mnist'?"},
            {"plan --modle resnet18", "unknown option '--modle'", "did you mean '--model'?"},
+           {"--verison", "renaissance: error: unknown option '--verison'", "did you mean '--version'?"},
        }) {
     const Result r = run(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
