@@ -211,8 +211,8 @@ void run_train(TrainCli& c) {
   po.validate = c.t.validate;
   po.tty = isatty(fileno(stdout)) != 0;
   Progress progress(po);
-  // Per-step losses for TensorBoard: every --log-every steps, else every 10.
-  const std::int64_t tb_every = c.log_every > 0 ? c.log_every : 10;
+  // Per-step losses for TensorBoard: every --log-every steps, else every 50 (each read is a host synchronisation).
+  const std::int64_t tb_every = c.log_every > 0 ? c.log_every : 50;
   runtime::TrainObserver obs;
   obs.on_step = [&](std::int64_t e, std::int64_t b, std::int64_t n, double ips) {
     if (root) progress.step(e, b, n, ips);
