@@ -2,13 +2,14 @@
 #
 #   spack repo create ~/spack-repos/renaissance        # once; then copy this file to
 #   cp package.py ~/spack-repos/renaissance/packages/renaissance/package.py   (older layout) or
-#      ~/spack-repos/renaissance/spack_repo/renaissance/packages/renaissance/package.py (Spack 1.x)
+#      ~/spack-repos/renaissance/spack_repo/renaissance/packages/renaissance/package.py (1.x)
 #   spack repo add ~/spack-repos/renaissance
 #   spack install renaissance +cuda cuda_arch=90
+#   spack install --test=root renaissance              # also builds and runs the CPU test suites
 #
 # or, from a checkout:  spack develop --path . renaissance@main && spack install
 try:  # Spack >= 1.0 (package API v2: build systems live in the builtin repository)
-    from spack_repo.builtin.build_systems.cmake import CMakePackage, generator
+    from spack_repo.builtin.build_systems.cmake import CMakePackage
     from spack_repo.builtin.build_systems.cuda import CudaPackage
 except ImportError:  # Spack 0.2x: everything comes from spack.package
     pass
@@ -21,54 +22,66 @@ class Renaissance(CMakePackage, CudaPackage):
     plans every tensor offset and kernel launch before the first step. MPI-native (one SPMD
     executable, NCCL on GPUs, MPI on CPU ranks), HDF5 datasets and checkpoints."""
 
-    homepage = "https://example.org/renaissance"  # placeholder
-    git = "https://example.org/renaissance.git"  # placeholder
+    # Placeholders: the project has no public home yet (the tarball itself is real, see below).
+    homepage = "https://example.org/renaissance"
+    url = "https://example.org/renaissance/releases/renaissance-0.1.0.tar.gz"
+    git = "https://example.org/renaissance.git"
 
-    maintainers("renaissance-team")  # placeholder
+    # Placeholder: spack-packages needs the GitHub handles of those who answer for this recipe.
+    maintainers("renaissance-team")
+
+    # No license has been chosen yet: spack-packages needs an SPDX identifier, e.g. license("MIT").
 
     version("main", branch="main")
+    # The tarball of commit 9ff740c made by `scripts/make-release-tarball 0.1.0 9ff740c` (git
+    # archive + gzip -n: the same commit gives the same bytes). Offline: a Spack mirror (build.md).
+    version("0.1.0", sha256="8c12f43ed427ec0cb337ea81414c31d77acc717cb1050e8ffedbf03c1c8968b6")
 
-    # cuda / cuda_arch come from CudaPackage; cuda_arch=none means sm_90 (the H200).
+    # cuda / cuda_arch come from CudaPackage.
     variant("xnnpack", default=False, description="Use XNNPACK for CPU forward operators")
     variant("openblas", default=False, description="Offer OpenBLAS as a CPU GEMM backend")
-    variant("onednn", default=False, description="oneDNN 2.x training primitives for the CPU convolutions")
-    variant("images", default=True, description="JPEG/PNG import and JPEG stores (libjpeg-turbo, libpng)")
-    variant("tests", default=False, description="Build the GoogleTest suites and Google Benchmark programs")
+    variant("onednn", default=False, description="oneDNN 2.x primitives for CPU convolutions")
+    variant("images", default=True, description="JPEG/PNG import, JPEG stores (turbojpeg, png)")
 
-    generator("ninja")
+    # No generator() line: CMakePackage's default (Unix Makefiles) keeps Ninja, and the Python
+    # build that Spack's ninja package drags in, out of the DAG.
 
     depends_on("c", type="build")
     depends_on("cxx", type="build")
     depends_on("cmake@3.24:", type="build")
-    depends_on("ninja", type="build")
 
     depends_on("mpi")
     depends_on("hdf5@1.10:")  # the C library only; serial is enough (~mpi is fine)
     depends_on("cli11@2.1:")
     depends_on("yaml-cpp@0.7:")
-    depends_on("fmt@9:")
-    depends_on("spdlog@1.10:")
+    # fmt 11 moved fmt::join to <fmt/ranges.h>, which some sources do not include; spdlog 1.15
+    # bundles and needs fmt 11.
+    depends_on("fmt@9:10")
+    depends_on("spdlog@1.10:1.14")
     depends_on("zlib-api")
 
     # The code targets the 2022-02-16 XNNPACK API (no reshape step), as in Debian 12.
     depends_on("xnnpack@2022-02-16", when="+xnnpack")
 
     depends_on("openblas", when="+openblas")
-    depends_on("libjpeg-turbo@2:", when="+images")  # the TurboJPEG API (turbojpeg.h, libturbojpeg)
+    # the TurboJPEG API (turbojpeg.h, libturbojpeg)
+    depends_on("libjpeg-turbo@2:", when="+images")
     depends_on("libpng@1.6:", when="+images")
 
-    # The 2.x API (operation descriptors; oneDNN 3 removed them). Renaissance runs each primitive single-threaded on
-    # batch pieces of its own thread pool, which needs the OpenMP or sequential runtime (not TBB or threadpool).
+    # The 2.x API (operation descriptors; oneDNN 3 removed them). Each primitive runs
+    # single-threaded on batch pieces of Renaissance's own thread pool, which needs the OpenMP or
+    # sequential runtime (not TBB or threadpool).
     depends_on("onednn@2.0:2 cpu_runtime=omp", when="+onednn")
 
-    depends_on("googletest", type=("build", "test"), when="+tests")
-    depends_on("benchmark", type=("build", "test"), when="+tests")
+    # `spack install --test=root renaissance`: the GoogleTest suites are built (self.run_tests)
+    # and run by check().
+    depends_on("googletest", type="test")
 
     depends_on("cuda@12:", when="+cuda")
     depends_on("cudnn@9:", when="+cuda")
     depends_on("nccl", when="+cuda")
-    # cudnn-frontend (header-only C++ over cuDNN's graph API, the convolutions) has no Spack package: its headers
-    # come from NVIDIA's PyPI wheel (a zip), unpacked beside the sources.
+    # cudnn-frontend (header-only C++ over cuDNN's graph API, the convolutions) has no Spack
+    # package: its headers come from NVIDIA's PyPI wheel (a zip), unpacked beside the sources.
     resource(
         name="cudnn-frontend",
         url="https://files.pythonhosted.org/packages/cp311/n/nvidia-cudnn-frontend/"
@@ -80,24 +93,34 @@ class Renaissance(CMakePackage, CudaPackage):
     )
 
     conflicts("%gcc@:8", msg="Renaissance needs C++17 (GCC 9 or newer)")
+    conflicts(
+        "cuda_arch=none", when="+cuda", msg="+cuda needs a GPU architecture, e.g. cuda_arch=90"
+    )
 
     def cmake_args(self):
         spec = self.spec
         args = [
-            self.define("RENAISSANCE_CUDA", "ON" if spec.satisfies("+cuda") else "OFF"),
-            self.define("RENAISSANCE_XNNPACK", "ON" if spec.satisfies("+xnnpack") else "OFF"),
-            self.define("RENAISSANCE_OPENBLAS", "ON" if spec.satisfies("+openblas") else "OFF"),
-            self.define("RENAISSANCE_ONEDNN", "ON" if spec.satisfies("+onednn") else "OFF"),
-            self.define("RENAISSANCE_JPEG", "ON" if spec.satisfies("+images") else "OFF"),
-            self.define("RENAISSANCE_PNG", "ON" if spec.satisfies("+images") else "OFF"),
-            self.define_from_variant("RENAISSANCE_BUILD_TESTS", "tests"),
-            self.define_from_variant("RENAISSANCE_BUILD_BENCHMARKS", "tests"),
+            self.define("RENAISSANCE_CUDA", spec.satisfies("+cuda")),
+            self.define("RENAISSANCE_XNNPACK", spec.satisfies("+xnnpack")),
+            self.define("RENAISSANCE_OPENBLAS", spec.satisfies("+openblas")),
+            self.define("RENAISSANCE_ONEDNN", spec.satisfies("+onednn")),
+            self.define("RENAISSANCE_JPEG", spec.satisfies("+images")),
+            self.define("RENAISSANCE_PNG", spec.satisfies("+images")),
+            self.define("RENAISSANCE_BUILD_TESTS", self.run_tests),
+            self.define("RENAISSANCE_BUILD_BENCHMARKS", False),
         ]
         if spec.satisfies("+cuda"):
-            archs = [a for a in spec.variants["cuda_arch"].value if a != "none"]
-            args.append(self.define("CMAKE_CUDA_ARCHITECTURES", ";".join(archs) if archs else "90"))
+            archs = spec.variants["cuda_arch"].value
+            args.append(self.define("CMAKE_CUDA_ARCHITECTURES", ";".join(archs)))
             args.append(self.define("CUDAToolkit_ROOT", spec["cuda"].prefix))
-            args.append(
-                self.define("CUDNN_FRONTEND_ROOT", join_path(self.stage.source_path, "cudnn-frontend"))
-            )
+            frontend = join_path(self.stage.source_path, "cudnn-frontend")
+            args.append(self.define("CUDNN_FRONTEND_ROOT", frontend))
         return args
+
+    def check(self):
+        """The CPU suites (labels unit, integration); GPU, MPI-launcher and Slurm tests need a
+        GPU or a scheduler that a build sandbox does not have."""
+        ctest = Executable(self.spec["cmake"].prefix.bin.ctest)
+        labels = ["-L", "unit|integration", "-LE", "gpu|slurm|mpi"]
+        with working_dir(self.build_directory):
+            ctest("--output-on-failure", *labels, "-j", str(make_jobs))

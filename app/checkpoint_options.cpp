@@ -46,6 +46,9 @@ void CheckpointCli::add_to(CLI::App& cmd) {
                  "Write checkpoints here (ckpt-stepN.h5, latest.h5); SIGUSR1/SIGTERM then checkpoint and exit 75");
   cmd.add_option("--checkpoint-every", every, "Checkpoint every N steps, or 'epoch' (default with a directory: epoch)");
   cmd.add_option("--keep", keep, "Keep the newest N checkpoints")->capture_default_str();
+  cmd.add_option("--keep-best", keep_best,
+                 "Also keep the checkpoint with the best value of this metric as best.h5 beside latest.h5")
+      ->check(CLI::IsMember({"val_top1"}));
   m_resume_option =
       cmd.add_option(
              "--resume", resume,
@@ -59,6 +62,8 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
   RN_CHECK(keep >= 1, "--keep must be >= 1, got {}", keep);
   t.checkpoint_dir = dir;
   t.checkpoint_keep = keep;
+  RN_CHECK(keep_best.empty() || !dir.empty(), "--keep-best needs --checkpoint-dir");
+  t.checkpoint_keep_best = !keep_best.empty();
   t.checkpoint_every = 0;
   t.checkpoint_each_epoch = false;
   if (!every.empty()) {
@@ -103,7 +108,7 @@ bool CheckpointCli::resume_into(runtime::Trainer& trainer, bool root) {
   return true;
 }
 
-void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed) {
+void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed, const runtime::Trainer& trainer) {
   if (root && !loss_log.empty()) {
     m_loss_log = std::make_shared<std::ofstream>(loss_log, resumed ? std::ios::app : std::ios::trunc);
     RN_CHECK_CTX(m_loss_log->good(), loss_log, "cannot open the loss log for writing");
@@ -112,10 +117,11 @@ void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed
   if (const char* d = std::getenv("RENAISSANCE_TEST_STEP_DELAY_MS")) delay_ms = std::atol(d);
   if (m_loss_log || delay_ms > 0) {
     auto log = m_loss_log;
-    obs.on_step_loss = [log, delay_ms](std::int64_t step, std::int64_t epoch, double loss) {
+    const runtime::Trainer* t = &trainer;
+    obs.on_step_loss = [log, delay_ms, t](std::int64_t step, std::int64_t epoch, double loss) {
       if (log) {
         JsonWriter j;
-        j.begin_object().kv("step", step).kv("epoch", epoch).kv("loss", loss).end_object();
+        j.begin_object().kv("step", step).kv("epoch", epoch).kv("loss", loss).kv("lr", t->last_lr()).end_object();
         if (!(*log << j.str() << "\n" << std::flush))
           RN_FAIL("--loss-log: writing the loss of step {} failed: {}", step, std::strerror(errno));
       }

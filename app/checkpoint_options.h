@@ -23,6 +23,7 @@ struct CheckpointCli {
   int keep = 2;
   std::string resume;  ///< "auto" or a checkpoint file; empty: start fresh (a bare --resume: auto)
   std::string loss_log;
+  std::string keep_best;  ///< "val_top1": keep the best checkpoint as best.h5 too; empty: no
 
   void add_to(CLI::App& cmd);
   /// Validates the options, sets the checkpoint fields of `t` and, with a checkpoint directory, installs the
@@ -32,7 +33,8 @@ struct CheckpointCli {
   /// starts fresh). Returns true when a checkpoint was loaded.
   bool resume_into(runtime::Trainer& trainer, bool root);
   /// Adds the per-step loss log and the checkpoint messages to `obs` (rank 0 writes).
-  void observe(runtime::TrainObserver& obs, bool root, bool resumed);
+  /// `trainer` gives each step's learning rate to the loss log.
+  void observe(runtime::TrainObserver& obs, bool root, bool resumed, const runtime::Trainer& trainer);
   /// After run(): prints where the checkpoint is; the command then exits with kExitPreempted.
   void report_preempted(const runtime::Trainer& trainer, bool root) const;
 

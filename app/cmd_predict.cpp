@@ -37,13 +37,16 @@ struct PredictCli {
   std::string device = "auto";
 };
 
+/// Variable-length UTF-8, like every file of ours (io::write_string_attr).
 void write_string_attr(hid_t obj, const char* name, const std::string& value, const std::string& ctx) {
-  io::H5Handle type(H5_CHECK(H5Tcopy(H5T_C_S1), ctx, "string type"), H5Tclose);
-  H5_CHECK(H5Tset_size(type, std::max<std::size_t>(value.size(), 1)), ctx, "string size");
-  io::H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), ctx, "scalar dataspace"), H5Sclose);
-  io::H5Handle attr(H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), ctx, "attribute '{}'", name),
-                    H5Aclose);
-  H5_CHECK(H5Awrite(attr, type, value.empty() ? "" : value.c_str()), ctx, "writing attribute '{}'", name);
+  io::write_string_attr(obj, name, value, ctx);
+}
+
+/// `path` absolute and normal (provenance attributes).
+std::string absolute(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
 }
 
 void write_int_attr(hid_t obj, const char* name, long long value, const std::string& ctx) {
@@ -103,8 +106,14 @@ void run_predict(const PredictCli& c) {
     write_string_attr(file, "format", "renaissance-logits", c.out);
     write_int_attr(file, "version", 1, c.out);
     write_string_attr(file, "model", bp.name, c.out);
-    write_string_attr(file, "weights", c.weights, c.out);
-    write_string_attr(file, "data", c.data, c.out);
+    write_string_attr(file, "weights", absolute(c.weights), c.out);
+    write_string_attr(file, "data", absolute(c.data), c.out);
+    {  // the dataset's normalisation and class names, as in weights files (a reader needs no dataset)
+      const io::DatasetFile d(c.data);
+      io::write_f32_array_attr(file, "mean", d.mean(), c.out);
+      io::write_f32_array_attr(file, "std", d.stddev(), c.out);
+      if (!d.class_names().empty()) io::write_string_array_attr(file, "class_names", d.class_names(), c.out);
+    }
     write_string_attr(file, "split", c.split, c.out);
     write_string_attr(file, "device", runtime::backend_name(t.backend), c.out);
     write_int_attr(file, "first", c.first, c.out);

@@ -5,6 +5,7 @@
 #include "json_writer.h"
 #include "model_options.h"
 #include "preflight.h"
+#include "progress.h"
 #include "run_config.h"
 
 #include <renaissance/core/error.h>
@@ -12,7 +13,10 @@
 #include <renaissance/dist/watchdog.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
+#include <renaissance/io/tensorboard.h>
 #include <renaissance/runtime/trainer.h>
+
+#include <kernels/cpu/thread_pool.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -20,11 +24,13 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -52,55 +58,53 @@ struct TrainCli {
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
   double comm_timeout = 0;
+  std::int64_t log_every = 0;  ///< --log-every: a heartbeat line every N steps
+  std::string tensorboard;     ///< --tensorboard DIR
+  std::string config_text;     ///< every option's value (TensorBoard's run/config text)
   CheckpointCli ckpt;  ///< --checkpoint-dir, --checkpoint-every, --keep, --resume, --loss-log
   GpuOptions gpu;      ///< --deterministic, --engine-cache, --conv-api
 };
 
-/// Progress: a bar with images/s and ETA on a terminal, one line per epoch otherwise (Slurm logs).
-class Progress {
- public:
-  explicit Progress(std::int64_t epochs) : m_epochs(epochs), m_tty(isatty(fileno(stdout)) != 0) {}
-  void step(std::int64_t epoch, std::int64_t batch, std::int64_t batches, double ips) {
-    if (!m_tty) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (batch != batches && now - m_last < std::chrono::milliseconds(200)) return;
-    m_last = now;
-    const int width = 30;
-    const int done = static_cast<int>(width * batch / std::max<std::int64_t>(batches, 1));
-    const double eta = ips > 0 ? static_cast<double>(batches - batch) * (m_batch_images > 0 ? m_batch_images : 1) / ips : 0;
-    std::printf("\repoch %lld/%lld [%s%s] %lld/%lld  %8.0f img/s  ETA %3.0fs ", static_cast<long long>(epoch),
-                static_cast<long long>(m_epochs), std::string(static_cast<std::size_t>(done), '#').c_str(),
-                std::string(static_cast<std::size_t>(width - done), '.').c_str(), static_cast<long long>(batch),
-                static_cast<long long>(batches), ips, eta);
-    std::fflush(stdout);
-  }
-  void epoch(const runtime::EpochMetrics& m) {
-    if (m_tty) std::printf("\r%*s\r", 100, "");
-    std::string ema = m.ema_val_top1 >= 0 ? fmt::format("  ema_top1 {:.4f}", m.ema_val_top1) : "";
-    const std::string val = m_validate ? fmt::format("  val_loss {:.4f}  val_top1 {:.4f}  val_top5 {:.4f}{}", m.val_loss,
-                                                     m.val_top1, m.val_top5, ema)
-                                       : std::string("  (no validation)");
-    std::printf("epoch %lld/%lld  step %lld  train_loss %.4f  train_top1 %.4f%s  %.0f img/s  %.1fs\n",
-                static_cast<long long>(m.epoch), static_cast<long long>(m_epochs), static_cast<long long>(m.step),
-                m.train_loss, m.train_top1, val.c_str(), m.images_per_s, m.seconds);
-    std::fflush(stdout);
-  }
-  std::int64_t m_batch_images = 0;
-  bool m_validate = true;
+/// The run's identifier in the metrics JSONL: the Slurm job id (the same across requeues, whose lines append to the
+/// same file), else UTC start time, host and process id.
+std::string make_run_id() {
+  if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job) return fmt::format("slurm-{}", job);
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y%m%dT%H%M%SZ", &tm);
+  return fmt::format("{}-{}-{}", when, host, getpid());
+}
 
- private:
-  std::int64_t m_epochs;
-  bool m_tty;
-  std::chrono::steady_clock::time_point m_last{};
-};
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
-std::string metrics_json(const runtime::EpochMetrics& m, bool validated) {
+/// The epoch's scalars for TensorBoard (tags grouped as train/, val/, opt/, perf/).
+std::vector<std::pair<std::string, double>> epoch_scalars(const runtime::EpochMetrics& m, bool validated) {
+  std::vector<std::pair<std::string, double>> v = {{"train/loss", m.train_loss}, {"train/top1", m.train_top1}};
+  if (validated) {
+    v.insert(v.end(), {{"val/loss", m.val_loss}, {"val/top1", m.val_top1}, {"val/top5", m.val_top5}});
+    if (m.ema_val_top1 >= 0) v.emplace_back("val/ema_top1", m.ema_val_top1);
+  }
+  v.insert(v.end(), {{"opt/lr", m.lr},
+                     {"opt/loss_scale", m.loss_scale},
+                     {"perf/images_per_s", m.images_per_s},
+                     {"perf/epoch_seconds", m.seconds}});
+  return v;
+}
+
+std::string metrics_json(const runtime::EpochMetrics& m, bool validated, const std::string& run_id) {
   JsonWriter j;
   j.begin_object().kv("epoch", m.epoch).kv("step", m.step).kv("train_loss", m.train_loss);
   j.kv("train_top1", m.train_top1);
   if (validated) j.kv("val_loss", m.val_loss).kv("val_top1", m.val_top1).kv("val_top5", m.val_top5);
   if (m.ema_val_top1 >= 0) j.kv("ema_val_top1", m.ema_val_top1);
   j.kv("images_per_s", m.images_per_s).kv("seconds", m.seconds).kv("lr", m.lr).kv("loss_scale", m.loss_scale);
+  j.kv("time", unix_time()).kv("run_id", run_id);  // seconds since 1970 (UTC) when the epoch ended; see make_run_id
   j.end_object();
   return j.str();
 }
@@ -179,29 +183,68 @@ void run_train(TrainCli& c) {
                     ? "; gradients all-reduced by NCCL inside the captured step graphs, bucket 1 beside the first "
                       "layer's backward"
                     : "");
-  if (root) std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs, batch %lld, %s, lr %g (%s)\n",
-              bp.name.c_str(), c.data.c_str(), static_cast<long long>(trainer.plan().arch.parameter_count()),
-              static_cast<double>(trainer.plan().arena_bytes()) / (1 << 20), static_cast<long long>(c.t.epochs),
-              static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str());
+  // On the CPU: the kernel threads of each rank (its affinity mask, or RENAISSANCE_CPU_THREADS), for Slurm logs.
+  const std::string threads =
+      c.t.backend == runtime::Backend::CPU ? fmt::format(", {} CPU threads", cpu::num_threads()) : std::string();
+  const std::string bound =
+      c.t.max_steps > 0 ? fmt::format(" (at most {} steps: --max-steps)", c.t.max_steps) : std::string();
+  if (root)
+    std::printf("training %s on %s: %lld parameters, arena %.1f MiB, %lld epochs%s, batch %lld, %s, lr %g (%s)%s\n",
+                bp.name.c_str(), c.data.c_str(), static_cast<long long>(trainer.plan().arch.parameter_count()),
+                static_cast<double>(trainer.plan().arena_bytes()) / (1 << 20), static_cast<long long>(c.t.epochs),
+                bound.c_str(), static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str(),
+                threads.c_str());
   std::fflush(stdout);
   std::unique_ptr<std::ofstream> metrics;
   if (!c.metrics.empty() && root) {
     metrics = std::make_unique<std::ofstream>(c.metrics, resumed ? std::ios::app : std::ios::trunc);
     RN_CHECK_CTX(metrics->good(), c.metrics, "cannot open the metrics file for writing");
   }
-  Progress progress(c.t.epochs);
-  progress.m_batch_images = c.t.batch;
-  progress.m_validate = c.t.validate;
+  const std::string run_id = make_run_id();
+  std::unique_ptr<io::TensorBoardWriter> tb;
+  if (!c.tensorboard.empty() && root) {
+    tb = std::make_unique<io::TensorBoardWriter>(c.tensorboard);
+    tb->text(trainer.steps(), "run/config",
+             fmt::format("run `{}`, model `{}`, data `{}`\n\n```\n{}```", run_id, bp.name, c.data, c.config_text));
+    std::printf("tensorboard: %s (tensorboard --logdir %s)\n", tb->path().c_str(), c.tensorboard.c_str());
+  }
+  ProgressOptions po;
+  po.epochs = c.t.epochs;
+  po.max_steps = c.t.max_steps;
+  po.start_step = trainer.steps();
+  po.batch = c.t.batch;
+  po.log_every = c.log_every;
+  po.validate = c.t.validate;
+  po.tty = isatty(fileno(stdout)) != 0;
+  Progress progress(po);
+  // Per-step losses for TensorBoard: every --log-every steps, else every 50 (each read is a host synchronisation).
+  const std::int64_t tb_every = c.log_every > 0 ? c.log_every : 50;
   runtime::TrainObserver obs;
   obs.on_step = [&](std::int64_t e, std::int64_t b, std::int64_t n, double ips) {
     if (root) progress.step(e, b, n, ips);
   };
   obs.on_epoch = [&](const runtime::EpochMetrics& m) {
     if (root) progress.epoch(m);
-    if (metrics && !(*metrics << metrics_json(m, c.t.validate) << "\n" << std::flush))
+    if (metrics && !(*metrics << metrics_json(m, c.t.validate, run_id) << "\n" << std::flush))
       RN_FAIL_CTX(c.metrics, "--metrics: writing epoch {} failed: {}", m.epoch, std::strerror(errno));
+    if (tb) tb->scalars(m.step, epoch_scalars(m, c.t.validate));
   };
-  c.ckpt.observe(obs, root, resumed);
+  c.ckpt.observe(obs, root, resumed, trainer);
+  // The loss of a step is read back (a host sync) only where someone uses it: the loss log (every step), the bar's
+  // redraws and heartbeats, TensorBoard's per-step curve.
+  const bool every_step_loss = static_cast<bool>(obs.on_step_loss);
+  auto loss_log = obs.on_step_loss;
+  obs.on_step_loss = [&, loss_log](std::int64_t step, std::int64_t epoch, double loss) {
+    if (loss_log) loss_log(step, epoch, loss);
+    if (!root) return;
+    if (every_step_loss || progress.wants_loss(step)) progress.loss(step, epoch, loss);
+    if (tb && step % tb_every == 0) tb->scalar(step, "train/step_loss", loss);
+  };
+  obs.wants_step_loss = [&, every_step_loss](std::int64_t step) {
+    // The same answer on every rank: a data-parallel loss read-back synchronises only this rank's device, but keep
+    // the ranks' work alike.
+    return every_step_loss || progress.wants_loss(step) || (!c.tensorboard.empty() && step % tb_every == 0);
+  };
   std::vector<runtime::EpochMetrics> history;
   try {
     history = trainer.run(obs);
@@ -341,12 +384,21 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--config", c->config, "run.yaml: any of these options as keys (the command line wins)");
   c->ckpt.add_to(*cmd);
   c->gpu.add_to(*cmd);
+  cmd->add_option("--log-every", c->log_every,
+                  "A one-line heartbeat (step, running loss, img/s, ETA) every N steps, for logs that are not a "
+                  "terminal (Slurm); 0: none")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tensorboard", c->tensorboard,
+                  "Write TensorBoard event files into this directory (losses, accuracies, lr, loss scale, img/s, "
+                  "the run's options)");
   add_comm_timeout_option(*cmd, c->comm_timeout);
   cmd->add_flag("--sync-bn", c->t.sync_bn,
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks)");
   cmd->callback([c, cmd] {
     if (!c->config.empty()) apply_run_config(*cmd, c->config);
     check_train_numbers(*cmd);
+    c->config_text = cmd->config_to_str(true, false);
     run_train(*c);
   });
 }

@@ -1,4 +1,5 @@
 // renaissance: one SPMD executable; every subcommand is registered from app/cmd_*.cpp.
+#include "cli_errors.h"
 #include "commands.h"
 
 #include <renaissance/core/error.h>
@@ -10,6 +11,8 @@
 
 #include <csignal>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -48,7 +51,7 @@ int main(int argc, char** argv) {
   renaissance::dist::MpiSession mpi(&argc, &argv);
   // Logs go to stderr: stdout carries the results (--json lines, tables) that scripts read.
   spdlog::set_default_logger(spdlog::stderr_color_mt("renaissance"));
-  CLI::App app{"Renaissance: planned, graph-captured training of convolutional image classifiers"};
+  CLI::App app{"Renaissance: planned, graph-captured training of convolutional image classifiers", "renaissance"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "renaissance 0.1.0");
   renaissance::app::register_plan_command(app);
@@ -58,11 +61,23 @@ int main(int argc, char** argv) {
   renaissance::app::register_bench_command(app);
   renaissance::app::register_checkpoint_command(app);
   renaissance::app::register_predict_command(app);
+  // A bare `renaissance` shows what it can do (as git and docker do), not an error.
+  if (argc <= 1) {
+    if (mpi.is_root()) std::fputs(app.help().c_str(), stdout);
+    return 0;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return mpi.is_root() ? app.exit(e) : 0;  // --help, --version: printed once
-    const int code = app.exit(e);
+    // A usage error: the same on every rank, said once, exit 2 with a "did you mean" where one is near.
+    const int code = renaissance::app::kExitUsage;
+    if (mpi.is_root()) {
+      const std::string text =
+          renaissance::app::usage_error_text(app, std::vector<std::string>(argv + 1, argv + argc), e);
+      std::fputs(text.c_str(), stderr);
+      std::fflush(stderr);
+    }
     // A rank that returned now would block in MPI_Finalize while the others wait in a collective.
     if (mpi.world_size() > 1 && !mpi.all_ranks_failed(kErrorGraceSeconds)) mpi.abort(code);
     return code;

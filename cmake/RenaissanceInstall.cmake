@@ -116,6 +116,18 @@ if(RENAISSANCE_HAVE_CUDA)
     FILES_MATCHING PATTERN "*.h")
 endif()
 
+# ---- share/renaissance: what a user of an installed copy (Spack, a module) runs beside the binary ----------------
+# jobs/ (the sbatch scripts), scripts/ (plot_metrics.py, the data and comparison scripts), models/ (model YAMLs) and
+# recipes/ (run.yaml files for --config); scripts keep their executable bits.
+foreach(_rn_share jobs scripts models recipes)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_rn_share}/
+    DESTINATION ${CMAKE_INSTALL_DATADIR}/renaissance/${_rn_share}
+    USE_SOURCE_PERMISSIONS
+    PATTERN "__pycache__" EXCLUDE
+    PATTERN "*.pyc" EXCLUDE)
+endforeach()
+unset(_rn_share)
+
 # ---- package config ------------------------------------------------------------------------------
 install(EXPORT RenaissanceTargets
   NAMESPACE Renaissance::

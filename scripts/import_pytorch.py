@@ -59,7 +59,8 @@ def write_weights(path, tensors, attrs):
     try:
         with h5py.File(tmp, "w") as f:
             for k, v in attrs.items():
-                f.attrs[k] = np.bytes_(v.encode())  # fixed-length ASCII/UTF-8, as Renaissance writes them
+                # as Renaissance writes them: integers as int64, strings variable-length UTF-8 (h5py's str)
+                f.attrs[k] = np.int64(v) if isinstance(v, int) else str(v)
             for (group, name), value in tensors.items():
                 g = f.require_group(group)
                 g.create_dataset(name, data=value.astype("<f4"), chunks=value.shape, fletcher32=True)
@@ -119,8 +120,8 @@ def main():
         for (g, n), v in list(out.items()):
             if g == "params":
                 out[("ema", n)] = v
-    attrs = {"format": rm.WEIGHTS_FORMAT, "version": "1", "model": str(arch.get("model", "")), "arch_plan": text,
-             "step": "0", "plan_hash": "imported", "source": os.path.basename(args.state_dict)}
+    attrs = {"format": rm.WEIGHTS_FORMAT, "version": 1, "model": str(arch.get("model", "")), "arch_plan": text,
+             "step": 0, "plan_hash": "imported", "source": os.path.basename(args.state_dict)}
     write_weights(args.out, out, attrs)
     print(f"{args.state_dict} ({layout} layout) -> {args.out}: {len(out)} tensors for model '{attrs['model']}'")
 

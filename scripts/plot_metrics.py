@@ -1,70 +1,121 @@
 #!/usr/bin/env python3
-"""Turn the metrics JSONL of `renaissance train --metrics FILE` into a PNG of loss and accuracy curves.
+"""Plot the metrics of `renaissance train` runs to a PNG: loss, accuracy and learning-rate panels.
 
-    scripts/plot_metrics.py run.jsonl [more.jsonl ...] --out curves.png
+    scripts/plot_metrics.py run.jsonl [more.jsonl ...] [--loss-log steps.jsonl ...] [--title T] --out curves.png
 
-Each file is one run (its name is the legend label). Needs matplotlib (Debian: python3-matplotlib);
-exits 77 when it is missing so CTest reports the test as skipped.
+Each metrics file (`train --metrics FILE`, one JSON object per epoch) is one run. The x axis is the optimizer step
+in every panel (the metrics record the step at the end of each epoch). A series keeps one style in every panel:
+each run has its colour, and train is a solid line with circles, validation dashed with squares, EMA dotted with
+triangles; per-step training losses (`train --loss-log FILE`, one per run, in the same order) are a thin line of the
+run's colour. The learning rate is the value at the end of each epoch, and per step where the loss log has it. The title is --title, else the run ids the
+files record (metrics lines carry `run_id` since issue 17), else the file names.
+Needs matplotlib (Debian: python3-matplotlib); exits 77 when it is missing so CTest reports the test as skipped.
 """
 import argparse
 import json
 import os
 import sys
 
+# One style per series, the same in every panel.
+STYLES = {
+    "train": dict(linestyle="-", marker="o"),
+    "val": dict(linestyle="--", marker="s"),
+    "ema": dict(linestyle=":", marker="^"),
+    "step": dict(linestyle="-", marker=None, linewidth=0.8, alpha=0.45),
+}
 
-def load(path):
+
+def load_jsonl(path, required, what):
     rows = []
-    with open(path) as f:
+    try:
+        f = open(path)
+    except OSError as e:
+        sys.exit(f"plot_metrics: {path}: {e.strerror}")
+    with f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{n}: not a JSON object: {e}")
+                sys.exit(f"plot_metrics: {path}:{n}: not a JSON object: {e}")
+            if not isinstance(row, dict):
+                sys.exit(f"plot_metrics: {path}:{n}: not a JSON object")
+            rows.append(row)
     if not rows:
-        sys.exit(f"{path}: no epochs in this metrics file")
-    for key in ("epoch", "train_loss", "val_loss", "val_top1"):
+        sys.exit(f"plot_metrics: {path}: empty (no {what})")
+    for key in required:
         if key not in rows[0]:
-            sys.exit(f"{path}: missing key '{key}' (is this a `renaissance train --metrics` file?)")
+            sys.exit(f"plot_metrics: {path}: missing key '{key}' (is this a {what} file?)")
     return rows
+
+
+def series(rows, key, scale=1.0):
+    pts = [(r["step"], scale * r[key]) for r in rows if key in r and r[key] is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", nargs="+")
+    ap.add_argument("files", nargs="+", help="metrics JSONL files (train --metrics)")
+    ap.add_argument("--loss-log", action="append", default=[],
+                    help="per-step loss JSONL (train --loss-log), one per run in the order of the metrics files")
+    ap.add_argument("--title", help="the figure's title")
     ap.add_argument("--out", default="metrics.png")
     args = ap.parse_args()
+    if len(args.loss_log) > len(args.files):
+        sys.exit(f"plot_metrics: {len(args.loss_log)} --loss-log files for {len(args.files)} runs")
+    runs = [load_jsonl(p, ("epoch", "step", "train_loss"), "`renaissance train --metrics`") for p in args.files]
+    steps = [load_jsonl(p, ("step", "loss"), "`renaissance train --loss-log`") for p in args.loss_log]
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         print("plot_metrics: matplotlib is not installed (apt-get install python3-matplotlib)", file=sys.stderr)
         sys.exit(77)
-    runs = [(os.path.basename(p), load(p)) for p in args.files]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    for label, rows in runs:
-        ep = [r["epoch"] for r in rows]
-        ax_loss.plot(ep, [r["train_loss"] for r in rows], "o-", label=f"{label} train")
-        ax_loss.plot(ep, [r["val_loss"] for r in rows], "s--", label=f"{label} val")
-        ax_acc.plot(ep, [100 * r["val_top1"] for r in rows], "o-", label=f"{label} val top-1")
-        if "train_top1" in rows[0]:
-            ax_acc.plot(ep, [100 * r["train_top1"] for r in rows], "s--", label=f"{label} train top-1")
-        if "ema_val_top1" in rows[0]:
-            ax_acc.plot(ep, [100 * r["ema_val_top1"] for r in rows], "^:", label=f"{label} EMA val top-1")
-    ax_loss.set(xlabel="epoch", ylabel="loss", title="loss")
-    ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
-    from matplotlib.ticker import MaxNLocator
 
-    for ax in (ax_loss, ax_acc):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+    labels = [os.path.splitext(os.path.basename(p))[0] for p in args.files]
+    run_ids = []
+    for rows in runs:
+        rid = rows[-1].get("run_id")
+        if rid and rid not in run_ids:
+            run_ids.append(rid)
+    title = args.title or (", ".join(run_ids) if run_ids else ", ".join(labels))
+
+    fig, (ax_loss, ax_acc, ax_lr) = plt.subplots(1, 3, figsize=(15, 4.4))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, rows) in enumerate(zip(labels, runs)):
+        c = colours[i % len(colours)]
+        if i < len(steps):
+            ax_loss.plot(*series(steps[i], "loss"), color=c, label=f"{label} train (per step)", **STYLES["step"])
+        ax_loss.plot(*series(rows, "train_loss"), color=c, label=f"{label} train", **STYLES["train"])
+        if any("val_loss" in r for r in rows):
+            ax_loss.plot(*series(rows, "val_loss"), color=c, label=f"{label} val", **STYLES["val"])
+        if any("train_top1" in r for r in rows):
+            ax_acc.plot(*series(rows, "train_top1", 100), color=c, label=f"{label} train top-1", **STYLES["train"])
+        if any("val_top1" in r for r in rows):
+            ax_acc.plot(*series(rows, "val_top1", 100), color=c, label=f"{label} val top-1", **STYLES["val"])
+        if any("ema_val_top1" in r for r in rows):
+            ax_acc.plot(*series(rows, "ema_val_top1", 100), color=c, label=f"{label} EMA val top-1", **STYLES["ema"])
+        if i < len(steps) and any("lr" in r for r in steps[i]):  # per step (loss logs since issue 17)
+            ax_lr.plot(*series(steps[i], "lr"), color=c, label=f"{label} lr (per step)", **STYLES["step"])
+        if any("lr" in r for r in rows):
+            ax_lr.plot(*series(rows, "lr"), color=c, label=f"{label} lr (end of epoch)", **STYLES["train"])
+    ax_loss.set(xlabel="step", ylabel="loss", title="loss")
+    ax_acc.set(xlabel="step", ylabel="accuracy (%)", title="accuracy")
+    ax_lr.set(xlabel="step", ylabel="learning rate", title="learning rate")
+    for ax in (ax_loss, ax_acc, ax_lr):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
+    fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
 
 

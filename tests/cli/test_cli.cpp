@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -198,4 +199,60 @@ TEST(CliBench, OnOffOptionsRejectOtherValues) {
   EXPECT_EQ(ok.code, 0) << ok.err;
   expect_contains(ok.out, "\"fused_kernels\":false");
   expect_contains(ok.out, "\"streams\":false");
+}
+
+// Usage errors: `renaissance: error:`, a "did you mean" for a near miss, exit 2; a bare `renaissance` prints help.
+TEST(CliUsage, BareCommandPrintsHelp) {
+  const Result r = run("");
+  EXPECT_EQ(r.code, 0) << r.err;
+  expect_contains(r.out, "Usage: renaissance");
+  expect_contains(r.out, "train");
+  expect_contains(r.out, "predict");
+}
+
+TEST(CliUsage, NearMissesExitTwoWithASuggestion) {
+  struct Case {
+    std::string args, error, hint;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"trian", "renaissance: error: unknown command 'trian'", "did you mean 'renaissance train'?"},
+           {"train --epoch 3", "renaissance: error: train: unknown option '--epoch'", "did you mean '--epochs'?"},
+           {"train --max-step 3", "unknown option '--max-step'", "did you mean '--max-steps'?"},
+           {"data improt", "unknown command 'improt'", "did you mean 'renaissance data import'?"},
+           {"data import fashion-mnst", "unknown command 'fashion-mnst'",
+            "did you mean 'renaissance data import fashion-mnist'?"},
+           {"plan --modle resnet18", "unknown option '--modle'", "did you mean '--model'?"},
+           {"--verison", "renaissance: error: unknown option '--verison'", "did you mean '--version'?"},
+       }) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    expect_contains(r.err, c.error);
+    expect_contains(r.err, c.hint);
+  }
+}
+
+TEST(CliUsage, OtherUsageErrorsExitTwoWithoutAGuess) {
+  {
+    const Result r = run("frobnicate");
+    EXPECT_EQ(r.code, 2) << r.err;
+    expect_contains(r.err, "renaissance: error: unknown command 'frobnicate'");
+    EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;
+    expect_contains(r.err, "commands: plan, data, train");
+  }
+  {
+    const Result r = run("train --epochs abc");
+    EXPECT_EQ(r.code, 2) << r.err;
+    expect_contains(r.err, "renaissance: error: train:");
+    expect_contains(r.err, "--epochs");
+  }
+  {
+    const Result r = run("data");
+    EXPECT_EQ(r.code, 2) << r.err;
+    expect_contains(r.err, "'renaissance data' needs a command");
+  }
+  {
+    const Result r = run("train --zzzzzz");
+    EXPECT_EQ(r.code, 2) << r.err;
+    expect_contains(r.err, "'--zzzzzz' is not an option of 'renaissance train'");
+  }
 }

@@ -21,9 +21,18 @@ endif()
 
 # 1. install
 run_step("cmake --install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}" ${config_arg})
-foreach(f bin/renaissance include/renaissance/core/dtensor.h)
+foreach(f bin/renaissance include/renaissance/core/dtensor.h share/renaissance/jobs/train-cpu.sbatch
+    share/renaissance/scripts/plot_metrics.py share/renaissance/models/fmnist_cnn.yaml
+    share/renaissance/recipes/fmnist-cnn-cpu.yaml)
   if(NOT EXISTS "${prefix}/${f}")
     message(FATAL_ERROR "missing after install: ${prefix}/${f}")
+  endif()
+endforeach()
+# the scripts stay executable
+foreach(f share/renaissance/jobs/train-cpu.sbatch share/renaissance/scripts/plot_metrics.py)
+  execute_process(COMMAND test -x "${prefix}/${f}" RESULT_VARIABLE _x)
+  if(NOT _x EQUAL 0)
+    message(FATAL_ERROR "installed without its executable bit: ${prefix}/${f}")
   endif()
 endforeach()
 file(GLOB_RECURSE config_files "${prefix}/*/RenaissanceConfig.cmake" "${prefix}/*/RenaissanceConfigVersion.cmake")

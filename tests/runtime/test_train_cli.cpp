@@ -5,11 +5,14 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -172,3 +175,91 @@ TEST(BenchCli, ReportsThroughputAndArena) {
 }
 
 }  // namespace
+
+namespace {
+/// The running loss the progress shows: an exponential average over steps with weight 0.1 per step (app/progress.h),
+/// recomputed here from the per-step losses of --loss-log.
+std::vector<double> running_losses(const std::vector<std::string>& loss_log) {
+  std::vector<double> out;
+  double r = 0;
+  for (std::size_t i = 0; i < loss_log.size(); ++i) {
+    const double l = json_number(loss_log[i], "loss");
+    r = i == 0 ? l : 0.9 * r + 0.1 * l;
+    out.push_back(r);
+  }
+  return out;
+}
+}  // namespace
+
+// --max-steps bounds the run: 7 steps of a 3-epoch run of 5 batches are "epoch 1/2"; --log-every 3 prints a heartbeat
+// at steps 3, 6 and the last, with the running loss of the loss log's values.
+TEST(TrainCli, HeartbeatEveryNStepsBoundedByMaxSteps) {
+  const fs::path ll = temp_dir() / "hb_loss.jsonl", m = temp_dir() / "hb_metrics.jsonl";
+  const CliRun r = run("train --device cpu --data " + synthetic(28, 1) +
+                       " --epochs 3 --batch 64 --lr 0.01 --max-steps 7 --log-every 3 --loss-log " + ll.string() +
+                       " --metrics " + m.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto losses = lines_of(ll);
+  ASSERT_EQ(losses.size(), 7u);
+  const std::vector<double> running = running_losses(losses);
+  const std::regex beat(R"(step (\d+)/7  epoch (\d)/2  batch (\d)/5  loss ([0-9.]+)  [0-9]+ img/s  ETA \S+)");
+  std::vector<int> steps;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), beat); it != std::sregex_iterator(); ++it) {
+    const int step = std::stoi((*it)[1].str());
+    steps.push_back(step);
+    EXPECT_EQ(std::stoi((*it)[2].str()), step <= 5 ? 1 : 2);
+    EXPECT_EQ(std::stoi((*it)[3].str()), step <= 5 ? step : step - 5);
+    EXPECT_NEAR(std::stod((*it)[4].str()), running[static_cast<std::size_t>(step - 1)], 6e-5) << "step " << step;
+  }
+  EXPECT_EQ(steps, (std::vector<int>{3, 6, 7})) << r.out;
+  EXPECT_NE(r.out.find("epoch 1/2  step 5 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epoch 2/2  step 7 "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("epoch 1/3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("3 epochs (at most 7 steps: --max-steps)"), std::string::npos) << r.out;
+  // The metrics JSONL carries the wall time and one run id for every line.
+  const auto rows = lines_of(m);
+  ASSERT_EQ(rows.size(), 2u);
+  const std::regex id("\"run_id\":\"([^\"]+)\"");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(rows[0], a, id)) << rows[0];
+  ASSERT_TRUE(std::regex_search(rows[1], b, id)) << rows[1];
+  EXPECT_EQ(a[1].str(), b[1].str());
+  const double t0 = json_number(rows[0], "time"), t1 = json_number(rows[1], "time");
+  EXPECT_GT(t0, 1.7e9);  // seconds since 1970: after 2023
+  EXPECT_GE(t1, t0);
+}
+
+// On a terminal (script(1) gives the run a pseudo-terminal): a bar over the whole run, with the running loss, that
+// ends at the last step.
+TEST(TrainCli, ProgressBarOnATerminalCoversTheWholeRun) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1) for a pseudo-terminal";
+  const std::string inner = std::string(RENAISSANCE_CLI) + " train --device cpu --data " + synthetic(28, 1) +
+                            " --epochs 3 --batch 64 --lr 0.01 --max-steps 7 --no-validate";
+  const fs::path out = temp_dir() / "tty.txt";
+  const std::string cmd = "script -qec \"" + inner + "\" /dev/null > '" + out.string() + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream f(out);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("[########################] 100%  step 7/7  epoch 2/2 (2/5)  loss "), std::string::npos) << text;
+  EXPECT_EQ(text.find("epoch 1/3"), std::string::npos) << text;
+}
+
+// Thread count of the CPU kernels: the process's affinity mask (taskset -c 0: one CPU, one thread), unless
+// RENAISSANCE_CPU_THREADS says otherwise.
+TEST(TrainCli, CpuThreadsFollowTheAffinityMask) {
+  if (std::system("command -v taskset >/dev/null 2>&1") != 0) GTEST_SKIP() << "no taskset";
+  const std::string args = std::string(" train --device cpu --data ") + synthetic(28, 1) +
+                           " --epochs 1 --batch 64 --max-steps 1 --no-validate 2>&1";
+  auto out_of = [](const std::string& cmd) {
+    std::string s;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::array<char, 4096> buf{};
+    while (p && std::fgets(buf.data(), buf.size(), p)) s += buf.data();
+    if (p) ::pclose(p);
+    return s;
+  };
+  const std::string one = out_of("env -u RENAISSANCE_CPU_THREADS taskset -c 0 " + std::string(RENAISSANCE_CLI) + args);
+  EXPECT_NE(one.find(", 1 CPU threads\n"), std::string::npos) << one;
+  const std::string three = out_of("RENAISSANCE_CPU_THREADS=3 taskset -c 0 " + std::string(RENAISSANCE_CLI) + args);
+  EXPECT_NE(three.find(", 3 CPU threads\n"), std::string::npos) << three;
+}

@@ -69,11 +69,12 @@ steps_logged() { [[ -f part.jsonl && $(wc -l <part.jsonl) -ge 3 ]]; }
 requeued() { [[ "$(state)" == *"JobState=PENDING"*"Restarts=1"* ]]; }
 finished() { [[ "$(state)" =~ JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT) ]]; }
 
-# The job script as users submit it; RENAISSANCE_TEST_STEP_DELAY_MS slows the first run's steps down so the
+# The job script as users submit it (its own #SBATCH --open-mode=append keeps the first run's lines in the log of the
+# requeued job: no --open-mode here); RENAISSANCE_TEST_STEP_DELAY_MS slows the first run's steps down so the
 # signal arrives mid-run (sbatch exports the environment to the job).
 JOB=$(MODEL=fmnist_cnn DATA=data.h5 EPOCHS=2 BATCH=32 RENAISSANCE="$CLI" CKPT_DIR="$WORK_DIR/ck" \
   EXTRA_ARGS="$TRAIN_ARGS --loss-log $WORK_DIR/part.jsonl --save $WORK_DIR/part.h5" RENAISSANCE_TEST_STEP_DELAY_MS=150 \
-  sbatch --parsable --nodes=1 --ntasks-per-node=1 --cpus-per-task=1 --open-mode=append \
+  LOG_EVERY=5 sbatch --parsable --nodes=1 --ntasks-per-node=1 --cpus-per-task=1 \
   --output="$WORK_DIR/job.out" "$SOURCE_DIR/jobs/train-cpu.sbatch")
 JOB=${JOB%%;*}
 echo "job $JOB submitted"
@@ -105,6 +106,21 @@ for re in "preempted by SIGUSR1 at step [0-9]+: checkpoint .*ckpt-step[0-9]+\.h5
           "resumed from .*ckpt-step[0-9]+\.h5 at step [0-9]+" "done: 20 steps"; do
   grep -qE -- "$re" job.out || { echo "FAIL: no output line matches '$re'"; FAIL=1; }
 done
+# One log for both runs (--open-mode=append in the script): the first run's start, its heartbeats and preemption
+# lines, then the requeued run's, in that order.
+order=$(awk '/CPU ranks x .*restart 0$/ {print "start0"} /CPU ranks x .*restart 1$/ {print "start1"}
+  /^preempted by SIGUSR1/ {print "preempted"} /^resumed from/ {print "resumed"} /^done: 20 steps/ {print "done"}' job.out |
+  tr '\n' ' ')
+if [[ "$order" == "start0 preempted start1 resumed done " ]]; then
+  echo "the log keeps the first run's lines before the requeued run's: $order"
+else
+  echo "FAIL: the log's runs are not both there in order (got: '$order'; want: 'start0 preempted start1 resumed done')"
+  FAIL=1
+fi
+grep -qE "^step 5/20  epoch 1/2  batch 5/10  loss [0-9.]+  [0-9]+ img/s  ETA" job.out ||
+  { echo "FAIL: no --log-every heartbeat 'step 5/20 ...' in the log"; FAIL=1; }
+grep -qE "CPU ranks x 1 threads" job.out && grep -qE "^training .*, 1 CPU threads$" job.out ||
+  { echo "FAIL: the job does not run 1 CPU thread per rank with --cpus-per-task=1"; FAIL=1; }
 if cmp -s ref.jsonl part.jsonl; then
   echo "the per-step losses of the preempted and requeued job equal the uninterrupted run's ($(wc -l <ref.jsonl) steps)"
 else

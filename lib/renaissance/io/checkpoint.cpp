@@ -250,6 +250,9 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
     write_string_attr(file, "run_config", s.run_config, tmp);
     write_string_attr(file, "plan_hash", s.plan_hash, tmp);
     write_string_attr(file, "created", s.created.empty() ? utc_now() : s.created, tmp);
+    for (auto [name, v] : {std::pair{"val_loss", s.val_loss}, std::pair{"val_top1", s.val_top1},
+                           std::pair{"val_top5", s.val_top5}, std::pair{"ema_val_top1", s.ema_val_top1}})
+      if (v >= 0) write_number_attr<double>(file, name, v, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, tmp);
     {
       H5Handle g(H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp, "create /state"),
                  H5Gclose);
@@ -272,9 +275,9 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
       RN_CHECK_CTX(static_cast<std::int64_t>(t.values.size()) == t.shape.elems(), ctx, "{} values for shape {}",
                    t.values.size(), t.shape.str());
       write_f32_dataset(g->second, t.name,
-                    {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h), static_cast<hsize_t>(t.shape.w),
-                     static_cast<hsize_t>(t.shape.c)},
-                    t.values.data(), ctx);
+                        {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h),
+                         static_cast<hsize_t>(t.shape.w), static_cast<hsize_t>(t.shape.c)},
+                        t.values.data(), ctx, tensor_layout(t.shape.n, t.shape.h, t.shape.w));
     }
     groups.clear();
     std::vector<std::string> tensors = {"/state/loss_scale", "/state/train_metrics"};
@@ -341,6 +344,14 @@ Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& ver
   s.run_config = require_string(file, "run_config", path);
   s.plan_hash = require_string(file, "plan_hash", path);
   s.created = require_string(file, "created", path);
+  for (auto [name, dst] : {std::pair{"val_loss", &s.val_loss}, std::pair{"val_top1", &s.val_top1},
+                           std::pair{"val_top5", &s.val_top5}, std::pair{"ema_val_top1", &s.ema_val_top1}})
+    if (attr_exists(file, name, path)) {
+      const std::string text = attr_text(file, name, path);
+      char* end = nullptr;
+      *dst = std::strtod(text.c_str(), &end);
+      RN_CHECK_CTX(end && *end == '\0' && *dst >= 0, path, "attribute '{}' = '{}' is not a metric", name, text);
+    }
   RN_CHECK_CTX(s.samples_done >= s.position, path, "samples_done {} < position {}", s.samples_done, s.position);
   {
     RN_CHECK_CTX(H5Lexists(file, "state", H5P_DEFAULT) > 0, path, "group /state is missing");
@@ -646,6 +657,21 @@ std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckp
     if (temporary && is_stale_temporary(f)) fs::remove(e.path(), ec);
   }
   return file.string();
+}
+
+std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt) {
+  if (ckpt.state.val_top1 < 0) return {};
+  const fs::path best = fs::path(dir) / kBestCheckpoint;
+  std::error_code ec;
+  if (fs::exists(best, ec)) {
+    try {
+      if (read_checkpoint(best.string()).state.val_top1 >= ckpt.state.val_top1) return {};
+    } catch (const std::exception&) {
+      // an unreadable best.h5 is replaced
+    }
+  }
+  write_checkpoint(best.string(), ckpt);
+  return best.string();
 }
 
 std::string find_latest_checkpoint(const std::string& dir, const std::function<void(const std::string&)>& warn) {

@@ -46,6 +46,9 @@ struct CheckpointState {
   std::vector<float> loss_scale;     ///< the loss-scale slots: scale, clean steps, interval, factor
   /// The partial epoch's metric sums of each rank (rank-major, [world_size, 4]): loss, top-1, top-5, samples.
   std::vector<float> train_metrics;
+  /// The validation metrics of the epoch this checkpoint ends (attributes val_loss, val_top1, val_top5, also
+  /// ema_val_top1 with EMA); negative: none (a mid-epoch checkpoint, --no-validate, or a file before issue 17).
+  double val_loss = -1, val_top1 = -1, val_top5 = -1, ema_val_top1 = -1;
 };
 
 struct Checkpoint {
@@ -101,6 +104,13 @@ std::string checkpoint_file_name(std::int64_t step);
 /// removes all but the newest `keep` ckpt-*.h5 files and the temporaries of dead writers. Holds the directory's
 /// lock for the save unless this process already holds it (a run does). Returns the new file's path.
 std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckpt, int keep);
+
+/// `train --keep-best val_top1`: the best checkpoint so far, beside latest.h5 (a copy: the rotation of --keep never
+/// removes it).
+inline constexpr const char* kBestCheckpoint = "best.h5";
+/// Writes `dir`/best.h5 when `ckpt` has validation metrics and its val_top1 beats the one best.h5 holds (or there is
+/// none, or it cannot be read). Returns the path written, or empty.
+std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt);
 
 /// The newest valid checkpoint in `dir`: latest.h5 when it resolves to a file that validates, else the newest
 /// ckpt-*.h5 that validates. Each skipped file is reported through `warn` (with the reason). Empty when the

@@ -1,5 +1,7 @@
 #include <renaissance/io/hdf5_util.h>
 
+#include <fmt/format.h>
+
 #include <renaissance/core/paths.h>
 
 #include <zlib.h>
@@ -127,18 +129,124 @@ bool is_checksum_failure(const std::string& t) {
          t.find("checksum") != std::string::npos;
 }
 
+namespace {
+H5Handle utf8_string_type(std::size_t size) {
+  H5Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t, size);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  return t;
+}
+}  // namespace
+
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& ctx) {
-  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()), ctx, "string type");
+  H5Handle type = utf8_string_type(H5T_VARIABLE);
   H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   H5Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
                          "create attribute '{}'", name),
                 H5Aclose);
-  H5_CHECK(H5Awrite(attr, type, value.empty() ? "" : value.c_str()), ctx, "write attribute '{}'", name);
+  const char* p = value.c_str();
+  H5_CHECK(H5Awrite(attr, type, &p), ctx, "write attribute '{}'", name);
+}
+
+void write_int_attr(hid_t obj, const std::string& name, std::int64_t value, const std::string& ctx) {
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
+                         "create attribute '{}'", name),
+                H5Aclose);
+  const long long v = value;
+  H5_CHECK(H5Awrite(attr, H5T_NATIVE_LLONG, &v), ctx, "write attribute '{}'", name);
+}
+
+void write_f32_array_attr(hid_t obj, const std::string& name, const std::vector<float>& values,
+                          const std::string& ctx) {
+  const hsize_t n = values.size();
+  H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
+                         "create attribute '{}'", name),
+                H5Aclose);
+  H5_CHECK(H5Awrite(attr, H5T_NATIVE_FLOAT, values.data()), ctx, "write attribute '{}'", name);
+}
+
+void write_string_array_attr(hid_t obj, const std::string& name, const std::vector<std::string>& values,
+                             const std::string& ctx) {
+  H5Handle type = utf8_string_type(H5T_VARIABLE);
+  const hsize_t n = values.size();
+  H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
+                         "create attribute '{}'", name),
+                H5Aclose);
+  std::vector<const char*> ptrs;
+  for (const std::string& v : values) ptrs.push_back(v.c_str());
+  H5_CHECK(H5Awrite(attr, type, ptrs.data()), ctx, "write attribute '{}'", name);
+}
+
+std::string read_attr_text(hid_t obj, const std::string& name, const std::string& ctx) {
+  H5Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), ctx, "open attribute '{}'", name), H5Aclose);
+  H5Handle type(H5_CHECK(H5Aget_type(attr), ctx, "attribute '{}' type", name), H5Tclose);
+  H5Handle space(H5_CHECK(H5Aget_space(attr), ctx, "attribute '{}' space", name), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  RN_CHECK_CTX(n >= 1 && n <= 65536, ctx, "attribute '{}' has {} elements", name, n);
+  const bool scalar = H5Sget_simple_extent_type(space) == H5S_SCALAR;
+  auto join = [&](std::vector<std::string> parts, bool quote) {
+    if (scalar) return parts[0];
+    std::string out = "[";
+    for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + (quote ? "\"" + parts[i] + "\"" : parts[i]);
+    return out + "]";
+  };
+  const auto count = static_cast<std::size_t>(n);
+  switch (H5Tget_class(type)) {
+    case H5T_STRING: {
+      std::vector<std::string> parts;
+      if (H5Tis_variable_str(type) > 0) {
+        H5Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+        H5Tset_size(mem, H5T_VARIABLE);
+        H5Tset_cset(mem, H5Tget_cset(type));
+        std::vector<char*> v(count, nullptr);
+        H5_CHECK(H5Aread(attr, mem, v.data()), ctx, "read attribute '{}'", name);
+        for (char* p : v) parts.emplace_back(p ? p : "");
+        H5Dvlen_reclaim(mem, space, H5P_DEFAULT, v.data());
+      } else {
+        const std::size_t size = H5Tget_size(type);
+        RN_CHECK_CTX(size >= 1 && size <= (std::size_t(1) << 26), ctx, "attribute '{}': string size {}", name, size);
+        std::string buf(size * count, '\0');
+        H5_CHECK(H5Aread(attr, type, buf.data()), ctx, "read attribute '{}'", name);
+        for (std::size_t i = 0; i < count; ++i) {
+          std::string one = buf.substr(i * size, size);
+          parts.push_back(one.substr(0, one.find('\0')));
+        }
+      }
+      return join(parts, true);
+    }
+    case H5T_INTEGER: {
+      std::vector<std::string> parts;
+      if (H5Tget_sign(type) == H5T_SGN_NONE) {
+        std::vector<unsigned long long> v(count);
+        H5_CHECK(H5Aread(attr, H5T_NATIVE_ULLONG, v.data()), ctx, "read attribute '{}'", name);
+        for (auto x : v) parts.push_back(std::to_string(x));
+      } else {
+        std::vector<long long> v(count);
+        H5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, v.data()), ctx, "read attribute '{}'", name);
+        for (auto x : v) parts.push_back(std::to_string(x));
+      }
+      return join(parts, false);
+    }
+    case H5T_FLOAT: {
+      std::vector<double> v(count);
+      H5_CHECK(H5Aread(attr, H5T_NATIVE_DOUBLE, v.data()), ctx, "read attribute '{}'", name);
+      std::vector<std::string> parts;
+      for (double x : v) parts.push_back(fmt::format("{}", x));
+      return join(parts, false);
+    }
+    default: return "<unsupported type>";
+  }
+}
+
+const char* tensor_layout(std::int64_t n, std::int64_t h, std::int64_t w) {
+  return n == 1 && h == 1 && w == 1 ? "[C]" : "OHWI";
 }
 
 void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<hsize_t>& dims, const float* values,
-                       const std::string& ctx) {
+                       const std::string& ctx, const char* layout) {
   H5Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), ctx, "dataspace"),
                  H5Sclose);
   H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -150,6 +258,7 @@ void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<
                        "create dataset"),
               H5Dclose);
   H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), ctx, "write");
+  if (layout) write_string_attr(ds, "layout", layout, ctx);
 }
 
 void fsync_path(const std::string& path, bool directory) {

@@ -72,12 +72,26 @@ class H5Handle {
   CloseFn m_close = nullptr;
 };
 
-/// Writes a scalar fixed-length string attribute (weights and checkpoint files; h5py reads it as bytes/str).
+/// Writes a scalar variable-length UTF-8 string attribute (every file of ours since issue 17, like the datasets;
+/// h5py reads it as str). Readers still accept the fixed-length ASCII strings older files hold.
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& ctx);
+/// A scalar 64-bit signed integer attribute.
+void write_int_attr(hid_t obj, const std::string& name, std::int64_t value, const std::string& ctx);
+/// A 1-D attribute of doubles (written as 64-bit floats) or floats (32-bit), e.g. a dataset's mean/std.
+void write_f32_array_attr(hid_t obj, const std::string& name, const std::vector<float>& values, const std::string& ctx);
+/// A 1-D attribute of variable-length UTF-8 strings (class names).
+void write_string_array_attr(hid_t obj, const std::string& name, const std::vector<std::string>& values,
+                             const std::string& ctx);
+/// Any attribute as text: strings (fixed or variable length), integers, floats; 1-D arrays as "[a, b]" (strings
+/// quoted in arrays). For inspection and for attributes that changed type between versions.
+std::string read_attr_text(hid_t obj, const std::string& name, const std::string& ctx);
+/// The memory layout of a tensor stored as [N, H, W, C]: "[C]" for a vector (1x1x1xC: BN parameters and statistics,
+/// biases), else "OHWI" (convolution weights; FC weights as [out, 1, 1, in]).
+const char* tensor_layout(std::int64_t n, std::int64_t h, std::int64_t w);
 /// One FP32 dataset of shape `dims`, chunked (one chunk) with the Fletcher32 filter, so corruption is detected on
-/// read.
+/// read. `layout` (optional): its "layout" attribute (tensor_layout).
 void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<hsize_t>& dims, const float* values,
-                       const std::string& ctx);
+                       const std::string& ctx, const char* layout = nullptr);
 /// fsync of a file or a directory (after a rename: the directory entry); errors are ignored (best effort).
 void fsync_path(const std::string& path, bool directory);
 

@@ -12,6 +12,7 @@ target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/import_cifar.cpp
   ${CMAKE_CURRENT_LIST_DIR}/weights.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tensorboard.cpp
 )
 # The resampling and augmentation reference is specified operation by operation (image.h): no contracted
 # multiply-adds, whatever flags the build adds.

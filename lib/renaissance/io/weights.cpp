@@ -15,22 +15,7 @@ namespace renaissance::io {
 namespace {
 
 std::string read_string_attr(hid_t obj, const std::string& name, const std::string& ctx) {
-  H5Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), ctx, "open attribute '{}'", name), H5Aclose);
-  H5Handle type(H5_CHECK(H5Aget_type(attr), ctx, "attribute '{}' type", name), H5Tclose);
-  RN_CHECK_CTX(H5Tget_class(type) == H5T_STRING, ctx, "attribute '{}' is not a string", name);
-  std::string out;
-  if (H5Tis_variable_str(type) > 0) {
-    char* s = nullptr;
-    H5_CHECK(H5Aread(attr, type, &s), ctx, "read attribute '{}'", name);
-    out = s ? s : "";
-    H5free_memory(s);
-  } else {
-    const std::size_t n = H5Tget_size(type);
-    std::string buf(n, '\0');
-    H5_CHECK(H5Aread(attr, type, buf.data()), ctx, "read attribute '{}'", name);
-    out = buf.substr(0, buf.find('\0'));
-  }
-  return out;
+  return read_attr_text(obj, name, ctx);  // strings of any kind; integers (version 3) as digits
 }
 
 }  // namespace
@@ -46,8 +31,7 @@ const NamedTensor* WeightsFile::find(const std::string& group, const std::string
   return find_tensor(tensors, group, name);
 }
 
-void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors,
-                   const std::map<std::string, std::string>& attributes) {
+void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors, const WeightsMeta& meta) {
   hdf5_init();
   auto lock = hdf5_lock();
   // Built in memory (checksummed HDF5 1.8+ metadata) and written by write_file_atomically: a full disk is a clean
@@ -58,8 +42,12 @@ void write_weights(const std::string& path, const std::vector<NamedTensor>& tens
     const hid_t file = mem.file();
     const std::string& tmp = path;
     write_string_attr(file, "format", kWeightsFormat, tmp);
-    write_string_attr(file, "version", std::to_string(kWeightsVersion), tmp);
-    for (const auto& [k, v] : attributes) write_string_attr(file, k, v, tmp);
+    write_int_attr(file, "version", kWeightsVersion, tmp);
+    for (const auto& [k, v] : meta.strings) write_string_attr(file, k, v, tmp);
+    for (const auto& [k, v] : meta.ints) write_int_attr(file, k, v, tmp);
+    if (!meta.mean.empty()) write_f32_array_attr(file, "mean", meta.mean, tmp);
+    if (!meta.std.empty()) write_f32_array_attr(file, "std", meta.std, tmp);
+    if (!meta.class_names.empty()) write_string_array_attr(file, "class_names", meta.class_names, tmp);
     std::map<std::string, H5Handle> groups;
     std::vector<std::string> paths;
     for (const NamedTensor& t : tensors) {
@@ -76,7 +64,7 @@ void write_weights(const std::string& path, const std::vector<NamedTensor>& tens
       write_f32_dataset(g->second, t.name,
                         {static_cast<hsize_t>(t.shape.n), static_cast<hsize_t>(t.shape.h),
                          static_cast<hsize_t>(t.shape.w), static_cast<hsize_t>(t.shape.c)},
-                        t.values.data(), ctx);
+                        t.values.data(), ctx, tensor_layout(t.shape.n, t.shape.h, t.shape.w));
       paths.push_back(fmt::format("/{}/{}", t.group, t.name));
     }
     groups.clear();
@@ -115,7 +103,7 @@ WeightsFile read_weights_from(const std::string& path, const VerifiedFile& verif
   RN_CHECK_CTX(format != "renaissance-dataset", path, "it is a Renaissance dataset, not a weights file (it goes to --data)");
   RN_CHECK_CTX(format == kWeightsFormat, path, "not a weights file: format is '{}', not '{}'", format, kWeightsFormat);
   const std::string version = read_string_attr(file, "version", path);
-  RN_CHECK_CTX(version == "1" || version == std::to_string(kWeightsVersion), path,
+  RN_CHECK_CTX(version == "1" || version == "2" || version == std::to_string(kWeightsVersion), path,
                "unsupported weights version {} (this build reads 1 to {})", version, kWeightsVersion);
   RN_CHECK_CTX(version == "1" || verified.checksummed, path,
                "a version {} weights file without its checksum header (edited or rewritten by another tool?)", version);

@@ -150,6 +150,9 @@ struct Trainer::Impl {
   std::vector<float> stopped_metrics;
   bool preempted = false;
   std::string last_checkpoint;
+  double last_lr = 0;  ///< the learning rate of the last step
+  /// The validation metrics of the last finished epoch (epoch 0: none), recorded in the checkpoint written at its end.
+  EpochMetrics last_epoch_metrics;
   int comm_rank() const { return env.comm ? env.comm->rank() : 0; }
   int comm_world() const { return env.comm ? env.comm->world_size() : 1; }
   /// Collective: the preemption flag agreed over all ranks (MAX).
@@ -615,6 +618,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
         I.transfer(v, s);
       }
       lr = sched.lr(m_step);
+      I.last_lr = lr;
       I.hyper[plan::kHyperLr] = static_cast<float>(lr);
       I.hyper[plan::kHyperStep] = static_cast<float>(m_step + 1);
       I.push_hyper_async(s);
@@ -630,7 +634,8 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
         observer.on_step(epoch + 1, first_batch + b->index + 1, batches, static_cast<double>(samples) / (now_s() - t0));
       // Step boundary: checkpoint and preemption policy (collective; an epoch's last step is handled at its end).
       I.cur_position = first_batch + b->index + 1;
-      if (observer.on_step_loss) observer.on_step_loss(m_step, epoch + 1, I.step_loss());
+      if (observer.on_step_loss && (!observer.wants_step_loss || observer.wants_step_loss(m_step)))
+        observer.on_step_loss(m_step, epoch + 1, I.step_loss());
       const bool stop = I.stop_agreed();
       if (stop) I.preempted = true;  // before the checkpoint: a failed write is still a preemption (exit 75)
       if (I.cur_position < batches && (stop || m_step >= total_steps || I.checkpoint_due(m_step))) {
@@ -673,6 +678,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     m.seconds = now_s() - t0;
     history.push_back(m);
     if (observer.on_epoch) observer.on_epoch(m);
+    if (o.validate) I.last_epoch_metrics = m;
     if (I.cur_position >= batches) {  // the epoch is complete: a checkpoint from here resumes at the next one
       I.cur_epoch = epoch + 1;
       I.cur_position = 0;
@@ -857,6 +863,14 @@ std::vector<float> Trainer::state_values() const {
 }
 
 namespace {
+/// `path` made absolute and normal (provenance attributes); unchanged when that fails.
+std::string absolute_path(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
 /// The weights file group of a tensor and its name there (EMA copies drop their ".ema" suffix).
 bool weights_group(const DTensor& t, std::string* group, std::string* name) {
   const RegionFamily f = region_family(t.region);
@@ -884,11 +898,19 @@ void Trainer::save_weights(const std::string& path) const {
     nt.values = tensor_values(t.name);
     out.push_back(std::move(nt));
   }
-  io::write_weights(path, out,
-                    {{"model", m_plan->arch.model_name},
-                     {"arch_plan", m_plan->arch.to_yaml()},
-                     {"step", std::to_string(m_step)},
-                     {"plan_hash", fmt::format("{:016x}", m_plan->hash)}});
+  io::WeightsMeta meta;
+  meta.strings = {{"model", m_plan->arch.model_name},
+                  {"arch_plan", m_plan->arch.to_yaml()},
+                  {"plan_hash", fmt::format("{:016x}", m_plan->hash)}};
+  meta.ints = {{"step", m_step}};
+  // The dataset's normalisation and class names travel with the weights (predict and other frameworks need them);
+  // its path as an absolute one (provenance).
+  const io::DatasetFile& data = m_impl->data;
+  if (!data.path().empty()) meta.strings["data"] = absolute_path(data.path());
+  meta.mean = data.mean();
+  meta.std = data.stddev();
+  meta.class_names = data.class_names();
+  io::write_weights(path, out, meta);
 }
 
 void Trainer::load_weights(const std::string& path) {
@@ -943,7 +965,7 @@ bool is_first_conv(Region r) {
 std::string options_yaml(const TrainOptions& o) {
   std::string y;
   auto kv = [&](const char* k, const auto& v) { y += fmt::format("{}: {}\n", k, v); };
-  kv("data", fmt::format("\"{}\"", o.data_path));
+  kv("data", fmt::format("\"{}\"", absolute_path(o.data_path)));  // provenance: where, whatever the working dir
   kv("epochs", o.epochs);
   kv("batch", o.batch);
   kv("val-batch", o.val_batch);
@@ -1053,6 +1075,12 @@ io::Checkpoint Trainer::Impl::make_checkpoint(std::int64_t step, const std::vect
   const auto ls = read_loss_scale();
   s.loss_scale.assign(ls.begin(), ls.end());
   s.train_metrics.assign(metrics.begin(), metrics.end());
+  if (cur_position == 0 && last_epoch_metrics.epoch > 0 && last_epoch_metrics.epoch == cur_epoch) {
+    s.val_loss = last_epoch_metrics.val_loss;  // the epoch this checkpoint ends
+    s.val_top1 = last_epoch_metrics.val_top1;
+    s.val_top5 = last_epoch_metrics.val_top5;
+    s.ema_val_top1 = last_epoch_metrics.ema_val_top1;
+  }
   for (const DTensor& t : plan.plan(Variant::TRAIN_BASE).tensors()) {
     io::NamedTensor nt;
     if (!checkpoint_group(t, &nt.group, &nt.name)) continue;
@@ -1070,8 +1098,12 @@ void Trainer::Impl::write_checkpoint_in_dir(std::int64_t step, const std::vector
   std::exception_ptr error;
   if (comm_rank() == 0) {
     try {
-      last_checkpoint = io::save_checkpoint_in_dir(opt.checkpoint_dir, make_checkpoint(step, metrics),
-                                                   opt.checkpoint_keep);
+      const io::Checkpoint ck = make_checkpoint(step, metrics);
+      last_checkpoint = io::save_checkpoint_in_dir(opt.checkpoint_dir, ck, opt.checkpoint_keep);
+      if (opt.checkpoint_keep_best) {
+        const std::string best = io::save_best_checkpoint(opt.checkpoint_dir, ck);
+        if (!best.empty()) spdlog::info("best val_top1 so far ({:.4f}, step {}): {}", ck.state.val_top1, step, best);
+      }
     } catch (...) {
       error = std::current_exception();
     }
@@ -1094,6 +1126,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
 }
 
 bool Trainer::preempted() const { return m_impl->preempted; }
+double Trainer::last_lr() const { return m_impl->last_lr; }
 std::string Trainer::last_checkpoint() const { return m_impl->last_checkpoint; }
 
 std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool weights_only) {

@@ -84,6 +84,8 @@ struct TrainOptions {
   std::int64_t checkpoint_every = 0;   ///< every this many steps (0: not by steps)
   bool checkpoint_each_epoch = false;  ///< at the end of every epoch
   int checkpoint_keep = 2;
+  /// Also keep the checkpoint of the best validation top-1 so far as checkpoint_dir/best.h5 (--keep-best val_top1).
+  bool checkpoint_keep_best = false;
   /// Preemption: a flag a SIGUSR1/SIGTERM handler sets. At each step boundary the ranks agree on it (MAX); when
   /// set, rank 0 writes a checkpoint into checkpoint_dir and run() returns early with preempted() true.
   const std::atomic<int>* stop_request = nullptr;
@@ -133,6 +135,9 @@ struct TrainObserver {
   /// After every step (when set; it reads the loss back, a host sync): the step (1-based), its epoch (1-based)
   /// and the mean training loss of its batch on this rank.
   std::function<void(std::int64_t step, std::int64_t epoch, double loss)> on_step_loss;
+  /// When set, on_step_loss is called only for the steps this approves (the progress bar's redraws, --log-every):
+  /// the other steps skip the host sync.
+  std::function<bool(std::int64_t step)> wants_step_loss;
   /// After a checkpoint was written (rank 0).
   std::function<void(const std::string& path, std::int64_t step)> on_checkpoint;
 };
@@ -161,6 +166,8 @@ class Trainer {
   /// ("s1.b1.c1 dgrad [graph eng63_k25=1]"); empty on the CPU.
   std::vector<std::string> conv_engines() const;
   std::int64_t steps() const { return m_step; }
+  /// The learning rate of the last optimizer step (0 before the first): the loss log records it per step.
+  double last_lr() const;
   /// FP32 values of a named tensor (e.g. "conv1.w", "bn2d1.running_mean") in the arena.
   std::vector<float> tensor_values(const std::string& name) const;
   /// Every FP32 master weight, BN running statistic, in plan order (for bit-exact comparisons).

@@ -1,0 +1,136 @@
+#include "cli_errors.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace renaissance::app {
+
+int edit_distance(const std::string& a, const std::string& b) {
+  // Optimal string alignment distance: Levenshtein plus swaps of two neighbours ("trian" -> "train" is 1).
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<int>> d(n + 1, std::vector<int>(m + 1, 0));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = static_cast<int>(i);
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = static_cast<int>(j);
+  for (std::size_t i = 1; i <= n; ++i)
+    for (std::size_t j = 1; j <= m; ++j) {
+      const int cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[n][m];
+}
+
+std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates) {
+  if (word.empty()) return {};
+  std::string best;
+  int best_d = 1 << 30;
+  for (const std::string& c : candidates) {
+    const int d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  const int limit = std::max<int>(1, static_cast<int>(word.size()) / 3);
+  if (best_d <= limit) return best;
+  // A unique prefix ("--epo" -> "--epochs"), at least 3 characters beyond the dashes.
+  const std::size_t dashes = word.find_first_not_of('-');
+  if (dashes == std::string::npos || word.size() - dashes < 3) return {};
+  std::string only;
+  for (const std::string& c : candidates)
+    if (c.size() > word.size() && c.compare(0, word.size(), word) == 0) {
+      if (!only.empty()) return {};
+      only = c;
+    }
+  return only;
+}
+
+namespace {
+
+std::vector<std::string> subcommand_names(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; })) out.push_back(s->get_name());
+  return out;
+}
+
+std::vector<std::string> option_names(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& l : o->get_lnames()) out.push_back("--" + l);
+    for (const std::string& s : o->get_snames()) out.push_back("-" + s);
+  }
+  return out;
+}
+
+std::vector<const CLI::App*> subcommands(const CLI::App& app) {
+  std::vector<const CLI::App*> out;
+  for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; })) out.push_back(s);
+  return out;
+}
+
+}  // namespace
+
+std::string usage_error_text(const CLI::App& app, const std::vector<std::string>& args, const CLI::ParseError& e) {
+  const std::string prog = app.get_name().empty() ? "renaissance" : app.get_name();
+  std::string what = e.what();
+  std::vector<std::string> hints;
+  // Walk down the subcommands the command line names ("data import folder"); CLI11 takes the first word that
+  // names a subcommand of the current level, and so do we.
+  const CLI::App* level = &app;
+  std::string path = prog;
+  std::size_t i = 0;
+  while (!subcommands(*level).empty()) {
+    while (i < args.size() && (args[i].empty() || args[i][0] == '-')) ++i;
+    const CLI::App* next = nullptr;
+    if (i < args.size())
+      for (const CLI::App* s : subcommands(*level))
+        if (s->get_name() == args[i]) next = s;
+    if (!next) {
+      if (i < args.size()) {
+        what = fmt::format("unknown command '{}'", args[i]);
+        const std::string near = nearest_name(args[i], subcommand_names(*level));
+        if (!near.empty()) hints.push_back(fmt::format("did you mean '{} {}'?", path, near));
+      } else if (dynamic_cast<const CLI::RequiredError*>(&e) || dynamic_cast<const CLI::ExtrasError*>(&e)) {
+        what = fmt::format("'{}' needs a command", path);
+        // Options this level does not have (`renaissance --verison`).
+        const std::vector<std::string> known = option_names(*level);
+        for (const std::string& a : args) {
+          if (a.size() < 2 || a[0] != '-' || a == "--") continue;
+          const std::string name = a.substr(0, a.find('='));
+          if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+          what = fmt::format("unknown option '{}'", name);
+          const std::string near = nearest_name(name, known);
+          if (!near.empty()) hints.push_back(fmt::format("'{}': did you mean '{}'?", name, near));
+        }
+      }
+      hints.push_back(
+          fmt::format("commands: {}; run '{} --help' for more", fmt::join(subcommand_names(*level), ", "), path));
+      return fmt::format("{}: error: {}\n{}\n", prog, what, fmt::join(hints, "\n"));
+    }
+    level = next;
+    path += " " + next->get_name();
+    ++i;
+  }
+  // Every word after the subcommand that looks like an option it does not have.
+  const std::vector<std::string> known = option_names(*level);
+  std::vector<std::string> unknown;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 2 || a[0] != '-' || a == "--") continue;
+    const std::string name = a.substr(0, a.find('='));
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    if (name == "--help" || name == "-h" || name == "--version") continue;
+    if (std::isdigit(static_cast<unsigned char>(name[1])) || name[1] == '.') continue;  // a negative number
+    const std::string near = nearest_name(name, known);
+    unknown.push_back("'" + name + "'");
+    hints.push_back(near.empty() ? fmt::format("'{}' is not an option of '{}'", name, path)
+                                 : fmt::format("'{}': did you mean '{}'?", name, near));
+  }
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr && !unknown.empty())
+    what = fmt::format("unknown option{} {}", unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", "));
+  hints.push_back(fmt::format("run '{} --help' for its options", path));
+  return fmt::format("{}: error: {}: {}\n{}\n", prog, level->get_name(), what, fmt::join(hints, "\n"));
+}
+
+}  // namespace renaissance::app

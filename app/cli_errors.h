@@ -1,0 +1,27 @@
+// Usage errors the way users know them from git, argparse and torchrun: `renaissance: error: ...`, a "did you mean"
+// for a near-miss subcommand or option, exit 2; a bare `renaissance` prints the help.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace renaissance::app {
+
+/// Exit status of every usage error (unknown or malformed option, missing value, unknown subcommand): 2, as
+/// argparse, getopt-based tools and Slurm's own commands use.
+inline constexpr int kExitUsage = 2;
+
+/// Edit distance (insertions, deletions, substitutions, adjacent transpositions) between two words.
+int edit_distance(const std::string& a, const std::string& b);
+
+/// The candidate nearest to `word` when it is near enough to be a typo (distance <= max(1, |word| / 3), or a
+/// unique prefix); empty otherwise.
+std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates);
+
+/// The text of a usage error of `app` for the command line `args` (argv[1..], after MPI took its own) and the CLI11
+/// error `e`: "renaissance: error: <what>", then "did you mean ...?" lines and where to find the options.
+std::string usage_error_text(const CLI::App& app, const std::vector<std::string>& args, const CLI::ParseError& e);
+
+}  // namespace renaissance::app

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""`renaissance train --tensorboard DIR` read back by TensorBoard's own event reader.
+
+    check_tensorboard.py CLI WORK_DIR [VENV_DIR]
+
+Trains a small run with --tensorboard and --metrics, then, in a Python that has the `tensorboard` package (a
+project-local venv, VENV_DIR, that this script creates and fills from PyPI with `pip install tensorboard` when it is
+not there yet), reads the event file with tensorboard's EventAccumulator and checks: every record's length and
+data CRC-32C against tensorboard's own masked_crc32c, the scalar tags, that each epoch scalar equals the metrics
+JSONL's value at the same step (float32 rounding), the per-step losses against --loss-log, and the run/config text.
+Exit 0 pass, 1 fail, 77 skip (tensorboard cannot be installed: no network, no venv/pip).
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def read_back(tb_dir, metrics_path, loss_path):
+    from tensorboard.backend.event_processing import event_accumulator as ea_mod
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    files = [f for f in os.listdir(tb_dir) if "tfevents" in f]
+    if len(files) != 1:
+        fail(f"expected one event file in {tb_dir}, found {files}")
+    raw = open(os.path.join(tb_dir, files[0]), "rb").read()
+    pos, records = 0, 0
+    while pos < len(raw):
+        header = raw[pos:pos + 8]
+        (length,) = struct.unpack("<Q", header)
+        (len_crc,) = struct.unpack("<I", raw[pos + 8:pos + 12])
+        data = raw[pos + 12:pos + 12 + length]
+        (data_crc,) = struct.unpack("<I", raw[pos + 12 + length:pos + 16 + length])
+        if masked_crc32c(header) != len_crc or masked_crc32c(data) != data_crc:
+            fail(f"record {records}: CRC mismatch")
+        pos += 16 + length
+        records += 1
+    print(f"{records} records, every length and data CRC-32C matches tensorboard's masked_crc32c")
+
+    acc = ea_mod.EventAccumulator(tb_dir, size_guidance={ea_mod.SCALARS: 0, ea_mod.TENSORS: 0})
+    acc.Reload()
+    tags = acc.Tags()
+    want = {"train/loss", "train/top1", "val/loss", "val/top1", "val/top5", "opt/lr", "opt/loss_scale",
+            "perf/images_per_s", "train/step_loss"}
+    missing = want - set(tags["scalars"])
+    if missing:
+        fail(f"scalar tags missing: {sorted(missing)} (have {tags['scalars']})")
+    for t in sorted(tags["scalars"]):
+        print(t, [(e.step, round(e.value, 6)) for e in acc.Scalars(t)])
+    metrics = [json.loads(line) for line in open(metrics_path) if line.strip()]
+    keys = {"train/loss": "train_loss", "train/top1": "train_top1", "val/loss": "val_loss", "val/top1": "val_top1",
+            "val/top5": "val_top5", "opt/lr": "lr", "opt/loss_scale": "loss_scale", "perf/images_per_s": "images_per_s"}
+    for tag, key in keys.items():
+        got = [(e.step, e.value) for e in acc.Scalars(tag)]
+        ref = [(m["step"], struct.unpack("f", struct.pack("f", m[key]))[0]) for m in metrics]
+        if [s for s, _ in got] != [s for s, _ in ref]:
+            fail(f"{tag}: steps {[s for s, _ in got]} != the metrics file's {[s for s, _ in ref]}")
+        for (s, g), (_, r) in zip(got, ref):
+            if abs(g - r) > 1e-6 * max(1.0, abs(r)):
+                fail(f"{tag} at step {s}: {g} != {r} ({key} in {metrics_path})")
+    losses = {d["step"]: d["loss"] for d in (json.loads(line) for line in open(loss_path) if line.strip())}
+    steps = acc.Scalars("train/step_loss")
+    if not steps:
+        fail("no train/step_loss values")
+    for e in steps:
+        if e.step % 5 != 0 or abs(e.value - losses[e.step]) > 1e-6 * max(1.0, abs(losses[e.step])):
+            fail(f"train/step_loss at step {e.step}: {e.value} (the loss log has {losses.get(e.step)})")
+    texts = acc.Tensors("run/config")
+    if len(texts) != 1:
+        fail(f"run/config: {len(texts)} text events")
+    text = texts[0].tensor_proto.string_val[0].decode()
+    for needle in ("model `fmnist_cnn`", "epochs=2", "batch=32", "log-every=5"):
+        if needle not in text:
+            fail(f"run/config text lacks '{needle}':\n{text}")
+    print("run/config:", text.splitlines()[0])
+    print("PASS")
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "--read":
+        read_back(*sys.argv[2:5])
+        return
+    cli, work = sys.argv[1], sys.argv[2]
+    venv = sys.argv[3] if len(sys.argv) > 3 else os.path.join(work, "venv")
+    os.makedirs(work, exist_ok=True)
+    tb, metrics, loss_log, data = (os.path.join(work, n) for n in ("tb", "metrics.jsonl", "loss.jsonl", "data.h5"))
+    subprocess.run(["rm", "-rf", tb, metrics, loss_log], check=True)
+    subprocess.run([cli, "data", "synthetic", "--out", data, "--train", "300", "--val", "100", "--shape", "28,28,1",
+                    "--classes", "10", "--seed", "2"], check=True, stdout=subprocess.DEVNULL)
+    r = subprocess.run([cli, "train", "--device", "cpu", "--data", data, "--epochs", "2", "--batch", "32", "--lr", "0.01",
+                        "--log-every", "5", "--tensorboard", tb, "--metrics", metrics, "--loss-log", loss_log],
+                       capture_output=True, text=True)
+    print(r.stdout)
+    if r.returncode != 0:
+        fail(f"train exited {r.returncode}: {r.stderr}")
+    py = os.path.join(venv, "bin", "python")
+    ok = os.path.exists(py) and subprocess.run([py, "-c", "import tensorboard"], capture_output=True).returncode == 0
+    if not ok:
+        print(f"installing tensorboard from PyPI into {venv}")
+        steps = [[sys.executable, "-m", "venv", venv], [py, "-m", "pip", "install", "-q", "tensorboard"]]
+        for cmd in steps:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                print(f"SKIP: cannot install tensorboard ({' '.join(cmd)}: {p.stderr.strip()[-400:]})")
+                sys.exit(77)
+    sys.exit(subprocess.run([py, os.path.abspath(__file__), "--read", tb, metrics, loss_log]).returncode)
+
+
+if __name__ == "__main__":
+    main()
