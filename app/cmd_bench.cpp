@@ -5,7 +5,7 @@
 #include "model_options.h"
 
 #include <renaissance/core/error.h>
-#include <renaissance/dist/communicator.h>
+#include <renaissance/comm/communicator.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/plan/arch_plan.h>
 #include <renaissance/runtime/trainer.h>
@@ -114,7 +114,7 @@ void run_bench(const BenchCli& c) {
   t.amp = c.amp;
   t.backend = pick_backend(c.device);
   // Data-parallel under mpirun/srun: --batch is global, each rank steps batch/ranks; rank 0 reports.
-  const std::unique_ptr<runtime::Communicator> comm = dist::open_communicator(t.backend, c.comm_timeout);
+  const std::unique_ptr<runtime::Communicator> comm = comm::open_communicator(t.backend, c.comm_timeout);
   t.comm = comm.get();
   t.optimizer = plan::optimizer_from_name(c.optimizer);
   t.validate = false;

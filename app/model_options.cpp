@@ -3,9 +3,9 @@
 #include <renaissance/blueprint/yaml.h>
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/core/error.h>
-#include <renaissance/dist/communicator.h>
-#include <renaissance/dist/mpi_session.h>
-#include <renaissance/dist/watchdog.h>
+#include <renaissance/comm/communicator.h>
+#include <renaissance/comm/mpi_session.h>
+#include <renaissance/comm/watchdog.h>
 
 #include <fmt/format.h>
 
@@ -35,7 +35,7 @@ blueprint::BluePrint ModelOptions::load() const {
 }
 
 bool is_root_rank() {
-  const dist::MpiSession* s = dist::MpiSession::current();
+  const comm::MpiSession* s = comm::MpiSession::current();
   return !s || s->is_root();
 }
 
@@ -44,7 +44,7 @@ void barrier(runtime::Communicator* comm) {
 }
 
 void add_comm_timeout_option(CLI::App& cmd, double& seconds) {
-  seconds = dist::comm_timeout_from_env(dist::kDefaultCommTimeout);
+  seconds = comm::comm_timeout_from_env(comm::kDefaultCommTimeout);
   cmd.add_option("--comm-timeout", seconds,
                  "Data-parallel runs: seconds a collective may wait for the other ranks before the job is aborted "
                  "(default: RENAISSANCE_COMM_TIMEOUT or 300)")

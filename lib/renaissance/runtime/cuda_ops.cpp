@@ -766,7 +766,7 @@ void register_range(KernelTable& t) {
     cuda::range_ema_update(stream_of(env), f(r.out_ranges[0]), f(r.in_ranges[0]), floats(r.in_ranges[0]),
                            hyper_slot(r.in[0], plan::kHyperEmaDecay), skip_flag(r));
   });
-  // One GPU: nothing to reduce. Several: the communicator (NCCL, lib/renaissance/dist) enqueues one all-reduce per
+  // One GPU: nothing to reduce. Several: the communicator (NCCL, lib/renaissance/comm) enqueues one all-reduce per
   // range on the compute stream, so the capture of DEEP_COMM/FIRST_COMM/... holds the collective (DESIGN §9).
   // Bucket 1 (DEEP_COMM, replayed on the side stream) goes through the side lane's communicator, everything else through
   // the compute stream's (runtime/collectives.h), so bucket 2 never queues behind bucket 1.

@@ -7,9 +7,9 @@
 // timeout; either ends in ncclCommAbort (never a blocking destroy) and the process exit that ends the job.
 #pragma once
 
-#include <renaissance/dist/mpi_communicator.h>
+#include <renaissance/comm/mpi_communicator.h>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 class NcclCommunicator : public MpiCommunicator {
  public:
@@ -31,4 +31,4 @@ class NcclCommunicator : public MpiCommunicator {
   std::unique_ptr<CommWatchdog> m_device_watchdog;
 };
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

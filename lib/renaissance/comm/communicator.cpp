@@ -1,16 +1,16 @@
 #include <renaissance/core/error.h>
-#include <renaissance/dist/communicator.h>
-#include <renaissance/dist/mpi_communicator.h>
-#include <renaissance/dist/mpi_session.h>
+#include <renaissance/comm/communicator.h>
+#include <renaissance/comm/mpi_communicator.h>
+#include <renaissance/comm/mpi_session.h>
 
 #ifdef RENAISSANCE_HAVE_CUDA
-#include <renaissance/dist/nccl_communicator.h>
+#include <renaissance/comm/nccl_communicator.h>
 
 #include <kernels/cuda/device_info.h>
 #include <kernels/cuda/runtime_api.h>
 #endif
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 void select_device(int local_rank, int local_size) {
 #ifdef RENAISSANCE_HAVE_CUDA
@@ -38,4 +38,4 @@ std::unique_ptr<runtime::Communicator> open_communicator(runtime::Backend backen
   return std::make_unique<MpiCommunicator>(s->world(), timeout_s);
 }
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

@@ -1,7 +1,7 @@
 #include <renaissance/core/error.h>
-#include <renaissance/dist/communicator.h>
-#include <renaissance/dist/mpi_session.h>
-#include <renaissance/dist/watchdog.h>
+#include <renaissance/comm/communicator.h>
+#include <renaissance/comm/mpi_session.h>
+#include <renaissance/comm/watchdog.h>
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 namespace {
 
@@ -167,4 +167,4 @@ void MpiSession::abort(int code) {
   std::_Exit(code);  // not reached
 }
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

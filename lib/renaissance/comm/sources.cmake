@@ -1,4 +1,4 @@
-# Sources of lib/renaissance/dist (explicit list): MPI bootstrap, communicators, watchdog.
+# Sources of lib/renaissance/comm (explicit list): MPI bootstrap, communicators, watchdog.
 target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/mpi_session.cpp
   ${CMAKE_CURRENT_LIST_DIR}/watchdog.cpp

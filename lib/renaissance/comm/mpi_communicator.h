@@ -3,7 +3,7 @@
 // Every blocking call runs under the CommWatchdog.
 #pragma once
 
-#include <renaissance/dist/watchdog.h>
+#include <renaissance/comm/watchdog.h>
 #include <renaissance/runtime/executor.h>
 
 #include <mpi.h>
@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 class MpiCommunicator : public runtime::Communicator {
  public:
@@ -35,4 +35,4 @@ class MpiCommunicator : public runtime::Communicator {
   std::unique_ptr<CommWatchdog> m_watchdog;
 };
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

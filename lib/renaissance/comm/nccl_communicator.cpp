@@ -1,5 +1,5 @@
 #include <renaissance/core/error.h>
-#include <renaissance/dist/nccl_communicator.h>
+#include <renaissance/comm/nccl_communicator.h>
 #include <renaissance/runtime/collectives.h>
 
 #include <cuda_runtime_api.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 #define RN_NCCL_CHECK(call)                                                                            \
   do {                                                                                                 \
@@ -100,4 +100,4 @@ void NcclCommunicator::set_step(std::int64_t step) {
   m_device_watchdog->set_step(step);
 }
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

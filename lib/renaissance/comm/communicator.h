@@ -7,7 +7,7 @@
 
 #include <memory>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 /// Default of --comm-timeout, seconds.
 constexpr double kDefaultCommTimeout = 300.0;
@@ -20,4 +20,4 @@ std::unique_ptr<runtime::Communicator> open_communicator(runtime::Backend backen
 /// CUDA builds: the GPU this rank uses, cudaSetDevice(local_rank) (before any CUDA allocation of the rank).
 void select_device(int local_rank, int local_size);
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm
