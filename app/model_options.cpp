@@ -2,23 +2,21 @@
 
 #include <renaissance/blueprint/yaml.h>
 #include <renaissance/blueprint/zoo.h>
-#include <renaissance/core/error.h>
 #include <renaissance/comm/communicator.h>
 #include <renaissance/comm/mpi_session.h>
 #include <renaissance/comm/watchdog.h>
+#include <renaissance/core/error.h>
+#include <renaissance/runtime/devices.h>
 
 #include <fmt/format.h>
 
 #include <cstdlib>
 
-#ifdef RENAISSANCE_HAVE_CUDA
-#include <kernels/cuda/device_info.h>
-#endif
-
 namespace renaissance::app {
 
 void ModelOptions::add_to(CLI::App& cmd) {
-  auto* m = cmd.add_option("--model", model, "Zoo model name (resnet18, resnet50, fmnist_cnn, ...)")->capture_default_str();
+  auto* m =
+      cmd.add_option("--model", model, "Zoo model name (resnet18, resnet50, fmnist_cnn, ...)")->capture_default_str();
   auto* f = cmd.add_option("--model-file", model_file, "Model definition in YAML (see models/)");
   m->excludes(f);
   f->excludes(m);
@@ -54,14 +52,14 @@ void add_comm_timeout_option(CLI::App& cmd, double& seconds) {
 runtime::Backend pick_backend(const std::string& device) {
   RN_CHECK(device == "cpu" || device == "cuda" || device == "auto", "--device must be cpu, cuda or auto, got '{}'",
            device);
-#ifdef RENAISSANCE_HAVE_CUDA
-  if (device == "cuda" || (device == "auto" && cuda::device_count() > 0)) {
-    RN_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is visible");
-    return runtime::Backend::CUDA;
+  if (runtime::have_cuda_backend()) {
+    if (device == "cuda" || (device == "auto" && runtime::cuda_device_count() > 0)) {
+      RN_CHECK(runtime::cuda_device_count() > 0, "--device cuda: no CUDA device is visible");
+      return runtime::Backend::CUDA;
+    }
+  } else {
+    RN_CHECK(device != "cuda", "--device cuda: this build has no CUDA backend (configure with -DRENAISSANCE_CUDA=ON)");
   }
-#else
-  RN_CHECK(device != "cuda", "--device cuda: this build has no CUDA backend (configure with -DRENAISSANCE_CUDA=ON)");
-#endif
   return runtime::Backend::CPU;
 }
 

@@ -1,5 +1,5 @@
-#include <renaissance/core/error.h>
 #include <renaissance/comm/mpi_communicator.h>
+#include <renaissance/core/error.h>
 
 #include <algorithm>
 #include <climits>

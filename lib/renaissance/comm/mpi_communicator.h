@@ -4,7 +4,7 @@
 #pragma once
 
 #include <renaissance/comm/watchdog.h>
-#include <renaissance/runtime/executor.h>
+#include <renaissance/core/communicator.h>
 
 #include <mpi.h>
 
@@ -14,7 +14,7 @@
 
 namespace renaissance::comm {
 
-class MpiCommunicator : public runtime::Communicator {
+class MpiCommunicator : public Communicator {
  public:
   /// `comm` is borrowed (MpiSession::world()); `timeout_s` bounds every collective.
   MpiCommunicator(MPI_Comm comm, double timeout_s);

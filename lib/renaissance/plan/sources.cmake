@@ -1,5 +1,5 @@
 # Sources of lib/renaissance/plan (explicit list).
-target_sources(renaissance PRIVATE
+target_sources(renaissance_plan PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layer_kind.cpp
   ${CMAKE_CURRENT_LIST_DIR}/arch_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/arch_yaml.cpp

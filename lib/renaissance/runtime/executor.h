@@ -2,6 +2,7 @@
 // (variant, GraphId) into a CapturedGraph, and the GraphAtlas that deduplicates shape-identical captures.
 #pragma once
 
+#include <renaissance/core/communicator.h>
 #include <renaissance/plan/computation_graph.h>
 #include <renaissance/runtime/device_context.h>
 
@@ -14,34 +15,8 @@
 
 namespace renaissance::runtime {
 
-/// Collective operations a RANGE op may need. One rank: the default does nothing.
-class Communicator {
- public:
-  virtual ~Communicator() = default;
-  virtual int world_size() const { return 1; }
-  virtual int rank() const { return 0; }
-  virtual void allreduce_sum(float* data, std::int64_t count) { (void)data, (void)count; }
-  /// Host-side agreement at a step boundary: the maximum of `value` over all ranks (blocking; e.g. "a rank
-  /// received SIGUSR1, so every rank checkpoints and stops"). One rank: `value`.
-  virtual std::int64_t agree_max(std::int64_t value) { return value; }
-  /// Host-side broadcast of a byte string from `root` (non-roots are resized to the root's length).
-  virtual void broadcast(std::vector<std::uint8_t>& bytes, int root = 0) { (void)bytes, (void)root; }
-  /// Device all-reduce of `count` floats at device pointer `data`, enqueued on `stream` (a cudaStream_t) so a
-  /// CUDA graph captures it; `mean` divides by the world size. Only communicators of GPU ranks have one.
-  virtual void allreduce_device(float* data, std::int64_t count, bool mean, void* stream);
-  /// The same on device communicator `lane` (runtime/collectives.h: 0 the compute stream's, 1 bucket 1's on the
-  /// trainer's side stream). Communicators with one device communicator: allreduce_device.
-  virtual void allreduce_device_lane(int lane, float* data, std::int64_t count, bool mean, void* stream) {
-    (void)lane;
-    allreduce_device(data, count, mean, stream);
-  }
-  /// The optimizer step now running (1-based), for the watchdog's messages.
-  virtual void set_step(std::int64_t step) { (void)step; }
-  /// Brackets a host wait for device work that contains collectives (GPU: the stream synchronisation after a
-  /// step), so a watchdog can abort a wait that never ends.
-  virtual void device_wait_begin(const char* what) { (void)what; }
-  virtual void device_wait_end() {}
-};
+/// The collectives a RANGE op may need (core/communicator.h; comm/ implements them).
+using renaissance::Communicator;
 
 /// A node with every tensor and range resolved for one variant.
 struct ResolvedNode {
@@ -51,7 +26,7 @@ struct ResolvedNode {
   std::vector<ResolvedNode> sub;
   /// Backend state made once by the op's `prepare` before capture (cuDNN descriptors and algorithms, ...).
   std::shared_ptr<void> state;
-  std::string layer;   ///< the ArchPlan layer's name ("" for none)
+  std::string layer;  ///< the ArchPlan layer's name ("" for none)
   /// What `prepare` chose, for the profile (GPU convolutions: "s1.b1.c1 dgrad graph eng63_k25=1"); "" for most ops.
   std::string detail;
   /// A node the backend made itself (a CPU fusion group over plain nodes, KernelTable::fuse_graph); `node` points
@@ -109,12 +84,12 @@ struct ExecEnv {
   /// GPU convolutions: which cuDNN API (0 auto: the graph API, the legacy API where no graph plan supports a pass;
   /// 1 the graph API only; 2 the legacy API only, for comparisons). cuda::ConvEngine's values.
   int conv_api = 0;
-  bool sync_bn = false;            ///< BN training statistics over all ranks' samples (--sync-bn; CPU and GPU ranks)
+  bool sync_bn = false;  ///< BN training statistics over all ranks' samples (--sync-bn; CPU and GPU ranks)
   /// Fused layers run their element-wise work as fused kernels (BN-apply + residual add + ReLU in one pass, the ReLU
   /// backward folded into the BN backward); the CPU also fuses those tails between plain nodes (FP32 plans). Off:
   /// every part runs as its own kernel (for comparisons; the same bits).
   bool fuse_kernels = true;
-  OpTimer* timer = nullptr;  ///< set only while profiling, never during a capture
+  OpTimer* timer = nullptr;           ///< set only while profiling, never during a capture
   ComputeStreams* streams = nullptr;  ///< GPU: the weight-gradient stream; null: everything in order on `stream`
 };
 
@@ -130,9 +105,9 @@ using OpFn = std::function<void(const ResolvedNode&, ExecEnv&)>;
 using PrepareFn = std::function<void(ResolvedNode&, ExecEnv&)>;
 /// Optional per-backend rewrite of a capture's resolved node list before it is prepared (the CPU backend groups plain
 /// nodes whose element-wise tails it fuses, checked by address and against `graph`, the whole graph they come from).
-using FuseGraphFn = std::function<void(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns,
-                                       const plan::CompiledPlan& plan, const plan::ComputationGraph& graph,
-                                       ExecEnv& env)>;
+using FuseGraphFn =
+    std::function<void(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns, const plan::CompiledPlan& plan,
+                       const plan::ComputationGraph& graph, ExecEnv& env)>;
 
 class KernelTable {
  public:
@@ -250,7 +225,8 @@ std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64
                                              bool concurrent = true);
 #ifdef RENAISSANCE_HAVE_CUDA
 /// `concurrent`: a second compute stream for weight gradients (ExecEnv::streams).
-std::unique_ptr<BackendSession> open_cuda_backend(ExecEnv& env, std::int64_t workspace_bytes, bool concurrent);  // cuda_ops.cpp
+std::unique_ptr<BackendSession> open_cuda_backend(ExecEnv& env, std::int64_t workspace_bytes,
+                                                  bool concurrent);  // cuda_ops.cpp
 #endif
 
 /// Where a GraphId lives: the train graph or the inference graph.
