@@ -26,7 +26,7 @@ set(RENAISSANCE_LAYER_DIRS
   "app=app")
 set(RENAISSANCE_LAYER_ALLOWED_core "")
 set(RENAISSANCE_LAYER_ALLOWED_ops "core")
-set(RENAISSANCE_LAYER_ALLOWED_blueprint "core")
+set(RENAISSANCE_LAYER_ALLOWED_blueprint "core;ops")
 set(RENAISSANCE_LAYER_ALLOWED_plan "core;ops;blueprint")
 set(RENAISSANCE_LAYER_ALLOWED_io "core")
 set(RENAISSANCE_LAYER_ALLOWED_runtime "core;ops;blueprint;plan;io;kernels_cpu;kernels_cuda")

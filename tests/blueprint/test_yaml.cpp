@@ -40,7 +40,8 @@ void expect_error(const std::string& text, const std::vector<std::string>& fragm
     ADD_FAILURE() << "expected an Error for:\n" << text;
   } catch (const renaissance::Error& e) {
     const std::string what = e.what();
-    for (const std::string& f : fragments) EXPECT_NE(what.find(f), std::string::npos) << "'" << f << "' not in: " << what;
+    for (const std::string& f : fragments)
+      EXPECT_NE(what.find(f), std::string::npos) << "'" << f << "' not in: " << what;
   }
 }
 
@@ -63,10 +64,9 @@ TEST(Yaml, EveryFieldRoundTrips) {
   bp.in_c = 2;
   bp.root = rb::seq(
       rb::conv(8, 3, 2, 1).named("stem"), rb::conv(8, 3, 1, 1, 4, true), rb::conv(8, 3, 1, 1, rb::kDepthwise),
-      rb::dwconv(5, 2, 2).named("dw"), rb::bn().named("true"),
-      rb::relu().named("null"), rb::tanh().named("123"), rb::identity().named("a\\b\nc"), rb::cbr(16, 1).named(""),
-      rb::maxpool(3, 2, 1).named("pool/1"), rb::seq(), rb::seq().named("empty"),
-      rb::seq(rb::bn(), rb::seq(rb::relu())).named("nested"),
+      rb::dwconv(5, 2, 2).named("dw"), rb::bn().named("true"), rb::relu().named("null"), rb::tanh().named("123"),
+      rb::identity().named("a\\b\nc"), rb::cbr(16, 1).named(""), rb::maxpool(3, 2, 1).named("pool/1"), rb::seq(),
+      rb::seq().named("empty"), rb::seq(rb::bn(), rb::seq(rb::relu())).named("nested"),
       rb::repeat(3, rb::seq(rb::cbr(16, 3, 1, 1), rb::bn())).named("r"), rb::repeat(1, rb::relu()),
       rb::repeat(2, rb::repeat(2, rb::block(4, 16, BlockKind::MBV2_INV_RESIDUAL))),
       rb::add2(rb::seq(rb::conv(16, 3, 1, 1), rb::bn()), rb::seq()).named("res"),
@@ -120,6 +120,39 @@ layers:
                       rb::add2(rb::seq(rb::conv(64, 3, 1, 1, rb::kDepthwise, true).named("c"), rb::bn()), rb::seq()),
                       rb::seq(rb::relu(), rb::identity().named("id")), rb::gap(), rb::fc(1000), rb::softmax_ce(1000));
   EXPECT_TRUE(bp == want) << rb::blueprint_to_yaml(bp);
+}
+
+// Every activation of ops/activations.h: its YAML key parses (bare and named), round-trips, and becomes its layer
+// kind in the ArchPlan with the input's shape.
+TEST(Yaml, EveryActivationParsesRoundTripsAndPlans) {
+  for (const renaissance::ops::Activation a : renaissance::ops::kActivations) {
+    const std::string key = renaissance::ops::activation_name(a);
+    const rb::BluePrint bp =
+        rb::blueprint_from_yaml(model("  - conv: {out: 4, k: 3, pad: 1}\n  - " + key + "\n  - " + key +
+                                      ": {name: act2}\n  - gap\n" + "  - softmax_ce: {classes: 4}\n"),
+                                "act.yaml");
+    ASSERT_EQ(bp.root.children.size(), 5u) << key;
+    for (std::size_t i : {1u, 2u}) {
+      renaissance::ops::Activation got{};
+      ASSERT_TRUE(rb::node_activation(bp.root.children[i].kind, &got)) << key;
+      EXPECT_EQ(got, a) << key;
+      EXPECT_EQ(rb::node_kind_name(bp.root.children[i].kind), key);
+    }
+    EXPECT_EQ(bp.root.children[2].name, "act2");
+    expect_round_trip(bp);
+    const auto plan = renaissance::plan::ArchPlan::build(bp, {});
+    int seen = 0;
+    for (const auto& l : plan.layers) {
+      renaissance::ops::Activation got{};
+      if (!renaissance::plan::layer_activation(l.kind, &got)) continue;
+      EXPECT_EQ(got, a);
+      EXPECT_EQ(l.in_shape, l.out_shape);
+      EXPECT_EQ(l.out_shape.c, 4);
+      ++seen;
+    }
+    EXPECT_EQ(seen, 2) << key;
+    EXPECT_EQ(renaissance::plan::ArchPlan::from_yaml(plan.to_yaml()), plan) << key;
+  }
 }
 
 TEST(Yaml, DefaultsForOptionalFields) {
@@ -213,14 +246,19 @@ TEST(YamlErrors, WrongTypes) {
 }
 
 TEST(YamlErrors, NonPositiveValues) {
-  expect_error(model("  - conv: {out: 0, k: 3}\n"), {"bad.yaml:4", "layers[0].conv", "'out' must be a positive integer"});
-  expect_error(model("  - fc: {out: -3}\n"), {"bad.yaml:4", "layers[0].fc", "'out' must be a positive integer, got -3"});
+  expect_error(model("  - conv: {out: 0, k: 3}\n"),
+               {"bad.yaml:4", "layers[0].conv", "'out' must be a positive integer"});
+  expect_error(model("  - fc: {out: -3}\n"),
+               {"bad.yaml:4", "layers[0].fc", "'out' must be a positive integer, got -3"});
   expect_error(model("  - conv: {out: 4, k: 0}\n"), {"bad.yaml:4", "'k' must be a positive integer, got 0"});
-  expect_error(model("  - maxpool: {k: 2, stride: 0}\n"), {"bad.yaml:4", "layers[0].maxpool", "'stride' must be a positive"});
-  expect_error(model("  - conv: {out: 4, k: 3, pad: -1}\n"), {"bad.yaml:4", "'pad' must be a non-negative integer, got -1"});
+  expect_error(model("  - maxpool: {k: 2, stride: 0}\n"),
+               {"bad.yaml:4", "layers[0].maxpool", "'stride' must be a positive"});
+  expect_error(model("  - conv: {out: 4, k: 3, pad: -1}\n"),
+               {"bad.yaml:4", "'pad' must be a non-negative integer, got -1"});
   expect_error(model("  - conv: {out: 6, k: 3, groups: 4}\n"), {"bad.yaml:4", "divisible by 'groups'"});
   expect_error(model("  - softmax_ce: {classes: 0}\n"), {"bad.yaml:4", "'classes' must be a positive integer"});
-  expect_error("name: m\ninput: [8, 0, 3]\nlayers: []\n", {"bad.yaml:2", "field 'input[1] (W)' must be a positive integer, got 0"});
+  expect_error("name: m\ninput: [8, 0, 3]\nlayers: []\n",
+               {"bad.yaml:2", "field 'input[1] (W)' must be a positive integer, got 0"});
 }
 
 TEST(YamlErrors, RepeatCountBelowOne) {
@@ -252,7 +290,8 @@ layers:
 }
 
 TEST(YamlErrors, MalformedYaml) {
-  expect_error("name: m\ninput: [8, 8, 3]\nlayers:\n  - conv: {out: 4, k: 3\n  - relu\n", {"bad.yaml:", "malformed YAML"});
+  expect_error("name: m\ninput: [8, 8, 3]\nlayers:\n  - conv: {out: 4, k: 3\n  - relu\n",
+               {"bad.yaml:", "malformed YAML"});
   expect_error("name: m\ninput: [8, 8, 3\nlayers: []\n", {"bad.yaml:", "malformed YAML"});
   // The line of a parser error must be a real line of the input (1-based).
   try {
@@ -308,7 +347,9 @@ namespace {
 /// A model whose layers are 9 levels of anchors, each a seq of ten aliases of the one before: 697 bytes that
 /// expand to 10^9 relu layers ("billion laughs").
 std::string billion_laughs_model() {
-  std::string s = "name: lol\ninput: [28, 28, 1]\nlayers:\n  - &a0 {seq: [relu, relu, relu, relu, relu, relu, relu, relu, relu, relu]}\n";
+  std::string s =
+      "name: lol\ninput: [28, 28, 1]\nlayers:\n  - &a0 {seq: [relu, relu, relu, relu, relu, relu, relu, relu, relu, "
+      "relu]}\n";
   for (int i = 1; i < 9; ++i) {
     s += "  - &a" + std::to_string(i) + " {seq: [";
     for (int k = 0; k < 10; ++k) s += (k ? ", *a" : "*a") + std::to_string(i - 1);
@@ -327,19 +368,19 @@ TEST(YamlLimits, BillionLaughsIsRefusedQuicklyNamingTheFileAndTheLimit) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
   // The same limit guards every other YAML reader: the arch plan (the reader behind weights' arch_plan).
   try {
-    renaissance::plan::ArchPlan::from_yaml("format: renaissance-arch-plan\nx: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" +
-                                               [] {
-                                                 std::string s;
-                                                 for (int i = 1; i < 8; ++i) {
-                                                   s += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
-                                                   for (int k = 0; k < 10; ++k)
-                                                     s += std::string(k ? ", " : "") +
-                                                          (i == 1 ? "*a" : "*a" + std::to_string(i - 1));
-                                                   s += "]\n";
-                                                 }
-                                                 return s;
-                                               }(),
-                                           "plan.yaml");
+    renaissance::plan::ArchPlan::from_yaml(
+        "format: renaissance-arch-plan\nx: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" +
+            [] {
+              std::string s;
+              for (int i = 1; i < 8; ++i) {
+                s += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+                for (int k = 0; k < 10; ++k)
+                  s += std::string(k ? ", " : "") + (i == 1 ? "*a" : "*a" + std::to_string(i - 1));
+                s += "]\n";
+              }
+              return s;
+            }(),
+        "plan.yaml");
     ADD_FAILURE() << "expected an Error";
   } catch (const renaissance::Error& e) {
     EXPECT_NE(std::string(e.what()).find("plan.yaml:"), std::string::npos) << e.what();
@@ -348,7 +389,8 @@ TEST(YamlLimits, BillionLaughsIsRefusedQuicklyNamingTheFileAndTheLimit) {
 }
 
 TEST(YamlLimits, DeepNestingNamesTheFileAndTheLimit) {
-  const std::string deep = "name: deep\ninput: [8, 8, 3]\nlayers: " + std::string(5000, '[') + std::string(5000, ']') + "\n";
+  const std::string deep =
+      "name: deep\ninput: [8, 8, 3]\nlayers: " + std::string(5000, '[') + std::string(5000, ']') + "\n";
   expect_error(deep, {"bad.yaml:3", "deeper than 100 levels", "the limit"});
   // Nesting built by aliases counts too: each anchor nests the one before 60 levels deeper.
   std::string viaalias = "name: deep\ninput: [8, 8, 3]\na: &a " + std::string(60, '[') + std::string(60, ']') + "\n";
@@ -380,6 +422,7 @@ TEST(YamlLimits, ADirectoryOrMissingModelFileIsNamedAsSuch) {
     rb::load_blueprint_file("/nonexistent/m.yaml");
     ADD_FAILURE();
   } catch (const renaissance::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/m.yaml: model file: no such file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/m.yaml: model file: no such file"), std::string::npos)
+        << e.what();
   }
 }

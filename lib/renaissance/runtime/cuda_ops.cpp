@@ -16,6 +16,7 @@
 #include <kernels/cuda/metrics.h>
 #include <kernels/cuda/optimizer.h>
 #include <kernels/cuda/pooling.h>
+#include <renaissance/ops/pool.h>
 #include <kernels/cuda/range_ops.h>
 #include <kernels/cuda/runtime_api.h>
 #include <kernels/cuda/softmax_ce.h>
@@ -571,12 +572,23 @@ void register_compute(KernelTable& t) {
   t.add_compute(OpKind::TANH_BWD, [](const ResolvedNode& r, ExecEnv& env) {
     cuda::tanh_backward(stream_of(env), ref(r.in[0]), ref(r.in[1]), ref(r.out[0]), r.node->accumulate);
   });
+  for (const ops::Activation a : ops::kActivations) {  // ops/activations.h: the backward reads x
+    t.add_compute(plan::activation_op(a, false), [a](const ResolvedNode& r, ExecEnv& env) {
+      cuda::activation_forward(a, stream_of(env), ref(r.in[0]), ref(r.out[0]));
+    });
+    t.add_compute(plan::activation_op(a, true), [a](const ResolvedNode& r, ExecEnv& env) {
+      cuda::activation_backward(a, stream_of(env), ref(r.in[0]), ref(r.in[1]), ref(r.out[0]), r.node->accumulate);
+    });
+  }
   t.add_compute(OpKind::MAXPOOL_FWD, [](const ResolvedNode& r, ExecEnv& env) {
-    cuda::maxpool2d_forward(stream_of(env), ref(r.in[0]), ref(r.out[0]), ref(r.out[1]), pool_params(*r.node));
+    using O = ops::MaxPoolFwd;
+    cuda::maxpool2d_forward(stream_of(env), ref(r.in[O::kX]), ref(r.out[O::kY]), ref(r.out[O::kArgmax]),
+                            pool_params(*r.node));
   });
   t.add_compute(OpKind::MAXPOOL_BWD, [](const ResolvedNode& r, ExecEnv& env) {
-    cuda::maxpool2d_backward(stream_of(env), ref(r.in[0]), ref(r.in[1]), ref(r.out[0]), pool_params(*r.node),
-                             r.node->accumulate);
+    using O = ops::MaxPoolBwd;
+    cuda::maxpool2d_backward(stream_of(env), ref(r.in[O::kDy]), ref(r.in[O::kArgmax]), ref(r.out[O::kDx]),
+                             pool_params(*r.node), r.node->accumulate);
   });
   t.add_compute(OpKind::GAP_FWD, [](const ResolvedNode& r, ExecEnv& env) {
     cuda::global_avgpool_forward(stream_of(env), ref(r.in[0]), ref(r.out[0]));
