@@ -56,6 +56,7 @@ TEST(Tanh, ForwardAndGradient) {
 // from the functor) and its gradient against central differences of that definition.
 double activation_reference(ops::Activation a, double x) {
   switch (a) {
+    case ops::Activation::Silu: return x / (1.0 + std::exp(-x));
   }
   ADD_FAILURE() << "no double reference for activation " << ops::activation_name(a);
   return 0.0;

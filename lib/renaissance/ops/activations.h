@@ -22,7 +22,7 @@ namespace renaissance::ops {
 /// The table: M(X, Functor, OP_PREFIX, yaml_key) per activation: the functor below, the prefix of its OpKinds
 /// (OP_PREFIX_FWD, OP_PREFIX_BWD), the BluePrint YAML key (and the blueprint builder function of that name). Append
 /// only: the enums generated from it are stored in serialised plans.
-#define RN_ACTIVATION_TABLE(M, X)
+#define RN_ACTIVATION_TABLE(M, X) M(X, Silu, SILU, silu)
 
 /// X(Functor, OP_PREFIX, yaml_key) per activation.
 #define RN_ACTIVATIONS(X) RN_ACTIVATION_TABLE(RN_OPS_APPLY_, X)
@@ -33,6 +33,17 @@ namespace renaissance::ops {
 /// X(OP) twice per activation, forward then backward: the op kinds (plan/computation_graph.h).
 #define RN_ACTIVATION_OP_KINDS(X) RN_ACTIVATION_TABLE(RN_OPS_OP_KINDS_, X)
 #define RN_OPS_OP_KINDS_(X, F, P, key) X(P##_FWD) X(P##_BWD)
+
+/// SiLU (swish): y = x·σ(x); dy/dx = σ(x)·(1 + x·(1 − σ(x))). σ(x) = 1 / (1 + e^(−x)); for x → −∞, e^(−x) → inf
+/// and y → −0 (no NaN): inf in the denominator gives σ = 0.
+struct Silu {
+  RN_OPS_HD static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+  RN_OPS_HD static float forward(float x) { return x * sigmoid(x); }
+  RN_OPS_HD static float backward(float x, float dy) {
+    const float s = sigmoid(x);
+    return dy * (s * (1.0f + x * (1.0f - s)));
+  }
+};
 
 /// The activations as values (kernel entry points take one).
 enum class Activation : std::uint8_t {
