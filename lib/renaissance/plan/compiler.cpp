@@ -660,8 +660,9 @@ CompiledPlan Compiler::compile(const ArchPlan& arch, const TrainConfig& cfg) {
 
   // Phase 5: finalize every variant and check that they share one layout. With reuse, the activation pool is
   // placed by the lifetimes its tensors have in the graphs (the same in every variant: one topology).
+  out.schedule = build_step_schedule();
   if (cfg.reuse_memory) {
-    const Liveness live = compute_liveness(out.memory[0], out.train, out.inference);
+    const Liveness live = compute_liveness(out.memory[0], out.train, out.inference, &out.schedule);
     for (MemoryPlan& p : out.memory) p.set_lifetimes(live.lifetimes);
   }
   for (std::size_t v = 0; v < nv; ++v) out.memory[v].finalize(v == 0 ? nullptr : &out.memory[0]);

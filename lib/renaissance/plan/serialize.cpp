@@ -401,6 +401,7 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
     *t = r.i32();
   RN_CHECK(r.done(), "serialised plan has {} trailing bytes", body - r.pos());
   p.hash = h;
+  p.schedule = build_step_schedule();
   return p;
 }
 
