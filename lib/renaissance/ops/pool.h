@@ -1,6 +1,7 @@
 // Max-pool described once (DESIGN §12): the output-extent rule, the argmax limit and the named operands of its
 // forward and backward ops, for the planner (plan/arch_plan.cpp, plan/layers/pool.cpp), both kernels
-// (kernels/{cpu,cuda}/pooling) and their adapters (runtime/{cpu,cuda}_ops.cpp). Parameters: ops::PoolParams.
+// (kernels/{cpu,cuda}/pooling) and their adapters (runtime/cpu_ops.cpp,
+// runtime/cuda_kernel_table.cpp). Parameters: ops::PoolParams.
 #pragma once
 
 #include <cstdint>

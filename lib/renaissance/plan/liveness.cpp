@@ -35,7 +35,7 @@ const std::vector<Phase>& replay_phases() {
 
 bool fused_node_runs_its_parts(LayerKind k) {
   // The CPU runs every FUSED_* node as its plain parts (runtime/cpu_ops.cpp). The GPU's fused kernels
-  // (runtime/cuda_ops.cpp, plan_fused) touch only tensors the parts touch, at the same or an earlier point inside the
+  // (runtime/cuda_fused.cpp, plan_fused) touch only tensors the parts touch, at the same or an earlier point inside the
   // node, and check by address that nothing in between overwrites what they read later; its concurrent shortcut
   // branch is checked the same way. A kind whose kernels needed more (tensors live across the whole node) is listed
   // here.

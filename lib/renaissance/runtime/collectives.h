@@ -1,6 +1,6 @@
 // The collectives of a data-parallel step that the plan does not spell out as RANGE nodes (DESIGN §9): which device
 // communicator each all-reduce uses on GPU ranks, and what synchronised BatchNorm (--sync-bn) reduces per BN layer.
-// Host logic shared by the CUDA ops (runtime/cuda_ops.cpp) and the CPU tests: every rank must issue the same
+// Host logic shared by the CUDA ops (runtime/cuda_kernel_table.cpp, cuda_fused.cpp) and the CPU tests: every rank must issue the same
 // collectives in the same order on each communicator, or the job deadlocks.
 #pragma once
 

@@ -180,7 +180,7 @@ class GraphAtlas {
   std::size_t m_dedup_hits = 0;
 };
 
-/// The built-in tables (cpu_ops.cpp; cuda_ops.cpp in CUDA builds).
+/// The built-in tables (cpu_ops.cpp; cuda_kernel_table.cpp in CUDA builds).
 void register_cpu_ops(KernelTable& t);
 void register_cuda_ops(KernelTable& t);
 
@@ -226,7 +226,7 @@ std::unique_ptr<BackendSession> open_backend(Backend b, ExecEnv& env, std::int64
 #ifdef RENAISSANCE_HAVE_CUDA
 /// `concurrent`: a second compute stream for weight gradients (ExecEnv::streams).
 std::unique_ptr<BackendSession> open_cuda_backend(ExecEnv& env, std::int64_t workspace_bytes,
-                                                  bool concurrent);  // cuda_ops.cpp
+                                                  bool concurrent);  // cuda_session.cpp
 #endif
 
 /// Where a GraphId lives: the train graph or the inference graph.

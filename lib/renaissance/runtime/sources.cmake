@@ -16,5 +16,7 @@ target_sources(renaissance_runtime PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cpp
 )
 if(RENAISSANCE_HAVE_CUDA)
-  target_sources(renaissance_runtime PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_ops.cpp)
+  # The CUDA backend: adapters (cuda_adapters.h), fused layers, the kernel table, the session.
+  target_sources(renaissance_runtime PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_fused.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/cuda_kernel_table.cpp ${CMAKE_CURRENT_LIST_DIR}/cuda_session.cpp)
 endif()
