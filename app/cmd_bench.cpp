@@ -11,8 +11,8 @@
 #include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -181,17 +181,15 @@ void run_bench(const BenchCli& c) {
               static_cast<double>(r.arena_bytes) / (1 << 20), static_cast<long long>(r.captures));
   if (device_used >= 0) std::printf("   device memory in use %.1f MiB", static_cast<double>(device_used) / (1 << 20));
   std::printf("   host peak RSS %.1f MiB\n", static_cast<double>(host_peak) / (1 << 20));
-  std::printf(
-      "  start-up %.2f s: compile %.3f s, engines %.2f s (%lld from the cache, %lld chosen, %lld on the legacy "
-      "API), capture %.2f s, init %.2f s%s\n",
-      startup_s, startup.compile_s, startup.engines_s, static_cast<long long>(startup.engines_cached),
-      static_cast<long long>(startup.engines_chosen), static_cast<long long>(startup.engines_legacy), startup.capture_s,
-      startup.init_s, t.deterministic ? "" : "  (--deterministic off)");
+  std::printf("  start-up %.2f s: compile %.3f s, engines %.2f s (%lld from the cache, %lld chosen, %lld on the legacy "
+              "API), capture %.2f s, init %.2f s%s\n",
+              startup_s, startup.compile_s, startup.engines_s, static_cast<long long>(startup.engines_cached),
+              static_cast<long long>(startup.engines_chosen), static_cast<long long>(startup.engines_legacy),
+              startup.capture_s, startup.init_s, t.deterministic ? "" : "  (--deterministic off)");
   if (!c.profile) return;
-  std::printf(
-      "\nprofile: %lld steps run node by node (un-captured; launch gaps included: for where the time goes, "
-      "not throughput)\n",
-      static_cast<long long>(prof.steps));
+  std::printf("\nprofile: %lld steps run node by node (un-captured; launch gaps included: for where the time goes, "
+              "not throughput)\n",
+              static_cast<long long>(prof.steps));
   std::printf("  %.4f ms/step in kernels, %.4f ms/step wall (%.1f%% host work and gaps outside the kernels)\n",
               prof.total_ms_per_step, prof.wall_ms_per_step,
               prof.wall_ms_per_step > 0 ? 100.0 * (1.0 - prof.total_ms_per_step / prof.wall_ms_per_step) : 0.0);
@@ -218,8 +216,7 @@ void register_bench_command(CLI::App& app) {
   cmd->add_flag("--amp", c->amp, "FP16 storage, fused layers, dynamic loss scaling");
   cmd->add_option("--graphs", c->graphs, "on: replay captured graphs; off: launch node by node")->capture_default_str();
   cmd->add_option("--fused-kernels", c->fused_kernels,
-                  "on: one pass for BN-apply + add + ReLU (GPU: fused layers of --amp; CPU: also between plain "
-                  "layers); off: one kernel per part")
+                  "on: one pass for BN-apply + add + ReLU (GPU: fused layers of --amp; CPU: also between plain layers); off: one kernel per part")
       ->capture_default_str();
   cmd->add_option("--streams", c->streams,
                   "GPU: on: weight gradients on a second compute stream beside data gradients; off: one stream")

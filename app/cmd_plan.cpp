@@ -6,8 +6,8 @@
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -85,8 +85,7 @@ void print_pool(const plan::CompiledPlan& p) {
   std::vector<const DTensor*> owners;
   for (const DTensor& t : m.tensors())
     if (plan::is_pool_region(t.region) && !m.aliases().count(t.id)) owners.push_back(&t);
-  std::stable_sort(owners.begin(), owners.end(),
-                   [](const DTensor* a, const DTensor* b) { return a->slot_bytes > b->slot_bytes; });
+  std::stable_sort(owners.begin(), owners.end(), [](const DTensor* a, const DTensor* b) { return a->slot_bytes > b->slot_bytes; });
   auto life = [&](const DTensor* t) {
     auto it = m.lifetimes().find(t->id);
     if (it == m.lifetimes().end()) return std::string("-");
@@ -115,6 +114,7 @@ void print_pool(const plan::CompiledPlan& p) {
   }
 }
 
+void print_json(const plan::CompiledPlan& p, double build_s, double compile_s) {
 /// The step as the runtime replays it: the plan's step schedule phase by phase, each bucket's nodes in order with
 /// their tensors (name, region, byte offset, shape and dtype of the variant that replays it) and region ranges.
 void print_graph(const plan::CompiledPlan& p) {
@@ -176,7 +176,6 @@ void print_graph(const plan::CompiledPlan& p) {
   }
 }
 
-void print_json(const plan::CompiledPlan& p, double build_s, double compile_s) {
   const plan::ArchPlan& a = p.arch;
   JsonWriter j;
   j.begin_object();
@@ -236,14 +235,13 @@ void register_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--val-size", opt->cfg.val_size, "Validation samples")->capture_default_str();
   cmd->add_option("--start-resolution", opt->cfg.start_resolution, "Progressive resize: first resolution");
-  cmd->add_flag("--no-reuse", opt->no_reuse,
-                "Give every feature and gradient bytes of its own (no liveness-based reuse)");
+  cmd->add_flag("--no-reuse", opt->no_reuse, "Give every feature and gradient bytes of its own (no liveness-based reuse)");
   cmd->add_flag("--pool", opt->pool, "Also list the activation pool tensor by tensor with offsets and lifetimes");
+  cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
+  cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->add_flag("--graph", opt->graph,
                 "Also print the step schedule: each bucket's nodes in replay order with tensor names, regions and "
                 "offsets");
-  cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
-  cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {
     const blueprint::BluePrint bp = opt->model.load();
     plan::BuildOptions bo;
@@ -278,8 +276,8 @@ void register_plan_command(CLI::App& app) {
       fmt::print("Start-up on the host: ArchPlan {:.1f} ms, Compiler {:.1f} ms\n", 1e3 * build_s, 1e3 * compile_s);
     }
     if (opt->pool && !opt->json) print_pool(compiled);
-    if (opt->graph && !opt->json) print_graph(compiled);
   });
 }
+    if (opt->graph && !opt->json) print_graph(compiled);
 
 }  // namespace renaissance::app

@@ -15,8 +15,7 @@
 namespace renaissance::app {
 
 void ModelOptions::add_to(CLI::App& cmd) {
-  auto* m =
-      cmd.add_option("--model", model, "Zoo model name (resnet18, resnet50, fmnist_cnn, ...)")->capture_default_str();
+  auto* m = cmd.add_option("--model", model, "Zoo model name (resnet18, resnet50, fmnist_cnn, ...)")->capture_default_str();
   auto* f = cmd.add_option("--model-file", model_file, "Model definition in YAML (see models/)");
   m->excludes(f);
   f->excludes(m);

@@ -40,8 +40,7 @@ void expect_error(const std::string& text, const std::vector<std::string>& fragm
     ADD_FAILURE() << "expected an Error for:\n" << text;
   } catch (const renaissance::Error& e) {
     const std::string what = e.what();
-    for (const std::string& f : fragments)
-      EXPECT_NE(what.find(f), std::string::npos) << "'" << f << "' not in: " << what;
+    for (const std::string& f : fragments) EXPECT_NE(what.find(f), std::string::npos) << "'" << f << "' not in: " << what;
   }
 }
 
@@ -64,9 +63,10 @@ TEST(Yaml, EveryFieldRoundTrips) {
   bp.in_c = 2;
   bp.root = rb::seq(
       rb::conv(8, 3, 2, 1).named("stem"), rb::conv(8, 3, 1, 1, 4, true), rb::conv(8, 3, 1, 1, rb::kDepthwise),
-      rb::dwconv(5, 2, 2).named("dw"), rb::bn().named("true"), rb::relu().named("null"), rb::tanh().named("123"),
-      rb::identity().named("a\\b\nc"), rb::cbr(16, 1).named(""), rb::maxpool(3, 2, 1).named("pool/1"), rb::seq(),
-      rb::seq().named("empty"), rb::seq(rb::bn(), rb::seq(rb::relu())).named("nested"),
+      rb::dwconv(5, 2, 2).named("dw"), rb::bn().named("true"),
+      rb::relu().named("null"), rb::tanh().named("123"), rb::identity().named("a\\b\nc"), rb::cbr(16, 1).named(""),
+      rb::maxpool(3, 2, 1).named("pool/1"), rb::seq(), rb::seq().named("empty"),
+      rb::seq(rb::bn(), rb::seq(rb::relu())).named("nested"),
       rb::repeat(3, rb::seq(rb::cbr(16, 3, 1, 1), rb::bn())).named("r"), rb::repeat(1, rb::relu()),
       rb::repeat(2, rb::repeat(2, rb::block(4, 16, BlockKind::MBV2_INV_RESIDUAL))),
       rb::add2(rb::seq(rb::conv(16, 3, 1, 1), rb::bn()), rb::seq()).named("res"),
@@ -246,19 +246,14 @@ TEST(YamlErrors, WrongTypes) {
 }
 
 TEST(YamlErrors, NonPositiveValues) {
-  expect_error(model("  - conv: {out: 0, k: 3}\n"),
-               {"bad.yaml:4", "layers[0].conv", "'out' must be a positive integer"});
-  expect_error(model("  - fc: {out: -3}\n"),
-               {"bad.yaml:4", "layers[0].fc", "'out' must be a positive integer, got -3"});
+  expect_error(model("  - conv: {out: 0, k: 3}\n"), {"bad.yaml:4", "layers[0].conv", "'out' must be a positive integer"});
+  expect_error(model("  - fc: {out: -3}\n"), {"bad.yaml:4", "layers[0].fc", "'out' must be a positive integer, got -3"});
   expect_error(model("  - conv: {out: 4, k: 0}\n"), {"bad.yaml:4", "'k' must be a positive integer, got 0"});
-  expect_error(model("  - maxpool: {k: 2, stride: 0}\n"),
-               {"bad.yaml:4", "layers[0].maxpool", "'stride' must be a positive"});
-  expect_error(model("  - conv: {out: 4, k: 3, pad: -1}\n"),
-               {"bad.yaml:4", "'pad' must be a non-negative integer, got -1"});
+  expect_error(model("  - maxpool: {k: 2, stride: 0}\n"), {"bad.yaml:4", "layers[0].maxpool", "'stride' must be a positive"});
+  expect_error(model("  - conv: {out: 4, k: 3, pad: -1}\n"), {"bad.yaml:4", "'pad' must be a non-negative integer, got -1"});
   expect_error(model("  - conv: {out: 6, k: 3, groups: 4}\n"), {"bad.yaml:4", "divisible by 'groups'"});
   expect_error(model("  - softmax_ce: {classes: 0}\n"), {"bad.yaml:4", "'classes' must be a positive integer"});
-  expect_error("name: m\ninput: [8, 0, 3]\nlayers: []\n",
-               {"bad.yaml:2", "field 'input[1] (W)' must be a positive integer, got 0"});
+  expect_error("name: m\ninput: [8, 0, 3]\nlayers: []\n", {"bad.yaml:2", "field 'input[1] (W)' must be a positive integer, got 0"});
 }
 
 TEST(YamlErrors, RepeatCountBelowOne) {
@@ -290,8 +285,7 @@ layers:
 }
 
 TEST(YamlErrors, MalformedYaml) {
-  expect_error("name: m\ninput: [8, 8, 3]\nlayers:\n  - conv: {out: 4, k: 3\n  - relu\n",
-               {"bad.yaml:", "malformed YAML"});
+  expect_error("name: m\ninput: [8, 8, 3]\nlayers:\n  - conv: {out: 4, k: 3\n  - relu\n", {"bad.yaml:", "malformed YAML"});
   expect_error("name: m\ninput: [8, 8, 3\nlayers: []\n", {"bad.yaml:", "malformed YAML"});
   // The line of a parser error must be a real line of the input (1-based).
   try {
@@ -347,9 +341,7 @@ namespace {
 /// A model whose layers are 9 levels of anchors, each a seq of ten aliases of the one before: 697 bytes that
 /// expand to 10^9 relu layers ("billion laughs").
 std::string billion_laughs_model() {
-  std::string s =
-      "name: lol\ninput: [28, 28, 1]\nlayers:\n  - &a0 {seq: [relu, relu, relu, relu, relu, relu, relu, relu, relu, "
-      "relu]}\n";
+  std::string s = "name: lol\ninput: [28, 28, 1]\nlayers:\n  - &a0 {seq: [relu, relu, relu, relu, relu, relu, relu, relu, relu, relu]}\n";
   for (int i = 1; i < 9; ++i) {
     s += "  - &a" + std::to_string(i) + " {seq: [";
     for (int k = 0; k < 10; ++k) s += (k ? ", *a" : "*a") + std::to_string(i - 1);
@@ -368,19 +360,19 @@ TEST(YamlLimits, BillionLaughsIsRefusedQuicklyNamingTheFileAndTheLimit) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
   // The same limit guards every other YAML reader: the arch plan (the reader behind weights' arch_plan).
   try {
-    renaissance::plan::ArchPlan::from_yaml(
-        "format: renaissance-arch-plan\nx: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" +
-            [] {
-              std::string s;
-              for (int i = 1; i < 8; ++i) {
-                s += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
-                for (int k = 0; k < 10; ++k)
-                  s += std::string(k ? ", " : "") + (i == 1 ? "*a" : "*a" + std::to_string(i - 1));
-                s += "]\n";
-              }
-              return s;
-            }(),
-        "plan.yaml");
+    renaissance::plan::ArchPlan::from_yaml("format: renaissance-arch-plan\nx: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" +
+                                               [] {
+                                                 std::string s;
+                                                 for (int i = 1; i < 8; ++i) {
+                                                   s += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+                                                   for (int k = 0; k < 10; ++k)
+                                                     s += std::string(k ? ", " : "") +
+                                                          (i == 1 ? "*a" : "*a" + std::to_string(i - 1));
+                                                   s += "]\n";
+                                                 }
+                                                 return s;
+                                               }(),
+                                           "plan.yaml");
     ADD_FAILURE() << "expected an Error";
   } catch (const renaissance::Error& e) {
     EXPECT_NE(std::string(e.what()).find("plan.yaml:"), std::string::npos) << e.what();
@@ -389,8 +381,7 @@ TEST(YamlLimits, BillionLaughsIsRefusedQuicklyNamingTheFileAndTheLimit) {
 }
 
 TEST(YamlLimits, DeepNestingNamesTheFileAndTheLimit) {
-  const std::string deep =
-      "name: deep\ninput: [8, 8, 3]\nlayers: " + std::string(5000, '[') + std::string(5000, ']') + "\n";
+  const std::string deep = "name: deep\ninput: [8, 8, 3]\nlayers: " + std::string(5000, '[') + std::string(5000, ']') + "\n";
   expect_error(deep, {"bad.yaml:3", "deeper than 100 levels", "the limit"});
   // Nesting built by aliases counts too: each anchor nests the one before 60 levels deeper.
   std::string viaalias = "name: deep\ninput: [8, 8, 3]\na: &a " + std::string(60, '[') + std::string(60, ']') + "\n";
@@ -422,7 +413,6 @@ TEST(YamlLimits, ADirectoryOrMissingModelFileIsNamedAsSuch) {
     rb::load_blueprint_file("/nonexistent/m.yaml");
     ADD_FAILURE();
   } catch (const renaissance::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/m.yaml: model file: no such file"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/m.yaml: model file: no such file"), std::string::npos) << e.what();
   }
 }

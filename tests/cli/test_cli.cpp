@@ -193,9 +193,8 @@ TEST(CliBench, OnOffOptionsRejectOtherValues) {
     expect_contains(r.err, "maybe");
   }
   // On the CPU the two GPU switches change nothing; the run still works and reports them.
-  const Result ok =
-      run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --fused-kernels off "
-          "--streams off --json");
+  const Result ok = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --fused-kernels off "
+                        "--streams off --json");
   EXPECT_EQ(ok.code, 0) << ok.err;
   expect_contains(ok.out, "\"fused_kernels\":false");
   expect_contains(ok.out, "\"streams\":false");

@@ -44,26 +44,10 @@ class Reader {
     std::memcpy(dst, m_p + m_pos, n);
     m_pos += n;
   }
-  std::uint8_t u8() {
-    std::uint8_t v;
-    raw(&v, 1);
-    return v;
-  }
-  std::int32_t i32() {
-    std::int32_t v;
-    raw(&v, 4);
-    return v;
-  }
-  std::int64_t i64() {
-    std::int64_t v;
-    raw(&v, 8);
-    return v;
-  }
-  std::uint64_t u64() {
-    std::uint64_t v;
-    raw(&v, 8);
-    return v;
-  }
+  std::uint8_t u8() { std::uint8_t v; raw(&v, 1); return v; }
+  std::int32_t i32() { std::int32_t v; raw(&v, 4); return v; }
+  std::int64_t i64() { std::int64_t v; raw(&v, 8); return v; }
+  std::uint64_t u64() { std::uint64_t v; raw(&v, 8); return v; }
   bool b() { return u8() != 0; }
   std::size_t count(std::size_t max = 1u << 28) {
     const std::int64_t n = i64();
