@@ -114,7 +114,6 @@ void print_pool(const plan::CompiledPlan& p) {
   }
 }
 
-void print_json(const plan::CompiledPlan& p, double build_s, double compile_s) {
 /// The step as the runtime replays it: the plan's step schedule phase by phase, each bucket's nodes in order with
 /// their tensors (name, region, byte offset, shape and dtype of the variant that replays it) and region ranges.
 void print_graph(const plan::CompiledPlan& p) {
@@ -176,6 +175,7 @@ void print_graph(const plan::CompiledPlan& p) {
   }
 }
 
+void print_json(const plan::CompiledPlan& p, double build_s, double compile_s) {
   const plan::ArchPlan& a = p.arch;
   JsonWriter j;
   j.begin_object();
@@ -237,11 +237,11 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--start-resolution", opt->cfg.start_resolution, "Progressive resize: first resolution");
   cmd->add_flag("--no-reuse", opt->no_reuse, "Give every feature and gradient bytes of its own (no liveness-based reuse)");
   cmd->add_flag("--pool", opt->pool, "Also list the activation pool tensor by tensor with offsets and lifetimes");
-  cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
-  cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->add_flag("--graph", opt->graph,
                 "Also print the step schedule: each bucket's nodes in replay order with tensor names, regions and "
                 "offsets");
+  cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
+  cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {
     const blueprint::BluePrint bp = opt->model.load();
     plan::BuildOptions bo;
@@ -276,8 +276,8 @@ void register_plan_command(CLI::App& app) {
       fmt::print("Start-up on the host: ArchPlan {:.1f} ms, Compiler {:.1f} ms\n", 1e3 * build_s, 1e3 * compile_s);
     }
     if (opt->pool && !opt->json) print_pool(compiled);
+    if (opt->graph && !opt->json) print_graph(compiled);
   });
 }
-    if (opt->graph && !opt->json) print_graph(compiled);
 
 }  // namespace renaissance::app
