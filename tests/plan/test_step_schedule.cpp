@@ -81,9 +81,12 @@ TEST(StepSchedule, EveryFilledBucketIsScheduled) {
       // EMA_SWITCH (E -> W copy) is filled by the compiler but replayed by no code path of the runtime today (this
       // test found it); it stays out of the schedule, so nothing captures it.
       if (id == GraphId::EMA_SWITCH) continue;
-      if (p.train.has(id)) EXPECT_TRUE(train.count(id)) << c.model << ": train bucket " << rp::graph_id_name(id);
-      if (p.inference.has(id))
+      if (p.train.has(id)) {
+        EXPECT_TRUE(train.count(id)) << c.model << ": train bucket " << rp::graph_id_name(id);
+      }
+      if (p.inference.has(id)) {
         EXPECT_TRUE(inference.count(id)) << c.model << ": inference bucket " << rp::graph_id_name(id);
+      }
     }
   }
 }
@@ -96,10 +99,11 @@ TEST(StepSchedule, SlotsPairUpAndTheSideStreamIsJoinedBeforeTheNanCheck) {
     ASSERT_EQ(a.size(), b.size()) << rp::step_phase_name(ph);
     for (std::size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(a[i].stream, b[i].stream);
-      if (a[i].slot < 0)
+      if (a[i].slot < 0) {
         EXPECT_EQ(a[i].graph, b[i].graph);
-      else
+      } else {
         EXPECT_NE(a[i].graph, b[i].graph) << "slot entries pick different buckets";
+      }
     }
   }
   const std::vector<ScheduleEntry> step = s.of(StepPhase::TRAIN_STEP, 0);
@@ -110,7 +114,9 @@ TEST(StepSchedule, SlotsPairUpAndTheSideStreamIsJoinedBeforeTheNanCheck) {
       EXPECT_TRUE(side_seen) << "a join before any side work";
       joined = true;
     }
-    if (e.graph == GraphId::NAN_CHECK_AND_GRAD_SCALING) EXPECT_TRUE(joined) << "the NaN check reads bucket 1";
+    if (e.graph == GraphId::NAN_CHECK_AND_GRAD_SCALING) {
+      EXPECT_TRUE(joined) << "the NaN check reads bucket 1";
+    }
   }
   EXPECT_TRUE(side_seen && joined);
   EXPECT_EQ(step.front().graph, GraphId::ZERO_GRAD);
