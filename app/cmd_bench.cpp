@@ -4,15 +4,12 @@
 #include "json_writer.h"
 #include "model_options.h"
 
+#include <renaissance/comm/communicator.h>
 #include <renaissance/core/error.h>
-#include <renaissance/dist/communicator.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/plan/arch_plan.h>
+#include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
-
-#ifdef RENAISSANCE_HAVE_CUDA
-#include <kernels/cuda/device_info.h>
-#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -114,7 +111,7 @@ void run_bench(const BenchCli& c) {
   t.amp = c.amp;
   t.backend = pick_backend(c.device);
   // Data-parallel under mpirun/srun: --batch is global, each rank steps batch/ranks; rank 0 reports.
-  const std::unique_ptr<runtime::Communicator> comm = dist::open_communicator(t.backend, c.comm_timeout);
+  const std::unique_ptr<runtime::Communicator> comm = comm::open_communicator(t.backend, c.comm_timeout);
   t.comm = comm.get();
   t.optimizer = plan::optimizer_from_name(c.optimizer);
   t.validate = false;
@@ -132,14 +129,12 @@ void run_bench(const BenchCli& c) {
     startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     startup = trainer.startup();
     r = trainer.benchmark(c.warmup, c.steps, c.graphs == "on");
-#ifdef RENAISSANCE_HAVE_CUDA
     // Everything is allocated at start-up, so what is in use now is the peak: arena, workspace, library state.
     if (t.backend == runtime::Backend::CUDA) {
       std::int64_t free_b = 0, total_b = 0;
-      cuda::device_memory(&free_b, &total_b);
+      runtime::cuda_device_memory(&free_b, &total_b);
       device_used = total_b - free_b;
     }
-#endif
     // After the timed steps, on their own: the profile runs node by node, so it never touches the figures above.
     if (c.profile) prof = trainer.profile(0, c.profile_steps);
   }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -26,6 +27,7 @@ struct PlanOptions {
   bool no_fuse = false;
   bool no_reuse = false;
   bool pool = false;
+  bool graph = false;
   bool yaml = false;
   bool json = false;
 };
@@ -112,6 +114,67 @@ void print_pool(const plan::CompiledPlan& p) {
   }
 }
 
+/// The step as the runtime replays it: the plan's step schedule phase by phase, each bucket's nodes in order with
+/// their tensors (name, region, byte offset, shape and dtype of the variant that replays it) and region ranges.
+void print_graph(const plan::CompiledPlan& p) {
+  fmt::print(
+      "\nStep schedule (plan/step_schedule.h): {} entries; tensors as name:region@offset[shape dtype] of "
+      "train_base (train phases) or val_base (validation phases)\n",
+      p.schedule.entries.size());
+  auto tensor = [](const plan::MemoryPlan& m, TensorId id) {
+    if (id == kNoTensor) return std::string("-");
+    const DTensor& t = m.tensor(id);
+    return fmt::format("{}:{}@{}[{} {}]", t.name, region_name(t.region), t.offset, t.shape.str(), dtype_name(t.dtype));
+  };
+  auto tensors = [&](const plan::MemoryPlan& m, const std::vector<TensorId>& ids) {
+    std::string s;
+    for (TensorId id : ids) s += (s.empty() ? "" : ", ") + tensor(m, id);
+    return s.empty() ? std::string("-") : s;
+  };
+  auto ranges = [](const plan::MemoryPlan& m, const std::vector<RegionRange>& rs) {
+    std::string s;
+    for (RegionRange r : rs) {
+      const plan::ByteRange b = m.resolve_region_bounds(r);
+      s += fmt::format("{}{}..{}@{}+{}", s.empty() ? "" : ", ", region_name(r.first), region_name(r.last), b.offset,
+                       b.bytes);
+    }
+    return s.empty() ? std::string("-") : s;
+  };
+  std::function<void(const plan::MemoryPlan&, const plan::Node&, int)> node = [&](const plan::MemoryPlan& m,
+                                                                                  const plan::Node& n, int depth) {
+    const std::string indent(static_cast<std::size_t>(4 + 2 * depth), ' ');
+    const std::string layer = n.layer_index >= 0 && static_cast<std::size_t>(n.layer_index) < p.arch.layers.size()
+                                  ? p.arch.layers[static_cast<std::size_t>(n.layer_index)].name
+                                  : std::string();
+    if (n.type == plan::NodeType::RANGE) {
+      fmt::print("{}{} in {} -> out {}\n", indent, range_op_name(n.range_op), ranges(m, n.input_ranges),
+                 ranges(m, n.output_ranges));
+      return;
+    }
+    if (!n.sub.empty()) {  // a fused node: its parts carry the operands
+      fmt::print("{}{}{}: {} parts\n", indent, op_kind_name(n.op), layer.empty() ? "" : " " + layer, n.sub.size());
+    } else {
+      fmt::print("{}{}{}{} in {} -> out {}\n", indent, op_kind_name(n.op), layer.empty() ? "" : " " + layer,
+                 n.accumulate ? " (+=)" : "", tensors(m, n.inputs), tensors(m, n.outputs));
+    }
+    for (const plan::Node& s : n.sub) node(m, s, depth + 1);
+  };
+  const plan::StepPhase none = static_cast<plan::StepPhase>(255);
+  plan::StepPhase phase = none;
+  for (const plan::ScheduleEntry& e : p.schedule.entries) {
+    const bool inference = plan::is_inference_phase(e.phase);
+    const plan::MemoryPlan& m = p.plan(inference ? plan::Variant::VAL_BASE : plan::Variant::TRAIN_BASE);
+    const std::vector<plan::Node>& bucket = (inference ? p.inference : p.train).bucket(e.graph);
+    if (e.phase != phase) fmt::print("\n[{}]\n", step_phase_name(e.phase));
+    phase = e.phase;
+    fmt::print("  {} on the {} stream{}{}: {}\n", graph_id_name(e.graph), stream_name(e.stream),
+               e.slot < 0 ? "" : (e.slot == 0 ? ", input buffer A" : ", input buffer B"),
+               e.joins == plan::Stream::SIDE ? ", after joining the side stream" : "",
+               bucket.empty() ? std::string("empty") : fmt::format("{} node(s)", bucket.size()));
+    for (const plan::Node& n : bucket) node(m, n, 0);
+  }
+}
+
 void print_json(const plan::CompiledPlan& p, double build_s, double compile_s) {
   const plan::ArchPlan& a = p.arch;
   JsonWriter j;
@@ -174,6 +237,9 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--start-resolution", opt->cfg.start_resolution, "Progressive resize: first resolution");
   cmd->add_flag("--no-reuse", opt->no_reuse, "Give every feature and gradient bytes of its own (no liveness-based reuse)");
   cmd->add_flag("--pool", opt->pool, "Also list the activation pool tensor by tensor with offsets and lifetimes");
+  cmd->add_flag("--graph", opt->graph,
+                "Also print the step schedule: each bucket's nodes in replay order with tensor names, regions and "
+                "offsets");
   cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
   cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {
@@ -210,6 +276,7 @@ void register_plan_command(CLI::App& app) {
       fmt::print("Start-up on the host: ArchPlan {:.1f} ms, Compiler {:.1f} ms\n", 1e3 * build_s, 1e3 * compile_s);
     }
     if (opt->pool && !opt->json) print_pool(compiled);
+    if (opt->graph && !opt->json) print_graph(compiled);
   });
 }
 

@@ -9,14 +9,13 @@
 #include "run_config.h"
 
 #include <renaissance/core/error.h>
-#include <renaissance/dist/communicator.h>
-#include <renaissance/dist/watchdog.h>
+#include <renaissance/comm/communicator.h>
+#include <renaissance/comm/watchdog.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/io/tensorboard.h>
+#include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
-
-#include <kernels/cpu/thread_pool.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -142,7 +141,7 @@ void ensure_default_data(const std::string& path) {
 void run_train(TrainCli& c) {
   c.t.backend = pick_backend(c.device);
   // Data-parallel under mpirun/srun (DESIGN §9): --batch is global; rank 0 prints and writes the files.
-  const std::unique_ptr<runtime::Communicator> comm = dist::open_communicator(c.t.backend, c.comm_timeout);
+  const std::unique_ptr<runtime::Communicator> comm = comm::open_communicator(c.t.backend, c.comm_timeout);
   c.t.comm = comm.get();
   const bool root = is_root_rank();
   c.t.optimizer = plan::optimizer_from_name(c.optimizer);
@@ -185,7 +184,7 @@ void run_train(TrainCli& c) {
                     : "");
   // On the CPU: the kernel threads of each rank (its affinity mask, or RENAISSANCE_CPU_THREADS), for Slurm logs.
   const std::string threads =
-      c.t.backend == runtime::Backend::CPU ? fmt::format(", {} CPU threads", cpu::num_threads()) : std::string();
+      c.t.backend == runtime::Backend::CPU ? fmt::format(", {} CPU threads", runtime::cpu_threads()) : std::string();
   const std::string bound =
       c.t.max_steps > 0 ? fmt::format(" (at most {} steps: --max-steps)", c.t.max_steps) : std::string();
   if (root)
@@ -295,7 +294,7 @@ void run_eval(const EvalCli& c) {
   t.data_path = c.data;
   t.backend = pick_backend(c.device);
   // Under mpirun/srun the val batches are dealt over the ranks and the sums all-reduced; rank 0 prints.
-  const std::unique_ptr<runtime::Communicator> comm = dist::open_communicator(t.backend, dist::comm_timeout_from_env(dist::kDefaultCommTimeout));
+  const std::unique_ptr<runtime::Communicator> comm = comm::open_communicator(t.backend, comm::comm_timeout_from_env(comm::kDefaultCommTimeout));
   t.comm = comm.get();
   t.batch = c.batch;
   t.amp = c.amp;

@@ -3,7 +3,7 @@
 #include "commands.h"
 
 #include <renaissance/core/error.h>
-#include <renaissance/dist/mpi_session.h>
+#include <renaissance/comm/mpi_session.h>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -22,7 +22,7 @@ constexpr double kErrorGraceSeconds = 10.0;
 /// Every rank reports its own error, prefixed with its rank. When every rank failed (a configuration mismatch
 /// all of them detected) they exit normally with `code`; when some rank did not arrive (still in a collective,
 /// dead or hung), MPI_Abort ends the whole job so no rank is left waiting.
-int fail(renaissance::dist::MpiSession& mpi, const char* what, int code) {
+int fail(renaissance::comm::MpiSession& mpi, const char* what, int code) {
   std::fprintf(stderr, "renaissance: error: %s%s\n", mpi.rank_prefix().c_str(), what);
   std::fflush(stderr);
   if (mpi.world_size() > 1 && !mpi.all_ranks_failed(kErrorGraceSeconds)) mpi.abort(code);
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   std::atexit(warn_if_stdout_was_lost);
   // MPI first: under mpirun or `srun --mpi=pmix` this process is one rank of a data-parallel job; started alone it
   // is a singleton of one rank (DESIGN §9).
-  renaissance::dist::MpiSession mpi(&argc, &argv);
+  renaissance::comm::MpiSession mpi(&argc, &argv);
   // Logs go to stderr: stdout carries the results (--json lines, tables) that scripts read.
   spdlog::set_default_logger(spdlog::stderr_color_mt("renaissance"));
   CLI::App app{"Renaissance: planned, graph-captured training of convolutional image classifiers", "renaissance"};

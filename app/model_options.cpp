@@ -2,18 +2,15 @@
 
 #include <renaissance/blueprint/yaml.h>
 #include <renaissance/blueprint/zoo.h>
+#include <renaissance/comm/communicator.h>
+#include <renaissance/comm/mpi_session.h>
+#include <renaissance/comm/watchdog.h>
 #include <renaissance/core/error.h>
-#include <renaissance/dist/communicator.h>
-#include <renaissance/dist/mpi_session.h>
-#include <renaissance/dist/watchdog.h>
+#include <renaissance/runtime/devices.h>
 
 #include <fmt/format.h>
 
 #include <cstdlib>
-
-#ifdef RENAISSANCE_HAVE_CUDA
-#include <kernels/cuda/device_info.h>
-#endif
 
 namespace renaissance::app {
 
@@ -35,7 +32,7 @@ blueprint::BluePrint ModelOptions::load() const {
 }
 
 bool is_root_rank() {
-  const dist::MpiSession* s = dist::MpiSession::current();
+  const comm::MpiSession* s = comm::MpiSession::current();
   return !s || s->is_root();
 }
 
@@ -44,7 +41,7 @@ void barrier(runtime::Communicator* comm) {
 }
 
 void add_comm_timeout_option(CLI::App& cmd, double& seconds) {
-  seconds = dist::comm_timeout_from_env(dist::kDefaultCommTimeout);
+  seconds = comm::comm_timeout_from_env(comm::kDefaultCommTimeout);
   cmd.add_option("--comm-timeout", seconds,
                  "Data-parallel runs: seconds a collective may wait for the other ranks before the job is aborted "
                  "(default: RENAISSANCE_COMM_TIMEOUT or 300)")
@@ -54,14 +51,14 @@ void add_comm_timeout_option(CLI::App& cmd, double& seconds) {
 runtime::Backend pick_backend(const std::string& device) {
   RN_CHECK(device == "cpu" || device == "cuda" || device == "auto", "--device must be cpu, cuda or auto, got '{}'",
            device);
-#ifdef RENAISSANCE_HAVE_CUDA
-  if (device == "cuda" || (device == "auto" && cuda::device_count() > 0)) {
-    RN_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is visible");
-    return runtime::Backend::CUDA;
+  if (runtime::have_cuda_backend()) {
+    if (device == "cuda" || (device == "auto" && runtime::cuda_device_count() > 0)) {
+      RN_CHECK(runtime::cuda_device_count() > 0, "--device cuda: no CUDA device is visible");
+      return runtime::Backend::CUDA;
+    }
+  } else {
+    RN_CHECK(device != "cuda", "--device cuda: this build has no CUDA backend (configure with -DRENAISSANCE_CUDA=ON)");
   }
-#else
-  RN_CHECK(device != "cuda", "--device cuda: this build has no CUDA backend (configure with -DRENAISSANCE_CUDA=ON)");
-#endif
   return runtime::Backend::CPU;
 }
 

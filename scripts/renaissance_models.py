@@ -434,6 +434,8 @@ class ArchPlanNet(nn.Module):
                 x = F.relu(x)
             elif k == "Tanh":
                 x = torch.tanh(x)
+            elif k == "Silu":
+                x = F.silu(x)
             elif k == "MaxPool":
                 x = F.max_pool2d(x, p["k"], p["stride"], p["pad"])
             elif k == "Gap":

@@ -53,6 +53,29 @@ void tanh_backward(const float* y, const float* dy, float* dx, std::int64_t n, b
   });
 }
 
+void activation_forward(ops::Activation a, const float* x, float* y, std::int64_t n) {
+  ops::visit_activation(a, [&](auto f) {
+    using F = decltype(f);
+    parallel_for(0, n, kGrain / 8, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) y[i] = F::forward(x[i]);
+    });
+  });
+}
+
+void activation_backward(ops::Activation a, const float* x, const float* dy, float* dx, std::int64_t n,
+                         bool accumulate) {
+  ops::visit_activation(a, [&](auto f) {
+    using F = decltype(f);
+    parallel_for(0, n, kGrain / 8, [&](std::int64_t i0, std::int64_t i1) {
+      if (accumulate) {
+        for (std::int64_t i = i0; i < i1; ++i) dx[i] += F::backward(x[i], dy[i]);
+      } else {
+        for (std::int64_t i = i0; i < i1; ++i) dx[i] = F::backward(x[i], dy[i]);
+      }
+    });
+  });
+}
+
 void add2_forward(const float* a, const float* b, float* y, std::int64_t n) {
   parallel_for(0, n, kGrain, [&](std::int64_t i0, std::int64_t i1) {
     RN_IVDEP for (std::int64_t i = i0; i < i1; ++i) y[i] = a[i] + b[i];

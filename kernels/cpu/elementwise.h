@@ -1,6 +1,8 @@
 // Activations, residual addition and channel padding: elementwise passes over NHWC tensors.
 #pragma once
 
+#include <renaissance/ops/activations.h>
+
 #include <cstdint>
 
 namespace renaissance::cpu {
@@ -14,6 +16,12 @@ void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, b
 void tanh_forward(const float* x, float* y, std::int64_t n);
 /// dx = dy · (1 − y²), from the forward output y.
 void tanh_backward(const float* y, const float* dy, float* dx, std::int64_t n, bool accumulate);
+
+/// y = f(x) for an activation of ops/activations.h (the functor's forward map, element by element).
+void activation_forward(ops::Activation a, const float* x, float* y, std::int64_t n);
+/// dx = dy · f'(x) (or dx += with `accumulate`), from the forward INPUT x.
+void activation_backward(ops::Activation a, const float* x, const float* dy, float* dx, std::int64_t n,
+                         bool accumulate);
 
 /// y = a + b (residual join; its backward hands dy to both branches, which the runtime does by aliasing).
 void add2_forward(const float* a, const float* b, float* y, std::int64_t n);

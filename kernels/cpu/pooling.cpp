@@ -83,7 +83,8 @@ Shape maxpool2d_output_shape(const Shape& x, const Pool2dParams& p) {
            p.kernel_w, hp, wp);
   RN_CHECK(p.kernel_h * p.kernel_w <= kMaxPoolWindow, "maxpool2d: a {}x{} window has more than {} positions",
            p.kernel_h, p.kernel_w, kMaxPoolWindow);
-  return Shape{x.n, (hp - p.kernel_h) / p.stride_h + 1, (wp - p.kernel_w) / p.stride_w + 1, x.c};
+  return Shape{x.n, ops::window_out(x.h, p.kernel_h, p.stride_h, p.pad_h),
+               ops::window_out(x.w, p.kernel_w, p.stride_w, p.pad_w), x.c};
 }
 
 void maxpool2d_forward(const float* x, const Shape& xs, float* y, const Shape& ys, const Pool2dParams& p,

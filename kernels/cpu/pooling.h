@@ -2,6 +2,7 @@
 #pragma once
 
 #include <renaissance/core/shape.h>
+#include <renaissance/ops/pool.h>
 
 #include <cstdint>
 
@@ -17,7 +18,7 @@ struct Pool2dParams {
 Shape maxpool2d_output_shape(const Shape& x, const Pool2dParams& p);
 
 /// Largest window whose positions fit the one-byte argmax (kernel_h·kernel_w <= 255; 255 means "none").
-constexpr int kMaxPoolWindow = 255;
+constexpr int kMaxPoolWindow = ops::kMaxPoolWindow;
 
 /// y[n,oh,ow,c] = max over the window of x; argmax (nullable, one byte per output) gets the winner's position in
 /// its window, kh·kernel_w + kw, the first one in (kh, kw) order on ties.

@@ -46,6 +46,21 @@ struct TanhBwd {
     return kAcc ? dx + g : g;
   }
 };
+template <typename F>
+struct ActFwd {
+  static constexpr int kInputs = 1;
+  static constexpr bool kReadsOut = false;
+  __device__ float operator()(float x, float, float) const { return F::forward(x); }
+};
+template <typename F, bool kAcc>
+struct ActBwd {
+  static constexpr int kInputs = 2;
+  static constexpr bool kReadsOut = kAcc;
+  __device__ float operator()(float x, float dy, float dx) const {
+    const float g = F::backward(x, dy);
+    return kAcc ? dx + g : g;
+  }
+};
 struct Add2 {
   static constexpr int kInputs = 2;
   static constexpr bool kReadsOut = false;
@@ -239,6 +254,24 @@ void tanh_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy,
     launch_flat(stream, "tanh_backward", y, &dy, dx, TanhBwd<true>{});
   else
     launch_flat(stream, "tanh_backward", y, &dy, dx, TanhBwd<false>{});
+}
+
+void activation_forward(ops::Activation a, cudaStream_t stream, const TensorRef& x, const TensorRef& y) {
+  ops::visit_activation(a, [&](auto f) {
+    using F = decltype(f);
+    launch_flat(stream, ops::activation_name(a), x, nullptr, y, ActFwd<F>{});
+  });
+}
+
+void activation_backward(ops::Activation a, cudaStream_t stream, const TensorRef& x, const TensorRef& dy,
+                         const TensorRef& dx, bool accumulate) {
+  ops::visit_activation(a, [&](auto f) {
+    using F = decltype(f);
+    if (accumulate)
+      launch_flat(stream, ops::activation_name(a), x, &dy, dx, ActBwd<F, true>{});
+    else
+      launch_flat(stream, ops::activation_name(a), x, &dy, dx, ActBwd<F, false>{});
+  });
 }
 
 void add2_forward(cudaStream_t stream, const TensorRef& a, const TensorRef& b, const TensorRef& y) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <kernels/cuda/common.h>
+#include <renaissance/ops/activations.h>
 
 #include <cuda_runtime.h>
 
@@ -18,6 +19,12 @@ void relu_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy,
 void tanh_forward(cudaStream_t stream, const TensorRef& x, const TensorRef& y);
 /// dx (=|+=) dy · (1 − y²), from the forward output y.
 void tanh_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& dx, bool accumulate);
+
+/// y = f(x) for an activation of ops/activations.h (its functor, as on the CPU). x and y: same layout.
+void activation_forward(ops::Activation a, cudaStream_t stream, const TensorRef& x, const TensorRef& y);
+/// dx (=|+=) dy · f'(x), from the forward INPUT x. x, dy, dx: same layout.
+void activation_backward(ops::Activation a, cudaStream_t stream, const TensorRef& x, const TensorRef& dy,
+                         const TensorRef& dx, bool accumulate);
 
 /// y = a + b (residual join). a, b, y: same layout.
 void add2_forward(cudaStream_t stream, const TensorRef& a, const TensorRef& b, const TensorRef& y);

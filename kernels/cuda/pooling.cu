@@ -3,6 +3,7 @@
 // covering it and adds the dy of those whose argmax points to it, in (oh, ow) order like the CPU's scatter: no
 // atomics, bit-reproducible, and the same FP32 sums as the CPU. Built with -fmad=false.
 #include <kernels/cuda/pooling.h>
+#include <renaissance/ops/pool.h>
 
 #include <kernels/cuda/pointwise_common.cuh>
 
@@ -220,7 +221,8 @@ Shape maxpool2d_output_shape(const Shape& x, const Pool2dParams& p) {
            p.kernel_w, hp, wp);
   RN_CHECK(p.kernel_h * p.kernel_w <= 255, "maxpool2d: a {}x{} window has more positions than a one-byte argmax holds",
            p.kernel_h, p.kernel_w);
-  return Shape{x.n, (hp - p.kernel_h) / p.stride_h + 1, (wp - p.kernel_w) / p.stride_w + 1, x.c};
+  return Shape{x.n, ops::window_out(x.h, p.kernel_h, p.stride_h, p.pad_h),
+               ops::window_out(x.w, p.kernel_w, p.stride_w, p.pad_w), x.c};
 }
 
 void maxpool2d_forward(cudaStream_t stream, const TensorRef& x, const TensorRef& y, const TensorRef& argmax,

@@ -122,6 +122,39 @@ layers:
   EXPECT_TRUE(bp == want) << rb::blueprint_to_yaml(bp);
 }
 
+// Every activation of ops/activations.h: its YAML key parses (bare and named), round-trips, and becomes its layer
+// kind in the ArchPlan with the input's shape.
+TEST(Yaml, EveryActivationParsesRoundTripsAndPlans) {
+  for (const renaissance::ops::Activation a : renaissance::ops::kActivations) {
+    const std::string key = renaissance::ops::activation_name(a);
+    const rb::BluePrint bp =
+        rb::blueprint_from_yaml(model("  - conv: {out: 4, k: 3, pad: 1}\n  - " + key + "\n  - " + key +
+                                      ": {name: act2}\n  - gap\n" + "  - softmax_ce: {classes: 4}\n"),
+                                "act.yaml");
+    ASSERT_EQ(bp.root.children.size(), 5u) << key;
+    for (std::size_t i : {1u, 2u}) {
+      renaissance::ops::Activation got{};
+      ASSERT_TRUE(rb::node_activation(bp.root.children[i].kind, &got)) << key;
+      EXPECT_EQ(got, a) << key;
+      EXPECT_EQ(rb::node_kind_name(bp.root.children[i].kind), key);
+    }
+    EXPECT_EQ(bp.root.children[2].name, "act2");
+    expect_round_trip(bp);
+    const auto plan = renaissance::plan::ArchPlan::build(bp, {});
+    int seen = 0;
+    for (const auto& l : plan.layers) {
+      renaissance::ops::Activation got{};
+      if (!renaissance::plan::layer_activation(l.kind, &got)) continue;
+      EXPECT_EQ(got, a);
+      EXPECT_EQ(l.in_shape, l.out_shape);
+      EXPECT_EQ(l.out_shape.c, 4);
+      ++seen;
+    }
+    EXPECT_EQ(seen, 2) << key;
+    EXPECT_EQ(renaissance::plan::ArchPlan::from_yaml(plan.to_yaml()), plan) << key;
+  }
+}
+
 TEST(Yaml, DefaultsForOptionalFields) {
   const rb::BluePrint bp = rb::blueprint_from_yaml(model(R"(
   - conv: {out: 4, k: 3}

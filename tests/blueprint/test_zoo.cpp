@@ -87,7 +87,10 @@ std::int64_t count_params(const Layer& l, Shape& x) {
     case NodeKind::Tanh:
     case NodeKind::Identity:
     case NodeKind::SoftmaxCE: return 0;
+    default: break;
   }
+  renaissance::ops::Activation a{};
+  if (rb::node_activation(l.kind, &a)) return 0;  // ops/activations.h: element-wise, no parameters
   ADD_FAILURE() << "unhandled node kind";
   return 0;
 }

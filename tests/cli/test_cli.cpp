@@ -256,3 +256,31 @@ TEST(CliUsage, OtherUsageErrorsExitTwoWithoutAGuess) {
     expect_contains(r.err, "'--zzzzzz' is not an option of 'renaissance train'");
   }
 }
+
+// `renaissance plan --graph`: the step schedule bucket by bucket, nodes with tensor names, regions and offsets.
+TEST(CliPlan, GraphPrintsTheStepSchedule) {
+  const Result r = run("plan --model resnet18_cifar --amp --graph");
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_contains(r.out, "Step schedule");
+  expect_contains(r.out, "[train step]");
+  expect_contains(r.out, "[validation batch]");
+  expect_contains(r.out, "ZERO_GRAD on the compute stream");
+  expect_contains(r.out, "FIRST_LAYER_FWD_A on the compute stream, input buffer A");
+  expect_contains(r.out, "DEEP_COMM on the side stream");
+  expect_contains(r.out, "NAN_CHECK_AND_GRAD_SCALING on the compute stream, after joining the side stream");
+  expect_contains(r.out, "OPTIMIZER on the update stream");
+  // a node with its layer and operands as name:region@offset[shape dtype]
+  expect_contains(r.out, "cbr1.conv.w.fp16:A_FIRST_CONV@");
+  expect_contains(r.out, "FUSED_FWD cbr1: ");
+  expect_contains(r.out, "CONV_FWD cbr1 in input.a.data:I_A_DATA@");
+  // the step reads top to bottom: forward before backward before the update
+  const auto fwd = r.out.find("FIRST_LAYER_FWD_A on"), deep = r.out.find("DEEP_FWD_BWD on"),
+             opt = r.out.find("OPTIMIZER on");
+  ASSERT_NE(fwd, std::string::npos);
+  EXPECT_LT(fwd, deep);
+  EXPECT_LT(deep, opt);
+  // without --graph, none of it
+  const Result plain = run("plan --model resnet18_cifar --amp");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("Step schedule"), std::string::npos);
+}

@@ -1,8 +1,8 @@
-// CommWatchdog (lib/renaissance/dist/watchdog.h): a collective that does not finish within the timeout ends
+// CommWatchdog (lib/renaissance/comm/watchdog.h): a collective that does not finish within the timeout ends
 // the process with exit code 3 and a message naming the rank, what hung and the step; an asynchronous failure
 // reported by the poll (NCCL) ends it at once, after the abort hook.
-#include <renaissance/dist/mpi_session.h>
-#include <renaissance/dist/watchdog.h>
+#include <renaissance/comm/mpi_session.h>
+#include <renaissance/comm/watchdog.h>
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <thread>
 
-using namespace renaissance::dist;
+using namespace renaissance::comm;
 using namespace std::chrono_literals;
 
 TEST(CommWatchdog, FiresAfterTheTimeoutNamingRankAndStep) {

@@ -62,6 +62,7 @@ std::vector<GradPlan> plans() {
       {"bn", seq(conv(K, 3, 1, 1), bn(), tanh(), gap()), false},
       {"relu", seq(conv(K, 3, 1, 1), relu(), gap()), true},
       {"tanh", seq(conv(K, 3, 1, 1), tanh(), gap()), false},
+      {"silu", seq(conv(K, 3, 1, 1), silu(), gap()), false},
       {"maxpool", seq(conv(K, 3, 1, 1), maxpool(2, 2), gap()), true},
       {"gap_fc", seq(conv(8, 3, 1, 1), gap(), fc(K)), false},
       {"fc", seq(flatten(), fc(K)), false},

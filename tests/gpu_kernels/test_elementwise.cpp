@@ -77,6 +77,46 @@ TEST_F(ElementwiseTest, ReluAndTanhBackward) {
   }
 }
 
+// The activations of ops/activations.h (one functor, both backends) against the CPU kernel, which
+// tests/kernels_cpu checks against a double reference and central differences.
+TEST_F(ElementwiseTest, ActivationsForwardAndBackward) {
+  std::uint32_t seed = 300;
+  for (const ops::Activation a : ops::kActivations) {
+    for (const Layout& l : standard_layouts()) {
+      for (bool acc : {false, true}) {
+        const std::string name = std::string(ops::activation_name(a)) + " " + layout_name(l) + (acc ? " acc" : "");
+        DevTensor x(l.shape, l.dtype, l.c_stride), y(l.shape, l.dtype, l.c_stride), dy(l.shape, l.dtype, l.c_stride),
+            dx(l.shape, l.dtype, l.c_stride);
+        const Vec xv = quantized(random_vec(x.elems(), seed++, -6.0f, 6.0f), l.dtype);
+        const Vec dyv = quantized(random_vec(dy.elems(), seed++, -1.0f, 1.0f), l.dtype);
+        const Vec dx0 = quantized(random_vec(dx.elems(), seed++, -1.0f, 1.0f), l.dtype);
+        x.upload(xv);
+        dy.upload(dyv);
+        const auto n = static_cast<std::int64_t>(xv.size());
+
+        y.poison();
+        activation_forward(a, stream, x.ref(), y.ref());
+        sync();
+        Vec ref(xv.size());
+        cpu::activation_forward(a, xv.data(), ref.data(), n);
+        expect_near(y.download(), ref, tol_for(l.dtype), name + " forward");
+        y.expect_zero_padding(name + " forward");
+
+        if (acc)
+          dx.upload(dx0);
+        else
+          dx.poison();
+        activation_backward(a, stream, x.ref(), dy.ref(), dx.ref(), acc);
+        sync();
+        Vec dref = dx0;
+        cpu::activation_backward(a, xv.data(), dyv.data(), dref.data(), n, acc);
+        expect_near(dx.download(), dref, tol_for(l.dtype), name + " backward");
+        dx.expect_zero_padding(name + " backward");
+      }
+    }
+  }
+}
+
 TEST_F(ElementwiseTest, Add2AndAccumulate) {
   std::uint32_t seed = 200;
   for (const Layout& l : standard_layouts()) {
@@ -195,7 +235,8 @@ TEST_F(ElementwiseTest, ChannelPadForwardBackward) {
 }
 
 TEST_F(ElementwiseTest, RejectsMismatchedLayouts) {
-  DevTensor a(Shape{2, 3, 3, 5}, DType::F32, 5), b(Shape{2, 3, 3, 5}, DType::F32, 8), h(Shape{2, 3, 3, 5}, DType::F16, 8);
+  DevTensor a(Shape{2, 3, 3, 5}, DType::F32, 5), b(Shape{2, 3, 3, 5}, DType::F32, 8),
+      h(Shape{2, 3, 3, 5}, DType::F16, 8);
   EXPECT_THROW(relu_forward(stream, a.ref(), b.ref()), Error);
   EXPECT_THROW(add2_forward(stream, b.ref(), h.ref(), b.ref()), Error);
   EXPECT_THROW(relu_forward(stream, TensorRef{}, a.ref()), Error);

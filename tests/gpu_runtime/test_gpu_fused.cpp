@@ -1,4 +1,4 @@
-// The fused element-wise kernels of fused AMP layers (DESIGN §11, runtime/cuda_ops.cpp) on a whole network with every
+// The fused element-wise kernels of fused AMP layers (DESIGN §11, runtime/cuda_fused.cpp) on a whole network with every
 // fused kind: training and evaluation with the fused kernels equal running every part as its own kernel, bit for bit,
 // and the fused kernels really ran (the profile of a step lists them).
 #include <renaissance/blueprint/zoo.h>

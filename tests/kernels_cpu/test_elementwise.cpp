@@ -52,6 +52,48 @@ TEST(Tanh, ForwardAndGradient) {
   for (std::size_t i = 0; i < kN; ++i) ASSERT_EQ(acc[i], r[i] + dx[i]);
 }
 
+// The activations of ops/activations.h, each against its definition in double precision (written here, not taken
+// from the functor) and its gradient against central differences of that definition.
+double activation_reference(ops::Activation a, double x) {
+  switch (a) {
+    case ops::Activation::Silu: return x / (1.0 + std::exp(-x));
+  }
+  ADD_FAILURE() << "no double reference for activation " << ops::activation_name(a);
+  return 0.0;
+}
+
+class Activation : public ::testing::TestWithParam<ops::Activation> {};
+
+TEST_P(Activation, ForwardAndGradientAgainstDoubleReference) {
+  const ops::Activation a = GetParam();
+  // Wide enough for both tails (x·σ(x) → 0 and → x), and ±30 where e^(−x) is huge or tiny.
+  Vec x = random_vec(kN, 7, -8.0f, 8.0f);
+  x[0] = -30.0f, x[1] = 30.0f, x[2] = 0.0f;
+  const Vec r = random_vec(kN, 8);
+  Vec y(kN), dx(kN);
+  activation_forward(a, x.data(), y.data(), kN);
+  DVec ref(kN);
+  for (std::size_t i = 0; i < kN; ++i) ref[i] = activation_reference(a, static_cast<double>(x[i]));
+  expect_close(y, ref, 1e-6, std::string(ops::activation_name(a)) + " forward");
+  activation_backward(a, x.data(), r.data(), dx.data(), kN, false);
+  const auto loss = [&](const DVec& v) {
+    double s = 0.0;
+    for (std::size_t i = 0; i < kN; ++i) s += activation_reference(a, v[i]) * r[i];
+    return s;
+  };
+  expect_grad(dx, numeric_grad(loss, to_double(x)), 1e-5, std::string(ops::activation_name(a)) + " dx");
+  Vec acc = r;
+  activation_backward(a, x.data(), r.data(), acc.data(), kN, true);
+  for (std::size_t i = 0; i < kN; ++i) ASSERT_EQ(acc[i], r[i] + dx[i]);
+  for (const float v : y) ASSERT_TRUE(std::isfinite(v));
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Activation);  // a table without activations
+INSTANTIATE_TEST_SUITE_P(All, Activation, ::testing::ValuesIn(ops::kActivations),
+                         [](const ::testing::TestParamInfo<ops::Activation>& i) {
+                           return std::string(ops::activation_name(i.param));
+                         });
+
 TEST(Add2, Forward) {
   const Vec a = random_vec(kN, 5), b = random_vec(kN, 6);
   Vec y(kN);

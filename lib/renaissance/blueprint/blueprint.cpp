@@ -21,6 +21,10 @@ const char* node_kind_name(NodeKind k) {
     case NodeKind::Add2: return "add2";
     case NodeKind::Block: return "block";
     case NodeKind::SoftmaxCE: return "softmax_ce";
+#define RN_BP_ACT_NAME(F, P, key) \
+  case NodeKind::F: return #key;
+      RN_ACTIVATIONS(RN_BP_ACT_NAME)
+#undef RN_BP_ACT_NAME
   }
   return "?";
 }
@@ -122,6 +126,21 @@ Layer softmax_ce(std::int64_t num_classes) {
   Layer l = node(NodeKind::SoftmaxCE);
   l.count = num_classes;
   return l;
+}
+
+#define RN_BP_ACT_FACTORY(F, P, key) \
+  Layer key() { return node(NodeKind::F); }
+RN_ACTIVATIONS(RN_BP_ACT_FACTORY)
+#undef RN_BP_ACT_FACTORY
+
+bool node_activation(NodeKind k, ops::Activation* out) {
+  switch (k) {
+#define RN_BP_ACT_CASE(F, P, key) \
+  case NodeKind::F: *out = ops::Activation::F; return true;
+    RN_ACTIVATIONS(RN_BP_ACT_CASE)
+#undef RN_BP_ACT_CASE
+    default: return false;
+  }
 }
 
 }  // namespace renaissance::blueprint

@@ -2,6 +2,8 @@
 // of the IR: ArchPlan::from_blueprint turns this tree into the flat plan.
 #pragma once
 
+#include <renaissance/ops/activations.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -11,7 +13,12 @@ namespace renaissance::blueprint {
 
 enum class NodeKind : std::uint8_t {
   Seq, Repeat, Conv, Bn, Relu, Tanh, Identity, Cbr, MaxPool, Gap, Flatten, Fc, GapFc, Add2, Block, SoftmaxCE,
+#define RN_BP_ACT_ENUM(F, P, key) F,
+  RN_ACTIVATIONS(RN_BP_ACT_ENUM)  // ops/activations.h
+#undef RN_BP_ACT_ENUM
 };
+/// The activation of an activation kind (ops/activations.h); false for the other kinds.
+bool node_activation(NodeKind k, ops::Activation* out);
 const char* node_kind_name(NodeKind k);  ///< the YAML key: "seq", "conv", "softmax_ce", ...
 
 enum class BlockKind : std::uint8_t {
@@ -85,5 +92,9 @@ Layer gap_fc(std::int64_t n);
 Layer add2(Layer main, Layer shortcut);  ///< y = main(x) + shortcut(x); an empty seq() shortcut is identity
 Layer block(std::int64_t mid_c, std::int64_t out_c, BlockKind kind, std::int64_t stride = 1);
 Layer softmax_ce(std::int64_t num_classes);
+// The activations of ops/activations.h: silu(), ...
+#define RN_BP_ACT_FACTORY(F, P, key) Layer key();
+RN_ACTIVATIONS(RN_BP_ACT_FACTORY)
+#undef RN_BP_ACT_FACTORY
 
 }  // namespace renaissance::blueprint

@@ -22,13 +22,19 @@ namespace {
 
 constexpr const char* kKnownKinds =
     "seq, repeat, conv, dwconv, bn, relu, tanh, identity, cbr, maxpool, gap, flatten, fc, gap_fc, add2, block, "
-    "softmax_ce";
+    "softmax_ce"
+#define RN_BP_ACT_KNOWN(F, P, key) ", " #key
+    RN_ACTIVATIONS(RN_BP_ACT_KNOWN);
+#undef RN_BP_ACT_KNOWN
 
 /// Kinds without parameters: the only ones that may be written as a bare scalar.
 bool is_parameterless(const std::string& kind, NodeKind* out) {
   static const std::pair<const char*, NodeKind> kTable[] = {
       {"bn", NodeKind::Bn},   {"relu", NodeKind::Relu},       {"tanh", NodeKind::Tanh},
       {"gap", NodeKind::Gap}, {"flatten", NodeKind::Flatten}, {"identity", NodeKind::Identity},
+#define RN_BP_ACT_KEY(F, P, key) {#key, NodeKind::F},
+      RN_ACTIVATIONS(RN_BP_ACT_KEY)
+#undef RN_BP_ACT_KEY
   };
   for (const auto& [name, k] : kTable) {
     if (kind == name) {

@@ -1,5 +1,5 @@
 # Sources of lib/renaissance/io (explicit list).
-target_sources(renaissance PRIVATE
+target_sources(renaissance_io PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_util.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dataset.cpp
   ${CMAKE_CURRENT_LIST_DIR}/batch_loader.cpp

@@ -1,5 +1,6 @@
 // ArchPlan: the ten steps of DESIGN §3 and the per-layer shape/parameter/MAC formulas.
 #include <renaissance/core/error.h>
+#include <renaissance/ops/pool.h>
 #include <renaissance/plan/arch_plan.h>
 #include <renaissance/core/dtensor.h>
 
@@ -48,10 +49,7 @@ void check_param(std::int64_t v, const char* what, const std::string& ctx, std::
 }
 
 std::int64_t conv_out(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p) {
-  // floor((in + 2p - k) / s) + 1, guarding the negative numerator (C++ truncates toward zero).
-  const std::int64_t num = in + 2 * p - k;
-  if (num < 0) return 0;
-  return num / s + 1;
+  return ops::window_out(in, k, s, p);
 }
 
 // ---- step 1 ----------------------------------------------------------------------------------
@@ -161,6 +159,12 @@ struct Expander {
         return cm;
       }
       case bp::NodeKind::Block: return block(n, c, path, name);
+      default: break;
+    }
+    ops::Activation a{};
+    if (bp::node_activation(n.kind, &a)) {
+      push(make(activation_layer_kind(a), NoParams{}, name), path);
+      return c;
     }
     RN_FAIL_CTX(path, "unknown node kind");
   }
@@ -237,7 +241,9 @@ struct Expander {
 };
 
 bool is_transparent_for_bn(LayerKind k) {
-  return k == LayerKind::Relu || k == LayerKind::Tanh || k == LayerKind::Identity || k == LayerKind::ChannelPadding;
+  ops::Activation a{};
+  return k == LayerKind::Relu || k == LayerKind::Tanh || k == LayerKind::Identity || k == LayerKind::ChannelPadding ||
+         layer_activation(k, &a);
 }
 
 }  // namespace
@@ -324,7 +330,10 @@ Shape infer_out_shape(const ArchLayer& l, const Shape& in) {
                      ow, p.out_c);
       return Shape{in.n, oh, ow, p.out_c};
     }
+    default: break;
   }
+  ops::Activation a{};
+  if (layer_activation(l.kind, &a)) return in;  // element-wise
   RN_FAIL_CTX(ctx, "no shape rule for {}", layer_kind_name(l.kind));
 }
 

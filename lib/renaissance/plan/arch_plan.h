@@ -3,6 +3,7 @@
 
 #include <renaissance/blueprint/blueprint.h>
 #include <renaissance/core/shape.h>
+#include <renaissance/ops/params.h>
 #include <renaissance/plan/layer_kind.h>
 
 #include <cstdint>
@@ -12,40 +13,13 @@
 
 namespace renaissance::plan {
 
-/// Conv / CBR. `groups` is resolved (depthwise → in_c) by shape inference.
-struct ConvParams {
-  std::int64_t out_c = 0, k = 1, stride = 1, pad = 0, groups = 1;
-  bool bias = false;
-  /// Channels of the real input when the AMP data buffer pads the first conv's input (3 → 8); 0 = no padding.
-  std::int64_t logical_in_c = 0;
-  friend bool operator==(const ConvParams& a, const ConvParams& b) {
-    return a.out_c == b.out_c && a.k == b.k && a.stride == b.stride && a.pad == b.pad && a.groups == b.groups &&
-           a.bias == b.bias && a.logical_in_c == b.logical_in_c;
-  }
-};
-struct PoolParams {
-  std::int64_t k = 1, stride = 1, pad = 0;
-  friend bool operator==(const PoolParams& a, const PoolParams& b) {
-    return a.k == b.k && a.stride == b.stride && a.pad == b.pad;
-  }
-};
-/// Fc / GapFC (out = output features), SoftmaxCE (out = classes), ChannelPadding (out = padded C).
-struct FcParams {
-  std::int64_t out = 0;
-  friend bool operator==(const FcParams& a, const FcParams& b) { return a.out == b.out; }
-};
-/// The fused residual blocks. Bottleneck: 1×1 in→mid, 3×3 mid→mid (stride), 1×1 mid→out, + post-add ReLU.
-/// BasicBlock: 3×3 in→out (stride), 3×3 out→out, + post-add ReLU (mid = out).
-/// InvResidual: 1×1 in→mid, 3×3 depthwise (stride), 1×1 mid→out, no activation after the add.
-/// Projection shortcuts are 1×1 in→out (stride) + BN.
-struct BlockParams {
-  std::int64_t mid_c = 0, out_c = 0, stride = 1;
-  friend bool operator==(const BlockParams& a, const BlockParams& b) {
-    return a.mid_c == b.mid_c && a.out_c == b.out_c && a.stride == b.stride;
-  }
-};
-using NoParams = std::monostate;
-using LayerParams = std::variant<NoParams, ConvParams, PoolParams, FcParams, BlockParams>;
+// The parameter structs and their field lists: ops/params.h.
+using ops::BlockParams;
+using ops::ConvParams;
+using ops::FcParams;
+using ops::LayerParams;
+using ops::NoParams;
+using ops::PoolParams;
 
 struct ArchLayer {
   LayerKind kind = LayerKind::Identity;

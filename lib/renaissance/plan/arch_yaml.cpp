@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <type_traits>
+#include <variant>
+
 namespace renaissance::plan {
 
 namespace {
@@ -13,24 +16,23 @@ namespace {
 constexpr const char* kFormat = "renaissance-arch-plan";
 constexpr int kVersion = 1;
 
-enum class ParamsType { None, Conv, Pool, Fc, Block };
-
-ParamsType params_type(LayerKind k) {
+/// The parameters a layer kind has, default-valued (their fields: ops/params.h).
+LayerParams default_params(LayerKind k) {
   switch (k) {
     case LayerKind::Conv:
-    case LayerKind::CBR: return ParamsType::Conv;
-    case LayerKind::MaxPool: return ParamsType::Pool;
+    case LayerKind::CBR: return ConvParams{};
+    case LayerKind::MaxPool: return PoolParams{};
     case LayerKind::Fc:
     case LayerKind::GapFC:
     case LayerKind::SoftmaxCE:
-    case LayerKind::ChannelPadding: return ParamsType::Fc;
+    case LayerKind::ChannelPadding: return FcParams{};
     case LayerKind::BottleneckIdentity:
     case LayerKind::BottleneckProjection:
     case LayerKind::BasicBlockIdentity:
     case LayerKind::BasicBlockProjection:
     case LayerKind::InvResidualNoShortcut:
-    case LayerKind::InvResidualIdentity: return ParamsType::Block;
-    default: return ParamsType::None;
+    case LayerKind::InvResidualIdentity: return BlockParams{};
+    default: return NoParams{};
   }
 }
 
@@ -83,36 +85,16 @@ std::string ArchPlan::to_yaml() const {
     out << YAML::BeginMap;
     out << YAML::Key << "kind" << YAML::Value << layer_kind_name(l.kind);
     out << YAML::Key << "name" << YAML::Value << l.name;
-    switch (params_type(l.kind)) {
-      case ParamsType::Conv: {
-        const ConvParams& p = l.conv();
-        out << YAML::Key << "params" << YAML::Value << YAML::Flow << YAML::BeginMap;
-        out << YAML::Key << "out_c" << YAML::Value << p.out_c << YAML::Key << "k" << YAML::Value << p.k;
-        out << YAML::Key << "stride" << YAML::Value << p.stride << YAML::Key << "pad" << YAML::Value << p.pad;
-        out << YAML::Key << "groups" << YAML::Value << p.groups << YAML::Key << "bias" << YAML::Value << p.bias;
-        out << YAML::Key << "logical_in_c" << YAML::Value << p.logical_in_c << YAML::EndMap;
-        break;
-      }
-      case ParamsType::Pool: {
-        const PoolParams& p = l.pool();
-        out << YAML::Key << "params" << YAML::Value << YAML::Flow << YAML::BeginMap;
-        out << YAML::Key << "k" << YAML::Value << p.k << YAML::Key << "stride" << YAML::Value << p.stride;
-        out << YAML::Key << "pad" << YAML::Value << p.pad << YAML::EndMap;
-        break;
-      }
-      case ParamsType::Fc:
-        out << YAML::Key << "params" << YAML::Value << YAML::Flow << YAML::BeginMap;
-        out << YAML::Key << "out" << YAML::Value << l.fc().out << YAML::EndMap;
-        break;
-      case ParamsType::Block: {
-        const BlockParams& p = l.block();
-        out << YAML::Key << "params" << YAML::Value << YAML::Flow << YAML::BeginMap;
-        out << YAML::Key << "mid_c" << YAML::Value << p.mid_c << YAML::Key << "out_c" << YAML::Value << p.out_c;
-        out << YAML::Key << "stride" << YAML::Value << p.stride << YAML::EndMap;
-        break;
-      }
-      case ParamsType::None: break;
-    }
+    // Every field of the kind's parameters (ops/params.h), in field-list order, as one flow map.
+    std::visit(
+        [&out](const auto& p) {
+          if (std::is_same_v<std::decay_t<decltype(p)>, NoParams>) return;
+          out << YAML::Key << "params" << YAML::Value << YAML::Flow << YAML::BeginMap;
+          ops::for_each_field(p,
+                              [&out](const char* key, const auto& v) { out << YAML::Key << key << YAML::Value << v; });
+          out << YAML::EndMap;
+        },
+        l.params);
     out << YAML::Key << "in" << YAML::Value;
     emit_shape(out, l.in_shape);
     out << YAML::Key << "out" << YAML::Value;
@@ -136,7 +118,8 @@ ArchPlan ArchPlan::from_yaml(const std::string& text, const std::string& source)
   RN_CHECK_CTX(get<std::string>(root, "format", source, "plan") == kFormat, source,
                "not an arch plan (format must be '{}')", kFormat);
   const int version = get<int>(root, "version", source, "plan");
-  RN_CHECK_CTX(version == kVersion, source, "unsupported arch plan version {} (this build reads {})", version, kVersion);
+  RN_CHECK_CTX(version == kVersion, source, "unsupported arch plan version {} (this build reads {})", version,
+               kVersion);
   ArchPlan plan;
   plan.model_name = get<std::string>(root, "model", source, "plan");
   plan.input = read_shape(root, "input", source, "plan");
@@ -157,36 +140,15 @@ ArchPlan ArchPlan::from_yaml(const std::string& text, const std::string& source)
     }
     l.name = get<std::string>(n, "name", source, path);
     const std::string ppath = path + ".params";
-    switch (params_type(l.kind)) {
-      case ParamsType::Conv: {
-        const YAML::Node p = n["params"];
-        ConvParams c;
-        c.out_c = get<std::int64_t>(p, "out_c", source, ppath);
-        c.k = get<std::int64_t>(p, "k", source, ppath);
-        c.stride = get<std::int64_t>(p, "stride", source, ppath);
-        c.pad = get<std::int64_t>(p, "pad", source, ppath);
-        c.groups = get<std::int64_t>(p, "groups", source, ppath);
-        c.bias = get<bool>(p, "bias", source, ppath);
-        c.logical_in_c = get<std::int64_t>(p, "logical_in_c", source, ppath);
-        l.params = c;
-        break;
-      }
-      case ParamsType::Pool: {
-        const YAML::Node p = n["params"];
-        l.params = PoolParams{get<std::int64_t>(p, "k", source, ppath), get<std::int64_t>(p, "stride", source, ppath),
-                              get<std::int64_t>(p, "pad", source, ppath)};
-        break;
-      }
-      case ParamsType::Fc: l.params = FcParams{get<std::int64_t>(n["params"], "out", source, ppath)}; break;
-      case ParamsType::Block: {
-        const YAML::Node p = n["params"];
-        l.params = BlockParams{get<std::int64_t>(p, "mid_c", source, ppath),
-                               get<std::int64_t>(p, "out_c", source, ppath),
-                               get<std::int64_t>(p, "stride", source, ppath)};
-        break;
-      }
-      case ParamsType::None: break;
-    }
+    l.params = default_params(l.kind);
+    std::visit(
+        [&](auto& p) {
+          if (std::is_same_v<std::decay_t<decltype(p)>, NoParams>) return;
+          const YAML::Node pn = n["params"];
+          ops::for_each_field(
+              p, [&](const char* key, auto& v) { v = get<std::decay_t<decltype(v)>>(pn, key, source, ppath); });
+        },
+        l.params);
     l.in_shape = read_shape(n, "in", source, path);
     l.out_shape = read_shape(n, "out", source, path);
     l.is_first_layer = n["first"].IsDefined() && get<bool>(n, "first", source, path);

@@ -6,6 +6,7 @@
 #include <renaissance/plan/computation_graph.h>
 #include <renaissance/plan/layer_descriptor.h>
 #include <renaissance/plan/memory_plan.h>
+#include <renaissance/plan/step_schedule.h>
 
 #include <cstdint>
 #include <vector>
@@ -59,6 +60,9 @@ struct CompiledPlan {
   ComputationGraph train{"train"};
   ComputationGraph inference{"inference"};
   BaselineIds baseline;
+  /// The order in which the runtime replays the buckets (plan/step_schedule.h); liveness measured on it. Derived,
+  /// not serialised (deserialize rebuilds it), so not in the hash.
+  StepSchedule schedule;
   std::uint64_t hash = 0;  ///< content hash of the serialised plan (without this field)
 
   const MemoryPlan& plan(Variant v) const { return memory[static_cast<std::size_t>(v)]; }

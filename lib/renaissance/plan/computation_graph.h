@@ -4,6 +4,7 @@
 
 #include <renaissance/core/dtensor.h>
 #include <renaissance/core/region.h>
+#include <renaissance/ops/activations.h>
 #include <renaissance/plan/arch_plan.h>
 
 #include <array>
@@ -38,7 +39,7 @@ const char* graph_id_name(GraphId g);
   X(RELU_BWD) X(TANH_FWD) X(TANH_BWD) X(MAXPOOL_FWD) X(MAXPOOL_BWD) X(GAP_FWD) X(GAP_BWD) X(FLATTEN_FWD)   \
   X(FLATTEN_BWD) X(FC_FWD) X(FC_BWD_DATA) X(FC_BWD_WEIGHT) X(SOFTMAX_CE_FWD) X(SOFTMAX_CE_BWD)             \
   X(CHANNEL_PAD_FWD) X(CHANNEL_PAD_BWD) X(ADD2_FWD) X(COPY) X(ACCUMULATE) X(METRICS) X(FUSED_FWD)         \
-  X(FUSED_BWD) X(FUSED_INFER)
+  X(FUSED_BWD) X(FUSED_INFER) RN_ACTIVATION_OP_KINDS(X)
 enum class OpKind : std::uint8_t {
 #define RN_OP_ENUM(name) name,
   RN_OP_KINDS(RN_OP_ENUM)
@@ -46,6 +47,17 @@ enum class OpKind : std::uint8_t {
   COUNT
 };
 const char* op_kind_name(OpKind k);
+
+/// The forward and backward ops of an activation (ops/activations.h).
+inline OpKind activation_op(ops::Activation a, bool backward) {
+  switch (a) {
+#define RN_CG_ACT_OP(F, P, key) \
+  case ops::Activation::F: return backward ? OpKind::P##_BWD : OpKind::P##_FWD;
+    RN_ACTIVATIONS(RN_CG_ACT_OP)
+#undef RN_CG_ACT_OP
+  }
+  return OpKind::COUNT;
+}
 
 /// A weight-gradient pass and the data-gradient pass right after it (same layer): they read the same gradient and
 /// neither reads what the other writes, so the runtime may run the first on a second compute stream beside the second

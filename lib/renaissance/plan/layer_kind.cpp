@@ -68,4 +68,24 @@ bool has_conv_weight(LayerKind k) {
   }
 }
 
+bool layer_activation(LayerKind k, ops::Activation* out) {
+  switch (k) {
+#define RN_LK_ACT_CASE(F, P, key) \
+  case LayerKind::F: *out = ops::Activation::F; return true;
+    RN_ACTIVATIONS(RN_LK_ACT_CASE)
+#undef RN_LK_ACT_CASE
+    default: return false;
+  }
+}
+
+LayerKind activation_layer_kind(ops::Activation a) {
+  switch (a) {
+#define RN_LK_ACT_CASE(F, P, key) \
+  case ops::Activation::F: return LayerKind::F;
+    RN_ACTIVATIONS(RN_LK_ACT_CASE)
+#undef RN_LK_ACT_CASE
+  }
+  RN_FAIL("internal: unknown activation {}", static_cast<int>(a));
+}
+
 }  // namespace renaissance::plan

@@ -1,6 +1,8 @@
 // LayerKind: the vocabulary of the IR, plain and fused (DESIGN §3).
 #pragma once
 
+#include <renaissance/ops/activations.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,7 +17,9 @@ namespace renaissance::plan {
   X(CBR) X(BottleneckIdentity) X(BottleneckProjection) X(BasicBlockIdentity) X(BasicBlockProjection) \
   X(InvResidualNoShortcut) X(InvResidualIdentity) X(GapFC)                                         \
   /* transient: a BN before rename_bn decides 1d or 2d */                                          \
-  X(Bn)
+  X(Bn)                                                                                            \
+  /* the activations of ops/activations.h */                                                       \
+  RN_ACTIVATION_LAYER_KINDS(X)
 
 enum class LayerKind : std::uint8_t {
 #define RN_LK_ENUM(name) name,
@@ -33,5 +37,8 @@ bool is_add2_marker(LayerKind k);
 bool is_bn(LayerKind k);
 /// Kinds whose main weight is a convolution (candidates for the *_FIRST_CONV regions).
 bool has_conv_weight(LayerKind k);
+/// The activation of an activation kind (ops/activations.h); false for the other kinds.
+bool layer_activation(LayerKind k, ops::Activation* out);
+LayerKind activation_layer_kind(ops::Activation a);
 
 }  // namespace renaissance::plan

@@ -7,27 +7,35 @@
 
 namespace renaissance::plan {
 
-const std::vector<Phase>& replay_phases() {
-  static const std::vector<Phase> phases = {
-      {false,
-       {GraphId::ZERO_GRAD, GraphId::FIRST_LAYER_FWD_A, GraphId::FIRST_LAYER_FWD_B, GraphId::DEEP_FWD_BWD,
-        GraphId::DEEP_COMM,  // beside the first layer's backward on a GPU (Trainer::step)
-        GraphId::FIRST_LAYER_BWD_A, GraphId::FIRST_LAYER_BWD_B, GraphId::CAST_G16_TO_G, GraphId::FIRST_COMM, GraphId::NAN_CHECK_AND_GRAD_SCALING, GraphId::STATS_COMM, GraphId::UPDATE_STATS,
-        GraphId::OPTIMIZER, GraphId::LARS_NORM_OPT, GraphId::LARS_BIAS_OPT, GraphId::LARS_WEIGHT_OPT,
-        GraphId::CAST_W_TO_A, GraphId::EMA_UPDATE, GraphId::ACCUM_METRICS_TRAIN, GraphId::TRAIN_RESULT_COMM,
-        GraphId::CLEAR_METRICS}},
-      {true, {GraphId::INF_MAIN_A, GraphId::ACCUM_METRICS_VAL_A}},
-      {true, {GraphId::INF_MAIN_B, GraphId::ACCUM_METRICS_VAL_B}},
-      {true, {GraphId::INF_EMA_A, GraphId::ACCUM_METRICS_VAL_A}},
-      {true, {GraphId::INF_EMA_B, GraphId::ACCUM_METRICS_VAL_B}},
-      {true, {GraphId::CLEAR_METRICS, GraphId::CAST_E_TO_E16, GraphId::VAL_RESULT_COMM}},
+std::vector<Phase> liveness_phases(const StepSchedule& schedule) {
+  // Each bucket once per phase, in schedule order.
+  auto phase_of = [&schedule](std::initializer_list<StepPhase> phases, int slot, bool inference) {
+    Phase ph;
+    ph.inference = inference;
+    for (StepPhase p : phases)
+      for (const ScheduleEntry& e : schedule.entries)
+        if (e.phase == p && (slot < 0 || e.slot == slot) &&
+            std::find(ph.buckets.begin(), ph.buckets.end(), e.graph) == ph.buckets.end())
+          ph.buckets.push_back(e.graph);
+    return ph;
   };
+  std::vector<Phase> v;
+  v.push_back(phase_of({StepPhase::TRAIN_STEP, StepPhase::TRAIN_RESULT, StepPhase::TRAIN_EPOCH_END}, -1, false));
+  for (StepPhase p : {StepPhase::VAL_BATCH_MAIN, StepPhase::VAL_BATCH_EMA})
+    for (int slot : {0, 1}) v.push_back(phase_of({p}, slot, true));
+  v.push_back(
+      phase_of({StepPhase::VAL_BEGIN, StepPhase::VAL_EMA_BEGIN, StepPhase::VAL_RESULT, StepPhase::VAL_END}, -1, true));
+  return v;
+}
+
+const std::vector<Phase>& replay_phases() {
+  static const std::vector<Phase> phases = liveness_phases(build_step_schedule());
   return phases;
 }
 
 bool fused_node_runs_its_parts(LayerKind k) {
   // The CPU runs every FUSED_* node as its plain parts (runtime/cpu_ops.cpp). The GPU's fused kernels
-  // (runtime/cuda_ops.cpp, plan_fused) touch only tensors the parts touch, at the same or an earlier point inside the
+  // (runtime/cuda_fused.cpp, plan_fused) touch only tensors the parts touch, at the same or an earlier point inside the
   // node, and check by address that nothing in between overwrites what they read later; its concurrent shortcut
   // branch is checked the same way. A kind whose kernels needed more (tensors live across the whole node) is listed
   // here.
@@ -44,7 +52,7 @@ struct Walker {
   const MemoryPlan& mp;
   std::vector<TensorId> owner_of;  // tensor id -> owner id if in the pool, else kNoTensor
   std::vector<std::int32_t> first, last;
-  std::vector<bool> written;       // per phase
+  std::vector<bool> written;  // per phase
   std::set<TensorId> pinned;
 
   explicit Walker(const MemoryPlan& m) : mp(m) {
@@ -61,7 +69,8 @@ struct Walker {
   }
 
   TensorId owner(TensorId id) const {
-    return id >= 0 && static_cast<std::size_t>(id) < owner_of.size() ? owner_of[static_cast<std::size_t>(id)] : kNoTensor;
+    return id >= 0 && static_cast<std::size_t>(id) < owner_of.size() ? owner_of[static_cast<std::size_t>(id)]
+                                                                     : kNoTensor;
   }
   void touch(TensorId o, std::int32_t p) {
     auto& f = first[static_cast<std::size_t>(o)];
@@ -99,7 +108,8 @@ struct Walker {
           for (int ri = region_index(r.first); ri <= region_index(r.last); ++ri) {
             if (!is_pool_region(region_at(ri))) continue;
             for (const DTensor& t : mp.tensors())
-              if (region_index(t.region) == ri && !mp.aliases().count(t.id)) pinned.insert(t.id);  // in and out: unknown order
+              if (region_index(t.region) == ri && !mp.aliases().count(t.id))
+                pinned.insert(t.id);  // in and out: unknown order
           }
     }
     if (n.type == NodeType::COMPUTE) order_check(n);
@@ -122,13 +132,19 @@ struct Walker {
 
 }  // namespace
 
-Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, const ComputationGraph& inference) {
+Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, const ComputationGraph& inference,
+                          const StepSchedule* schedule) {
+  return compute_liveness(mp, train, inference, schedule ? liveness_phases(*schedule) : replay_phases());
+}
+
+Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, const ComputationGraph& inference,
+                          const std::vector<Phase>& phases) {
   Walker w(mp);
   Liveness out;
   std::map<TensorId, Lifetime>& life = out.lifetimes;
   std::int32_t p = 0;
   std::set<GraphId> listed[2];
-  for (const Phase& ph : replay_phases()) {
+  for (const Phase& ph : phases) {
     const ComputationGraph& graph = ph.inference ? inference : train;
     std::fill(w.first.begin(), w.first.end(), kUntouched);
     std::fill(w.last.begin(), w.last.end(), kUntouched);

@@ -4,6 +4,7 @@
 
 #include <renaissance/plan/computation_graph.h>
 #include <renaissance/plan/memory_plan.h>
+#include <renaissance/plan/step_schedule.h>
 
 #include <map>
 #include <vector>
@@ -16,10 +17,13 @@ struct Phase {
   bool inference = false;  ///< buckets of the inference graph (else of the train graph)
   std::vector<GraphId> buckets;
 };
-/// The phases of a run: the train step as Trainer::step replays it (where the step picks one of two buckets, the A
-/// or B input buffer, both are listed, so a replayed step is a subsequence of the phase and a lifetime measured on
-/// the phase contains the real one); then each validation batch (one INF_* bucket and its ACCUM_METRICS_VAL_*),
-/// and the validation bookkeeping.
+/// The phases of a run, read from the step schedule (plan/step_schedule.h), each bucket once per phase: the train
+/// step and the epoch end (where the step picks one of two buckets, the A or B input buffer, both are listed, so a
+/// replayed step is a subsequence of the phase and a lifetime measured on the phase contains the real one); then each
+/// validation batch per input buffer (its INF_* bucket and its ACCUM_METRICS_VAL_*), and the validation bookkeeping.
+/// TRANSFER entries run on their own stream: they are in no phase, so what they touch is pinned.
+std::vector<Phase> liveness_phases(const StepSchedule& schedule);
+/// liveness_phases(build_step_schedule()).
 const std::vector<Phase>& replay_phases();
 
 struct Liveness {
@@ -41,7 +45,12 @@ struct Liveness {
 /// live across the whole node.
 bool fused_node_runs_its_parts(LayerKind k);
 
-/// Measures the lifetimes of `mp`'s pool owners over the train graph and the inference graph.
-Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, const ComputationGraph& inference);
+/// Measures the lifetimes of `mp`'s pool owners over the train graph and the inference graph, in the order of
+/// `schedule` (nullptr: build_step_schedule()).
+Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, const ComputationGraph& inference,
+                          const StepSchedule* schedule = nullptr);
+/// The same over explicit phases (tests).
+Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, const ComputationGraph& inference,
+                          const std::vector<Phase>& phases);
 
 }  // namespace renaissance::plan

@@ -3,6 +3,8 @@
 #include <renaissance/plan/compiler.h>
 
 #include <cstring>
+#include <type_traits>
+#include <variant>
 
 namespace renaissance::plan {
 
@@ -82,33 +84,45 @@ class Reader {
   std::size_t m_n, m_pos = 0;
 };
 
+// The variant's index, then every field in field-list order (ops/params.h): i64, or u8 for bool.
 void write_params(Writer& w, const LayerParams& p) {
   w.u8(static_cast<std::uint8_t>(p.index()));
-  if (auto* c = std::get_if<ConvParams>(&p)) {
-    w.i64(c->out_c); w.i64(c->k); w.i64(c->stride); w.i64(c->pad); w.i64(c->groups); w.b(c->bias); w.i64(c->logical_in_c);
-  } else if (auto* q = std::get_if<PoolParams>(&p)) {
-    w.i64(q->k); w.i64(q->stride); w.i64(q->pad);
-  } else if (auto* f = std::get_if<FcParams>(&p)) {
-    w.i64(f->out);
-  } else if (auto* bl = std::get_if<BlockParams>(&p)) {
-    w.i64(bl->mid_c); w.i64(bl->out_c); w.i64(bl->stride);
+  std::visit(
+      [&w](const auto& q) {
+        ops::for_each_field(q, [&w](const char*, const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>)
+            w.b(v);
+          else
+            w.i64(v);
+        });
+      },
+      p);
+}
+
+template <std::size_t I = 0>
+LayerParams params_of_tag(std::size_t tag, std::size_t pos) {
+  if constexpr (I < std::variant_size_v<LayerParams>) {
+    if (tag == I) return LayerParams(std::in_place_index<I>);
+    return params_of_tag<I + 1>(tag, pos);
+  } else {
+    RN_FAIL("serialised plan: bad layer parameter tag at byte {}", pos);
   }
 }
 
 LayerParams read_params(Reader& r) {
-  switch (r.u8()) {
-    case 0: return NoParams{};
-    case 1: {
-      ConvParams c;
-      c.out_c = r.i64(); c.k = r.i64(); c.stride = r.i64(); c.pad = r.i64(); c.groups = r.i64(); c.bias = r.b();
-      c.logical_in_c = r.i64();
-      return c;
-    }
-    case 2: { PoolParams q; q.k = r.i64(); q.stride = r.i64(); q.pad = r.i64(); return q; }
-    case 3: { FcParams f; f.out = r.i64(); return f; }
-    case 4: { BlockParams b; b.mid_c = r.i64(); b.out_c = r.i64(); b.stride = r.i64(); return b; }
-    default: RN_FAIL("serialised plan: bad layer parameter tag at byte {}", r.pos());
-  }
+  const std::uint8_t tag = r.u8();
+  LayerParams p = params_of_tag(tag, r.pos());
+  std::visit(
+      [&r](auto& q) {
+        ops::for_each_field(q, [&r](const char*, auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>)
+            v = r.b();
+          else
+            v = r.i64();
+        });
+      },
+      p);
+  return p;
 }
 
 void write_ids(Writer& w, const std::vector<TensorId>& v) {
@@ -271,13 +285,25 @@ void write_body(Writer& w, const CompiledPlan& p) {
   w.raw(kMagic, sizeof kMagic);
   w.str(p.arch.to_yaml());
   const TrainConfig& c = p.config;
-  w.i64(c.dataset_size); w.i64(c.batch); w.i64(c.start_resolution); w.i64(c.end_resolution); w.i64(c.val_size);
-  w.i64(c.val_batch); w.u8(static_cast<std::uint8_t>(c.optimizer)); w.b(c.ema); w.b(c.amp); w.b(c.freeze_first_layer);
+  w.i64(c.dataset_size);
+  w.i64(c.batch);
+  w.i64(c.start_resolution);
+  w.i64(c.end_resolution);
+  w.i64(c.val_size);
+  w.i64(c.val_batch);
+  w.u8(static_cast<std::uint8_t>(c.optimizer));
+  w.b(c.ema);
+  w.b(c.amp);
+  w.b(c.freeze_first_layer);
   w.b(c.reuse_memory);
   w.i64(static_cast<std::int64_t>(p.specs.size()));
   for (const CompileSpec& s : p.specs) {
-    w.b(s.amp_enabled); w.i64(s.max_sample_resolution); w.i64(s.actual_resolution); w.i64(s.batch_size);
-    w.i64(s.num_color_channels); w.b(s.freeze_first_layer);
+    w.b(s.amp_enabled);
+    w.i64(s.max_sample_resolution);
+    w.i64(s.actual_resolution);
+    w.i64(s.batch_size);
+    w.i64(s.num_color_channels);
+    w.b(s.freeze_first_layer);
   }
   w.i64(static_cast<std::int64_t>(p.memory.size()));
   for (const MemoryPlan& m : p.memory) write_memory(w, m);
@@ -329,14 +355,25 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
   CompiledPlan p;
   p.arch = ArchPlan::from_yaml(r.str(), "<serialised plan>");
   TrainConfig& c = p.config;
-  c.dataset_size = r.i64(); c.batch = r.i64(); c.start_resolution = r.i64(); c.end_resolution = r.i64();
-  c.val_size = r.i64(); c.val_batch = r.i64(); c.optimizer = r.enumv<OptimizerKind>(6); c.ema = r.b(); c.amp = r.b();
+  c.dataset_size = r.i64();
+  c.batch = r.i64();
+  c.start_resolution = r.i64();
+  c.end_resolution = r.i64();
+  c.val_size = r.i64();
+  c.val_batch = r.i64();
+  c.optimizer = r.enumv<OptimizerKind>(6);
+  c.ema = r.b();
+  c.amp = r.b();
   c.freeze_first_layer = r.b();
   c.reuse_memory = r.b();
   p.specs.resize(r.count(16));
   for (CompileSpec& s : p.specs) {
-    s.amp_enabled = r.b(); s.max_sample_resolution = r.i64(); s.actual_resolution = r.i64(); s.batch_size = r.i64();
-    s.num_color_channels = r.i64(); s.freeze_first_layer = r.b();
+    s.amp_enabled = r.b();
+    s.max_sample_resolution = r.i64();
+    s.actual_resolution = r.i64();
+    s.batch_size = r.i64();
+    s.num_color_channels = r.i64();
+    s.freeze_first_layer = r.b();
   }
   const std::size_t nm = r.count(16);
   for (std::size_t i = 0; i < nm; ++i) p.memory.push_back(read_memory(r));
@@ -348,6 +385,7 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
     *t = r.i32();
   RN_CHECK(r.done(), "serialised plan has {} trailing bytes", body - r.pos());
   p.hash = h;
+  p.schedule = build_step_schedule();
   return p;
 }
 

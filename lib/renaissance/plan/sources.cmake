@@ -1,11 +1,12 @@
 # Sources of lib/renaissance/plan (explicit list).
-target_sources(renaissance PRIVATE
+target_sources(renaissance_plan PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layer_kind.cpp
   ${CMAKE_CURRENT_LIST_DIR}/arch_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/arch_yaml.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compile_spec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/liveness.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/step_schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/computation_graph.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_descriptor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler.cpp

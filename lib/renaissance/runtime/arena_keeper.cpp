@@ -21,8 +21,6 @@ namespace {
 std::atomic<std::int64_t> g_allocations{0};
 }
 
-const char* backend_name(Backend b) { return b == Backend::CPU ? "cpu" : "cuda"; }
-
 ArenaKeeper::ArenaKeeper(Backend backend, std::int64_t bytes) : m_backend(backend), m_bytes(bytes) {
   RN_CHECK(bytes > 0, "arena size must be positive, got {}", bytes);
   const std::size_t n = static_cast<std::size_t>((bytes + 255) / 256 * 256);

@@ -1,13 +1,15 @@
 // ArenaKeeper: the one device allocation of a rank, sized by the largest variant (DESIGN §7).
 #pragma once
 
+#include <renaissance/core/backend.h>
+
 #include <cstddef>
 #include <cstdint>
 
 namespace renaissance::runtime {
 
-enum class Backend : std::uint8_t { CPU, CUDA };
-const char* backend_name(Backend b);
+using renaissance::Backend;  // core/backend.h
+using renaissance::backend_name;
 
 class ArenaKeeper {
  public:

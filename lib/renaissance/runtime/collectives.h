@@ -1,6 +1,6 @@
 // The collectives of a data-parallel step that the plan does not spell out as RANGE nodes (DESIGN §9): which device
 // communicator each all-reduce uses on GPU ranks, and what synchronised BatchNorm (--sync-bn) reduces per BN layer.
-// Host logic shared by the CUDA ops (runtime/cuda_ops.cpp) and the CPU tests: every rank must issue the same
+// Host logic shared by the CUDA ops (runtime/cuda_kernel_table.cpp, cuda_fused.cpp) and the CPU tests: every rank must issue the same
 // collectives in the same order on each communicator, or the job deadlocks.
 #pragma once
 
@@ -13,10 +13,11 @@
 
 namespace renaissance::runtime {
 
-/// Device communicators of a GPU rank ("lanes"). kCompute: every collective launched on the compute stream (bucket 2,
-/// BN statistics, metrics, --sync-bn); kSide: bucket 1 (G_DEEP_CONV, the DEEP_COMM subgraph), which the trainer replays
-/// on its side stream beside the first layer's backward. Two NCCL communicators, so neither queue waits for the other.
-enum CommLane : int { kLaneCompute = 0, kLaneSide = 1, kLanes = 2 };
+/// The device communicators of a GPU rank (core/communicator.h).
+using renaissance::CommLane;
+using renaissance::kLaneCompute;
+using renaissance::kLanes;
+using renaissance::kLaneSide;
 
 /// The lane of a RANGE all-reduce node: kLaneSide for bucket 1 (its ranges cover G_DEEP_CONV only), else kLaneCompute.
 int comm_lane(const plan::Node& n);

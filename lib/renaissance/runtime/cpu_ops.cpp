@@ -13,6 +13,7 @@
 #include <kernels/cpu/metrics.h>
 #include <kernels/cpu/optimizer.h>
 #include <kernels/cpu/pooling.h>
+#include <renaissance/ops/pool.h>
 #include <kernels/cpu/range_ops.h>
 #include <kernels/cpu/softmax_ce.h>
 
@@ -794,17 +795,32 @@ void register_compute(KernelTable& t) {
   };
   unary(OpKind::RELU_FWD, OpKind::RELU_BWD, cpu::relu_forward, cpu::relu_backward);
   unary(OpKind::TANH_FWD, OpKind::TANH_BWD, cpu::tanh_forward, cpu::tanh_backward);
+  for (const ops::Activation a : ops::kActivations) {  // ops/activations.h: the backward reads x
+    t.add_compute(plan::activation_op(a, false), op([a](const ResolvedNode& r, ExecEnv&) {
+                    const float* x = f32_in(r.in[0]);
+                    F32Out y(r.out[0], false);
+                    cpu::activation_forward(a, x, y.get(), r.out[0].elems());
+                  }));
+    t.add_compute(plan::activation_op(a, true), op([a](const ResolvedNode& r, ExecEnv&) {
+                    const float* x = f32_in(r.in[0]);
+                    const float* dy = f32_in(r.in[1]);
+                    F32Out dx(r.out[0], r.node->accumulate);
+                    cpu::activation_backward(a, x, dy, dx.get(), r.out[0].elems(), r.node->accumulate);
+                  }));
+  }
   t.add_compute(OpKind::MAXPOOL_FWD, op([](const ResolvedNode& r, ExecEnv&) {
-                  const float* x = f32_in(r.in[0]);
-                  F32Out y(r.out[0], false);
-                  cpu::maxpool2d_forward(x, r.in[0].shape, y.get(), r.out[0].shape, pool_params(*r.node),
-                                         r.out[1].as<std::uint8_t>());
+                  using O = ops::MaxPoolFwd;
+                  const float* x = f32_in(r.in[O::kX]);
+                  F32Out y(r.out[O::kY], false);
+                  cpu::maxpool2d_forward(x, r.in[O::kX].shape, y.get(), r.out[O::kY].shape, pool_params(*r.node),
+                                         r.out[O::kArgmax].as<std::uint8_t>());
                 }));
   t.add_compute(OpKind::MAXPOOL_BWD, op([](const ResolvedNode& r, ExecEnv&) {
-                  const float* dy = f32_in(r.in[0]);
-                  F32Out dx(r.out[0], r.node->accumulate);
-                  cpu::maxpool2d_backward(dy, r.in[0].shape, nullptr, r.in[1].as<const std::uint8_t>(), dx.get(),
-                                          r.out[0].shape, pool_params(*r.node), r.node->accumulate);
+                  using O = ops::MaxPoolBwd;
+                  const float* dy = f32_in(r.in[O::kDy]);
+                  F32Out dx(r.out[O::kDx], r.node->accumulate);
+                  cpu::maxpool2d_backward(dy, r.in[O::kDy].shape, nullptr, r.in[O::kArgmax].as<const std::uint8_t>(),
+                                          dx.get(), r.out[O::kDx].shape, pool_params(*r.node), r.node->accumulate);
                 }));
   t.add_compute(OpKind::GAP_FWD, op([](const ResolvedNode& r, ExecEnv&) {
                   const float* x = f32_in(r.in[0]);

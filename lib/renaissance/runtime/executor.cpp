@@ -177,12 +177,6 @@ ResolvedNode resolve(const plan::Node& n, const DeviceContext& ctx, plan::Varian
   return r;
 }
 
-void Communicator::allreduce_device(float* data, std::int64_t count, bool mean, void* stream) {
-  (void)data, (void)count, (void)mean, (void)stream;
-  RN_CHECK(world_size() == 1, "this communicator has no device all-reduce (a GPU run of {} ranks needs NCCL)",
-           world_size());
-}
-
 std::byte* BackendSession::host_alloc(std::int64_t bytes) {
   return static_cast<std::byte*>(std::calloc(static_cast<std::size_t>(bytes), 1));
 }

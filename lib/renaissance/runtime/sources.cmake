@@ -1,8 +1,9 @@
 # Sources of lib/renaissance/runtime (explicit list).
-target_sources(renaissance PRIVATE
+target_sources(renaissance_runtime PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/arena_keeper.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_guard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/device_context.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/devices.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_cache_file.cpp
   ${CMAKE_CURRENT_LIST_DIR}/executor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/profiler.cpp
@@ -16,5 +17,7 @@ target_sources(renaissance PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cpp
 )
 if(RENAISSANCE_HAVE_CUDA)
-  target_sources(renaissance PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_ops.cpp)
+  # The CUDA backend: adapters (cuda_adapters.h), fused layers, the kernel table, the session.
+  target_sources(renaissance_runtime PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_fused.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/cuda_kernel_table.cpp ${CMAKE_CURRENT_LIST_DIR}/cuda_session.cpp)
 endif()

@@ -242,63 +242,67 @@ struct Trainer::Impl {
       c.run_uncaptured(env);
   }
 
-  /// Prepares and captures every subgraph a run can need, so nothing is allocated or captured mid-training
-  /// (cuDNN algorithm choice, LARS segment tables and CUDA graph instantiation all happen here).
+  /// Prepares and captures every subgraph a run can need (every bucket of the plan's step schedule, for every
+  /// variant that replays it), so nothing is allocated or captured mid-training (cuDNN algorithm choice, LARS segment
+  /// tables and CUDA graph instantiation all happen here).
   void capture_all() {
-    const GraphId train_ids[] = {GraphId::TRANSFER_A,      GraphId::TRANSFER_B,        GraphId::ZERO_GRAD,
-                                 GraphId::FIRST_LAYER_FWD_A, GraphId::FIRST_LAYER_FWD_B, GraphId::DEEP_FWD_BWD,
-                                 GraphId::FIRST_LAYER_BWD_A, GraphId::FIRST_LAYER_BWD_B, GraphId::CAST_G16_TO_G,
-                                 GraphId::DEEP_COMM,       GraphId::FIRST_COMM,        GraphId::NAN_CHECK_AND_GRAD_SCALING,
-                                 GraphId::STATS_COMM,      GraphId::UPDATE_STATS,      GraphId::OPTIMIZER,
-                                 GraphId::LARS_NORM_OPT,   GraphId::LARS_BIAS_OPT,     GraphId::LARS_WEIGHT_OPT,
-                                 GraphId::CAST_W_TO_A,     GraphId::EMA_UPDATE,        GraphId::ACCUM_METRICS_TRAIN,
-                                 GraphId::TRAIN_RESULT_COMM, GraphId::CLEAR_METRICS};
-    const GraphId val_ids[] = {GraphId::TRANSFER_A,          GraphId::TRANSFER_B,      GraphId::INF_MAIN_A,
-                               GraphId::INF_MAIN_B,          GraphId::INF_EMA_A,       GraphId::INF_EMA_B,
-                               GraphId::CAST_E_TO_E16,       GraphId::ACCUM_METRICS_VAL_A, GraphId::ACCUM_METRICS_VAL_B,
-                               GraphId::VAL_RESULT_COMM,     GraphId::CLEAR_METRICS};
     const bool lowres = opt.start_resolution > 0 && opt.lowres_epochs > 0;
     for (Variant v : {Variant::TRAIN_BASE, Variant::TRAIN_LAST, Variant::TRAIN_LOWRES, Variant::TRAIN_LOWRES_LAST}) {
       if (!lowres && (v == Variant::TRAIN_LOWRES || v == Variant::TRAIN_LOWRES_LAST)) continue;
-      for (GraphId g : train_ids) atlas.get(v, g, env);
+      for (const plan::ScheduleEntry& e : plan.schedule.entries)
+        if (!plan::is_inference_phase(e.phase)) atlas.get(v, e.graph, env);
     }
     if (opt.validate || opt.ema)
       for (Variant v : {Variant::VAL_BASE, Variant::VAL_LAST})
-        for (GraphId g : val_ids) atlas.get(v, g, env);
+        for (const plan::ScheduleEntry& e : plan.schedule.entries)
+          if (e.phase == plan::StepPhase::TRANSFER || plan::is_inference_phase(e.phase)) atlas.get(v, e.graph, env);
+    for (int s = 0; s < 2; ++s) step_entries[s] = plan.schedule.of(plan::StepPhase::TRAIN_STEP, s);
   }
 
-  /// One optimizer step on the batch in input buffer `s` (A = 0, B = 1). Returns the NaN flag on the CPU
-  /// (a GPU never reads it inside the step: AMP skips the update on the device, FP32 checks the epoch loss).
+  /// The TRAIN_STEP entries of the schedule for input buffer A (0) and B (1).
+  std::array<std::vector<plan::ScheduleEntry>, 2> step_entries;
+
+  /// Replays the entries of `phase` (for input buffer `slot`, or -1) on variant `v`, in schedule order.
+  void replay_phase(Variant v, plan::StepPhase phase, int slot = -1) {
+    for (const plan::ScheduleEntry& e : plan.schedule.of(phase, slot)) replay(v, e.graph);
+  }
+
+  /// One optimizer step on the batch in input buffer `s` (A = 0, B = 1), as the plan's step schedule orders it
+  /// (plan/step_schedule.cpp): compute-stream entries in order; a run of SIDE or UPDATE entries forked off the compute
+  /// stream (session->side / update), the side stream joined before the entry that reads its work, both at the end.
+  /// Returns the NaN flag on the CPU (a GPU never reads it inside the step: AMP skips the update on the device, FP32
+  /// checks the epoch loss).
   bool step(Variant v, int s, bool graphs) {
-    // forward, backward
-    replay(v, GraphId::ZERO_GRAD, graphs);
-    replay(v, s == 0 ? GraphId::FIRST_LAYER_FWD_A : GraphId::FIRST_LAYER_FWD_B, graphs);
-    replay(v, GraphId::DEEP_FWD_BWD, graphs);
-    // reduce: bucket 1 (deep convolutions) as soon as the deep backward ends, on the side stream, overlapping the
-    // first layer's backward; bucket 2 on the compute stream beside it (GPU: each on its own NCCL communicator,
-    // runtime/collectives.h); the NaN check reads both.
-    session->side(env, [&] { replay(v, GraphId::DEEP_COMM, graphs); });
-    replay(v, s == 0 ? GraphId::FIRST_LAYER_BWD_A : GraphId::FIRST_LAYER_BWD_B, graphs);
-    replay(v, GraphId::CAST_G16_TO_G, graphs);
-    replay(v, GraphId::FIRST_COMM, graphs);
-    session->join_side(env);
-    replay(v, GraphId::NAN_CHECK_AND_GRAD_SCALING, graphs);
-    const bool nan = opt.backend == Backend::CPU && nan_flag() != 0;
-    // update (weights, moments, the FP16 copies, the EMA) on the update stream, beside the BN running statistics
-    // and the metrics (other regions); the next step's work waits for both.
-    session->update(env, [&] {
-      replay(v, GraphId::OPTIMIZER, graphs);
-      replay(v, GraphId::LARS_NORM_OPT, graphs);
-      replay(v, GraphId::LARS_BIAS_OPT, graphs);
-      replay(v, GraphId::LARS_WEIGHT_OPT, graphs);
-      replay(v, GraphId::CAST_W_TO_A, graphs);
-      replay(v, GraphId::EMA_UPDATE, graphs);
-    });
-    replay(v, GraphId::STATS_COMM, graphs);
-    replay(v, GraphId::UPDATE_STATS, graphs);
-    // log
-    replay(v, GraphId::ACCUM_METRICS_TRAIN, graphs);
-    session->join_update(env);
+    const std::vector<plan::ScheduleEntry>& entries = step_entries[s];
+    bool nan = false, side_open = false, update_open = false;
+    for (std::size_t i = 0; i < entries.size();) {
+      const plan::ScheduleEntry& e = entries[i];
+      if (e.joins == plan::Stream::SIDE && side_open) {
+        session->join_side(env);
+        side_open = false;
+      }
+      if (e.stream == plan::Stream::SIDE || e.stream == plan::Stream::UPDATE) {
+        std::size_t j = i;
+        while (j < entries.size() && entries[j].stream == e.stream) ++j;
+        const auto run = [&, i, j] {
+          for (std::size_t k = i; k < j; ++k) replay(v, entries[k].graph, graphs);
+        };
+        if (e.stream == plan::Stream::SIDE) {
+          session->side(env, run);
+          side_open = true;
+        } else {
+          session->update(env, run);
+          update_open = true;
+        }
+        i = j;
+        continue;
+      }
+      replay(v, e.graph, graphs);
+      if (e.graph == GraphId::NAN_CHECK_AND_GRAD_SCALING) nan = opt.backend == Backend::CPU && nan_flag() != 0;
+      ++i;
+    }
+    if (side_open) session->join_side(env);
+    if (update_open) session->join_update(env);
     return nan;
   }
 
@@ -659,7 +663,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     m.images_per_s = static_cast<double>(samples) / train_s;
     m.lr = lr;
     m.loss_scale = I.read_loss_scale()[plan::kLossScale];
-    I.replay(Variant::TRAIN_BASE, GraphId::TRAIN_RESULT_COMM);
+    I.replay_phase(Variant::TRAIN_BASE, plan::StepPhase::TRAIN_RESULT);
     const auto acc = I.accumulated();
     const double count = std::max(1.0f, acc[plan::kResultCount]);
     m.train_loss = acc[plan::kResultLoss] / count;
@@ -667,7 +671,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       throw Error(fmt::format("NaN or inf in the training loss of epoch {} (step {})", epoch + 1, m_step), "training",
                   "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
     m.train_top1 = acc[plan::kResultTop1] / count;
-    I.replay(Variant::TRAIN_BASE, GraphId::CLEAR_METRICS);
+    I.replay_phase(Variant::TRAIN_BASE, plan::StepPhase::TRAIN_EPOCH_END);
     if (o.validate) {
       const EpochMetrics val = evaluate(false);
       m.val_loss = val.val_loss;
@@ -779,8 +783,8 @@ EpochMetrics Trainer::evaluate(bool ema) {
   const float smoothing = I.hyper[plan::kHyperLabelSmoothing];
   I.hyper[plan::kHyperLabelSmoothing] = 0.0f;
   I.push_hyper();
-  I.replay(Variant::VAL_BASE, GraphId::CLEAR_METRICS);
-  if (ema && I.opt.amp) I.replay(Variant::VAL_BASE, GraphId::CAST_E_TO_E16);
+  I.replay_phase(Variant::VAL_BASE, plan::StepPhase::VAL_BEGIN);
+  if (ema && I.opt.amp) I.replay_phase(Variant::VAL_BASE, plan::StepPhase::VAL_EMA_BEGIN);
   // Data-parallel: the val batches are dealt round-robin over the ranks; VAL_RESULT_COMM sums the metrics.
   const DTensor& vin = I.plan.plan(Variant::VAL_BASE).tensor(I.plan.baseline.data_a);
   std::vector<std::int64_t> val_order = round_robin_batches(epoch_order(0, 0, n, false), vb, I.world, I.rank);
@@ -802,18 +806,17 @@ EpochMetrics Trainer::evaluate(bool ema) {
       I.stage(s, *b, v);
       I.transfer(v, s);
     }
-    I.replay(v, ema ? (s == 0 ? GraphId::INF_EMA_A : GraphId::INF_EMA_B) : (s == 0 ? GraphId::INF_MAIN_A : GraphId::INF_MAIN_B));
-    I.replay(v, s == 0 ? GraphId::ACCUM_METRICS_VAL_A : GraphId::ACCUM_METRICS_VAL_B);
+    I.replay_phase(v, ema ? plan::StepPhase::VAL_BATCH_EMA : plan::StepPhase::VAL_BATCH_MAIN, s);
     I.session->release_slot(s);
   }
-  I.replay(Variant::VAL_BASE, GraphId::VAL_RESULT_COMM);
+  I.replay_phase(Variant::VAL_BASE, plan::StepPhase::VAL_RESULT);
   const auto acc = I.accumulated();
   const double count = std::max(1.0f, acc[plan::kResultCount]);
   EpochMetrics m;
   m.val_loss = acc[plan::kResultLoss] / count;
   m.val_top1 = acc[plan::kResultTop1] / count;
   m.val_top5 = acc[plan::kResultTop5] / count;
-  I.replay(Variant::VAL_BASE, GraphId::CLEAR_METRICS);
+  I.replay_phase(Variant::VAL_BASE, plan::StepPhase::VAL_END);
   I.hyper[plan::kHyperLabelSmoothing] = smoothing;
   I.push_hyper();
   return m;

@@ -89,7 +89,7 @@ struct TrainOptions {
   /// Preemption: a flag a SIGUSR1/SIGTERM handler sets. At each step boundary the ranks agree on it (MAX); when
   /// set, rank 0 writes a checkpoint into checkpoint_dir and run() returns early with preempted() true.
   const std::atomic<int>* stop_request = nullptr;
-  /// Data-parallel runs (DESIGN §9): the collectives of this rank, borrowed (lib/renaissance/dist makes it);
+  /// Data-parallel runs (DESIGN §9): the collectives of this rank, borrowed (lib/renaissance/comm makes it);
   /// nullptr: one rank. With N ranks `batch` (and `val_batch`) are global: each rank trains batch/N samples of
   /// every global batch, the same samples in the same order with the same augmentation as one rank would.
   Communicator* comm = nullptr;

@@ -46,6 +46,10 @@ LayerDescriptor pass_through(LayerKind kind) {
 void register_elementwise_layers(LayerRegistry& r) {
   r.add(unary(LayerKind::Relu, OpKind::RELU_FWD, OpKind::RELU_BWD, true));
   r.add(unary(LayerKind::Tanh, OpKind::TANH_FWD, OpKind::TANH_BWD, true));
+  // ops/activations.h: the backward pass reads x.
+#define RN_PLAN_ACT_LAYER(F, P, key) r.add(unary(LayerKind::F, OpKind::P##_FWD, OpKind::P##_BWD, false));
+  RN_ACTIVATIONS(RN_PLAN_ACT_LAYER)
+#undef RN_PLAN_ACT_LAYER
   r.add(unary(LayerKind::ChannelPadding, OpKind::CHANNEL_PAD_FWD, OpKind::CHANNEL_PAD_BWD, false));
   r.add(pass_through(LayerKind::Identity));
   r.add(pass_through(LayerKind::Add2Start));

@@ -1,6 +1,7 @@
 // Max-pool (argmax saved for backward as a one-byte window position), global average pool, flatten (a compacting
 // copy).
 #include <renaissance/core/error.h>
+#include <renaissance/ops/pool.h>
 #include <renaissance/plan/layer_descriptor.h>
 
 namespace renaissance::plan {
@@ -35,12 +36,13 @@ void register_pool_layers(LayerRegistry& r) {
   LayerDescriptor mp;
   mp.kind = LayerKind::MaxPool;
   mp.infer_tensors = [](const ArchLayer& l, const Shape&, const Shape& out, const InferContext& ctx) {
-    RN_CHECK(l.pool().k * l.pool().k <= 255, "max-pool '{}': a {}x{} window has more positions than its one-byte argmax "
+    RN_CHECK(l.pool().k * l.pool().k <= ops::kMaxPoolWindow, "max-pool '{}': a {}x{} window has more positions than its one-byte argmax "
              "holds (at most 15x15)", l.name, l.pool().k, l.pool().k);
     // One byte per output: the winner's position in its window (kh·k + kw), which the backward pass reads.
     return LayerTensors{{}, {output_feature(out, ctx), {"argmax", out, DType::U8, Region::T_TEMP_INT8}}};
   };
   auto fwd = [](const ArchLayer& l, const LayerIds& ids, const BuildFlags&) {
+    // Operands in the order of ops::MaxPoolFwd.
     return std::vector<Node>{layer_node(OpKind::MAXPOOL_FWD, l, {ids.x}, {ids.y, ids.tensor("argmax")})};
   };
   mp.build_forward = fwd;
@@ -49,7 +51,7 @@ void register_pool_layers(LayerRegistry& r) {
                          const BuildFlags&) {
     std::vector<Node> v;
     if (dx == kNoTensor) return v;
-    Node n = layer_node(OpKind::MAXPOOL_BWD, l, {dy, ids.tensor("argmax")}, {dx});
+    Node n = layer_node(OpKind::MAXPOOL_BWD, l, {dy, ids.tensor("argmax")}, {dx});  // ops::MaxPoolBwd
     n.accumulate = acc;
     v.push_back(n);
     return v;

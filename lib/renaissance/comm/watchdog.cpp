@@ -1,5 +1,5 @@
-#include <renaissance/dist/mpi_session.h>
-#include <renaissance/dist/watchdog.h>
+#include <renaissance/comm/mpi_session.h>
+#include <renaissance/comm/watchdog.h>
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include <unistd.h>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 namespace {
 std::int64_t now_ns() {
@@ -91,4 +91,4 @@ void CommWatchdog::run() {
   }
 }
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 class CommWatchdog;
 
@@ -69,4 +69,4 @@ bool launched_by_mpi_launcher();
 /// Exit status of a rank that ends the job because a collective timed out or NCCL failed.
 constexpr int kExitCommFailure = 3;
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

@@ -1,7 +1,7 @@
+#include <renaissance/comm/communicator.h>
+#include <renaissance/comm/mpi_session.h>
+#include <renaissance/comm/watchdog.h>
 #include <renaissance/core/error.h>
-#include <renaissance/dist/communicator.h>
-#include <renaissance/dist/mpi_session.h>
-#include <renaissance/dist/watchdog.h>
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 namespace {
 
@@ -87,7 +87,8 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int launch_rank = -1;
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
     if (launch_rank < 0 && std::getenv(v)) launch_rank = std::atoi(std::getenv(v));
-  m_watchdog = std::make_unique<CommWatchdog>(launch_rank, startup_comm_timeout(argc ? *argc : 0, argv ? *argv : nullptr));
+  m_watchdog =
+      std::make_unique<CommWatchdog>(launch_rank, startup_comm_timeout(argc ? *argc : 0, argv ? *argv : nullptr));
   m_watchdog->set_step(-1);
   m_watchdog->arm("MPI start-up (MPI_Init, waiting for every rank)");
   if (!initialized) {
@@ -132,7 +133,8 @@ MpiSession::~MpiSession() {
   // MPI_Finalize waits for the other ranks too: a stopped one must not hang this one.
   if (m_watchdog) m_watchdog->arm("MPI_Finalize (waiting for every rank)");
   // Test hook (tests/dist/dp_test.sh finalize-stop): this rank stops itself on its way into MPI_Finalize.
-  if (const char* r = std::getenv("RENAISSANCE_TEST_STOP_BEFORE_FINALIZE"); r && std::atoi(r) == m_rank) std::raise(SIGSTOP);
+  if (const char* r = std::getenv("RENAISSANCE_TEST_STOP_BEFORE_FINALIZE"); r && std::atoi(r) == m_rank)
+    std::raise(SIGSTOP);
   MPI_Comm_free(&m_comm);
   MPI_Comm_free(&m_error_comm);
   MPI_Finalize();
@@ -167,4 +169,4 @@ void MpiSession::abort(int code) {
   std::_Exit(code);  // not reached
 }
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

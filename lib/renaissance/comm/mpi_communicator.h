@@ -3,8 +3,8 @@
 // Every blocking call runs under the CommWatchdog.
 #pragma once
 
-#include <renaissance/dist/watchdog.h>
-#include <renaissance/runtime/executor.h>
+#include <renaissance/comm/watchdog.h>
+#include <renaissance/core/communicator.h>
 
 #include <mpi.h>
 
@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
-class MpiCommunicator : public runtime::Communicator {
+class MpiCommunicator : public Communicator {
  public:
   /// `comm` is borrowed (MpiSession::world()); `timeout_s` bounds every collective.
   MpiCommunicator(MPI_Comm comm, double timeout_s);
@@ -35,4 +35,4 @@ class MpiCommunicator : public runtime::Communicator {
   std::unique_ptr<CommWatchdog> m_watchdog;
 };
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

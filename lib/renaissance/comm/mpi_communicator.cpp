@@ -1,10 +1,10 @@
+#include <renaissance/comm/mpi_communicator.h>
 #include <renaissance/core/error.h>
-#include <renaissance/dist/mpi_communicator.h>
 
 #include <algorithm>
 #include <climits>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 namespace {
 /// MPI counts are int: longer ranges go in pieces.
@@ -61,4 +61,4 @@ void MpiCommunicator::broadcast(std::vector<std::uint8_t>& bytes, int root) {
   }
 }
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

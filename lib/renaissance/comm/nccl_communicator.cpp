@@ -1,6 +1,5 @@
+#include <renaissance/comm/nccl_communicator.h>
 #include <renaissance/core/error.h>
-#include <renaissance/dist/nccl_communicator.h>
-#include <renaissance/runtime/collectives.h>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -10,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 #define RN_NCCL_CHECK(call)                                                                            \
   do {                                                                                                 \
@@ -20,10 +19,10 @@ namespace renaissance::dist {
   } while (0)
 
 struct NcclCommunicator::State {
-  /// The lanes (runtime/collectives.h): comm[0] for the compute stream's collectives, comm[1] for bucket 1 on the
+  /// The lanes (core/communicator.h): comm[0] for the compute stream's collectives, comm[1] for bucket 1 on the
   /// trainer's side stream (the same communicator as comm[0] with RENAISSANCE_NCCL_LANES=1).
-  ncclComm_t comm[runtime::kLanes] = {nullptr, nullptr};
-  int lanes = runtime::kLanes;
+  ncclComm_t comm[kLanes] = {nullptr, nullptr};
+  int lanes = kLanes;
   std::atomic<bool> aborted{false};
   void abort() noexcept {
     if (aborted.exchange(true)) return;
@@ -37,7 +36,7 @@ namespace {
 /// issue 16); anything else: two.
 int lanes_from_env() {
   const char* v = std::getenv("RENAISSANCE_NCCL_LANES");
-  return v && std::string(v) == "1" ? 1 : runtime::kLanes;
+  return v && std::string(v) == "1" ? 1 : kLanes;
 }
 }  // namespace
 
@@ -83,11 +82,11 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::allreduce_device(float* data, std::int64_t count, bool mean, void* stream) {
-  allreduce_device_lane(runtime::kLaneCompute, data, count, mean, stream);
+  allreduce_device_lane(kLaneCompute, data, count, mean, stream);
 }
 
 void NcclCommunicator::allreduce_device_lane(int lane, float* data, std::int64_t count, bool mean, void* stream) {
-  RN_CHECK(lane >= 0 && lane < runtime::kLanes, "internal: no communicator lane {}", lane);
+  RN_CHECK(lane >= 0 && lane < kLanes, "internal: no communicator lane {}", lane);
   ncclComm_t c = m_state->comm[lane < m_state->lanes ? lane : 0];
   RN_NCCL_CHECK(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat32, mean ? ncclAvg : ncclSum, c,
                               static_cast<cudaStream_t>(stream)));
@@ -100,4 +99,4 @@ void NcclCommunicator::set_step(std::int64_t step) {
   m_device_watchdog->set_step(step);
 }
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

@@ -1,5 +1,5 @@
-# Sources of lib/renaissance/dist (explicit list): MPI bootstrap, communicators, watchdog.
-target_sources(renaissance PRIVATE
+# Sources of lib/renaissance/comm (explicit list): MPI bootstrap, communicators, watchdog.
+target_sources(renaissance_comm PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/mpi_session.cpp
   ${CMAKE_CURRENT_LIST_DIR}/watchdog.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mpi_communicator.cpp
@@ -13,7 +13,7 @@ if(RENAISSANCE_HAVE_CUDA)
     message(FATAL_ERROR "NCCL (nccl.h, libnccl) not found: install libnccl-dev or set NCCL_HOME")
   endif()
   message(STATUS "Renaissance: NCCL ${RENAISSANCE_NCCL_LIBRARY}")
-  target_sources(renaissance PRIVATE ${CMAKE_CURRENT_LIST_DIR}/nccl_communicator.cpp)
-  target_include_directories(renaissance SYSTEM PRIVATE ${RENAISSANCE_NCCL_INCLUDE_DIR})
-  target_link_libraries(renaissance PUBLIC ${RENAISSANCE_NCCL_LIBRARY} CUDA::cudart)
+  target_sources(renaissance_comm PRIVATE ${CMAKE_CURRENT_LIST_DIR}/nccl_communicator.cpp)
+  target_include_directories(renaissance_comm SYSTEM PRIVATE ${RENAISSANCE_NCCL_INCLUDE_DIR})
+  target_link_libraries(renaissance_comm PRIVATE ${RENAISSANCE_NCCL_LIBRARY} CUDA::cudart)
 endif()

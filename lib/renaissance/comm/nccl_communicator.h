@@ -7,9 +7,9 @@
 // timeout; either ends in ncclCommAbort (never a blocking destroy) and the process exit that ends the job.
 #pragma once
 
-#include <renaissance/dist/mpi_communicator.h>
+#include <renaissance/comm/mpi_communicator.h>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 class NcclCommunicator : public MpiCommunicator {
  public:
@@ -19,7 +19,7 @@ class NcclCommunicator : public MpiCommunicator {
 
   void allreduce_device(float* data, std::int64_t count, bool mean, void* stream) override;
   /// Lane 0: the compute stream's communicator; lane 1 (bucket 1 on the side stream): a second one, so the two
-  /// collectives run side by side (runtime/collectives.h). RENAISSANCE_NCCL_LANES=1: one communicator for both.
+  /// collectives run side by side (core/communicator.h). RENAISSANCE_NCCL_LANES=1: one communicator for both.
   void allreduce_device_lane(int lane, float* data, std::int64_t count, bool mean, void* stream) override;
   void device_wait_begin(const char* what) override;
   void device_wait_end() override;
@@ -31,4 +31,4 @@ class NcclCommunicator : public MpiCommunicator {
   std::unique_ptr<CommWatchdog> m_device_watchdog;
 };
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

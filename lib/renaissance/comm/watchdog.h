@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-namespace renaissance::dist {
+namespace renaissance::comm {
 
 class CommWatchdog {
  public:
@@ -53,4 +53,4 @@ class CommWatchdog {
 /// The collective timeout: RENAISSANCE_COMM_TIMEOUT (seconds) when set, else `fallback_s`.
 double comm_timeout_from_env(double fallback_s);
 
-}  // namespace renaissance::dist
+}  // namespace renaissance::comm

@@ -1,0 +1,20 @@
+// The devices this build can run on, asked by the CLI (app/ includes no kernel headers, DESIGN §12).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace renaissance::runtime {
+
+/// Whether this build has the CUDA backend.
+bool have_cuda_backend();
+/// Number of visible CUDA devices; 0 without a CUDA backend, a driver or a device (never throws).
+int cuda_device_count();
+/// "NVIDIA H200, 139.8 GiB, sm_90" for CUDA device `index`; "unavailable" without a CUDA backend.
+std::string cuda_device_description(int index);
+/// Free and total bytes of the current CUDA device; both 0 without a CUDA backend.
+void cuda_device_memory(std::int64_t* free_bytes, std::int64_t* total_bytes);
+/// Threads of the CPU backend's kernel pool (the affinity mask, or RENAISSANCE_CPU_THREADS).
+int cpu_threads();
+
+}  // namespace renaissance::runtime
