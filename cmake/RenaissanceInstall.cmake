@@ -106,7 +106,8 @@ install(TARGETS renaissance_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # ---- headers: include/renaissance/..., include/kernels/{cpu,cuda} -------------------------------
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/lib/renaissance/
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/renaissance
-  FILES_MATCHING PATTERN "*.h")
+  FILES_MATCHING PATTERN "*.h"
+  PATTERN "trainer_impl.h" EXCLUDE)  # the trainer's sources' own header
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels/cpu/
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kernels/cpu
   FILES_MATCHING PATTERN "*.h")

@@ -11,6 +11,9 @@ target_sources(renaissance_runtime PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/data_pipeline.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpu_input.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_bench.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_checkpoint.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_weights.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replicas.cpp
   ${CMAKE_CURRENT_LIST_DIR}/collectives.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sharding.cpp

@@ -1,0 +1,415 @@
+// Checkpoints and resume (DESIGN §10, docs/checkpoints.md).
+#include <renaissance/runtime/trainer_impl.h>
+
+namespace renaissance::runtime {
+
+// ---- Checkpoints and resume (DESIGN §10, docs/checkpoints.md) -------------------------------------------------
+
+namespace {
+
+/// The checkpoint group of a tensor and its name there: masters /params, BN running statistics /bn, optimizer
+/// moments /optimizer ("<layer>.<tensor>.m" momentum or Adam's first moment, ".v" Adam's second moment), EMA
+/// weights /ema. Everything else is derived from these (FP16 copies, LARS norms) or rewritten every step.
+bool checkpoint_group(const DTensor& t, std::string* group, std::string* name) {
+  const RegionFamily f = region_family(t.region);
+  if (f == RegionFamily::M || f == RegionFamily::V) {
+    *group = "optimizer";
+    *name = t.name;
+    return true;
+  }
+  return weights_group(t, group, name);
+}
+
+/// The tensor's own name without its layer ("w", "gamma", "running_mean"; optimizer moments: "w.m").
+std::string tensor_leaf(const std::string& name, const std::string& group) {
+  std::size_t cut = name.rfind('.');
+  if (group == "optimizer" && cut != std::string::npos && cut > 0) cut = name.rfind('.', cut - 1);
+  return cut == std::string::npos ? name : name.substr(cut + 1);
+}
+
+bool is_first_conv(Region r) {
+  return r == Region::W_FIRST_CONV || r == Region::E_FIRST_CONV || r == Region::M_FIRST_CONV ||
+         r == Region::V_FIRST_CONV;
+}
+
+/// The training options as YAML (keys named like the `train` options), recorded in checkpoints.
+std::string options_yaml(const TrainOptions& o) {
+  std::string y;
+  auto kv = [&](const char* k, const auto& v) { y += fmt::format("{}: {}\n", k, v); };
+  kv("data", fmt::format("\"{}\"", absolute_path(o.data_path)));  // provenance: where, whatever the working dir
+  kv("epochs", o.epochs);
+  kv("batch", o.batch);
+  kv("val-batch", o.val_batch);
+  kv("optimizer", plan::optimizer_name(o.optimizer));
+  kv("lr", o.lr);
+  kv("momentum", o.momentum);
+  kv("beta1", o.beta1);
+  kv("beta2", o.beta2);
+  kv("eps", o.eps);
+  kv("weight-decay", o.weight_decay);
+  kv("lars-eta", o.lars_eta);
+  kv("schedule", schedule_name(o.schedule));
+  kv("warmup-epochs", o.warmup_epochs);
+  kv("step-epochs", o.step_epochs);
+  kv("step-gamma", o.step_gamma);
+  kv("label-smoothing", o.label_smoothing);
+  kv("ema", o.ema);
+  kv("ema-decay", o.ema_decay);
+  kv("amp", o.amp);
+  kv("fuse", o.fuse);
+  kv("seed", o.seed);
+  kv("max-steps", o.max_steps);
+  kv("crop-padding", o.augmentation.crop_padding);
+  kv("flip", o.augmentation.horizontal_flip);
+  kv("crop", std::string(io::crop_mode_name(o.augmentation.crop)));
+  kv("crop-scale", fmt::format("{},{}", o.augmentation.scale_min, o.augmentation.scale_max));
+  kv("crop-ratio", fmt::format("{},{}", o.augmentation.ratio_min, o.augmentation.ratio_max));
+  kv("val-resize", o.augmentation.val_resize);
+  kv("shuffle", o.shuffle);
+  kv("start-resolution", o.start_resolution);
+  kv("lowres-epochs", o.lowres_epochs);
+  kv("bn-momentum", o.bn_momentum);
+  kv("bn-eps", o.bn_eps);
+  kv("loss-scale", o.loss_scale);
+  kv("loss-scale-interval", o.loss_scale_interval);
+  kv("validate", o.validate);
+  kv("deterministic", o.deterministic);
+  kv("checkpoint-every", o.checkpoint_every);
+  kv("checkpoint-each-epoch", o.checkpoint_each_epoch);
+  kv("keep", o.checkpoint_keep);
+  return y;
+}
+
+}  // namespace
+
+bool Trainer::Impl::stop_agreed() const {
+  if (!opt.stop_request) return false;  // the same on every rank: no collective
+  const std::int64_t local = opt.stop_request->load() != 0 ? 1 : 0;
+  return (env.comm ? env.comm->agree_max(local) : local) != 0;
+}
+
+std::vector<float> Trainer::Impl::gather_train_metrics() {
+  session->synchronize();
+  const auto local = accumulated();
+  const int world = comm_world();
+  std::vector<float> all(local.begin(), local.end());
+  if (world <= 1) return all;
+  all.assign(static_cast<std::size_t>(plan::kResultSlots * world), 0.0f);
+  for (int r = 0; r < world; ++r) {  // a host gather through the broadcasts every communicator has
+    std::vector<std::uint8_t> bytes;
+    if (r == comm_rank())
+      bytes.assign(reinterpret_cast<const std::uint8_t*>(local.data()),
+                   reinterpret_cast<const std::uint8_t*>(local.data()) + sizeof local);
+    env.comm->broadcast(bytes, r);
+    RN_CHECK(bytes.size() == sizeof local, "internal: rank {} sent {} bytes of metric sums", r, bytes.size());
+    std::memcpy(all.data() + r * plan::kResultSlots, bytes.data(), sizeof local);
+  }
+  return all;
+}
+
+void Trainer::Impl::restore_partial_metrics() {
+  std::array<float, plan::kResultSlots> mine{};
+  const std::size_t rows = stopped_metrics.size() / plan::kResultSlots;
+  if (rows == static_cast<std::size_t>(comm_world())) {
+    std::copy_n(stopped_metrics.begin() + comm_rank() * plan::kResultSlots, plan::kResultSlots, mine.begin());
+  } else if (comm_rank() == 0) {  // written by another number of ranks: rank 0 holds the total
+    for (std::size_t r = 0; r < rows; ++r)
+      for (int k = 0; k < plan::kResultSlots; ++k) mine[k] += stopped_metrics[r * plan::kResultSlots + k];
+  }
+  ctx.upload(plan.baseline.accumulated, mine.data(), sizeof mine);
+}
+
+double Trainer::Impl::step_loss() const {
+  session->synchronize();
+  std::array<float, plan::kResultSlots> r{};
+  ctx.download(plan.baseline.result, r.data(), sizeof r);
+  return static_cast<double>(r[plan::kResultLoss] / std::max(1.0f, r[plan::kResultCount]));
+}
+
+io::Checkpoint Trainer::Impl::make_checkpoint(std::int64_t step, const std::vector<float>& metrics) const {
+  session->synchronize();
+  io::Checkpoint ck;
+  io::CheckpointState& s = ck.state;
+  s.step = step;
+  s.epoch = cur_epoch;
+  s.position = cur_position;
+  s.samples_done = cur_position * opt.batch;
+  s.batch = opt.batch;
+  s.world_size = comm_world();
+  s.seed = opt.seed;
+  s.amp = opt.amp;
+  s.optimizer = plan::optimizer_name(opt.optimizer);
+  s.model = plan.arch.model_name;
+  s.model_yaml = model_yaml;
+  s.arch_plan = plan.arch.to_yaml();
+  s.run_config = options_yaml(opt);
+  s.plan_hash = fmt::format("{:016x}", plan.hash);
+  const auto ls = read_loss_scale();
+  s.loss_scale.assign(ls.begin(), ls.end());
+  s.train_metrics.assign(metrics.begin(), metrics.end());
+  if (cur_position == 0 && last_epoch_metrics.epoch > 0 && last_epoch_metrics.epoch == cur_epoch) {
+    s.val_loss = last_epoch_metrics.val_loss;  // the epoch this checkpoint ends
+    s.val_top1 = last_epoch_metrics.val_top1;
+    s.val_top5 = last_epoch_metrics.val_top5;
+    s.ema_val_top1 = last_epoch_metrics.ema_val_top1;
+  }
+  for (const DTensor& t : plan.plan(Variant::TRAIN_BASE).tensors()) {
+    io::NamedTensor nt;
+    if (!checkpoint_group(t, &nt.group, &nt.name)) continue;
+    RN_CHECK(t.dtype == DType::F32, "internal: checkpoint tensor '{}' is {}, not F32", t.name, dtype_name(t.dtype));
+    nt.shape = t.shape;
+    nt.values.resize(static_cast<std::size_t>(t.shape.elems()));
+    ctx.download(t.id, nt.values.data(), static_cast<std::int64_t>(nt.values.size() * sizeof(float)));
+    ck.tensors.push_back(std::move(nt));
+  }
+  return ck;
+}
+
+void Trainer::Impl::write_checkpoint_in_dir(std::int64_t step, const std::vector<float>& metrics,
+                                            const TrainObserver& observer) {
+  std::exception_ptr error;
+  if (comm_rank() == 0) {
+    try {
+      const io::Checkpoint ck = make_checkpoint(step, metrics);
+      last_checkpoint = io::save_checkpoint_in_dir(opt.checkpoint_dir, ck, opt.checkpoint_keep);
+      if (opt.checkpoint_keep_best) {
+        const std::string best = io::save_best_checkpoint(opt.checkpoint_dir, ck);
+        if (!best.empty()) spdlog::info("best val_top1 so far ({:.4f}, step {}): {}", ck.state.val_top1, step, best);
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  // Every rank waits for the write and learns its outcome: none trains on or exits while rank 0 writes.
+  const std::int64_t failed = env.comm ? env.comm->agree_max(error ? 1 : 0) : (error ? 1 : 0);
+  if (error) std::rethrow_exception(error);
+  if (failed)
+    throw Error(fmt::format("rank 0 could not write the checkpoint of step {} (see its error)", step),
+                opt.checkpoint_dir);
+  if (comm_rank() == 0 && observer.on_checkpoint) observer.on_checkpoint(last_checkpoint, step);
+}
+
+void Trainer::save_checkpoint(const std::string& path) const {
+  const Impl& I = *m_impl;
+  // Between runs the partial epoch's sums are the snapshot taken when run() stopped mid-epoch (or loaded).
+  std::vector<float> metrics(static_cast<std::size_t>(plan::kResultSlots * I.comm_world()), 0.0f);
+  if (I.cur_position > 0 && I.stopped_metrics.size() == metrics.size()) metrics = I.stopped_metrics;
+  io::write_checkpoint(path, I.make_checkpoint(m_step, metrics));
+}
+
+bool Trainer::preempted() const { return m_impl->preempted; }
+double Trainer::last_lr() const { return m_impl->last_lr; }
+std::string Trainer::last_checkpoint() const { return m_impl->last_checkpoint; }
+
+std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool weights_only) {
+  Impl& I = *m_impl;
+  const TrainOptions& o = I.opt;
+  const io::Checkpoint ck = io::read_checkpoint(path);
+  const io::CheckpointState& s = ck.state;
+  std::vector<std::string> warnings;
+  auto warn = [&](std::string w) {
+    if (I.comm_rank() == 0) spdlog::warn("{}: {}", path, w);
+    warnings.push_back(std::move(w));
+  };
+  const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
+  const std::string& model = m_plan->arch.model_name;
+  const bool same_optimizer = !weights_only && s.optimizer == plan::optimizer_name(o.optimizer);
+
+  // 1. Match every tensor before touching the arena (a failed load changes nothing); the first mismatch, in plan
+  //    order, is named. By name; across AMP settings, whose fused layers have other names (cbr1.conv.w for
+  //    conv1.w), by position within each group (the file keeps the writer's plan order) when that fits exactly.
+  struct Load {
+    const DTensor* t;
+    const io::NamedTensor* src;
+  };
+  std::vector<Load> loads;
+  bool ema_from_params = false;
+  std::map<std::string, std::vector<const io::NamedTensor*>> file_groups;
+  for (const io::NamedTensor& nt : ck.tensors) file_groups[nt.group].push_back(&nt);
+  auto resolve = [&](bool by_position) -> std::string {
+    loads.clear();
+    ema_from_params = false;
+    std::set<std::string> wanted;
+    std::map<std::string, std::size_t> next;  // by position: the next file tensor of each group
+    for (const DTensor& t : mp.tensors()) {
+      std::string group, name;
+      if (!checkpoint_group(t, &group, &name)) continue;
+      wanted.insert(group + "/" + name);
+      if (group == "optimizer" && !same_optimizer) continue;
+      std::string from = group;
+      if (group == "ema" && file_groups["ema"].empty()) {
+        from = "params";  // a checkpoint without EMA: the EMA starts at the weights
+        ema_from_params = true;
+      }
+      const io::NamedTensor* src = nullptr;
+      if (!by_position) {
+        src = ck.find(from, name);
+      } else {
+        const auto& list = file_groups[from];
+        const std::size_t i = from == group ? next[group]++ : next["ema-from-params"]++;
+        if (i < list.size()) src = list[i];
+      }
+      if (src && by_position && tensor_leaf(src->name, group) != tensor_leaf(name, group))
+        src = nullptr;  // e.g. a BN's gamma against a beta: not the same tensor
+      if (!src)
+        return fmt::format(
+            "tensor /{}/{} of model '{}' is missing from the checkpoint, which was written for model "
+            "'{}' (a different architecture?)",
+            group, name, model, s.model);
+      const bool pad_channels = src->shape != t.shape && is_first_conv(t.region) && (s.amp != o.amp || weights_only) &&
+                                src->shape.n == t.shape.n && src->shape.h == t.shape.h && src->shape.w == t.shape.w;
+      if (src->shape != t.shape && !pad_channels)
+        return fmt::format(
+            "tensor /{}/{} has shape {} in the checkpoint{} (model '{}') but model '{}' needs {} (a "
+            "different architecture?)",
+            group, name, src->shape.str(), by_position ? fmt::format(" (as /{}/{})", from, src->name) : "", s.model,
+            model, t.shape.str());
+      RN_CHECK(t.dtype == DType::F32, "internal: checkpoint tensor '{}' is {}, not F32", t.name, dtype_name(t.dtype));
+      loads.push_back({&t, src});
+    }
+    for (const char* g : {"params", "bn"}) {
+      const auto& list = file_groups[g];
+      if (by_position) {
+        if (next[g] != list.size())
+          return fmt::format("the checkpoint has {} tensors in /{} but model '{}' has {}", list.size(), g, model,
+                             next[g]);
+      } else {
+        for (const io::NamedTensor* nt : list)
+          if (!wanted.count(nt->group + "/" + nt->name))
+            return fmt::format(
+                "tensor /{}/{} of the checkpoint (model '{}') is not in model '{}' (a different "
+                "architecture?)",
+                nt->group, nt->name, s.model, model);
+      }
+    }
+    return {};
+  };
+  const std::string by_name = resolve(false);
+  if (!by_name.empty()) {
+    // Only an AMP plan fuses layers (and renames their tensors): elsewhere a name mismatch is another model.
+    const bool fused_names = s.amp || o.amp;
+    RN_CHECK_CTX(fused_names && resolve(true).empty(), path, "{}", by_name);
+    if (!weights_only && !loads.empty())
+      warn(
+          fmt::format("tensor names differ (AMP fuses layers): matched by position within each group, e.g. /{}/{} "
+                      "as {}",
+                      loads.front().src->group, loads.front().src->name, loads.front().t->name));
+  }
+
+  auto upload_tensors = [&] {
+    for (const Load& l : loads) {
+      const DTensor& t = *l.t;
+      if (l.src->shape == t.shape) {
+        I.ctx.upload(t.id, l.src->values.data(), static_cast<std::int64_t>(l.src->values.size() * sizeof(float)));
+        continue;
+      }
+      // The first conv's input channels: AMP pads them to 8 (zero input), so pad with zeros or drop the padding.
+      std::vector<float> v(static_cast<std::size_t>(t.shape.elems()), 0.0f);
+      const std::int64_t cs = l.src->shape.c, ct = t.shape.c, rows = t.shape.n * t.shape.h * t.shape.w;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < std::min(cs, ct); ++c)
+          v[static_cast<std::size_t>(r * ct + c)] = l.src->values[static_cast<std::size_t>(r * cs + c)];
+      I.ctx.upload(t.id, v.data(), static_cast<std::int64_t>(v.size() * sizeof(float)));
+    }
+  };
+  if (weights_only) {  // evaluation: the weights alone
+    upload_tensors();
+    if (o.amp) I.replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
+    I.session->synchronize();
+    return warnings;
+  }
+
+  // 2. What differs from the run that wrote it: loads, with a warning where results will differ.
+  std::int64_t position = s.position;
+  if (s.batch != o.batch) {
+    position = s.samples_done / o.batch;
+    warn(
+        fmt::format("written with batch {}, resumed with batch {}: epoch {} continues at sample {} of its order "
+                    "({} done; the schedule, a function of the step, and the results differ from an uninterrupted "
+                    "run)",
+                    s.batch, o.batch, s.epoch + 1, position * o.batch, s.samples_done));
+  }
+  if (s.amp != o.amp)
+    warn(fmt::format("written {} AMP, resumed {}: the loss scale starts afresh and results differ",
+                     s.amp ? "with" : "without", o.amp ? "with it" : "without it"));
+  if (s.world_size != I.comm_world())
+    warn(
+        fmt::format("written by {} rank(s), resumed on {}: sums are reduced in another order, so results are not "
+                    "bit-identical to an uninterrupted run",
+                    s.world_size, I.comm_world()));
+  if (s.seed != o.seed)
+    warn(
+        fmt::format("written with seed {}, resumed with seed {}: the data order and augmentation of the rest of "
+                    "the run follow the new seed",
+                    s.seed, o.seed));
+  if (const std::string key = "\ndeterministic: "; s.run_config.find(key) != std::string::npos) {
+    const bool was = s.run_config.compare(s.run_config.find(key) + key.size(), 4, "true") == 0;
+    if (was != o.deterministic)
+      warn(
+          fmt::format("written with --deterministic {}, resumed with --deterministic {}: the resumed steps {} "
+                      "bit-identical to an uninterrupted run",
+                      was ? "on" : "off", o.deterministic ? "on" : "off",
+                      o.deterministic && !was ? "are deterministic from here on, but not" : "are not"));
+  }
+  if (!same_optimizer)
+    warn(fmt::format("written with optimizer '{}', resumed with '{}': the optimizer state starts at zero", s.optimizer,
+                     plan::optimizer_name(o.optimizer)));
+  if (ema_from_params) warn("the checkpoint has no EMA weights: the EMA starts at the loaded weights");
+  {  // The options the checkpoint's run_config records (options_yaml: "key: value" lines) against this run's.
+    std::map<std::string, std::string> was;
+    std::istringstream in(s.run_config);
+    for (std::string line; std::getline(in, line);) {
+      const auto colon = line.find(": ");
+      if (colon == std::string::npos) continue;
+      std::string v = line.substr(colon + 2);
+      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+      was[line.substr(0, colon)] = v;
+    }
+    auto differs = [&](const char* key, const std::string& now) { return was.count(key) && was[key] != now; };
+    if (differs("epochs", fmt::format("{}", o.epochs)))
+      warn(
+          fmt::format("written with --epochs {}, resumed with --epochs {}: the learning-rate schedule, a function of "
+                      "the run's total steps, differs from the run that wrote it",
+                      was["epochs"], o.epochs));
+    if (differs("lr", fmt::format("{}", o.lr)) || differs("schedule", schedule_name(o.schedule)))
+      warn(
+          fmt::format("written with --lr {} --schedule {}, resumed with --lr {} --schedule {}: the rest of the run "
+                      "follows the new learning rate",
+                      was["lr"], was["schedule"], o.lr, schedule_name(o.schedule)));
+    std::error_code ec;
+    if (was.count("data") && was["data"] != o.data_path && !std::filesystem::equivalent(was["data"], o.data_path, ec))
+      warn(fmt::format("written with --data {}, resumed with --data {}: the rest of the run trains on another dataset",
+                       was["data"], o.data_path));
+  }
+
+  // 3. Into the arena.
+  upload_tensors();
+  if (!same_optimizer)
+    for (const DTensor& t : mp.tensors()) {
+      const RegionFamily f = region_family(t.region);
+      if (f != RegionFamily::M && f != RegionFamily::V) continue;
+      const std::vector<float> zeros(static_cast<std::size_t>(t.shape.elems()), 0.0f);
+      I.ctx.upload(t.id, zeros.data(), static_cast<std::int64_t>(zeros.size() * sizeof(float)));
+    }
+  auto ls = I.read_loss_scale();
+  if (s.amp && o.amp) {
+    ls[plan::kLossScale] = s.loss_scale[plan::kLossScale];
+    ls[plan::kLossScaleCleanSteps] = s.loss_scale[plan::kLossScaleCleanSteps];
+  } else {
+    ls[plan::kLossScale] = o.amp ? static_cast<float>(o.loss_scale) : 1.0f;
+    ls[plan::kLossScaleCleanSteps] = 0.0f;
+  }
+  I.ctx.upload(m_plan->baseline.loss_scale, ls.data(), sizeof ls);
+  I.stopped_metrics = s.train_metrics;
+  if (position == 0) I.stopped_metrics.assign(s.train_metrics.size(), 0.0f);
+  I.restore_partial_metrics();
+  I.cur_epoch = s.epoch;
+  I.cur_position = position;
+  I.preempted = false;
+  m_step = s.step;
+  if (o.amp) I.replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
+  I.session->synchronize();
+  return warnings;
+}
+
+}  // namespace renaissance::runtime
