@@ -4,6 +4,7 @@
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
 #include <renaissance/runtime/executor.h>
+#include <renaissance/runtime/fused_match.h>
 
 #include <kernels/cpu/batchnorm.h>
 #include <kernels/cpu/conv2d.h>
@@ -31,6 +32,11 @@ namespace renaissance::runtime {
 
 using plan::OpKind;
 using plan::RangeOp;
+using fused_match::extent;
+using fused_match::is_float_feature;
+using fused_match::overlaps;
+using fused_match::same;
+using fused_match::touched_by_others;
 
 namespace {
 
@@ -284,39 +290,10 @@ struct FusionChecks {
       [](const ResolvedNode&, const ResolvedNode&) { return true; };
 };
 
-std::pair<const std::byte*, const std::byte*> extent(const TensorView& v) {
-  const auto bytes = v.shape.n * v.strides[0] * static_cast<std::int64_t>(dtype_size(v.dtype));
-  return {v.ptr, v.ptr + bytes};
-}
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (!a.ptr || !b.ptr) return false;
-  const auto [a0, a1] = extent(a);
-  const auto [b0, b1] = extent(b);
-  return a0 < b1 && b0 < a1;
-}
-bool is_float_feature(const TensorView& v) { return v.dtype == DType::F32 || v.dtype == DType::F16; }
-bool same(const TensorView& a, const TensorView& b) { return a.ptr == b.ptr && a.shape == b.shape && a.dtype == b.dtype; }
 bool is_compute(const ResolvedNode& r) { return r.node->type == plan::NodeType::COMPUTE; }
 bool is_fused_kind(const ResolvedNode& r) {
   return is_compute(r) && (r.node->op == OpKind::FUSED_FWD || r.node->op == OpKind::FUSED_BWD ||
                            r.node->op == OpKind::FUSED_INFER);
-}
-
-/// Does any sub-node other than those in `except` read (inputs) or, with `writes`, write (outputs) bytes of `v`,
-/// among sub-nodes [from, to)?
-bool touched_by_others(const std::vector<ResolvedNode>& sub, const TensorView& v, std::initializer_list<int> except,
-                       bool reads, bool writes, std::size_t from = 0, std::size_t to = SIZE_MAX) {
-  to = std::min(to, sub.size());
-  for (std::size_t i = from; i < to; ++i) {
-    if (std::find(except.begin(), except.end(), static_cast<int>(i)) != except.end()) continue;
-    if (reads)
-      for (const TensorView& t : sub[i].in)
-        if (overlaps(t, v)) return true;
-    if (writes)
-      for (const TensorView& t : sub[i].out)
-        if (overlaps(t, v)) return true;
-  }
-  return false;
 }
 
 /// Is the value in `v` read by a sub-node from `from` on, before later nodes overwrite all of it? Tracks which bytes

@@ -1,10 +1,17 @@
 // The CUDA backend's fused layers: a FUSED_* node's parts matched against the fused kernels at prepare time, run as
 // one program (DESIGN §11).
 #include <renaissance/runtime/cuda_adapters.h>
+#include <renaissance/runtime/fused_match.h>
 
 namespace renaissance::runtime::cuda_backend {
 
 namespace {
+
+using fused_match::extent;
+using fused_match::is_float_feature;
+using fused_match::overlaps;
+using fused_match::same;
+using fused_match::touched_by_others;
 
 // ---- fused layers ----------------------------------------------------------------------------------------
 //
@@ -34,35 +41,6 @@ struct FusedProgram {
   int branch_conv = -1;  ///< the sub-node of the shortcut's conv (prepared with the side streams' handles)
 };
 
-/// Bytes [begin, end) a tensor view occupies in the arena (its padded storage).
-std::pair<const std::byte*, const std::byte*> extent(const TensorView& v) {
-  const auto bytes = v.shape.n * v.strides[0] * static_cast<std::int64_t>(dtype_size(v.dtype));
-  return {v.ptr, v.ptr + bytes};
-}
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (!a.ptr || !b.ptr) return false;
-  const auto [a0, a1] = extent(a);
-  const auto [b0, b1] = extent(b);
-  return a0 < b1 && b0 < a1;
-}
-bool is_float_feature(const TensorView& v) { return v.dtype == DType::F32 || v.dtype == DType::F16; }
-
-/// Does any sub-node other than those in `except` read (inputs) or, with `writes`, write (outputs) bytes of `v`,
-/// among sub-nodes [from, to)?
-bool touched_by_others(const std::vector<ResolvedNode>& sub, const TensorView& v, std::initializer_list<int> except,
-                       bool reads, bool writes, std::size_t from = 0, std::size_t to = SIZE_MAX) {
-  to = std::min(to, sub.size());
-  for (std::size_t i = from; i < to; ++i) {
-    if (std::find(except.begin(), except.end(), static_cast<int>(i)) != except.end()) continue;
-    if (reads)
-      for (const TensorView& t : sub[i].in)
-        if (overlaps(t, v)) return true;
-    if (writes)
-      for (const TensorView& t : sub[i].out)
-        if (overlaps(t, v)) return true;
-  }
-  return false;
-}
 
 /// Is the value in `v` read by a sub-node from `from` on, before a later node overwrites all of it? (The ReLU
 /// gradient a fused backward never stores must have no other reader: at a block's final ReLU the shortcut reads it.)
@@ -79,10 +57,6 @@ bool read_later(const std::vector<ResolvedNode>& sub, const TensorView& v, int f
     }
   }
   return false;
-}
-
-bool same(const TensorView& a, const TensorView& b) {
-  return a.ptr == b.ptr && a.shape == b.shape && a.dtype == b.dtype;
 }
 
 FusedProgram plan_fused(const ResolvedNode& r, bool fuse) {
