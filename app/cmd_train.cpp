@@ -8,18 +8,18 @@
 #include "progress.h"
 #include "run_config.h"
 
-#include <renaissance/core/error.h>
 #include <renaissance/comm/communicator.h>
 #include <renaissance/comm/watchdog.h>
+#include <renaissance/core/error.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/io/tensorboard.h>
 #include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <unistd.h>
 
@@ -60,8 +60,8 @@ struct TrainCli {
   std::int64_t log_every = 0;  ///< --log-every: a heartbeat line every N steps
   std::string tensorboard;     ///< --tensorboard DIR
   std::string config_text;     ///< every option's value (TensorBoard's run/config text)
-  CheckpointCli ckpt;  ///< --checkpoint-dir, --checkpoint-every, --keep, --resume, --loss-log
-  GpuOptions gpu;      ///< --deterministic, --engine-cache, --conv-api
+  CheckpointCli ckpt;          ///< --checkpoint-dir, --checkpoint-every, --keep, --resume, --loss-log
+  GpuOptions gpu;              ///< --deterministic, --engine-cache, --conv-api
 };
 
 /// The run's identifier in the metrics JSONL: the Slurm job id (the same across requeues, whose lines append to the
@@ -253,8 +253,10 @@ void run_train(TrainCli& c) {
     if (trainer.preempted()) {
       std::fprintf(stderr, "renaissance: error: %s\n", e.what());
       if (root)
-        std::fprintf(stderr, "renaissance: preempted, but this checkpoint could not be written: the previous one in %s "
-                             "stays; exit %d (requeue: the run resumes from it)\n", c.ckpt.dir.c_str(), kExitPreempted);
+        std::fprintf(stderr,
+                     "renaissance: preempted, but this checkpoint could not be written: the previous one in %s "
+                     "stays; exit %d (requeue: the run resumes from it)\n",
+                     c.ckpt.dir.c_str(), kExitPreempted);
       set_exit_code(kExitPreempted);
       return;
     }
@@ -294,7 +296,8 @@ void run_eval(const EvalCli& c) {
   t.data_path = c.data;
   t.backend = pick_backend(c.device);
   // Under mpirun/srun the val batches are dealt over the ranks and the sums all-reduced; rank 0 prints.
-  const std::unique_ptr<runtime::Communicator> comm = comm::open_communicator(t.backend, comm::comm_timeout_from_env(comm::kDefaultCommTimeout));
+  const std::unique_ptr<runtime::Communicator> comm =
+      comm::open_communicator(t.backend, comm::comm_timeout_from_env(comm::kDefaultCommTimeout));
   t.comm = comm.get();
   t.batch = c.batch;
   t.amp = c.amp;
@@ -313,7 +316,10 @@ void run_eval(const EvalCli& c) {
   if (!is_root_rank()) return;
   if (c.json) {
     JsonWriter j;
-    j.begin_object().kv("model", bp.name).kv("data", c.data).kv(c.checkpoint.empty() ? "weights" : "checkpoint", source);
+    j.begin_object()
+        .kv("model", bp.name)
+        .kv("data", c.data)
+        .kv(c.checkpoint.empty() ? "weights" : "checkpoint", source);
     j.kv("ema", c.ema);
     j.kv("val_loss", m.val_loss).kv("val_top1", m.val_top1).kv("val_top5", m.val_top5).end_object();
     std::puts(j.str().c_str());
@@ -344,7 +350,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--label-smoothing", c->t.label_smoothing, "Label smoothing")->capture_default_str();
   cmd->add_option("--seed", c->t.seed, "Seed of initialisation, order and augmentation")->capture_default_str();
   cmd->add_flag("--ema", c->t.ema, "Keep an EMA of the weights and validate on it too");
-  cmd->add_option("--ema-decay", c->t.ema_decay, "EMA decay")->capture_default_str();
+  cmd->add_option("--ema-decay", c->t.ema_decay, "EMA decay (step t uses min(decay, (1+t)/(10+t)))")
+      ->capture_default_str();
   cmd->add_flag("--amp", c->t.amp, "FP16 storage with FP32 masters and dynamic loss scaling");
   cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
   cmd->add_option("--max-steps", c->t.max_steps, "Stop after N optimizer steps");
@@ -376,7 +383,8 @@ void register_train_command(CLI::App& app) {
                   "off: the host loader)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "off", "on"}));
-  cmd->add_option("--start-resolution", c->t.start_resolution, "Progressive resize: train the first epochs at this size");
+  cmd->add_option("--start-resolution", c->t.start_resolution,
+                  "Progressive resize: train the first epochs at this size");
   cmd->add_option("--lowres-epochs", c->t.lowres_epochs, "Progressive resize: epochs at --start-resolution");
   cmd->add_flag("--no-validate", c->no_validate, "Skip validation after each epoch");
   cmd->add_option("--save", c->save, "Write the trained weights (HDF5: /params, /bn, /ema) to this file");

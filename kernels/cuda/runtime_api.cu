@@ -34,6 +34,12 @@ void* device_alloc(std::int64_t bytes, const char* what) {
   return p;
 }
 
+void fill_device(void* dst, int value, std::int64_t bytes) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemset(dst, value, static_cast<size_t>(bytes)));
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 void device_free(void* p) noexcept {
   if (p) CUDA_CHECK_NOTHROW(cudaFree(p));
 }

@@ -20,6 +20,8 @@ void pinned_free(void* p) noexcept;
 /// Synchronous copies (setup, checkpoints, per-epoch reads): they wait for the whole device first.
 void copy_h2d(void* dst, const void* src, std::int64_t bytes);
 void copy_d2h(void* dst, const void* src, std::int64_t bytes);
+/// Synchronous fill of `bytes` device bytes with `value` (after and before waiting for the whole device).
+void fill_device(void* dst, int value, std::int64_t bytes);
 /// Asynchronous copy on `stream` (capturable into a graph when src is pinned host memory).
 void copy_h2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle stream);
 

@@ -173,9 +173,12 @@ TEST_F(GpuInput, RenderEqualsHostCentreCropGrey) {
 struct TrainedRun {
   std::vector<double> losses;
   std::vector<runtime::EpochMetrics> history;
+  std::vector<float> state;   // masters + BN running statistics after the run
+  std::vector<float> logits;  // of the val split, read through the host loader by both runs
 };
 
-TrainedRun train(const std::string& data, runtime::DataCacheMode mode, bool amp, io::CropMode crop = io::CropMode::none) {
+TrainedRun train(const std::string& data, runtime::DataCacheMode mode, bool amp,
+                 io::CropMode crop = io::CropMode::none) {
   runtime::TrainOptions o;
   o.data_path = data;
   o.backend = runtime::Backend::CUDA;
@@ -196,6 +199,8 @@ TrainedRun train(const std::string& data, runtime::DataCacheMode mode, bool amp,
   runtime::TrainObserver obs;
   obs.on_step_loss = [&r](std::int64_t, std::int64_t, double loss) { r.losses.push_back(loss); };
   r.history = t.run(obs);
+  r.state = t.state_values();
+  r.logits = t.logits(io::Split::val, 0, 250);
   return r;
 }
 
@@ -212,6 +217,10 @@ TEST_F(GpuInput, TrainingWithTheCacheEqualsTheHostLoader) {
     for (std::size_t i = 0; i < host.losses.size(); ++i)
       EXPECT_EQ(dev.losses[i], host.losses[i]) << (amp ? "amp" : "fp32") << " step " << i + 1;
     ASSERT_EQ(dev.history.size(), host.history.size());
+    // The trained state, and the val logits of both through the same (host) path: equal to the bit, or the
+    // difference below is not the val input's.
+    EXPECT_TRUE(dev.state == host.state) << (amp ? "amp" : "fp32") << ": weights / BN statistics differ";
+    EXPECT_TRUE(dev.logits == host.logits) << (amp ? "amp" : "fp32") << ": val logits (host path) differ";
     for (std::size_t e = 0; e < host.history.size(); ++e) {
       // Validation loss: within one float ulp of the epoch's loss sum. On the H200 (2026-12-01) the AMP run of
       // this test differed by that much (2.29751611 vs 2.29751685, epoch 1) while every training loss, the

@@ -183,7 +183,8 @@ TEST(Trainer, FusedPlanEqualsThePlainPlan) {
   m.in_c = 3;
   m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
                    bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 1),
-                   bp::block(16, 64, bp::BlockKind::RESNET_1_3_1, 2), bp::block(128, 64, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
+                   bp::block(16, 64, bp::BlockKind::RESNET_1_3_1, 2),
+                   bp::block(128, 64, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
                    bp::block(128, 48, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
   auto o = small_options(data);
   o.amp = true;
@@ -204,6 +205,91 @@ TEST(Trainer, FusedPlanEqualsThePlainPlan) {
   fused.run();
   plain.run();
   EXPECT_TRUE(bit_equal(fused.state_values(), plain.state_values()));
+}
+
+// A step reads no byte of the input buffers, features and gradient slots or temporaries before writing it, and
+// what start-up leaves in the arena does not reach the run (initialisation zeroes it): NaN bytes over those families
+// after initialisation, or another byte over the whole arena before it, change no loss and no weight. Every fused
+// kind, FP32 and AMP (the GPU twin is GpuDeterminism.NoStepReads...).
+// The same seed gives the same initial weights whatever else the plan holds: --ema and another optimizer (moments)
+// add tensors beside the weights, and they must not change the model that is trained. (AMP is another model here:
+// it pads the first convolution's input channels to 8, so its first weight has another shape.)
+TEST(Trainer, InitialWeightsDoNotDependOnEmaOrOptimizer) {
+  const std::string data = synthetic(300, 100);
+  const auto reference = runtime::Trainer(bp::zoo_model("fmnist_cnn"), small_options(data)).state_values();
+  ASSERT_FALSE(reference.empty());
+  auto o = small_options(data);
+  o.ema = true;
+  EXPECT_TRUE(bit_equal(runtime::Trainer(bp::zoo_model("fmnist_cnn"), o).state_values(), reference)) << "--ema";
+  o = small_options(data);
+  o.optimizer = plan::OptimizerKind::ADAMW;
+  EXPECT_TRUE(bit_equal(runtime::Trainer(bp::zoo_model("fmnist_cnn"), o).state_values(), reference)) << "adamw";
+  // and training with --ema trains the same live model (the EMA is a shadow)
+  o = small_options(data);
+  o.max_steps = 3;
+  runtime::Trainer plain(bp::zoo_model("fmnist_cnn"), o);
+  o.ema = true;
+  runtime::Trainer with_ema(bp::zoo_model("fmnist_cnn"), o);
+  plain.run();
+  with_ema.run();
+  EXPECT_TRUE(bit_equal(plain.state_values(), with_ema.state_values()));
+  o.seed = 8;
+  EXPECT_FALSE(bit_equal(runtime::Trainer(bp::zoo_model("fmnist_cnn"), o).state_values(), reference)) << "seed";
+}
+
+TEST(Trainer, NoStepReadsInputsFeaturesOrTemporariesBeforeWritingThem) {
+  const std::string data = synthetic(256, 64, 16, 3, 10);
+  bp::BluePrint m;
+  m.name = "tiny_res";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
+                   bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 1),
+                   bp::block(128, 48, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
+  for (const bool amp : {false, true}) {
+    auto o = small_options(data);
+    o.amp = amp;
+    o.max_steps = 3;
+    o.fuse = true;
+    auto run = [&](int fill, const std::string& poison, std::vector<double>* losses) {
+      auto oo = o;
+      oo.debug_arena_fill = fill;
+      oo.debug_poison_families = poison;
+      runtime::Trainer t(m, oo);
+      runtime::TrainObserver obs;
+      obs.on_step_loss = [losses](std::int64_t, std::int64_t, double l) { losses->push_back(l); };
+      t.run(obs);
+      return t.state_values();
+    };
+    std::vector<double> clean_losses;
+    const auto clean = run(-1, "", &clean_losses);
+    ASSERT_EQ(clean_losses.size(), 3u);
+    for (const char* family : {"I", "F", "T"}) {
+      std::vector<double> losses;
+      std::vector<float> w;
+      try {
+        w = run(-1, family, &losses);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "amp " << amp << ", family " << family << " poisoned: " << e.what();
+        continue;
+      }
+      EXPECT_EQ(losses, clean_losses) << "amp " << amp << ", family " << family << " poisoned";
+      EXPECT_TRUE(bit_equal(w, clean)) << "amp " << amp << ", family " << family << " poisoned";
+    }
+    std::vector<double> losses;
+    const auto w = run(0x7F, "", &losses);
+    EXPECT_EQ(losses, clean_losses) << "amp " << amp << ", arena filled before initialisation";
+    EXPECT_TRUE(bit_equal(w, clean)) << "amp " << amp << ", arena filled before initialisation";
+    // and the poison is real: over the weights it does change the run
+    std::vector<double> bad;
+    bool threw = false;  // NaN weights: FP32 stops at the NaN check; AMP skips steps with NaN losses
+    try {
+      run(-1, "W,A", &bad);
+    } catch (const std::exception&) {
+      threw = true;
+    }
+    EXPECT_TRUE(threw || bad != clean_losses) << "amp " << amp;
+  }
 }
 
 TEST(Trainer, CpuFusedPassesEqualThePlainParts) {
@@ -237,8 +323,8 @@ TEST(Trainer, CpuFusedPassesEqualThePlainParts) {
     std::set<std::string> on, off;
     for (const auto& row : fused.profile(0, 1).kernels) on.insert(row.label);
     for (const auto& row : plain.profile(0, 1).kernels) off.insert(row.label);
-    for (const char* k : {"FUSED:bn+relu", "FUSED:relu+bn backward", "FUSED:bn+add+relu", "FUSED:bn+bn+add+relu",
-                          "FUSED:bn-stats"})
+    for (const char* k :
+         {"FUSED:bn+relu", "FUSED:relu+bn backward", "FUSED:bn+add+relu", "FUSED:bn+bn+add+relu", "FUSED:bn-stats"})
       EXPECT_TRUE(on.count(k)) << tag << ": " << k << " did not run";
     for (const std::string& k : off) EXPECT_EQ(k.rfind("FUSED:", 0), std::string::npos) << tag << ": " << k;
   }
@@ -249,9 +335,9 @@ TEST(Trainer, CpuFusedPassesEqualThePlainParts) {
   tricky.name = "tricky_cpu_fused";
   tricky.in_h = tricky.in_w = 16;
   tricky.in_c = 3;
-  tricky.root = bp::seq(bp::conv(16, 3, 1, 1), bp::bn(), bp::add2(bp::seq(bp::relu(), bp::conv(16, 3, 1, 1)), bp::seq()),
-                        bp::add2(bp::seq(bp::conv(16, 3, 1, 1), bp::bn()), bp::seq()), bp::relu(), bp::gap_fc(10),
-                        bp::softmax_ce(10));
+  tricky.root = bp::seq(
+      bp::conv(16, 3, 1, 1), bp::bn(), bp::add2(bp::seq(bp::relu(), bp::conv(16, 3, 1, 1)), bp::seq()),
+      bp::add2(bp::seq(bp::conv(16, 3, 1, 1), bp::bn()), bp::seq()), bp::relu(), bp::gap_fc(10), bp::softmax_ce(10));
   auto o = small_options(data);
   o.max_steps = 3;
   runtime::Trainer fused(tricky, o);
@@ -302,6 +388,45 @@ TEST(Trainer, EmaValidationRuns) {
   EXPECT_LE(h[0].ema_val_top1, 1.0);
 }
 
+// The EMA after three steps against the weights each step left, averaged on the host with the warm-up decay
+// min(decay, (1 + t) / (10 + t)) of step t.
+TEST(Trainer, EmaIsTheWarmedUpAverageOfTheWeightsEachStepLeft) {
+  const std::string data = synthetic(300, 100);
+  auto o = small_options(data);
+  o.ema = true;
+  o.ema_decay = 0.9;
+  o.validate = false;
+  std::string wname;
+  std::vector<std::vector<float>> w;  // w[t]: the master after t steps
+  for (int t = 0; t <= 3; ++t) {
+    o.max_steps = t;
+    runtime::Trainer tr(bp::zoo_model("fmnist_cnn"), o);
+    if (t > 0) tr.run();
+    if (wname.empty())
+      for (const DTensor& d : tr.plan().plan(plan::Variant::TRAIN_BASE).tensors())
+        if (d.region == Region::W_DEEP_CONV) {
+          wname = d.name;
+          break;
+        }
+    ASSERT_FALSE(wname.empty());
+    w.push_back(tr.tensor_values(wname));
+    if (t == 3) {
+      std::vector<double> e(w[0].begin(), w[0].end());  // the EMA starts at the initial weights
+      for (int k = 1; k <= 3; ++k) {
+        const double d = static_cast<float>(std::min(0.9, (1.0 + k) / (10.0 + k)));
+        for (std::size_t i = 0; i < e.size(); ++i) e[i] = d * e[i] + (1.0 - d) * w[k][i];
+      }
+      const std::vector<float> got = tr.tensor_values(wname + ".ema");
+      ASSERT_EQ(got.size(), e.size());
+      double worst = 0;
+      for (std::size_t i = 0; i < e.size(); ++i)
+        worst = std::max(worst, std::abs(got[i] - e[i]) / (1e-3 + std::abs(e[i])));
+      EXPECT_LT(worst, 1e-5) << wname;
+      EXPECT_NE(got, w[3]);  // an average, not the last weights
+    }
+  }
+}
+
 TEST(Trainer, EveryOptimizerTrains) {
   const std::string data = synthetic(1024, 256);
   for (auto k : {plan::OptimizerKind::SGD, plan::OptimizerKind::MOMENTUM, plan::OptimizerKind::ADAM,
@@ -309,8 +434,8 @@ TEST(Trainer, EveryOptimizerTrains) {
     auto o = small_options(data);
     o.optimizer = k;
     o.lr = (k == plan::OptimizerKind::ADAM || k == plan::OptimizerKind::ADAMW) ? 1e-3
-           : k == plan::OptimizerKind::LARS                                       ? 1.0
-                                                                                  : 0.01;
+           : k == plan::OptimizerKind::LARS                                    ? 1.0
+                                                                               : 0.01;
     o.epochs = 2;
     runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
     const auto h = t.run();

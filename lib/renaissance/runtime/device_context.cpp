@@ -42,6 +42,16 @@ void DeviceContext::download_at(const std::byte* src, void* dst, std::int64_t by
 #endif
 }
 
+void DeviceContext::fill_at(std::byte* dst, int value, std::int64_t bytes) const {
+  if (m_backend == Backend::CPU) {
+    std::memset(dst, value, static_cast<std::size_t>(bytes));
+    return;
+  }
+#ifdef RENAISSANCE_HAVE_CUDA
+  cuda::fill_device(dst, value, bytes);
+#endif
+}
+
 RangeView DeviceContext::range(RegionRange r, plan::Variant v) const {
   const plan::MemoryPlan& mp = m_plan.plan(v);
   const plan::ByteRange b = mp.resolve_region_bounds(r);

@@ -56,6 +56,8 @@ class DeviceContext {
   void download(TensorId id, void* dst, std::int64_t bytes) const { download_at(ptr_at(id), dst, bytes); }
   void upload_at(std::byte* dst, const void* src, std::int64_t bytes) const;
   void download_at(const std::byte* src, void* dst, std::int64_t bytes) const;
+  /// Sets `bytes` bytes at `dst` (in the arena) to `value`, synchronously.
+  void fill_at(std::byte* dst, int value, std::int64_t bytes) const;
   std::byte* base() const { return m_base; }
   RangeView range(RegionRange r, plan::Variant v) const;
 

@@ -92,8 +92,10 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   }
   log0(I.setup_cache());
   const double t_init = now_s();
+  if (opts.debug_arena_fill >= 0) I.ctx.fill_at(I.arena.base(), opts.debug_arena_fill & 0xFF, I.arena.bytes());
   I.init_weights();
   I.startup.init_s = now_s() - t_init;
+  if (!opts.debug_poison_families.empty()) I.poison_families(opts.debug_poison_families);
   try {
     m_impl->model_yaml = blueprint::blueprint_to_yaml(model);  // recorded in checkpoints
   } catch (const std::exception&) {
@@ -183,6 +185,10 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.last_lr = lr;
       I.hyper[plan::kHyperLr] = static_cast<float>(lr);
       I.hyper[plan::kHyperStep] = static_cast<float>(m_step + 1);
+      // EMA warm-up (TensorFlow's num_updates): min(decay, (1 + t) / (10 + t)) at step t, so a short run's average
+      // is not dominated by the initial weights (0.999^1000 still gives them 37 %).
+      I.hyper[plan::kHyperEmaDecay] = static_cast<float>(
+          std::min(o.ema_decay, (1.0 + static_cast<double>(m_step + 1)) / (10.0 + static_cast<double>(m_step + 1))));
       I.push_hyper_async(s);
       if (o.comm) o.comm->set_step(m_step + 1);
       if (I.step(v, s, true) && !o.amp && o.backend == Backend::CPU)

@@ -20,7 +20,7 @@
 namespace renaissance::io {
 class DatasetFile;
 enum class Split;
-}
+}  // namespace renaissance::io
 
 namespace renaissance::runtime {
 
@@ -72,6 +72,12 @@ struct TrainOptions {
   /// BN statistics, optimizer state and losses bit for bit. Off: non-deterministic cuDNN engines and cuBLASLt
   /// reductions are admitted where they are faster (ExecEnv::deterministic).
   bool deterministic = true;
+  /// Tests only: a byte written over the whole arena after start-up (engine timing, warm-up runs) and before the
+  /// weights are initialised (-1: none). Initialisation zeroes the arena first, so no value may change a run.
+  int debug_arena_fill = -1;
+  /// Tests only: region families (names of RegionFamily: "F,S,T,I", ...) whose tensors are filled with 0xFF bytes
+  /// (NaN in FP16/FP32) after initialisation, to find what a step reads before it writes.
+  std::string debug_poison_families;
   /// GPU: the file of convolution engine choices (engine_cache_file.h): loaded before the engines are chosen, new
   /// choices saved after, so a second start-up times nothing and chooses the same engines. Empty: none.
   std::string engine_cache;
@@ -99,15 +105,15 @@ struct TrainOptions {
 };
 
 struct EpochMetrics {
-  std::int64_t epoch = 0;        ///< 1-based
-  std::int64_t step = 0;         ///< optimizer steps so far
+  std::int64_t epoch = 0;  ///< 1-based
+  std::int64_t step = 0;   ///< optimizer steps so far
   std::int64_t train_samples = 0;
   double train_loss = 0, train_top1 = 0;
   double val_loss = 0, val_top1 = 0, val_top5 = 0;
-  double ema_val_top1 = -1;      ///< -1 without EMA
-  double images_per_s = 0;       ///< training throughput of the epoch
+  double ema_val_top1 = -1;  ///< -1 without EMA
+  double images_per_s = 0;   ///< training throughput of the epoch
   double seconds = 0;
-  double lr = 0;                 ///< at the last step of the epoch
+  double lr = 0;  ///< at the last step of the epoch
   double loss_scale = 0;
 };
 

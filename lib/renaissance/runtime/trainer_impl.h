@@ -372,16 +372,25 @@ struct Trainer::Impl {
     return v;
   }
 
-  /// Deterministic initialisation keyed by (seed, tensor id): torchvision's choices.
+  /// Deterministic initialisation keyed by (seed, the weight's ordinal among the plan's master weights):
+  /// torchvision's choices. Not by tensor id: options that add tensors beside the weights (--ema, the optimizer's
+  /// moments, AMP's FP16 copies) shift the ids, and the same seed must give the same initial weights whatever they are.
   void init_weights() {
     const plan::MemoryPlan& mp = plan.plan(Variant::TRAIN_BASE);
+    std::uint64_t ordinal = 0;  // of the master weights (family W), in plan order
+    // The whole arena starts at zero, whatever start-up left in it. On a GPU every subgraph ran once before its
+    // capture (on whatever the arena held then: the softmax gradient of zero logits reaches the FC bias) and the
+    // engine timing ran the convolutions on the layers' own tensors; a run whose engines came from the cache times
+    // nothing. Without this, bytes a step reads before it writes (padding lanes, accumulators) would differ between
+    // such runs (issue 11: two AMP trainings in one process differed from the first step's loss on).
+    ctx.fill_at(arena.base(), 0, static_cast<std::int64_t>(arena.bytes()));
     for (const DTensor& t : mp.tensors()) {
       const RegionFamily f = region_family(t.region);
       if (f != RegionFamily::W && f != RegionFamily::B) continue;
       const std::int64_t n = t.shape.elems();
       std::vector<float> host(static_cast<std::size_t>(n));
       float* w = host.data();
-      PhiloxStream rng(opt.seed, static_cast<std::uint64_t>(t.id), kPurposeInit);
+      PhiloxStream rng(opt.seed, f == RegionFamily::W ? ordinal++ : ~std::uint64_t{0}, kPurposeInit);
       switch (t.region) {
         case Region::W_FIRST_CONV:
         case Region::W_DEEP_CONV: {
@@ -409,21 +418,7 @@ struct Trainer::Impl {
       }
       ctx.upload(t.id, host.data(), n * static_cast<std::int64_t>(sizeof(float)));
     }
-    // Optimizer state and gradients start at zero. The arena was zeroed at creation, but on a GPU every subgraph ran
-    // once at start-up (the warm-up before its capture, on whatever the arena held then: the softmax gradient of zero
-    // logits reaches the FC bias), so the moments are reset here, not assumed.
-    {
-      std::vector<std::byte> zeros;
-      for (const DTensor& t : mp.tensors()) {
-        const RegionFamily f = region_family(t.region);
-        if (f != RegionFamily::M && f != RegionFamily::V && f != RegionFamily::N && f != RegionFamily::G &&
-            f != RegionFamily::G16)
-          continue;
-        const auto bytes = static_cast<std::size_t>(t.shape.elems()) * dtype_size(t.dtype);
-        if (zeros.size() < bytes) zeros.assign(bytes, std::byte{0});
-        ctx.upload(t.id, zeros.data(), static_cast<std::int64_t>(bytes));
-      }
-    }
+    // Optimizer state, gradients, features and scratch stay at the zero written above.
     // EMA starts at the initial weights.
     if (opt.ema) {
       const plan::ByteRange wr = mp.resolve_region_bounds({Region::W_BN_BIAS, Region::W_DEEP_CONV});
@@ -455,6 +450,22 @@ struct Trainer::Impl {
     if (opt.amp) replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
     replay(Variant::TRAIN_BASE, GraphId::CLEAR_METRICS);
     session->synchronize();
+  }
+
+  /// TrainOptions::debug_poison_families: 0xFF over every tensor of the listed region families.
+  void poison_families(const std::string& list) {
+    static const char* const names[] = {"B", "W", "E", "A", "G", "R", "G16", "M", "V", "N", "I", "F", "S", "T"};
+    std::vector<std::string> want;
+    for (std::size_t a = 0; a <= list.size();) {
+      const std::size_t b = std::min(list.find(',', a), list.size());
+      if (b > a) want.push_back(list.substr(a, b - a));
+      a = b + 1;
+    }
+    for (const DTensor& t : plan.plan(Variant::TRAIN_BASE).tensors()) {
+      const std::string f = names[static_cast<int>(region_family(t.region))];
+      if (std::find(want.begin(), want.end(), f) == want.end()) continue;
+      ctx.fill_at(ctx.ptr_at(t.id), 0xFF, t.shape.elems() * static_cast<std::int64_t>(dtype_size(t.dtype)));
+    }
   }
 
   /// Writes one loaded batch into staging buffer `s` in the arena's layout (labels, normalised data).
