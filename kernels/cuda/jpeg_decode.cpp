@@ -163,6 +163,17 @@ void JpegDecoder::decode(int n, const std::uint8_t* const* data, const std::size
   // destination).
   std::vector<int> to_hw, to_def;
   for (int i = 0; i < n; ++i) {
+    // A stream without its end-of-image marker is truncated (libjpeg-turbo, and so the CPU path, refuses it; nvJPEG,
+    // the hardware engines above all, may decode what is there without a word).
+    bool eoi = false;
+    for (std::size_t k = sizes[i] >= 2 ? sizes[i] - 2 : 0; sizes[i] >= 2 && !eoi; --k) {
+      eoi = data[i][k] == 0xFF && data[i][k + 1] == 0xD9;
+      if (k == 0 || sizes[i] - k > 64) break;  // trailing bytes after the marker: at most 64
+    }
+    if (!eoi) {
+      fail(i, "no end-of-image marker: the stream is truncated");
+      continue;
+    }
     int h = 0, w = 0, nc = 0;
     if (!image_info(data[i], sizes[i], &h, &w, &nc)) {
       fail(i, "nvJPEG cannot parse its header");

@@ -205,7 +205,7 @@ void GpuJpegInput::decode_render(const io::EncodedBatch& b, io::Split split, con
                               g.box_h, g.box_w, g.virt_h, g.virt_w, taps, cuda::kMaxTaps),
                   sample_name(m_path, split, indices, i),
                   "--decode cpu renders it on the host; or import the store with a smaller --max-side");
-    max_taps = std::max(max_taps, taps);
+    max_taps = std::max(max_taps, std::min(taps + 2, cuda::kMaxTaps));  // the device cache's margin
     max_h = std::max<std::int64_t>(max_h, ih);
     std::int32_t* e = tab + K * i;
     e[0] = static_cast<std::int32_t>(i);
