@@ -2,7 +2,7 @@
 // Built only when CMake found nvJPEG (RENAISSANCE_HAVE_NVJPEG); no CUDA or nvJPEG types here: the runtime calls it.
 //
 // One decoder holds two nvJPEG handles: the hardware decoder (NVJPEG_BACKEND_HARDWARE, the A100/H100/H200 JPEG
-// engines) when the GPU has one, and the default backend (GPU_HYBRID/HYBRID, chosen by nvJPEG) for the images the
+// engines) when the GPU has one, and NVJPEG_BACKEND_GPU_HYBRID (else NVJPEG_BACKEND_DEFAULT) for the images the
 // hardware cannot take (progressive, 4:1:0/4:1:1, ...) and on GPUs without it. Images are decoded to interleaved RGB
 // (3-channel stores) or to luma (1-channel stores), each at its own offset of one device buffer, pitch width x
 // channels.
@@ -30,7 +30,7 @@ class JpegDecoder {
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
-  /// "hardware" (the batch goes to the JPEG engines, the rest to the default backend) or "default".
+  /// "hardware, GPU-hybrid for the rest" (the JPEG engines take what they can), "GPU-hybrid" or "default".
   const char* backend() const;
 
   /// The size nvJPEG reads from the header (nvjpegGetImageInfo); false when it cannot parse it.

@@ -4,8 +4,10 @@
 // Pillow, nvJPEG or a GPU they skip, saying which.
 //
 // Tolerances (docs/input-pipeline.md): nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's, so decoded
-// pixels may differ by a few levels: mean |diff| <= 1.5 levels and the 99.9th percentile <= 16 levels per image,
-// max <= 64 (hard colour edges in 4:2:0 chroma). Given the same decoded pixels the GPU render equals the CPU's
+// pixels may differ by a few levels: mean |diff| <= 2 levels and the 99th percentile <= 24 levels per image (hard
+// colour edges in 4:2:0 chroma differ most; the maximum is printed, not bounded). A wrong decode (channels swapped,
+// a wrong pitch, another image) is off by tens of levels on average. First guesses: tighten them with the figures
+// the tests print on the GPU. Given the same decoded pixels the GPU render equals the CPU's
 // io::render_sample + normalize_images bit for bit (checked here on the decoded batch itself).
 #include "gpu_models.h"
 
@@ -113,7 +115,7 @@ io::EncodedBatch batch_of(const std::vector<const Case*>& ks) {
 
 struct Diff {
   double mean = 0;
-  int p999 = 0, max = 0;
+  int p99 = 0, max = 0;
 };
 Diff diff(const std::uint8_t* a, const std::uint8_t* b, std::size_t n) {
   std::vector<int> hist(256, 0);
@@ -126,22 +128,25 @@ Diff diff(const std::uint8_t* a, const std::uint8_t* b, std::size_t n) {
   Diff r;
   r.mean = sum / static_cast<double>(std::max<std::size_t>(n, 1));
   std::size_t seen = 0;
+  bool found = false;
   for (int d = 0; d < 256; ++d) {
     seen += static_cast<std::size_t>(hist[static_cast<std::size_t>(d)]);
     if (hist[static_cast<std::size_t>(d)]) r.max = d;
-    if (r.p999 == 0 && static_cast<double>(seen) >= 0.999 * static_cast<double>(n)) r.p999 = std::max(d, 0);
+    if (!found && static_cast<double>(seen) >= 0.99 * static_cast<double>(n)) {
+      r.p99 = d;
+      found = true;
+    }
   }
   return r;
 }
 
 void expect_close_to_pillow(const Case& k, const std::uint8_t* got) {
   const Diff d = diff(got, k.ref.data(), k.ref.size());
-  EXPECT_LE(d.mean, 1.5) << k.name;
-  EXPECT_LE(d.p999, 16) << k.name;
-  EXPECT_LE(d.max, 64) << k.name;
-  std::printf("[ decode ] %-22s %4lldx%-4lld x%lld: mean |nvJPEG - Pillow| %.3f levels, 99.9%% <= %d, max %d\n",
+  EXPECT_LE(d.mean, 2.0) << k.name;
+  EXPECT_LE(d.p99, 24) << k.name;
+  std::printf("[ decode ] %-22s %4lldx%-4lld x%lld: mean |nvJPEG - Pillow| %.3f levels, 99%% <= %d, max %d\n",
               k.name.c_str(), static_cast<long long>(k.w), static_cast<long long>(k.h), static_cast<long long>(k.c),
-              d.mean, d.p999, d.max);
+              d.mean, d.p99, d.max);
 }
 
 std::vector<std::uint8_t> download_decoded(const runtime::GpuJpegInput& in, std::size_t i, std::int64_t bytes) {
@@ -168,7 +173,7 @@ TEST_F(GpuJpeg, BatchedDecodeMatchesPillow) {
   }
   EXPECT_EQ(in.cpu_fallbacks(), 0);
   EXPECT_EQ(in.hardware_images() + in.default_images(), 2 * static_cast<std::int64_t>(rgb.size()));
-  if (std::string(in.backend()) == "hardware") {
+  if (std::string(in.backend()).rfind("hardware", 0) == 0) {
     EXPECT_GE(in.default_images(), 2) << "the progressive JPEG";
   }
   // Grey: a one-component JPEG decoded to its luma.
@@ -230,8 +235,8 @@ TEST_F(GpuJpeg, DecodeAndRenderMatchTheCpuPath) {
         io::render_sample(k.ref.data(), k.h, k.w, 3, geom[static_cast<std::size_t>(i)], spec, pil_rendered.data(),
                           scratch);
         const Diff dd = diff(rendered.data(), pil_rendered.data(), rendered.size());
-        EXPECT_LE(dd.mean, 1.5) << k.name;
-        EXPECT_LE(dd.max, 64) << k.name;
+        EXPECT_LE(dd.mean, 2.0) << k.name;
+        EXPECT_LE(dd.p99, 24) << k.name;
       }
       cuda::device_free(d_data);
       cuda::device_free(d_labels);

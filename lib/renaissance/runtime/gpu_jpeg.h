@@ -48,7 +48,7 @@ class GpuJpegInput {
   GpuJpegInput(const GpuJpegInput&) = delete;
   GpuJpegInput& operator=(const GpuJpegInput&) = delete;
 
-  /// "hardware" or "default" (nvJPEG's backend for batches).
+  /// nvJPEG's backends: "hardware, GPU-hybrid for the rest", "GPU-hybrid" or "default".
   const char* backend() const;
 
   struct Dest {

@@ -513,9 +513,9 @@ std::string Trainer::Impl::setup_jpeg() {
   const double t0 = now_s();
   jpeg = std::make_unique<GpuJpegInput>(data.channels(), data.path());
   return fmt::format(
-      "JPEG decode: on the GPU, nvJPEG batched ({} backend{}), crop/resample/flip/normalise on the GPU; images "
+      "JPEG decode: on the GPU, nvJPEG batched (backends: {}), crop/resample/flip/normalise on the GPU; images "
       "nvJPEG cannot decode go to {} ({:.2f} s to start)",
-      jpeg->backend(), std::string(jpeg->backend()) == "hardware" ? ": the JPEG engines, the rest GPU-hybrid" : "",
+      jpeg->backend(),
       io::have_jpeg_codec() ? "libjpeg-turbo, counted" : "an error (no libjpeg-turbo in this build)", now_s() - t0);
 }
 
