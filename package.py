@@ -84,7 +84,7 @@ class Renaissance(CMakePackage, CudaPackage):
     depends_on("googletest", type="test")
 
     depends_on("cuda@12:", when="+cuda")
-    # nvJPEG (JPEG stores decoded on the GPU) ships with the CUDA toolkit (include/nvjpeg.h, libnvjpeg).
+    # nvJPEG (JPEG stores decoded on the GPU, +nvjpeg) ships with the CUDA toolkit (libnvjpeg).
     depends_on("cudnn@9:", when="+cuda")
     depends_on("nccl", when="+cuda")
     # cudnn-frontend (header-only C++ over cuDNN's graph API, the convolutions) has no Spack
