@@ -42,6 +42,12 @@ class Renaissance(CMakePackage, CudaPackage):
     variant("openblas", default=False, description="Offer OpenBLAS as a CPU GEMM backend")
     variant("onednn", default=False, description="oneDNN 2.x primitives for CPU convolutions")
     variant("images", default=True, description="JPEG/PNG import, JPEG stores (turbojpeg, png)")
+    variant(
+        "nvjpeg",
+        default=True,
+        when="+cuda",
+        description="Decode JPEG stores on the GPU with nvJPEG (the CUDA toolkit's libnvjpeg)",
+    )
 
     # No generator() line: CMakePackage's default (Unix Makefiles) keeps Ninja, and the Python
     # build that Spack's ninja package drags in, out of the DAG.
@@ -78,6 +84,7 @@ class Renaissance(CMakePackage, CudaPackage):
     depends_on("googletest", type="test")
 
     depends_on("cuda@12:", when="+cuda")
+    # nvJPEG (JPEG stores decoded on the GPU, +nvjpeg) ships with the CUDA toolkit (libnvjpeg).
     depends_on("cudnn@9:", when="+cuda")
     depends_on("nccl", when="+cuda")
     # cudnn-frontend (header-only C++ over cuDNN's graph API, the convolutions) has no Spack
@@ -115,6 +122,11 @@ class Renaissance(CMakePackage, CudaPackage):
             args.append(self.define("CUDAToolkit_ROOT", spec["cuda"].prefix))
             frontend = join_path(self.stage.source_path, "cudnn-frontend")
             args.append(self.define("CUDNN_FRONTEND_ROOT", frontend))
+            args.append(self.define("RENAISSANCE_NVJPEG", spec.satisfies("+nvjpeg")))
+            if spec.satisfies("+nvjpeg"):
+                args.append(self.define("NVJPEG_ROOT", spec["cuda"].prefix))
+        else:
+            args.append(self.define("RENAISSANCE_NVJPEG", False))
         return args
 
     def check(self):

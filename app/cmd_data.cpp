@@ -5,6 +5,7 @@
 #include <renaissance/core/paths.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
+#include <renaissance/runtime/gpu_jpeg.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -400,6 +401,64 @@ void register_data_command(CLI::App& app) {
   insp->add_flag("--json", iargs->json, "Machine-readable output");
   insp->add_flag("--quick", iargs->quick, "Skip reading every image chunk (no checksum verification)");
   insp->callback([iargs] { inspect(iargs->file, iargs->json, iargs->quick); });
+
+  struct BenchDecodeArgs {
+    std::string file, crop = "random-resized";
+    runtime::JpegBenchOptions o;
+    bool no_hardware = false, json = false;
+  };
+  auto bargs = std::make_shared<BenchDecodeArgs>();
+  CLI::App* bd = data->add_subcommand(
+      "bench-decode",
+      "GPU: img/s of a JPEG store's train split read alone, read + nvJPEG decode, and read + decode + "
+      "render (crop, resample, flip, normalise to FP16)");
+  bd->add_option("STORE", bargs->file, "A JPEG store (data import folder --store jpeg)")->required();
+  bd->add_option("--batch", bargs->o.batch, "Images per nvJPEG batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  bd->add_option("--images", bargs->o.images, "Images of the train split to use (0: all)")->capture_default_str();
+  bd->add_option("--size", bargs->o.size, "The rendered size (square)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  bd->add_option("--crop", bargs->crop, "The render's crop")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"random-resized", "center"}));
+  bd->add_option("--passes", bargs->o.passes, "Timed passes of each kind (the best is reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  bd->add_option("--loader-threads", bargs->o.loader_threads, "Threads reading the store")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  bd->add_flag("--no-hardware", bargs->no_hardware, "nvJPEG's default backend only (not the JPEG engines)");
+  bd->add_flag("--json", bargs->json, "Machine-readable output");
+  bd->callback([bargs] {
+    bargs->o.crop = io::parse_crop_mode(bargs->crop);
+    bargs->o.prefer_hardware = !bargs->no_hardware;
+    const io::DatasetFile f(bargs->file);
+    const runtime::JpegBenchResult r = runtime::bench_jpeg_decode(f, bargs->o);
+    if (bargs->json) {
+      std::printf(
+          "{\"store\": \"%s\", \"backend\": \"%s\", \"images\": %lld, \"encoded_mib\": %.1f, \"batch\": %lld, "
+          "\"size\": %lld, \"read_img_s\": %.0f, \"decode_img_s\": %.0f, \"decode_render_img_s\": %.0f, "
+          "\"hardware_images\": %lld, \"default_images\": %lld, \"cpu_fallbacks\": %lld}\n",
+          json_escape(bargs->file).c_str(), r.backend.c_str(), static_cast<long long>(r.images), r.encoded_mib,
+          static_cast<long long>(bargs->o.batch), static_cast<long long>(bargs->o.size), r.read_per_s, r.decode_per_s,
+          r.render_per_s, static_cast<long long>(r.hardware_images), static_cast<long long>(r.default_images),
+          static_cast<long long>(r.cpu_fallbacks));
+      return;
+    }
+    std::printf("%s: %lld images (%.1f MiB of JPEG), batches of %lld, nvJPEG backend: %s\n", bargs->file.c_str(),
+                static_cast<long long>(r.images), r.encoded_mib, static_cast<long long>(bargs->o.batch),
+                r.backend.c_str());
+    std::printf("  read alone:                    %10.0f img/s\n", r.read_per_s);
+    std::printf("  read + nvJPEG decode:          %10.0f img/s\n", r.decode_per_s);
+    std::printf("  read + decode + render %lldx%lld: %7.0f img/s (%s, flip, FP16)\n",
+                static_cast<long long>(bargs->o.size), static_cast<long long>(bargs->o.size), r.render_per_s,
+                bargs->crop.c_str());
+    std::printf("  decoded by the JPEG engines: %lld, by the default backend: %lld, on the CPU: %lld (all passes)\n",
+                static_cast<long long>(r.hardware_images), static_cast<long long>(r.default_images),
+                static_cast<long long>(r.cpu_fallbacks));
+  });
 }
 
 }  // namespace renaissance::app

@@ -54,6 +54,7 @@ struct TrainCli {
   bool no_validate = false;
   std::string crop = "none";
   std::string data_cache = "auto";
+  std::string decode = "auto";
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
   double comm_timeout = 0;
@@ -149,6 +150,7 @@ void run_train(TrainCli& c) {
   c.t.augmentation.horizontal_flip = !c.no_flip;
   c.t.augmentation.crop = io::parse_crop_mode(c.crop);
   c.t.data_cache = runtime::parse_data_cache(c.data_cache);
+  c.t.decode = runtime::parse_decode(c.decode);
   {
     const auto [smin, smax] = parse_range(c.crop_scale, "--crop-scale");
     const auto [rmin, rmax] = parse_range(c.crop_ratio, "--crop-ratio");
@@ -383,6 +385,12 @@ void register_train_command(CLI::App& app) {
                   "off: the host loader)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "off", "on"}));
+  cmd->add_option("--decode", c->decode,
+                  "JPEG stores: where to decode (gpu: nvJPEG batched decode, then crop/resample/flip/normalise on "
+                  "the GPU; cpu: libjpeg-turbo on the loader threads; auto: gpu on the CUDA backend when the build "
+                  "has nvJPEG)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   cmd->add_option("--start-resolution", c->t.start_resolution,
                   "Progressive resize: train the first epochs at this size");
   cmd->add_option("--lowres-epochs", c->t.lowres_epochs, "Progressive resize: epochs at --start-resolution");

@@ -101,6 +101,13 @@ install(TARGETS ${_rn_export_targets}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
+# nvJPEG from outside the toolkit (.deps/nvjpeg, NVJPEG_ROOT) is on no loader path: the installed CLI finds it by RUNPATH.
+if(RENAISSANCE_HAVE_NVJPEG)
+  get_filename_component(_rn_nvjpeg_dir "${RENAISSANCE_NVJPEG_LIBRARY}" DIRECTORY)
+  if(NOT _rn_nvjpeg_dir IN_LIST CUDAToolkit_LIBRARY_DIR)
+    set_property(TARGET renaissance_cli APPEND PROPERTY INSTALL_RPATH "${_rn_nvjpeg_dir}")
+  endif()
+endif()
 install(TARGETS renaissance_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # ---- headers: include/renaissance/..., include/kernels/{cpu,cuda} -------------------------------

@@ -110,11 +110,13 @@ template <bool F16>
 __global__ void render_kernel(const std::uint8_t* __restrict__ images, int h, int w, int c,
                               const std::int32_t* __restrict__ labels, const std::int32_t* __restrict__ table,
                               const std::int32_t* __restrict__ cursor, std::int64_t batch, int out_h, int out_w,
-                              int taps, std::uint8_t* __restrict__ scratch, Consts k, void* __restrict__ out, int out_c,
-                              std::int32_t* __restrict__ out_labels) {
+                              int taps, std::uint8_t* __restrict__ scratch, std::int64_t scratch_stride, Consts k,
+                              void* __restrict__ out, int out_c, std::int32_t* __restrict__ out_labels,
+                              const std::int64_t* __restrict__ sources) {
   extern __shared__ int smem[];
   const int n = blockIdx.x;
-  const std::int32_t* e = table + kGatherTableInts * (static_cast<std::int64_t>(*cursor) * batch + n);
+  const std::int64_t cur = cursor ? static_cast<std::int64_t>(*cursor) : 0;
+  const std::int32_t* e = table + kGatherTableInts * (cur * batch + n);
   const int idx = e[0], box_y = e[1], box_x = e[2], box_h = e[3], box_w = e[4], virt_h = e[5], virt_w = e[6];
   const int top = e[7], left = e[8], dy = e[9], dx = e[10], flip = e[11];
   if (threadIdx.x == 0) out_labels[n] = labels[idx];
@@ -136,7 +138,12 @@ __global__ void render_kernel(const std::uint8_t* __restrict__ images, int h, in
       table_entry(box_h, virt_h, yy, t, t + 2);
     }
   __syncthreads();
+  // The sample's image: the idx-th of the store's (all h x w), or a decoded JPEG of its own size (sources).
   const std::uint8_t* img = images + static_cast<std::int64_t>(idx) * h * w * c;
+  if (sources) {
+    img = images + sources[3 * n];
+    w = static_cast<int>(sources[3 * n + 2]);
+  }
   const std::int64_t row = static_cast<std::int64_t>(w) * c;
   // The box rows the vertical pass reads (the vertical table's bounds are monotonic).
   int first = vy0, last = vy1;
@@ -144,7 +151,7 @@ __global__ void render_kernel(const std::uint8_t* __restrict__ images, int h, in
     first = ytab[0];
     last = ytab[(vy1 - 1 - vy0) * stride] + ytab[(vy1 - 1 - vy0) * stride + 1];
   }
-  std::uint8_t* tmp = scratch + static_cast<std::int64_t>(n) * h * out_w * c;
+  std::uint8_t* tmp = scratch + static_cast<std::int64_t>(n) * scratch_stride;
   if (need_h) {
     const int per_row = ncols * c;
     const std::int64_t work = static_cast<std::int64_t>(last - first) * per_row;
@@ -229,8 +236,9 @@ void gather_normalize(const GatherParams& p, StreamHandle stream) {
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     kernel<<<static_cast<unsigned>(p.count), 256, smem, s>>>(
         p.images, static_cast<int>(p.h), static_cast<int>(p.w), static_cast<int>(p.c), p.labels, p.table, p.cursor,
-        p.batch, static_cast<int>(p.out_h), static_cast<int>(p.out_w), p.max_taps, p.scratch, k, p.out,
-        static_cast<int>(p.out_c), p.out_labels);
+        p.batch, static_cast<int>(p.out_h), static_cast<int>(p.out_w), p.max_taps, p.scratch,
+        p.scratch_stride > 0 ? p.scratch_stride : p.h * p.out_w * p.c, k, p.out, static_cast<int>(p.out_c),
+        p.out_labels, p.sources);
   };
   if (p.out_f16)
     launch(render_kernel<true>);

@@ -23,7 +23,7 @@ struct GatherParams {
   std::int64_t h = 0, w = 0, c = 0;
   const std::int32_t* labels = nullptr;  ///< [n] on the device
   const std::int32_t* table = nullptr;   ///< [pass samples, kGatherTableInts] on the device
-  const std::int32_t* cursor = nullptr;  ///< the pass's batch counter on the device
+  const std::int32_t* cursor = nullptr;  ///< the pass's batch counter on the device (nullptr: batch 0)
   std::int64_t batch = 0, count = 0;
   std::int64_t out_h = 0, out_w = 0;  ///< the rendered size
   /// false: every box is the whole image and every virtual size the image's (shift and flip only, one thread a
@@ -31,6 +31,11 @@ struct GatherParams {
   bool resample = false;
   int max_taps = 0;                 ///< resample: the longest filter of the pass (2 ceil(scale) + 1), <= kMaxTaps
   std::uint8_t* scratch = nullptr;  ///< resample: [batch, h, out_w, c] bytes (the horizontal pass' rows)
+  std::int64_t scratch_stride = 0;  ///< resample: bytes of scratch per sample (0: h * out_w * c)
+  /// Decoded JPEG batches (resample only): [count, 3] int64 on the device, sample n's image at byte offset
+  /// sources[3n] of `images`, sources[3n+1] x sources[3n+2] (h x w) x c; `cursor` may then be nullptr (the table
+  /// holds this batch only, entry n's stored index n: `labels` are the batch's).
+  const std::int64_t* sources = nullptr;
   float scale[16] = {}, bias[16] = {};
   void* out = nullptr;  ///< [count, out_h, out_w, out_c] FP32 or FP16
   bool out_f16 = false;

@@ -1,4 +1,6 @@
 // `renaissance train` and `renaissance eval` through the real executable, as a user runs them.
+#include <renaissance/io/dataset.h>
+#include <renaissance/io/image.h>
 #include <renaissance/io/importers.h>
 
 #include <gtest/gtest.h>
@@ -138,6 +140,49 @@ TEST(TrainCli, DataCacheOption) {
   const CliRun c = run("train --device cpu --data " + data + " --no-validate --config " + cfg.string());
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_NE(c.out.find("--data-cache on"), std::string::npos) << c.out;
+}
+
+// --decode (runtime/gpu_jpeg.h) on a JPEG store: cpu and auto train on the CPU backend (libjpeg-turbo, logged),
+// gpu stops with the reason and exit 1, an unknown value is the command line's error. `data bench-decode` refuses
+// a raw store and a missing file, naming them.
+TEST(TrainCli, DecodeOption) {
+  if (!renaissance::io::have_jpeg_codec()) GTEST_SKIP() << "no libturbojpeg in this build: no JPEG store to make";
+  const fs::path store = temp_dir() / "jpeg_store.h5";
+  {
+    renaissance::io::JpegStoreSpec spec;
+    spec.channels = 1;
+    renaissance::io::DatasetWriter w(store.string(), spec, 10);
+    std::vector<std::uint8_t> px(30 * 34);
+    for (int i = 0; i < 80; ++i) {
+      for (std::size_t k = 0; k < px.size(); ++k) px[k] = static_cast<std::uint8_t>((k * 7 + i * 13) % 251);
+      const std::vector<std::uint8_t> jpg = renaissance::io::encode_jpeg(px.data(), 30, 34, 1, 90, "test");
+      const auto split = i < 60 ? renaissance::io::Split::train : renaissance::io::Split::val;
+      w.append_encoded(split, jpg.data(), static_cast<std::int64_t>(jpg.size()), 30, 34, i % 10, px.data());
+    }
+    w.finish();
+  }
+  const std::string base =
+      "train --device cpu --model fmnist_cnn --data " + store.string() + " --max-steps 1 --batch 16 --no-validate";
+  const CliRun cpu = run(base + " --decode cpu");
+  EXPECT_EQ(cpu.code, 0) << cpu.out;
+  EXPECT_NE(cpu.out.find("JPEG decode: on the CPU"), std::string::npos) << cpu.out;
+  const CliRun aut = run(base + " --decode auto");
+  EXPECT_EQ(aut.code, 0) << aut.out;
+  const CliRun gpu = run(base + " --decode gpu");
+  EXPECT_EQ(gpu.code, 1) << gpu.out;
+  EXPECT_NE(gpu.out.find("--decode gpu"), std::string::npos) << gpu.out;
+  EXPECT_NE(gpu.out.find("not the CUDA backend"), std::string::npos) << gpu.out;
+  const CliRun bad = run(base + " --decode nvjpeg");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_LT(bad.code, 128);
+  EXPECT_NE(bad.out.find("--decode"), std::string::npos) << bad.out;
+  const CliRun raw = run("data bench-decode " + synthetic(28, 1));
+  EXPECT_EQ(raw.code, 1) << raw.out;
+  EXPECT_NE(raw.out.find("needs a JPEG store"), std::string::npos) << raw.out;
+  const CliRun missing = run("data bench-decode " + (temp_dir() / "none.h5").string());
+  EXPECT_NE(missing.code, 0);
+  EXPECT_LT(missing.code, 128);
+  EXPECT_NE(missing.out.find("none.h5"), std::string::npos) << missing.out;
 }
 
 TEST(TrainCli, EvalReproducesTheFinalValidation) {

@@ -22,18 +22,22 @@ BatchLoader::BatchLoader(const DatasetFile& file, Split split, std::int64_t batc
   const SplitInfo& info = file.info(split);
   m_out_h = m_options.out_h > 0 ? m_options.out_h : info.height;
   m_out_w = m_options.out_w > 0 ? m_options.out_w : info.width;
-  if (file.storage() == Storage::jpeg) {
+  RN_CHECK_CTX(!m_options.encoded || file.storage() == Storage::jpeg, ctx,
+               "undecoded batches (LoaderOptions::encoded) come from JPEG stores only");
+  if (m_options.encoded) {
+    m_sample_bytes = 0;
+  } else if (file.storage() == Storage::jpeg) {
     RN_CHECK_CTX(m_options.render, ctx, "a JPEG store's images differ in size: the loader needs a render (crop/resize)");
     RN_CHECK_CTX(m_options.out_h > 0 && m_options.out_w > 0, ctx, "a JPEG store needs the batch's image size");
     RN_CHECK_CTX(have_jpeg_codec(), file.path(),
                  "this build has no JPEG decoder (libturbojpeg) to read a JPEG store; rebuild with libturbojpeg0-dev "
                  "or import the images as a raw store (data import folder --store raw)");
   }
-  if (!m_options.render)
+  if (!m_options.render && !m_options.encoded)
     RN_CHECK_CTX(m_out_h == info.height && m_out_w == info.width, ctx,
                  "images of {}x{} requested from a split of {}x{} without a render", m_out_w, m_out_h, info.width,
                  info.height);
-  m_sample_bytes = m_out_h * m_out_w * file.channels();
+  m_sample_bytes = m_options.encoded ? 0 : m_out_h * m_out_w * file.channels();
   // Checked here rather than on the thread so that a bad order fails at the call that made it.
   const std::int64_t n = file.size(split);
   for (size_t i = 0; i < m_order.size(); ++i)
@@ -76,7 +80,11 @@ void BatchLoader::fill(int slot, std::int64_t batch) {
     else
       for (std::int64_t i = 0; i < count; ++i) fn(i);
   };
-  if (m_file.storage() == Storage::jpeg) {
+  if (m_options.encoded) {
+    m_file.read_encoded(m_split, idx, m_encoded_slot[slot]);
+    m_indices[slot] = idx;
+    std::copy(m_encoded_slot[slot].labels.begin(), m_encoded_slot[slot].labels.end(), m_labels[slot]);
+  } else if (m_file.storage() == Storage::jpeg) {
     m_file.read_encoded(m_split, idx, m_encoded);
     std::copy(m_encoded.labels.begin(), m_encoded.labels.end(), m_labels[slot]);
     each([&](std::int64_t i) {
@@ -145,13 +153,19 @@ std::optional<Batch> BatchLoader::next() {
   m_holding = true;
   ++m_consumed;
   const std::int64_t first = k * m_batch_size;
-  return Batch{m_images[slot],
-               m_labels[slot],
-               std::min<std::int64_t>(m_batch_size, static_cast<std::int64_t>(m_order.size()) - first),
-               k,
-               first,
-               m_out_h,
-               m_out_w};
+  Batch b{m_images[slot],
+          m_labels[slot],
+          std::min<std::int64_t>(m_batch_size, static_cast<std::int64_t>(m_order.size()) - first),
+          k,
+          first,
+          m_out_h,
+          m_out_w};
+  if (m_options.encoded) {
+    b.images = nullptr;
+    b.encoded = &m_encoded_slot[slot];
+    b.indices = m_indices[slot].data();
+  }
+  return b;
 }
 
 }  // namespace renaissance::io

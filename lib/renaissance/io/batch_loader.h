@@ -26,6 +26,10 @@ struct Batch {
   std::int64_t index = 0;           // batch number within the epoch
   std::int64_t first_position = 0;  // position in `order` of the first sample (= index * batch_size)
   std::int64_t height = 0, width = 0;  // of every image: the stored size, or LoaderOptions' out_h x out_w
+  /// LoaderOptions::encoded (JPEG stores decoded on the GPU): the batch's JPEG bytes, shapes and labels as read
+  /// (`images` is then nullptr, `labels` the encoded batch's); `indices` the samples' stored indices.
+  const EncodedBatch* encoded = nullptr;
+  const std::int64_t* indices = nullptr;
 };
 
 /// One sample as stored (raw stores) or decoded (JPEG stores), HWC uint8.
@@ -41,6 +45,9 @@ struct LoaderOptions {
   LoaderPool* pool = nullptr;          ///< where samples are decoded and rendered (nullptr: the loader's thread)
   std::int64_t out_h = 0, out_w = 0;   ///< the batch's image size (0: the stored size, raw stores only)
   SampleRender render;                 ///< empty: raw images are delivered as stored (JPEG stores need one)
+  /// JPEG stores only: deliver each batch's JPEG bytes undecoded (Batch::encoded; the GPU decodes them with
+  /// nvJPEG): no render, no decoder needed on the host. The loader thread still reads batch k+1 while batch k is used.
+  bool encoded = false;
 };
 
 /// Runs on the loader thread on each freshly read batch (augmentation). `first_position` is the position in the
@@ -89,6 +96,8 @@ class BatchLoader {
   std::int64_t m_sample_bytes = 0;  ///< of a delivered image
   std::vector<std::uint8_t> m_stored;  ///< raw stores with a render: the batch as stored
   EncodedBatch m_encoded;              ///< JPEG stores: the batch's JPEG bytes
+  EncodedBatch m_encoded_slot[2];      ///< LoaderOptions::encoded: per slot, delivered as they are
+  std::vector<std::int64_t> m_indices[2];
 
   std::vector<std::uint8_t> m_own_images[2];
   std::vector<std::int32_t> m_own_labels[2];

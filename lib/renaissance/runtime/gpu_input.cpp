@@ -42,7 +42,7 @@ DataCacheDecision decide_data_cache(const DataCacheRequest& r) {
   };
   if (r.mode == DataCacheMode::off) return no("--data-cache off");
   if (!r.gpu) return no("not the CUDA backend");
-  if (!r.raw_store) return no("a JPEG store (decoded on the host loader threads in this build)");
+  if (!r.raw_store) return no("a JPEG store (decoded batch by batch: --decode; the cache holds raw stores only)");
   if (r.progressive) return no("progressive resize (--start-resolution), which this build renders on the host");
   if (r.total_bytes >= 0) {
     const auto share = static_cast<std::int64_t>(kDataCacheShare * static_cast<double>(r.total_bytes));

@@ -41,7 +41,7 @@ inline constexpr std::int64_t kDataCacheHeadroom = std::int64_t(1) << 30;
 struct DataCacheRequest {
   DataCacheMode mode = DataCacheMode::automatic;
   bool gpu = false;          ///< the CUDA backend
-  bool raw_store = false;    ///< not a JPEG store (JPEG stores: decoded on the host in this build)
+  bool raw_store = false;    ///< not a JPEG store (JPEG stores are decoded batch by batch, gpu_jpeg.h)
   bool progressive = false;  ///< progressive resize (--start-resolution): its low-resolution variants
   std::int64_t bytes = 0;    ///< images, labels, pass tables and the resampling scratch
   std::int64_t free_bytes = -1, total_bytes = -1;  ///< the device's, after the arena (-1: unknown)

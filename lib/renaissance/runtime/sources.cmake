@@ -10,6 +10,7 @@ target_sources(renaissance_runtime PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/data_pipeline.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpu_input.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpu_jpeg.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_bench.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_checkpoint.cpp

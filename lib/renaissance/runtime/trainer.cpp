@@ -1,4 +1,5 @@
 // The Trainer: construction, the training loop, evaluation, tensor access, logits and the device cache.
+#include <renaissance/io/image.h>
 #include <renaissance/runtime/trainer_impl.h>
 
 namespace renaissance::runtime {
@@ -91,6 +92,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
                        I.startup.engines_legacy));
   }
   log0(I.setup_cache());
+  log0(I.setup_jpeg());
   const double t_init = now_s();
   if (opts.debug_arena_fill >= 0) I.ctx.fill_at(I.arena.base(), opts.debug_arena_fill & 0xFF, I.arena.bytes());
   I.init_weights();
@@ -176,6 +178,9 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.wait_slot(s);
       if (I.cache) {
         I.transfer_cached(io::Split::train, s, b->count);
+      } else if (I.jpeg) {
+        I.check_labels(*b);
+        I.transfer_jpeg(io::Split::train, s, *b, v, epoch, &positions);
       } else {
         I.check_labels(*b);
         I.stage(s, *b, v);
@@ -219,6 +224,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       if (m_step >= total_steps) break;
     }
     const double train_s = now_s() - t0;
+    I.log_jpeg_fallbacks();
     EpochMetrics m;
     m.epoch = epoch + 1;
     m.step = m_step;
@@ -287,6 +293,9 @@ EpochMetrics Trainer::evaluate(bool ema) {
     I.wait_slot(s);  // the batch two back is done with slot s
     if (I.cache) {
       I.transfer_cached(io::Split::val, s, b->count);
+    } else if (I.jpeg) {
+      I.check_labels(*b);
+      I.transfer_jpeg(io::Split::val, s, *b, v, 0, nullptr);
     } else {
       I.check_labels(*b);
       I.stage(s, *b, v);
@@ -370,7 +379,7 @@ std::vector<float> Trainer::logits(io::Split split, std::int64_t first, std::int
   std::vector<std::int64_t> range(static_cast<std::size_t>(count));
   std::iota(range.begin(), range.end(), first);
   io::BatchLoader loader(I.data, split, vb, std::move(range), {}, std::nullopt,
-                         I.loader_options(io::Split::val, vin.shape.h, vin.shape.w, 0, nullptr));
+                         I.loader_options(io::Split::val, vin.shape.h, vin.shape.w, 0, nullptr, true));
   std::vector<float> out(static_cast<std::size_t>(count * classes));
   const TensorView lv = I.ctx.view(I.plan.baseline.logits, v);
   RN_CHECK(lv.shape.n == vb && lv.shape.h * lv.shape.w * lv.shape.c == classes,
@@ -495,6 +504,69 @@ void Trainer::Impl::begin_cached_pass(io::Split split, const std::vector<std::in
     geom[p] = io::sample_geometry(spec, seed, e, positions ? (*positions)[p] : static_cast<std::int64_t>(p),
                                   img_h_stored(), img_w_stored());
   cache->begin_pass(split, order, &geom);
+}
+
+std::string Trainer::Impl::setup_jpeg() {
+  const bool gpu = opt.backend == Backend::CUDA;
+  const bool store = data.storage() == io::Storage::jpeg;
+  const DecodeDecision d = decide_decode(opt.decode, gpu, store, nvjpeg_in_build());
+  if (!d.gpu) {
+    if (!store) return std::string();
+    return fmt::format("JPEG decode: on the CPU, {} loader threads (libjpeg-turbo{})",
+                       opt.loader_threads > 0 ? opt.loader_threads : io::available_cpus(),
+                       gpu ? "; " + d.reason : std::string());
+  }
+  const double t0 = now_s();
+  jpeg = std::make_unique<GpuJpegInput>(data.channels(), data.path());
+  return fmt::format(
+      "JPEG decode: on the GPU, nvJPEG batched (backends: {}), crop/resample/flip/normalise on the GPU; images "
+      "nvJPEG cannot decode go to {} ({:.2f} s to start)",
+      jpeg->backend(),
+      io::have_jpeg_codec() ? "libjpeg-turbo, counted" : "an error (no libjpeg-turbo in this build)", now_s() - t0);
+}
+
+void Trainer::Impl::log_jpeg_fallbacks() {
+  if (!jpeg || jpeg->cpu_fallbacks() == jpeg_fallbacks_logged) return;
+  if (rank == 0)
+    spdlog::warn("JPEG decode: {} image(s) nvJPEG could not decode were decoded on the CPU so far (first: {})",
+                 jpeg->cpu_fallbacks(), jpeg->first_fallback());
+  jpeg_fallbacks_logged = jpeg->cpu_fallbacks();
+}
+
+void Trainer::Impl::transfer_jpeg(io::Split split, int s, const io::Batch& b, Variant v, std::int64_t epoch,
+                                  const std::vector<std::int64_t>* positions) {
+  RN_CHECK(b.encoded, "internal: a JPEG batch without its bytes");
+  const DTensor& dt = plan.plan(v).tensor(s == 0 ? plan.baseline.data_a : plan.baseline.data_b);
+  // The spec the host loader's render would use (loader_options): training, the run's crop (a JPEG store has no
+  // size of its own: none is the centre crop); validation, resize + centre crop.
+  io::AugmentSpec spec;
+  std::uint64_t seed = 0;
+  if (split == io::Split::train) {
+    spec = train_spec(opt.augmentation, dt.shape.h, dt.shape.w);
+    if (spec.crop == io::CropMode::none) spec.crop = io::CropMode::center;
+    seed = opt.seed;
+  } else {
+    spec = val_spec(opt.augmentation, dt.shape.h, dt.shape.w, false);
+    epoch = 0;
+  }
+  std::vector<io::SampleGeometry> geom(static_cast<std::size_t>(b.count));
+  for (std::int64_t i = 0; i < b.count; ++i) {
+    const std::int64_t p = b.first_position + i;
+    const std::int64_t key = positions ? (*positions)[static_cast<std::size_t>(p)] : p;
+    geom[static_cast<std::size_t>(i)] =
+        io::sample_geometry(spec, seed, epoch, key, b.encoded->heights[static_cast<std::size_t>(i)],
+                            b.encoded->widths[static_cast<std::size_t>(i)]);
+  }
+  GpuJpegInput::Dest d;
+  d.labels = ctx.ptr_at(s == 0 ? plan.baseline.labels_a : plan.baseline.labels_b);
+  d.data = ctx.ptr_at(s == 0 ? plan.baseline.data_a : plan.baseline.data_b);
+  d.dtype = dt.dtype;
+  d.channels = dt.shape.c;
+  d.out_h = dt.shape.h;
+  d.out_w = dt.shape.w;
+  session->transfer(env, s, [&] {
+    jpeg->decode_render(*b.encoded, split, b.indices, geom, d, data.mean().data(), data.stddev().data(), s, env.stream);
+  });
 }
 
 }  // namespace renaissance::runtime

@@ -7,6 +7,7 @@
 #include <renaissance/runtime/data_pipeline.h>
 #include <renaissance/runtime/executor.h>
 #include <renaissance/runtime/gpu_input.h>
+#include <renaissance/runtime/gpu_jpeg.h>
 #include <renaissance/runtime/profiler.h>
 #include <renaissance/runtime/schedule.h>
 
@@ -54,6 +55,9 @@ struct TrainOptions {
   int loader_threads = 0;
   /// The device-resident dataset cache (runtime/gpu_input.h): auto uses it where it can, off never, on or an error.
   DataCacheMode data_cache = DataCacheMode::automatic;
+  /// Where JPEG stores are decoded (runtime/gpu_jpeg.h): auto (the GPU with nvJPEG on the CUDA backend when the
+  /// build has it), gpu (or an error), cpu (libjpeg-turbo on the loader threads).
+  DecodeMode decode = DecodeMode::automatic;
   bool shuffle = true;
   std::int64_t start_resolution = 0;  ///< progressive resize: the first `lowres_epochs` epochs at this size
   std::int64_t lowres_epochs = 0;

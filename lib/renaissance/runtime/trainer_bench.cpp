@@ -12,7 +12,7 @@ std::int64_t Trainer::Impl::stage_bench_batch() {
   std::vector<std::int64_t> first(static_cast<std::size_t>(b));
   std::iota(first.begin(), first.end(), std::int64_t(0));
   io::BatchLoader loader(data, io::Split::train, b, std::move(first), {}, std::nullopt,
-                         loader_options(io::Split::val, model_h, model_w, 0, nullptr));
+                         loader_options(io::Split::val, model_h, model_w, 0, nullptr, true));
   const io::Batch batch = *loader.next();
   for (int s = 0; s < 2; ++s) {
     stage(s, batch, Variant::TRAIN_BASE);

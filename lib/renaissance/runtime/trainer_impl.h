@@ -141,13 +141,31 @@ struct Trainer::Impl {
     session->transfer(env, s, [&] { cache->launch(split, s, count, env.stream); });
   }
 
+  /// JPEG stores decoded on the GPU (gpu_jpeg.h), when --decode lets the run: the loader delivers the JPEG bytes,
+  /// nvJPEG decodes them and the device cache's render crops and normalises them into I_A / I_B.
+  std::unique_ptr<GpuJpegInput> jpeg;
+  /// Decides on the GPU decode and creates the decoder (start-up); returns a line for the log.
+  std::string setup_jpeg();
+  /// Decodes and renders loaded batch `b` (JPEG bytes) of `split` for variant `v` into slot `s`, on the transfer
+  /// stream (in place of stage + transfer): the geometry the host loader's render would use, keyed alike.
+  void transfer_jpeg(io::Split split, int s, const io::Batch& b, Variant v, std::int64_t epoch,
+                     const std::vector<std::int64_t>* positions);
+  std::int64_t jpeg_fallbacks_logged = 0;
+  /// A warning when nvJPEG left images to the CPU since the last one.
+  void log_jpeg_fallbacks();
+
   /// The loader options that render `split`'s samples for a variant of out_h x out_w (training: the run's
   /// augmentation keyed by positions; validation: a copy or the centre crop), or none where the stored images are
   /// delivered as they are.
+  /// `host`: decoded on the host whatever --decode says (logits, bench: they stage host batches).
   io::LoaderOptions loader_options(io::Split split, std::int64_t out_h, std::int64_t out_w, std::int64_t epoch,
-                                   const std::vector<std::int64_t>* positions) const {
+                                   const std::vector<std::int64_t>* positions, bool host = false) const {
     io::LoaderOptions lo;
     lo.pool = pool.get();
+    if (this->jpeg && !host) {  // the GPU decodes and renders: the loader reads the bytes only
+      lo.encoded = true;
+      return lo;
+    }
     const bool jpeg = data.storage() == io::Storage::jpeg;
     if (split == io::Split::train) {
       // crop none on a raw store: the stored size (progressive resize happens in stage()); otherwise rendered at the

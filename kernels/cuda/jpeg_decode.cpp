@@ -1,0 +1,234 @@
+// See jpeg_decode.h. Compiled only with nvJPEG (kernels/cuda/CMakeLists.txt: RENAISSANCE_HAVE_NVJPEG).
+#include <kernels/cuda/common.h>
+#include <kernels/cuda/jpeg_decode.h>
+
+#include <nvjpeg.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace renaissance::cuda {
+
+bool nvjpeg_in_build() { return true; }
+
+namespace {
+
+const char* status_name(nvjpegStatus_t s) {
+  switch (s) {
+    case NVJPEG_STATUS_SUCCESS: return "success";
+    case NVJPEG_STATUS_NOT_INITIALIZED: return "not initialised";
+    case NVJPEG_STATUS_INVALID_PARAMETER: return "invalid parameter";
+    case NVJPEG_STATUS_BAD_JPEG: return "bad JPEG";
+    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED: return "JPEG not supported";
+    case NVJPEG_STATUS_ALLOCATOR_FAILURE: return "allocator failure";
+    case NVJPEG_STATUS_EXECUTION_FAILED: return "execution failed";
+    case NVJPEG_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case NVJPEG_STATUS_INTERNAL_ERROR: return "internal error";
+    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: return "implementation not supported";
+    case NVJPEG_STATUS_INCOMPLETE_BITSTREAM: return "incomplete bitstream";
+    default: return "unknown status";
+  }
+}
+
+#define NVJPEG_CHECK(expr)                                                                                            \
+  do {                                                                                                                \
+    const nvjpegStatus_t rn_nvjpeg_st_ = (expr);                                                                      \
+    if (rn_nvjpeg_st_ != NVJPEG_STATUS_SUCCESS)                                                                       \
+      ::renaissance::detail::throw_error(__FILE__, __LINE__,                                                          \
+                                         ::fmt::format("{} failed: nvJPEG status {} ({})", #expr,                     \
+                                                       static_cast<int>(rn_nvjpeg_st_), status_name(rn_nvjpeg_st_))); \
+  } while (0)
+
+/// One handle with the states its batched and single-image decodes keep.
+struct Backend {
+  nvjpegHandle_t handle = nullptr;
+  nvjpegJpegState_t batched = nullptr;  ///< nvjpegDecodeBatched's state
+  nvjpegJpegState_t single = nullptr;   ///< nvjpegDecode's state (the one-by-one retry)
+  int batch_size = -1;                  ///< what `batched` was initialised for (-1: needs initialising)
+  void destroy() noexcept {
+    if (single) nvjpegJpegStateDestroy(single);
+    if (batched) nvjpegJpegStateDestroy(batched);
+    if (handle) nvjpegDestroy(handle);
+    single = batched = nullptr;
+    handle = nullptr;
+  }
+};
+
+}  // namespace
+
+struct JpegDecoder::Impl {
+  int channels = 3;
+  nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
+  Backend hw, def;  // hw.handle == nullptr: no hardware decoder
+  const char* def_name = "default";
+  std::string name;
+  nvjpegJpegStream_t parsed = nullptr;  // of the default handle: header parsing for the hardware check
+  std::vector<const unsigned char*> ptrs;
+  std::vector<std::size_t> lens;
+  std::vector<nvjpegImage_t> dests;
+  std::vector<int> which;
+
+  nvjpegImage_t dest(std::uint8_t* out, std::int64_t offset, std::int32_t width) const {
+    nvjpegImage_t d{};
+    d.channel[0] = out + offset;
+    d.pitch[0] = static_cast<std::size_t>(width) * static_cast<std::size_t>(channels);
+    return d;
+  }
+
+  /// Batched decode of the images `idx` on backend b; false when nvJPEG refused the batch (then nothing is known
+  /// to be written, and the state is re-initialised next time).
+  bool batched(Backend& b, const std::vector<int>& idx, const std::uint8_t* const* data, const std::size_t* sizes,
+               const std::int32_t* widths, std::uint8_t* out, const std::int64_t* offsets, cudaStream_t stream) {
+    const int k = static_cast<int>(idx.size());
+    if (k == 0) return true;
+    if (b.batch_size != k) {
+      if (nvjpegDecodeBatchedInitialize(b.handle, b.batched, k, 1, format) != NVJPEG_STATUS_SUCCESS) {
+        b.batch_size = -1;
+        return false;
+      }
+      b.batch_size = k;
+    }
+    ptrs.resize(static_cast<std::size_t>(k));
+    lens.resize(static_cast<std::size_t>(k));
+    dests.resize(static_cast<std::size_t>(k));
+    for (int j = 0; j < k; ++j) {
+      const int i = idx[static_cast<std::size_t>(j)];
+      ptrs[static_cast<std::size_t>(j)] = data[i];
+      lens[static_cast<std::size_t>(j)] = sizes[i];
+      dests[static_cast<std::size_t>(j)] = dest(out, offsets[i], widths[i]);
+    }
+    if (nvjpegDecodeBatched(b.handle, b.batched, ptrs.data(), lens.data(), dests.data(), stream) !=
+        NVJPEG_STATUS_SUCCESS) {
+      b.batch_size = -1;
+      return false;
+    }
+    return true;
+  }
+};
+
+JpegDecoder::JpegDecoder(int channels, bool prefer_hardware) : m_impl(std::make_unique<Impl>()) {
+  RN_CHECK(channels == 1 || channels == 3, "nvJPEG decodes to 1 or 3 channels, not {}", channels);
+  Impl& I = *m_impl;
+  I.channels = channels;
+  I.format = channels == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
+  try {
+    if (prefer_hardware && nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT,
+                                          &I.hw.handle) == NVJPEG_STATUS_SUCCESS) {
+      if (nvjpegJpegStateCreate(I.hw.handle, &I.hw.batched) != NVJPEG_STATUS_SUCCESS) I.hw.destroy();
+    } else {
+      I.hw.handle = nullptr;
+    }
+    // The rest: GPU_HYBRID (Huffman decoding on the GPU for baseline streams in batches of more than 50, nvJPEG's
+    // documentation says; the CPU for the others), else whatever the default backend is.
+    if (nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &I.def.handle) ==
+        NVJPEG_STATUS_SUCCESS) {
+      I.def_name = "GPU-hybrid";
+    } else {
+      I.def.handle = nullptr;
+      NVJPEG_CHECK(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &I.def.handle));
+      I.def_name = "default";
+    }
+    NVJPEG_CHECK(nvjpegJpegStateCreate(I.def.handle, &I.def.batched));
+    NVJPEG_CHECK(nvjpegJpegStateCreate(I.def.handle, &I.def.single));
+    NVJPEG_CHECK(nvjpegJpegStreamCreate(I.hw.handle ? I.hw.handle : I.def.handle, &I.parsed));
+  } catch (...) {
+    if (I.parsed) nvjpegJpegStreamDestroy(I.parsed);
+    I.hw.destroy();
+    I.def.destroy();
+    throw;
+  }
+}
+
+JpegDecoder::~JpegDecoder() {
+  if (m_impl->parsed) nvjpegJpegStreamDestroy(m_impl->parsed);
+  m_impl->hw.destroy();
+  m_impl->def.destroy();
+}
+
+const char* JpegDecoder::backend() const {
+  Impl& I = *m_impl;
+  if (I.name.empty()) I.name = I.hw.handle ? fmt::format("hardware, {} for the rest", I.def_name) : I.def_name;
+  return I.name.c_str();
+}
+
+bool JpegDecoder::image_info(const std::uint8_t* data, std::size_t size, int* height, int* width,
+                             int* components) const {
+  int w[NVJPEG_MAX_COMPONENT] = {}, h[NVJPEG_MAX_COMPONENT] = {};
+  nvjpegChromaSubsampling_t css{};
+  int nc = 0;
+  if (nvjpegGetImageInfo(m_impl->def.handle, data, size, &nc, &css, w, h) != NVJPEG_STATUS_SUCCESS) return false;
+  *height = h[0];
+  *width = w[0];
+  *components = nc;
+  return true;
+}
+
+void JpegDecoder::decode(int n, const std::uint8_t* const* data, const std::size_t* sizes, const std::int32_t* heights,
+                         const std::int32_t* widths, std::uint8_t* out, const std::int64_t* offsets,
+                         StreamHandle stream_handle, std::vector<int>* failed, std::vector<std::string>* reasons) {
+  Impl& I = *m_impl;
+  auto stream = static_cast<cudaStream_t>(stream_handle);
+  auto fail = [&](int i, std::string why) {
+    failed->push_back(i);
+    reasons->push_back(std::move(why));
+  };
+  // Sort the batch: what the hardware engines take, what the default backend gets; a header that does not parse
+  // or disagrees with the store's shape is a failure at once (nothing is written for it: the shape sizes the
+  // destination).
+  std::vector<int> to_hw, to_def;
+  for (int i = 0; i < n; ++i) {
+    // A stream without its end-of-image marker is truncated (libjpeg-turbo, and so the CPU path, refuses it; nvJPEG,
+    // the hardware engines above all, may decode what is there without a word).
+    bool eoi = false;
+    for (std::size_t k = sizes[i] >= 2 ? sizes[i] - 2 : 0; sizes[i] >= 2 && !eoi; --k) {
+      eoi = data[i][k] == 0xFF && data[i][k + 1] == 0xD9;
+      if (k == 0 || sizes[i] - k > 64) break;  // trailing bytes after the marker: at most 64
+    }
+    if (!eoi) {
+      fail(i, "no end-of-image marker: the stream is truncated");
+      continue;
+    }
+    int h = 0, w = 0, nc = 0;
+    if (!image_info(data[i], sizes[i], &h, &w, &nc)) {
+      fail(i, "nvJPEG cannot parse its header");
+      continue;
+    }
+    if (h != heights[i] || w != widths[i]) {
+      fail(i, fmt::format("decodes to {}x{} but its shape says {}x{}", w, h, widths[i], heights[i]));
+      continue;
+    }
+    if (nc != 1 && nc != 3) {
+      fail(i, fmt::format("{} colour components (CMYK?), which nvJPEG does not convert", nc));
+      continue;
+    }
+    bool hw_ok = false;
+    if (I.hw.handle && nvjpegJpegStreamParse(I.hw.handle, data[i], sizes[i], 0, 0, I.parsed) == NVJPEG_STATUS_SUCCESS) {
+      int unsupported = 1;
+      hw_ok = nvjpegDecodeBatchedSupported(I.hw.handle, I.parsed, &unsupported) == NVJPEG_STATUS_SUCCESS &&
+              unsupported == 0;
+    }
+    (hw_ok ? to_hw : to_def).push_back(i);
+  }
+  if (!I.batched(I.hw, to_hw, data, sizes, widths, out, offsets, stream)) {
+    to_def.insert(to_def.end(), to_hw.begin(), to_hw.end());  // the hardware refused the batch: try the default
+    to_hw.clear();
+  }
+  m_hw_images += static_cast<std::int64_t>(to_hw.size());
+  std::sort(to_def.begin(), to_def.end());
+  if (I.batched(I.def, to_def, data, sizes, widths, out, offsets, stream)) {
+    m_default_images += static_cast<std::int64_t>(to_def.size());
+    return;
+  }
+  // The batch was refused (one bad image spoils it): one by one, to find out which.
+  for (int i : to_def) {
+    nvjpegImage_t d = I.dest(out, offsets[i], widths[i]);
+    const nvjpegStatus_t st = nvjpegDecode(I.def.handle, I.def.single, data[i], sizes[i], I.format, &d, stream);
+    if (st == NVJPEG_STATUS_SUCCESS)
+      ++m_default_images;
+    else
+      fail(i, fmt::format("nvJPEG: {}", status_name(st)));
+  }
+}
+
+}  // namespace renaissance::cuda

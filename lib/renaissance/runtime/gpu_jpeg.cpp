@@ -1,0 +1,351 @@
+#include <renaissance/core/error.h>
+#include <renaissance/io/batch_loader.h>
+#include <renaissance/io/image.h>
+#include <renaissance/runtime/data_pipeline.h>
+#include <renaissance/runtime/gpu_jpeg.h>
+
+#ifdef RENAISSANCE_HAVE_CUDA
+#include <kernels/cuda/augment.h>
+#include <kernels/cuda/runtime_api.h>
+#ifdef RENAISSANCE_HAVE_NVJPEG
+#include <kernels/cuda/jpeg_decode.h>
+#endif
+#endif
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+namespace renaissance::runtime {
+
+DecodeMode parse_decode(const std::string& s) {
+  if (s == "auto") return DecodeMode::automatic;
+  if (s == "gpu") return DecodeMode::gpu;
+  if (s == "cpu") return DecodeMode::cpu;
+  RN_FAIL_CTX("--decode", "unknown value '{}' (known: auto, gpu, cpu)", s);
+}
+
+const char* decode_name(DecodeMode m) {
+  switch (m) {
+    case DecodeMode::gpu: return "gpu";
+    case DecodeMode::cpu: return "cpu";
+    default: return "auto";
+  }
+}
+
+bool nvjpeg_in_build() {
+#ifdef RENAISSANCE_HAVE_NVJPEG
+  return true;
+#else
+  return false;
+#endif
+}
+
+DecodeDecision decide_decode(DecodeMode mode, bool cuda_backend, bool jpeg_store, bool nvjpeg) {
+  DecodeDecision d;
+  if (!jpeg_store) return d;  // nothing to decode
+  auto cpu = [&](std::string why) {
+    if (mode == DecodeMode::gpu)
+      throw Error(fmt::format("JPEG stores cannot be decoded on the GPU: {}", why), "--decode gpu",
+                  "--decode auto (or cpu) decodes them with libjpeg-turbo on the loader threads");
+    d.reason = std::move(why);
+    return d;
+  };
+  if (mode == DecodeMode::cpu) return cpu("--decode cpu");
+  if (!cuda_backend) return cpu("not the CUDA backend");
+  if (!nvjpeg) return cpu("this build has no nvJPEG (configure with it: RENAISSANCE_NVJPEG, docs/build.md)");
+  d.gpu = true;
+  return d;
+}
+
+namespace {
+/// The filter length io::resample_table uses for in -> out (0 when the axis is copied).
+int taps_for(std::int64_t in, std::int64_t out) {
+  if (in == out) return 0;
+  const double scale = static_cast<double>(in) / static_cast<double>(out);
+  return static_cast<int>(std::ceil(std::max(scale, 1.0))) * 2 + 1;
+}
+std::string sample_name(const std::string& path, io::Split split, const std::int64_t* indices, std::int64_t i) {
+  return fmt::format("{}: /{}/jpeg sample {}", path, io::split_name(split), indices ? indices[i] : i);
+}
+}  // namespace
+
+#if defined(RENAISSANCE_HAVE_CUDA) && defined(RENAISSANCE_HAVE_NVJPEG)
+
+struct GpuJpegInput::Impl {
+  std::unique_ptr<cuda::JpegDecoder> decoder;
+  std::vector<const std::uint8_t*> ptrs;
+  std::vector<std::size_t> sizes;
+  std::vector<int> failed;
+  std::vector<std::string> reasons;
+};
+
+GpuJpegInput::GpuJpegInput(std::int64_t channels, std::string path, bool prefer_hardware)
+    : m_impl(std::make_unique<Impl>()), m_c(channels), m_path(std::move(path)) {
+  RN_CHECK_CTX(channels == 1 || channels == 3, m_path, "JPEG stores of {} channels cannot be decoded by nvJPEG",
+               channels);
+  m_impl->decoder = std::make_unique<cuda::JpegDecoder>(static_cast<int>(channels), prefer_hardware);
+  for (auto& e : m_copied) e = cuda::event_create();
+}
+
+GpuJpegInput::~GpuJpegInput() {
+  for (auto& e : m_copied)
+    if (e) {
+      try {
+        cuda::event_synchronize(e);
+      } catch (...) {
+      }
+      cuda::event_destroy(e);
+    }
+  cuda::device_free(m_images);
+  cuda::device_free(m_scratch);
+  cuda::device_free(m_table);
+  for (auto* p : m_pinned) cuda::pinned_free(p);
+}
+
+const char* GpuJpegInput::backend() const { return m_impl->decoder->backend(); }
+std::int64_t GpuJpegInput::hardware_images() const { return m_impl->decoder->hardware_images(); }
+std::int64_t GpuJpegInput::default_images() const { return m_impl->decoder->default_images(); }
+
+namespace {
+/// Grows a device buffer (after the stream's work that may still read it).
+void grow_device(std::uint8_t** p, std::int64_t* have, std::int64_t need, void* stream, const char* what) {
+  if (need <= *have) return;
+  cuda::stream_synchronize(stream);
+  cuda::device_free(*p);
+  *p = nullptr;
+  *have = 0;
+  const std::int64_t bytes = std::max<std::int64_t>(need + need / 4, 1 << 20);
+  *p = static_cast<std::uint8_t*>(cuda::device_alloc(bytes, what));
+  *have = bytes;
+}
+}  // namespace
+
+void GpuJpegInput::decode(const io::EncodedBatch& b, io::Split split, const std::int64_t* indices, void* stream) {
+  const std::int64_t n = b.count();
+  m_offsets.assign(static_cast<std::size_t>(n) + 1, 0);
+  for (std::int64_t i = 0; i < n; ++i)
+    m_offsets[static_cast<std::size_t>(i) + 1] =
+        m_offsets[static_cast<std::size_t>(i)] + ((static_cast<std::int64_t>(b.heights[static_cast<std::size_t>(i)]) *
+                                                       b.widths[static_cast<std::size_t>(i)] * m_c +
+                                                   255) &
+                                                  ~std::int64_t(255));  // 256-byte aligned images
+  grow_device(&m_images, &m_images_bytes, m_offsets.back(), stream, "the decoded JPEG images of a batch");
+  Impl& I = *m_impl;
+  I.ptrs.resize(static_cast<std::size_t>(n));
+  I.sizes.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    I.ptrs[static_cast<std::size_t>(i)] = b.data(i);
+    I.sizes[static_cast<std::size_t>(i)] = static_cast<std::size_t>(b.size(i));
+  }
+  I.failed.clear();
+  I.reasons.clear();
+  I.decoder->decode(static_cast<int>(n), I.ptrs.data(), I.sizes.data(), b.heights.data(), b.widths.data(), m_images,
+                    m_offsets.data(), stream, &I.failed, &I.reasons);
+  // What nvJPEG could not decode: libjpeg-turbo on this thread (the exact pixels of the CPU path), uploaded in
+  // order on the same stream; counted. Without libjpeg-turbo: an error naming the sample.
+  for (std::size_t f = 0; f < I.failed.size(); ++f) {
+    const std::int64_t i = I.failed[f];
+    const std::string name = sample_name(m_path, split, indices, i);
+    if (!io::have_jpeg_codec())
+      throw Error(fmt::format("nvJPEG cannot decode it ({}), and this build has no CPU JPEG decoder (libturbojpeg) to "
+                              "fall back on",
+                              I.reasons[f]),
+                  name, "re-import the image (data import folder), or build with libturbojpeg0-dev");
+    const io::Image img = io::decode_image(b.data(i), static_cast<std::size_t>(b.size(i)), static_cast<int>(m_c), name);
+    if (img.height != b.heights[static_cast<std::size_t>(i)] || img.width != b.widths[static_cast<std::size_t>(i)])
+      throw Error(fmt::format("decodes to {}x{} but its shape says {}x{}", img.width, img.height,
+                              b.widths[static_cast<std::size_t>(i)], b.heights[static_cast<std::size_t>(i)]),
+                  name, "the file is corrupt; re-import it");
+    cuda::copy_h2d_async(m_images + m_offsets[static_cast<std::size_t>(i)], img.pixels.data(),
+                         static_cast<std::int64_t>(img.pixels.size()), stream);
+    cuda::stream_synchronize(stream);  // img is freed when this iteration ends
+    if (m_cpu_fallbacks++ == 0) m_first_fallback = fmt::format("{}: {}", name, I.reasons[f]);
+  }
+}
+
+void GpuJpegInput::decode_render(const io::EncodedBatch& b, io::Split split, const std::int64_t* indices,
+                                 const std::vector<io::SampleGeometry>& geometry, const Dest& d, const float* mean,
+                                 const float* stddev, int slot, void* stream) {
+  const std::int64_t n = b.count();
+  RN_CHECK(static_cast<std::int64_t>(geometry.size()) == n, "internal: {} geometries for {} samples", geometry.size(),
+           n);
+  RN_CHECK(d.dtype == DType::F32 || d.dtype == DType::F16, "the data buffer must be f32 or f16");
+  RN_CHECK(d.channels >= m_c && slot >= 0 && slot < 2, "internal: data buffer of {} channels, slot {}", d.channels,
+           slot);
+  // The table (labels, geometry, sources) first: its checks fail before anything is queued.
+  constexpr int K = cuda::kGatherTableInts;
+  const std::int64_t labels_bytes = (n * 4 + 15) & ~std::int64_t(15);
+  const std::int64_t table_bytes = (n * K * 4 + 15) & ~std::int64_t(15);
+  const std::int64_t bytes = labels_bytes + table_bytes + n * 3 * 8;
+  cuda::event_synchronize(m_copied[slot]);  // this slot's previous copy has landed
+  if (m_pinned_bytes[slot] < bytes) {
+    cuda::pinned_free(m_pinned[slot]);
+    m_pinned[slot] = static_cast<std::byte*>(cuda::pinned_alloc(bytes));
+    m_pinned_bytes[slot] = bytes;
+  }
+  std::byte* host = m_pinned[slot];
+  std::memcpy(host, b.labels.data(), static_cast<std::size_t>(n) * 4);
+  auto* tab = reinterpret_cast<std::int32_t*>(host + labels_bytes);
+  int max_taps = 1;
+  std::int64_t max_h = 1;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const io::SampleGeometry& g = geometry[static_cast<std::size_t>(i)];
+    const std::int32_t ih = b.heights[static_cast<std::size_t>(i)], iw = b.widths[static_cast<std::size_t>(i)];
+    RN_CHECK(g.box_y >= 0 && g.box_x >= 0 && g.box_h > 0 && g.box_w > 0 && g.box_y + g.box_h <= ih &&
+                 g.box_x + g.box_w <= iw && g.virt_h > 0 && g.virt_w > 0,
+             "internal: box {}x{} at ({}, {}) of a {}x{} image", g.box_h, g.box_w, g.box_y, g.box_x, ih, iw);
+    const int taps = std::max(taps_for(g.box_h, g.virt_h), taps_for(g.box_w, g.virt_w));
+    if (taps > cuda::kMaxTaps)
+      throw Error(fmt::format("resampled from {}x{} to {}x{}: a filter of {} taps, more than the {} the GPU render "
+                              "allows",
+                              g.box_h, g.box_w, g.virt_h, g.virt_w, taps, cuda::kMaxTaps),
+                  sample_name(m_path, split, indices, i),
+                  "--decode cpu renders it on the host; or import the store with a smaller --max-side");
+    max_taps = std::max(max_taps, std::min(taps + 2, cuda::kMaxTaps));  // the device cache's margin
+    max_h = std::max<std::int64_t>(max_h, ih);
+    std::int32_t* e = tab + K * i;
+    e[0] = static_cast<std::int32_t>(i);
+    const std::int32_t f[11] = {g.box_y, g.box_x, g.box_h,   g.box_w,   g.virt_h, g.virt_w,
+                                g.top,   g.left,  g.shift_y, g.shift_x, g.flip};
+    std::memcpy(e + 1, f, sizeof f);
+  }
+  decode(b, split, indices, stream);
+  auto* src = reinterpret_cast<std::int64_t*>(host + labels_bytes + table_bytes);
+  for (std::int64_t i = 0; i < n; ++i) {
+    src[3 * i] = m_offsets[static_cast<std::size_t>(i)];
+    src[3 * i + 1] = b.heights[static_cast<std::size_t>(i)];
+    src[3 * i + 2] = b.widths[static_cast<std::size_t>(i)];
+  }
+  const std::int64_t stride = max_h * d.out_w * m_c;
+  {
+    std::uint8_t* t = reinterpret_cast<std::uint8_t*>(m_table);
+    grow_device(&t, &m_table_bytes, bytes, stream, "the JPEG batch's table");
+    m_table = reinterpret_cast<std::byte*>(t);
+  }
+  grow_device(&m_scratch, &m_scratch_bytes, n * stride, stream, "the JPEG render's resampling rows");
+  cuda::copy_h2d_async(m_table, host, bytes, stream);
+  cuda::event_record(m_copied[slot], stream);
+  cuda::GatherParams p;
+  p.images = m_images;
+  p.h = max_h;
+  p.w = 0;
+  p.c = m_c;
+  p.labels = reinterpret_cast<const std::int32_t*>(m_table);
+  p.table = reinterpret_cast<const std::int32_t*>(m_table + labels_bytes);
+  p.cursor = nullptr;
+  p.sources = reinterpret_cast<const std::int64_t*>(m_table + labels_bytes + table_bytes);
+  p.batch = n;
+  p.count = n;
+  p.out_h = d.out_h;
+  p.out_w = d.out_w;
+  p.resample = true;
+  p.max_taps = max_taps;
+  p.scratch = m_scratch;
+  p.scratch_stride = stride;
+  // runtime::normalize_images' constants, computed the same way in FP32.
+  for (std::int64_t k = 0; k < m_c; ++k) {
+    p.scale[k] = 1.0f / (255.0f * stddev[k]);
+    p.bias[k] = -mean[k] / stddev[k];
+  }
+  p.out = d.data;
+  p.out_f16 = d.dtype == DType::F16;
+  p.out_c = d.channels;
+  p.out_labels = reinterpret_cast<std::int32_t*>(d.labels);
+  cuda::gather_normalize(p, stream);
+}
+
+JpegBenchResult bench_jpeg_decode(const io::DatasetFile& data, const JpegBenchOptions& o) {
+  RN_CHECK_CTX(data.storage() == io::Storage::jpeg, data.path(), "bench-decode needs a JPEG store (--store jpeg)");
+  RN_CHECK_CTX(o.batch >= 1 && o.size >= 1 && o.passes >= 1, "bench-decode", "batch, size and passes must be >= 1");
+  const std::int64_t n = o.images > 0 ? std::min(o.images, data.size(io::Split::train)) : data.size(io::Split::train);
+  RN_CHECK_CTX(n > 0, data.path(), "the train split is empty");
+  GpuJpegInput in(data.channels(), data.path(), o.prefer_hardware);
+  void* stream = cuda::stream_create();
+  const std::int64_t out_c = 8;  // AMP's FP16 input with padded channels
+  auto* out = static_cast<std::byte*>(cuda::device_alloc(o.batch * o.size * o.size * out_c * 2, "bench-decode"));
+  auto* labels = static_cast<std::byte*>(cuda::device_alloc(o.batch * 4, "bench-decode"));
+  Augmentation aug;
+  aug.crop = o.crop;
+  aug.horizontal_flip = true;
+  const io::AugmentSpec spec = train_spec(aug, o.size, o.size);
+  const std::vector<float> mean(static_cast<std::size_t>(data.channels()), 0.5f),
+      stddev(static_cast<std::size_t>(data.channels()), 0.25f);
+  io::LoaderPool pool(std::max(0, o.loader_threads - 1));
+  JpegBenchResult r;
+  r.backend = in.backend();
+  r.images = n;
+  // kind 0: read only; 1: read + decode; 2: read + decode + render. Pass 0 of each is a warm-up.
+  double best[3] = {0, 0, 0};
+  for (int kind = 0; kind < 3; ++kind)
+    for (int pass = 0; pass <= o.passes; ++pass) {
+      std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+      io::LoaderOptions lo;
+      lo.pool = &pool;
+      lo.encoded = true;
+      const auto t0 = std::chrono::steady_clock::now();
+      io::BatchLoader loader(data, io::Split::train, o.batch, std::move(order), {}, std::nullopt, lo);
+      double bytes = 0;
+      while (auto b = loader.next()) {
+        bytes += static_cast<double>(b->encoded->bytes.size());
+        if (kind == 1) in.decode(*b->encoded, io::Split::train, b->indices, stream);
+        if (kind == 2) {
+          std::vector<io::SampleGeometry> geom(static_cast<std::size_t>(b->count));
+          for (std::int64_t i = 0; i < b->count; ++i)
+            geom[static_cast<std::size_t>(i)] = io::sample_geometry(spec, 1, pass, b->first_position + i,
+                                                                    b->encoded->heights[static_cast<std::size_t>(i)],
+                                                                    b->encoded->widths[static_cast<std::size_t>(i)]);
+          GpuJpegInput::Dest d;
+          d.labels = labels;
+          d.data = out;
+          d.dtype = DType::F16;
+          d.channels = out_c;
+          d.out_h = d.out_w = o.size;
+          in.decode_render(*b->encoded, io::Split::train, b->indices, geom, d, mean.data(), stddev.data(),
+                           static_cast<int>(b->index % 2), stream);
+        }
+        // the batch's bytes are released at the next next(): nvJPEG has copied what it needs by now
+      }
+      cuda::stream_synchronize(stream);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (pass > 0) best[kind] = std::max(best[kind], static_cast<double>(n) / s);
+      r.encoded_mib = bytes / (1 << 20);
+    }
+  r.read_per_s = best[0];
+  r.decode_per_s = best[1];
+  r.render_per_s = best[2];
+  r.cpu_fallbacks = in.cpu_fallbacks();
+  r.hardware_images = in.hardware_images();
+  r.default_images = in.default_images();
+  cuda::device_free(out);
+  cuda::device_free(labels);
+  cuda::stream_destroy(stream);
+  return r;
+}
+
+#else  // no nvJPEG in this build
+
+JpegBenchResult bench_jpeg_decode(const io::DatasetFile& data, const JpegBenchOptions&) {
+  RN_FAIL_CTX(data.path(), "bench-decode decodes on the GPU: it needs a build with CUDA and nvJPEG");
+}
+
+struct GpuJpegInput::Impl {};
+GpuJpegInput::GpuJpegInput(std::int64_t, std::string path, bool) : m_path(std::move(path)) {
+  RN_FAIL_CTX(m_path, "decoding JPEG stores on the GPU needs a build with CUDA and nvJPEG");
+}
+GpuJpegInput::~GpuJpegInput() = default;
+const char* GpuJpegInput::backend() const { return "none"; }
+std::int64_t GpuJpegInput::hardware_images() const { return 0; }
+std::int64_t GpuJpegInput::default_images() const { return 0; }
+void GpuJpegInput::decode(const io::EncodedBatch&, io::Split, const std::int64_t*, void*) {}
+void GpuJpegInput::decode_render(const io::EncodedBatch&, io::Split, const std::int64_t*,
+                                 const std::vector<io::SampleGeometry>&, const Dest&, const float*, const float*, int,
+                                 void*) {}
+
+#endif
+
+}  // namespace renaissance::runtime

@@ -1,0 +1,117 @@
+// --decode gpu|cpu|auto (runtime/gpu_jpeg.h): the decision, without a GPU; and the loader's undecoded batches
+// (LoaderOptions::encoded), which the GPU path decodes with nvJPEG.
+#include <renaissance/core/error.h>
+#include <renaissance/io/batch_loader.h>
+#include <renaissance/io/dataset.h>
+#include <renaissance/runtime/data_pipeline.h>
+#include <renaissance/runtime/gpu_jpeg.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace {
+
+using namespace renaissance;
+using runtime::decide_decode;
+using runtime::DecodeMode;
+
+TEST(DecodeMode, ParsesAndNames) {
+  EXPECT_EQ(runtime::parse_decode("auto"), DecodeMode::automatic);
+  EXPECT_EQ(runtime::parse_decode("gpu"), DecodeMode::gpu);
+  EXPECT_EQ(runtime::parse_decode("cpu"), DecodeMode::cpu);
+  EXPECT_STREQ(runtime::decode_name(DecodeMode::gpu), "gpu");
+  try {
+    runtime::parse_decode("nvjpeg");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--decode"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nvjpeg"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DecodeMode, Decision) {
+  // auto: the GPU exactly when the backend is CUDA, the store JPEG and nvJPEG in the build.
+  EXPECT_TRUE(decide_decode(DecodeMode::automatic, true, true, true).gpu);
+  EXPECT_FALSE(decide_decode(DecodeMode::automatic, false, true, true).gpu);
+  EXPECT_EQ(decide_decode(DecodeMode::automatic, false, true, true).reason, "not the CUDA backend");
+  EXPECT_FALSE(decide_decode(DecodeMode::automatic, true, true, false).gpu);
+  EXPECT_NE(decide_decode(DecodeMode::automatic, true, true, false).reason.find("no nvJPEG"), std::string::npos);
+  EXPECT_FALSE(decide_decode(DecodeMode::cpu, true, true, true).gpu);
+  EXPECT_TRUE(decide_decode(DecodeMode::gpu, true, true, true).gpu);
+  // Raw stores: nothing to decode, whatever the mode (also gpu: the option concerns JPEG stores).
+  EXPECT_FALSE(decide_decode(DecodeMode::gpu, false, false, false).gpu);
+  EXPECT_TRUE(decide_decode(DecodeMode::gpu, false, false, false).reason.empty());
+  // gpu where it is impossible: an error with the reason.
+  for (auto [cuda, nvjpeg, why] :
+       {std::tuple{false, true, "not the CUDA backend"}, std::tuple{true, false, "no nvJPEG"}}) {
+    try {
+      decide_decode(DecodeMode::gpu, cuda, true, nvjpeg);
+      ADD_FAILURE() << why;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--decode gpu"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The loader hands the JPEG bytes over as stored: every sample's bytes, shape, label and index in the epoch's
+// order, batch by batch (the last partial), with nothing decoded (the bytes here are not even JPEGs).
+TEST(DecodeMode, LoaderDeliversUndecodedBatches) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rn_decode_mode_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string path = (dir / "store.h5").string();
+  const int n = 23;
+  {
+    io::DatasetWriter w(path, io::JpegStoreSpec{}, 5);
+    for (int i = 0; i < n; ++i) {
+      std::vector<std::uint8_t> bytes(static_cast<std::size_t>(10 + i), static_cast<std::uint8_t>(i));
+      std::vector<std::uint8_t> pixels(static_cast<std::size_t>((4 + i) * (3 + i) * 3));
+      for (std::size_t k = 0; k < pixels.size(); ++k) pixels[k] = static_cast<std::uint8_t>(k * 31 + i);
+      w.append_encoded(io::Split::train, bytes.data(), static_cast<std::int64_t>(bytes.size()), 4 + i, 3 + i, i % 5,
+                       pixels.data());
+    }
+    w.finish();
+  }
+  io::DatasetFile f(path);
+  const std::vector<std::int64_t> order = runtime::epoch_order(9, 2, n, true);
+  io::LoaderOptions lo;
+  lo.encoded = true;
+  io::BatchLoader loader(f, io::Split::train, 8, order, {}, std::nullopt, lo);
+  std::int64_t seen = 0;
+  while (auto b = loader.next()) {
+    ASSERT_NE(b->encoded, nullptr);
+    EXPECT_EQ(b->images, nullptr);
+    EXPECT_EQ(b->count, b->index < 2 ? 8 : 7);
+    for (std::int64_t i = 0; i < b->count; ++i) {
+      const std::int64_t idx = order[static_cast<std::size_t>(b->first_position + i)];
+      EXPECT_EQ(b->indices[i], idx);
+      EXPECT_EQ(b->labels[i], idx % 5);
+      EXPECT_EQ(b->encoded->heights[static_cast<std::size_t>(i)], 4 + idx);
+      EXPECT_EQ(b->encoded->widths[static_cast<std::size_t>(i)], 3 + idx);
+      ASSERT_EQ(b->encoded->size(i), 10 + idx);
+      EXPECT_EQ(b->encoded->data(i)[0], static_cast<std::uint8_t>(idx));
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, n);
+  // Raw stores have nothing to deliver undecoded.
+  const std::string raw = (dir / "raw.h5").string();
+  {
+    io::DatasetWriter w(raw, 4, 4, 1, 2);
+    std::vector<std::uint8_t> img(32);
+    for (std::size_t k = 0; k < img.size(); ++k) img[k] = static_cast<std::uint8_t>(k * 7);
+    const std::int32_t labels[2] = {0, 1};
+    w.append(io::Split::train, img.data(), labels, 2);
+    w.finish();
+  }
+  io::DatasetFile rf(raw);
+  EXPECT_THROW(io::BatchLoader(rf, io::Split::train, 1, {0}, {}, std::nullopt, lo), Error);
+  fs::remove_all(dir);
+}
+
+}  // namespace
