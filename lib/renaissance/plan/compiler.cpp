@@ -1,6 +1,7 @@
 // The compiler's five phases (DESIGN §4): derive shapes, max slots, memory plans, graphs, sharing.
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
+#include <renaissance/plan/fusion.h>
 #include <renaissance/plan/liveness.h>
 
 #include <fmt/format.h>
@@ -663,6 +664,9 @@ class CompileRun {
   /// lifetimes its tensors have in the schedule: the same in every variant, one topology) and checked to share one
   /// layout.
   void place_memory() {
+    // The fusion phase first: the lifetimes below read the fused passes' operands.
+    plan_fusions(out.train, out.memory[0], cfg.fuse_kernels);
+    plan_fusions(out.inference, out.memory[0], cfg.fuse_kernels);
     out.schedule = build_step_schedule();
     if (cfg.reuse_memory) {
       const Liveness live = compute_liveness(out.memory[0], out.train, out.inference, &out.schedule);
