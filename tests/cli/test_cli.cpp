@@ -187,7 +187,7 @@ TEST(CliPlan, Failures) {
 }
 
 TEST(CliBench, OnOffOptionsRejectOtherValues) {
-  for (const std::string opt : {"--graphs", "--fused-kernels", "--streams"}) {
+  for (const std::string opt : {"--graphs", "--fused-kernels", "--streams", "--fold-residual-sums"}) {
     const Result r = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 " + opt + " maybe");
     EXPECT_NE(r.code, 0) << opt;
     expect_contains(r.err, opt + " must be on or off");

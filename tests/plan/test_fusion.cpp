@@ -71,10 +71,13 @@ TEST(Fusion, EveryFusedKindGetsItsPasses) {
                      count(p.train.bucket(GraphId::FIRST_LAYER_BWD_A));
   // CBR, 2 inner ReLUs per bottleneck and 1 per basic block, 2 per inverted residual: BN → ReLU forward, the same
   // ReLUs folded into the BN backward; identity blocks: BN + add + ReLU; projection blocks: BN + BN + add + ReLU with
-  // the shortcut's statistics on their own; the identity inverted residual: BN + add (no ReLU after its add).
-  const std::map<FusedKind, int> want_train{{FusedKind::BN_RELU, 11}, {FusedKind::BN_ADD_RELU, 2},
-                                            {FusedKind::BN_ADD, 1},   {FusedKind::BN_BN_ADD_RELU, 2},
-                                            {FusedKind::BN_STATS, 2}, {FusedKind::RELU_BN_BWD, 11}};
+  // the shortcut's statistics on their own; the identity inverted residual: BN + add (no ReLU after its add). Four
+  // blocks start where a block with an end ReLU stops (blocks 2-5): their second data gradient is summed in the
+  // previous block's end ReLU backward.
+  const std::map<FusedKind, int> want_train{{FusedKind::BN_RELU, 11},    {FusedKind::BN_ADD_RELU, 2},
+                                            {FusedKind::BN_ADD, 1},      {FusedKind::BN_BN_ADD_RELU, 2},
+                                            {FusedKind::BN_STATS, 2},    {FusedKind::RELU_BN_BWD, 11},
+                                            {FusedKind::ADD_RELU_BWD, 4}};
   EXPECT_EQ(train, want_train);
   const std::map<FusedKind, int> want_inf{
       {FusedKind::BN_RELU, 11}, {FusedKind::BN_ADD_RELU, 2}, {FusedKind::BN_ADD, 1}, {FusedKind::BN_BN_ADD_RELU, 2}};
@@ -98,6 +101,7 @@ TEST(Fusion, OperandsAreTheTensorsOfTheReplacedParts) {
   for (GraphId g : {GraphId::DEEP_FWD_BWD, GraphId::FIRST_LAYER_FWD_A}) {
     for (const Node& n : p.train.bucket(g)) {
       for (const FusedPass& f : n.fusions) {
+        if (f.kind == FusedKind::ADD_RELU_BWD) continue;  // ResidualSumsMoveIntoTheConsumingReluBackward
         ASSERT_GE(f.bn, 0);
         const Node& bn = n.sub[static_cast<std::size_t>(f.bn)];
         EXPECT_NE(std::find(f.parts.begin(), f.parts.end(), f.at), f.parts.end());
@@ -177,12 +181,64 @@ TEST(Fusion, FusedKernelsOffKeepsThePlainParts) {
   EXPECT_EQ(fallback.size() + 1, a[k].fusions.size());
 }
 
+/// CONV_BWD_DATA nodes that add into their output (cuDNN beta = 1), in the deep backward.
+int accumulating_dgrads(const rp::CompiledPlan& p) {
+  int n = 0;
+  for (const Node* s : flat(p.train.bucket(GraphId::DEEP_FWD_BWD)))
+    n += s->op == OpKind::CONV_BWD_DATA && s->accumulate;
+  return n;
+}
+
+TEST(Fusion, ResidualSumsMoveIntoTheConsumingReluBackward) {
+  // ResNet-50: 16 blocks, each with one data gradient that adds into the block input's gradient (c1 in identity
+  // blocks, the projection conv in the others). With fold_residual_sums, 15 write their own buffer and the previous
+  // block's end ReLU backward sums both addends; the first block's input comes from the max pool, so it still adds.
+  Cfg c{"resnet50", true, true, OptimizerKind::MOMENTUM, false, 8, 64, 16, 0, false, 64};
+  rp::TrainConfig t = train_config(c);
+  const rp::ArchPlan arch = arch_of(c);
+  const rp::CompiledPlan fold = rp::Compiler::compile(arch, t);
+  t.fold_residual_sums = false;
+  const rp::CompiledPlan add = rp::Compiler::compile(arch, t);
+  EXPECT_EQ(accumulating_dgrads(add), 16);
+  EXPECT_EQ(accumulating_dgrads(fold), 1);
+  EXPECT_EQ(count(fold.train.bucket(GraphId::DEEP_FWD_BWD))[FusedKind::ADD_RELU_BWD], 15);
+  EXPECT_EQ(count(add.train.bucket(GraphId::DEEP_FWD_BWD)).count(FusedKind::ADD_RELU_BWD), 0u);
+  EXPECT_NE(fold.hash, add.hash);
+  // The pass: ACCUMULATE(addend -> dy) then RELU_BWD(y, dy -> dx), in the previous block's FUSED_BWD node; the addend
+  // is what the next block's dgrad wrote (beta = 0), and the sum itself is no operand.
+  int seen = 0;
+  const auto& bucket = fold.train.bucket(GraphId::DEEP_FWD_BWD);
+  for (std::size_t i = 0; i < bucket.size(); ++i)
+    for (const FusedPass& f : bucket[i].fusions) {
+      if (f.kind != FusedKind::ADD_RELU_BWD) continue;
+      ++seen;
+      const Node& acc = bucket[i].sub[static_cast<std::size_t>(f.add)];
+      const Node& relu = bucket[i].sub[static_cast<std::size_t>(f.relu)];
+      ASSERT_EQ(acc.op, OpKind::ACCUMULATE);
+      ASSERT_EQ(relu.op, OpKind::RELU_BWD);
+      EXPECT_EQ(find(f.inputs, "addend")->id, acc.inputs[0]);
+      EXPECT_EQ(find(f.inputs, "dy")->id, relu.inputs[1]);
+      EXPECT_EQ(find(f.outputs, "dx")->id, relu.outputs[0]);
+      ASSERT_GT(i, 0u);
+      bool written = false;  // by a beta = 0 dgrad of the node before (the next block's backward)
+      for (const Node& s : bucket[i - 1].sub)
+        written = written || (s.op == OpKind::CONV_BWD_DATA && !s.accumulate && s.outputs[0] == acc.inputs[0]);
+      EXPECT_TRUE(written) << "the addend comes from the next block's data gradient";
+    }
+  EXPECT_EQ(seen, 15);
+  // --fused-kernels off keeps the same split (same order of sums), its parts run one by one.
+  t.fold_residual_sums = true;
+  t.fuse_kernels = false;
+  EXPECT_EQ(accumulating_dgrads(rp::Compiler::compile(arch, t)), 1);
+}
+
 TEST(Fusion, SerialisationCarriesThePasses) {
   const rp::CompiledPlan p = compile_every_kind(true);
   const rp::CompiledPlan q = rp::deserialize(rp::serialize(p));
   EXPECT_EQ(q.train, p.train);
   EXPECT_EQ(q.inference, p.inference);
   EXPECT_EQ(q.config.fuse_kernels, true);
+  EXPECT_EQ(q.config.fold_residual_sums, true);
   EXPECT_EQ(q.hash, p.hash);
   // a pass that names a part out of range is refused
   rp::CompiledPlan bad = p;

@@ -17,6 +17,9 @@ namespace renaissance::ops {
 ///   BN_BN_ADD_RELU   y = relu(BN(x) + BN'(x'))
 ///   RELU_BN_BWD      the ReLU backward folded into the BN backward: its gradient is never formed, the mask is
 ///                    recomputed from the BN's input and statistics
+///   ADD_RELU_BWD     dx = relu'(y)·(dy + a): the ReLU backward at a residual block's end reads both addends of its
+///                    gradient (a: the next block's data gradient, written on its own with beta = 0; the sum is
+///                    rounded where the ACCUMULATE it replaces stores it, so the result is the parts' bit for bit)
 #define RN_FUSED_KINDS(X)             \
   X(BN_STATS, "bn-stats")             \
   X(BN_RELU, "bn+relu")               \
@@ -24,7 +27,8 @@ namespace renaissance::ops {
   X(BN_ADD_RELU, "bn+add+relu")       \
   X(BN_BN_ADD, "bn+bn+add")           \
   X(BN_BN_ADD_RELU, "bn+bn+add+relu") \
-  X(RELU_BN_BWD, "relu+bn backward")
+  X(RELU_BN_BWD, "relu+bn backward")  \
+  X(ADD_RELU_BWD, "sum+relu backward")
 
 enum class FusedKind : std::uint8_t {
 #define RN_FK_ENUM(name, label) name,
@@ -58,6 +62,8 @@ inline bool fused_has_relu(FusedKind k) {
   return k == FusedKind::BN_RELU || k == FusedKind::BN_ADD_RELU || k == FusedKind::BN_BN_ADD_RELU;
 }
 inline bool fused_has_shortcut_bn(FusedKind k) { return k == FusedKind::BN_BN_ADD || k == FusedKind::BN_BN_ADD_RELU; }
-inline bool fused_is_apply(FusedKind k) { return k != FusedKind::BN_STATS && k != FusedKind::RELU_BN_BWD; }
+inline bool fused_is_apply(FusedKind k) {
+  return k != FusedKind::BN_STATS && k != FusedKind::RELU_BN_BWD && k != FusedKind::ADD_RELU_BWD;
+}
 
 }  // namespace renaissance::ops

@@ -212,6 +212,30 @@ std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const Memory
         continue;
       }
     }
+    // A residual sum deferred to the ReLU backward that consumes it (TrainConfig::fold_residual_sums): ACCUMULATE of
+    // the addend into the ReLU's dy, then the ReLU backward; the sum is never formed, so nothing else may read it.
+    if (k == OpKind::ACCUMULATE && op(i + 1) == OpKind::RELU_BWD && !at(i + 1).accumulate &&
+        at(i + 1).inputs[1] == at(i).outputs[0] &&
+        mp.tensor(at(i).inputs[0]).shape == mp.tensor(at(i).outputs[0]).shape &&
+        mp.tensor(at(i).inputs[0]).dtype == mp.tensor(at(i).outputs[0]).dtype &&
+        owner_of(mp, at(i + 1).outputs[0]) != owner_of(mp, at(i).inputs[0]) &&
+        owner_of(mp, at(i + 1).outputs[0]) != owner_of(mp, at(i).outputs[0]) &&
+        !read_later(mp, at(i).outputs[0], sub, static_cast<std::size_t>(i) + 2, &at(i + 1), bucket, index)) {
+      FusedPass p;
+      p.kind = FusedKind::ADD_RELU_BWD;
+      p.at = i;
+      p.add = i;
+      p.relu = i + 1;
+      p.parts = {i, i + 1};
+      operand(p.inputs, "y", at(i + 1).inputs[0]);
+      operand(p.inputs, "dy", at(i).outputs[0]);
+      operand(p.inputs, "addend", at(i).inputs[0]);
+      operand(p.outputs, "dx", at(i + 1).outputs[0]);
+      out.push_back(std::move(p));
+      covered[static_cast<std::size_t>(i + 1)] = true;
+      ++i;
+      continue;
+    }
     // ReLU backward then the BN backward of the BN it follows: the same gradient id (the ReLU reads that BN's output,
     // so its mask is the sign of the BN output, recomputed from x), formed for nothing else.
     if (k == OpKind::RELU_BWD && op(i + 1) == OpKind::BN_BWD && !at(i).accumulate && at(i + 1).inputs.size() > 5 &&

@@ -327,6 +327,7 @@ void write_body(Writer& w, const CompiledPlan& p) {
   w.b(c.freeze_first_layer);
   w.b(c.reuse_memory);
   w.b(c.fuse_kernels);
+  w.b(c.fold_residual_sums);
   w.i64(static_cast<std::int64_t>(p.specs.size()));
   for (const CompileSpec& s : p.specs) {
     w.b(s.amp_enabled);
@@ -398,6 +399,7 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
   c.freeze_first_layer = r.b();
   c.reuse_memory = r.b();
   c.fuse_kernels = r.b();
+  c.fold_residual_sums = r.b();
   p.specs.resize(r.count(16));
   for (CompileSpec& s : p.specs) {
     s.amp_enabled = r.b();

@@ -264,7 +264,7 @@ void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const
 // ExecEnv::fuse_kernels = false runs every part on its own.
 
 struct FusedStep {
-  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kConvBwdPair } kind = kPlain;
+  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kConvBwdPair, kAddReluBwd } kind = kPlain;
   int node = -1;         ///< the sub-node: the plain node, the BN (stats, apply), the BN_BWD or the CONV_BWD_FILTER
   int relu = -1;         ///< apply: the RELU_FWD whose output is written (-1: no ReLU); bwd: the RELU_BWD
   int add = -1;          ///< apply: the ADD2_FWD (-1: none); conv pair: the CONV_BWD_DATA
@@ -523,6 +523,11 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
         prog.means.emplace_back();
         break;
       case ops::FusedKind::RELU_BN_BWD: s.kind = FusedStep::kBnReluBwd; break;
+      case ops::FusedKind::ADD_RELU_BWD:
+        s.kind = FusedStep::kAddReluBwd;
+        s.node = f.relu;
+        s.add = f.add;
+        break;
       default: {
         s.kind = FusedStep::kApply;
         s.add = f.add;
@@ -620,6 +625,16 @@ void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const Fused
       F32Out dx(d.out[0], d.node->accumulate);
       conv_plan(s).backward_filter_and_data(x, dy, dw.get(), db.get(), s.node->accumulate, conv_plan(d), w, dx.get(),
                                             d.node->accumulate);
+      return;
+    }
+    case FusedStep::kAddReluBwd: {
+      // ACCUMULATE: addend -> dy (the sum, never formed); RELU_BWD inputs: y, dy.
+      const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
+      const float* y = f32_in(s.in[0]);
+      const float* dy = f32_in(s.in[1]);
+      const float* addend = f32_in(acc.in[0]);
+      F32Out dx(s.out[0], false);
+      cpu::relu_backward_sum(y, dy, addend, dx.get(), s.out[0].elems(), acc.out[0].dtype == DType::F16);
       return;
     }
     case FusedStep::kBnReluBwd: {

@@ -23,7 +23,7 @@ using fused_match::same;
 // Every fused pass rounds where the parts store, so results equal the plain parts bit for bit.
 
 struct FusedStep {
-  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd } kind = kPlain;
+  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kAddReluBwd } kind = kPlain;
   int node = -1;         ///< the sub-node: the plain node, the BN (stats, apply) or the BN_BWD
   int relu = -1;         ///< apply: the RELU_FWD whose output is written (-1: no ReLU); bwd: the RELU_BWD
   int add = -1;          ///< apply: the ADD2_FWD (-1: none)
@@ -62,6 +62,11 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
     switch (f.kind) {
       case ops::FusedKind::BN_STATS: s.kind = FusedStep::kStats; break;
       case ops::FusedKind::RELU_BN_BWD: s.kind = FusedStep::kBnReluBwd; break;
+      case ops::FusedKind::ADD_RELU_BWD:
+        s.kind = FusedStep::kAddReluBwd;
+        s.node = f.relu;
+        s.add = f.add;
+        break;
       default:
         s.kind = FusedStep::kApply;
         s.add = f.add;
@@ -170,6 +175,11 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
       }
       cuda::batchnorm_apply_fused(stream_of(env), !train, bn_apply_of(s), kind, ref(shortcut),
                                   st.shortcut_bn >= 0 ? &second : nullptr, st.relu >= 0, ref(s.out[0]));
+      return;
+    }
+    case FusedStep::kAddReluBwd: {  // RELU_BWD: y, dy -> dx; ACCUMULATE: addend -> dy (never formed)
+      const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
+      cuda::relu_backward_sum(stream_of(env), ref(s.in[0]), ref(s.in[1]), ref(acc.in[0]), ref(s.out[0]));
       return;
     }
     case FusedStep::kBnReluBwd: {
