@@ -36,6 +36,7 @@ struct BenchCli {
   bool amp = false;
   std::string graphs = "on";
   std::string fused_kernels = "on";
+  std::string fold_residual_sums = "on";
   std::string streams = "on";
   std::string device = "auto";
   std::string optimizer = "momentum";
@@ -95,6 +96,8 @@ void run_bench(const BenchCli& c) {
   RN_CHECK(c.fused_kernels == "on" || c.fused_kernels == "off", "--fused-kernels must be on or off, got '{}'",
            c.fused_kernels);
   RN_CHECK(c.streams == "on" || c.streams == "off", "--streams must be on or off, got '{}'", c.streams);
+  RN_CHECK(c.fold_residual_sums == "on" || c.fold_residual_sums == "off",
+           "--fold-residual-sums must be on or off, got '{}'", c.fold_residual_sums);
   RN_CHECK(c.profile_steps >= 1, "--profile-steps must be at least 1, got {}", c.profile_steps);
   blueprint::BluePrint bp = c.model.load();
   if (c.model.resolution > 0) bp.in_h = bp.in_w = c.model.resolution;
@@ -116,6 +119,7 @@ void run_bench(const BenchCli& c) {
   t.optimizer = plan::optimizer_from_name(c.optimizer);
   t.validate = false;
   t.fuse_kernels = c.fused_kernels == "on";
+  t.fold_residual_sums = c.fold_residual_sums == "on";
   t.concurrent_streams = c.streams == "on";
   c.gpu.apply(t, "");
   runtime::BenchResult r;
@@ -149,6 +153,7 @@ void run_bench(const BenchCli& c) {
     j.begin_object().kv("model", bp.name).kv("device", runtime::backend_name(t.backend)).kv("batch", c.batch);
     j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
     j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", c.streams == "on");
+    j.kv("fold_residual_sums", c.fold_residual_sums == "on");
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
     j.kv("ranks", r.ranks).kv("images_per_s_per_rank", per_rank);
     j.kv("arena_bytes", r.arena_bytes).kv("captures", r.captures).kv("host_peak_bytes", host_peak);
@@ -217,6 +222,10 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--graphs", c->graphs, "on: replay captured graphs; off: launch node by node")->capture_default_str();
   cmd->add_option("--fused-kernels", c->fused_kernels,
                   "on: one pass for BN-apply + add + ReLU (GPU: fused layers of --amp; CPU: also between plain layers); off: one kernel per part")
+      ->capture_default_str();
+  cmd->add_option("--fold-residual-sums", c->fold_residual_sums,
+                  "--amp: on: a residual block's second data gradient writes its own buffer (beta = 0) and the "
+                  "previous block's end ReLU backward sums both; off: that data gradient adds into the gradient")
       ->capture_default_str();
   cmd->add_option("--streams", c->streams,
                   "GPU: on: weight gradients on a second compute stream beside data gradients; off: one stream")

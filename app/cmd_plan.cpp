@@ -5,6 +5,7 @@
 
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
+#include <renaissance/plan/fusion.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -28,6 +29,8 @@ struct PlanOptions {
   bool no_reuse = false;
   bool pool = false;
   bool graph = false;
+  bool nodes = false;
+  std::string fused_kernels = "on";
   bool yaml = false;
   bool json = false;
 };
@@ -175,6 +178,68 @@ void print_graph(const plan::CompiledPlan& p) {
   }
 }
 
+/// Every fused node of the train and inference graphs as the backends run it (plan::Node::fusions): one line per
+/// step, a fused pass with its named operands (tensor names of train_base) or a plain part the node keeps.
+void print_nodes(const plan::CompiledPlan& p) {
+  const plan::MemoryPlan& m = p.memory[0];
+  auto name = [&](TensorId id) { return id == kNoTensor ? std::string("-") : m.tensor(id).name; };
+  auto operands = [&](const std::vector<plan::FusedOperand>& v) {
+    std::string s;
+    for (const plan::FusedOperand& o : v) s += fmt::format("{}{}={}", s.empty() ? "" : ", ", o.name, name(o.id));
+    return s.empty() ? std::string("-") : s;
+  };
+  std::map<ops::FusedKind, int> counts;
+  int fused_nodes = 0, plain_parts = 0;
+  fmt::print("\nFused nodes (plan/fusion.cpp; --fused-kernels {}): each step as it runs\n",
+             p.config.fuse_kernels ? "on" : "off");
+  for (bool inference : {false, true}) {
+    const plan::ComputationGraph& g = inference ? p.inference : p.train;
+    for (int gi = 0; gi < plan::kGraphIds; ++gi) {
+      const plan::GraphId gid = static_cast<plan::GraphId>(gi);
+      for (const plan::Node& n : g.bucket(gid)) {
+        if (n.sub.empty()) continue;
+        ++fused_nodes;
+        const std::string layer = n.layer_index >= 0 && static_cast<std::size_t>(n.layer_index) < p.arch.layers.size()
+                                      ? p.arch.layers[static_cast<std::size_t>(n.layer_index)].name
+                                      : std::string("?");
+        fmt::print("  {} {} {} ({}): {} parts, {} fused passes\n", inference ? "inference" : "train",
+                   graph_id_name(gid), op_kind_name(n.op), layer, n.sub.size(), n.fusions.size());
+        const std::vector<int> step = plan::fused_step_of(n);
+        for (std::size_t k = 0; k < n.sub.size(); ++k) {
+          if (step[k] == -2) continue;
+          if (step[k] == -1) {
+            const plan::Node& s = n.sub[k];
+            ++plain_parts;
+            fmt::print(
+                "    [{}] {}{} in {} -> out {}\n", k, op_kind_name(s.op), s.accumulate ? " (+=)" : "",
+                [&] {
+                  std::string t;
+                  for (TensorId id : s.inputs) t += (t.empty() ? "" : ", ") + name(id);
+                  return t;
+                }(),
+                [&] {
+                  std::string t;
+                  for (TensorId id : s.outputs) t += (t.empty() ? "" : ", ") + name(id);
+                  return t;
+                }());
+            continue;
+          }
+          const plan::FusedPass& f = n.fusions[static_cast<std::size_t>(step[k])];
+          ++counts[f.kind];
+          std::string parts;
+          for (std::int32_t q : f.parts) parts += fmt::format("{}{}", parts.empty() ? "" : ",", q);
+          fmt::print("    [{}] {} (parts {}) in {} -> out {}; saved {}\n", k, ops::fused_kind_name(f.kind), parts,
+                     operands(f.inputs), operands(f.outputs), operands(f.saved));
+        }
+      }
+    }
+  }
+  std::string summary;
+  for (auto [k, c] : counts) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", c, ops::fused_kind_name(k));
+  fmt::print("Fused nodes: {}; fused passes: {}; plain parts kept: {}\n", fused_nodes,
+             summary.empty() ? std::string("none") : summary, plain_parts);
+}
+
 void print_json(const plan::CompiledPlan& p, double build_s, double compile_s) {
   const plan::ArchPlan& a = p.arch;
   JsonWriter j;
@@ -240,6 +305,12 @@ void register_plan_command(CLI::App& app) {
   cmd->add_flag("--graph", opt->graph,
                 "Also print the step schedule: each bucket's nodes in replay order with tensor names, regions and "
                 "offsets");
+  cmd->add_flag("--nodes", opt->nodes,
+                "Also print every fused node as it runs: the compiler's fused passes with their named operands, and "
+                "the plain parts it keeps");
+  cmd->add_option("--fused-kernels", opt->fused_kernels,
+                  "on: plan fused passes; off: fused layers keep their plain parts")
+      ->capture_default_str();
   cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
   cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {
@@ -264,6 +335,9 @@ void register_plan_command(CLI::App& app) {
     }
     opt->cfg.optimizer = plan::optimizer_from_name(opt->optimizer);
     opt->cfg.reuse_memory = !opt->no_reuse;
+    RN_CHECK(opt->fused_kernels == "on" || opt->fused_kernels == "off", "--fused-kernels must be on or off, got '{}'",
+             opt->fused_kernels);
+    opt->cfg.fuse_kernels = opt->fused_kernels == "on";
     const auto t1 = Clock::now();
     const plan::CompiledPlan compiled = plan::Compiler::compile(arch, opt->cfg);
     const double build_s = std::chrono::duration<double>(t1 - t0).count();
@@ -277,6 +351,7 @@ void register_plan_command(CLI::App& app) {
     }
     if (opt->pool && !opt->json) print_pool(compiled);
     if (opt->graph && !opt->json) print_graph(compiled);
+    if (opt->nodes && !opt->json) print_nodes(compiled);
   });
 }
 

@@ -55,6 +55,7 @@ struct TrainCli {
   std::string crop = "none";
   std::string data_cache = "auto";
   std::string decode = "auto";
+  std::string fused_kernels = "on";
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
   double comm_timeout = 0;
@@ -162,6 +163,9 @@ void run_train(TrainCli& c) {
     c.t.augmentation.ratio_max = rmax;
   }
   c.t.validate = !c.no_validate;
+  RN_CHECK(c.fused_kernels == "on" || c.fused_kernels == "off", "--fused-kernels must be on or off, got '{}'",
+           c.fused_kernels);
+  c.t.fuse_kernels = c.fused_kernels == "on";
   RN_CHECK(c.t.epochs >= 1, "--epochs must be >= 1, got {}", c.t.epochs);
   RN_CHECK(c.t.batch >= 1, "--batch must be >= 1, got {}", c.t.batch);
   if (root) ensure_default_data(c.data);
@@ -408,6 +412,10 @@ void register_train_command(CLI::App& app) {
                   "Write TensorBoard event files into this directory (losses, accuracies, lr, loss scale, img/s, "
                   "the run's options)");
   add_comm_timeout_option(*cmd, c->comm_timeout);
+  cmd->add_option("--fused-kernels", c->fused_kernels,
+                  "on: the compiler's fused passes (BN+ReLU, BN+add+ReLU, ReLU+BN backward; `plan --nodes` lists "
+                  "them); off: every fused layer runs its plain parts")
+      ->capture_default_str();
   cmd->add_flag("--sync-bn", c->t.sync_bn,
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks)");
   cmd->callback([c, cmd] {

@@ -1,5 +1,6 @@
 #include <kernels/cpu/elementwise.h>
 
+#include <kernels/cpu/half.h>
 #include <kernels/cpu/thread_pool.h>
 #include <kernels/cpu/vectorize.h>
 #include <renaissance/core/error.h>
@@ -17,6 +18,17 @@ std::int64_t row_grain(std::int64_t c) { return std::max<std::int64_t>(1, kGrain
 void relu_forward(const float* x, float* y, std::int64_t n) {
   parallel_for(0, n, kGrain, [&](std::int64_t i0, std::int64_t i1) {
     RN_IVDEP for (std::int64_t i = i0; i < i1; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  });
+}
+
+void relu_backward_sum(const float* y, const float* dy, const float* addend, float* dx, std::int64_t n,
+                       bool round_f16) {
+  parallel_for(0, n, kGrain, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      float g = dy[i] + addend[i];
+      if (round_f16) g = half_to_float(float_to_half(g));
+      dx[i] = y[i] > 0.0f ? g : 0.0f;
+    }
   });
 }
 

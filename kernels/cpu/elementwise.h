@@ -11,6 +11,9 @@ namespace renaissance::cpu {
 void relu_forward(const float* x, float* y, std::int64_t n);
 /// dx = dy · [y > 0], from the forward OUTPUT y (so the input can be overwritten in place).
 void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, bool accumulate);
+/// dx = (dy + addend) · [y > 0]: a residual sum folded into the ReLU backward that consumes it (plan ADD_RELU_BWD).
+/// `round_f16`: the sum is rounded to binary16 first, as the ACCUMULATE it replaces stores it (same bits).
+void relu_backward_sum(const float* y, const float* dy, const float* addend, float* dx, std::int64_t n, bool round_f16);
 
 /// y = tanh(x).
 void tanh_forward(const float* x, float* y, std::int64_t n);

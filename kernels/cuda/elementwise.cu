@@ -245,6 +245,67 @@ void relu_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy,
     launch_flat(stream, "relu_backward", y, &dy, dx, ReluBwd<false>{});
 }
 
+namespace {
+
+template <int V, typename T>
+__device__ __forceinline__ void relu_sum_at(const T* y, const T* dy, const T* a, T* dx, std::int64_t i) {
+  float vy[V], vd[V], va[V], vo[V];
+  load_vec<V>(y + i, vy);
+  load_vec<V>(dy + i, vd);
+  load_vec<V>(a + i, va);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float g = to_float(from_float<T>(vd[j] + va[j]));  // where ACCUMULATE stores the sum
+    vo[j] = vy[j] > 0.0f ? g : 0.0f;
+  }
+  store_vec<V>(dx + i, vo);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    relu_backward_sum_kernel(const T* y, const T* dy, const T* a, T* dx, std::int64_t n) {
+  const std::int64_t nvec = n / V;
+  const std::int64_t tid = detail::thread_index();
+  for (std::int64_t i = tid; i < nvec; i += detail::grid_stride()) relu_sum_at<V>(y, dy, a, dx, i * V);
+  if constexpr (V > 1) {
+    const std::int64_t t = nvec * V + tid;
+    if (t < n) relu_sum_at<1>(y, dy, a, dx, t);
+  }
+}
+
+template <typename T>
+void launch_relu_sum(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& a,
+                     const TensorRef& dx, std::int64_t n) {
+  const T* py = static_cast<const T*>(y.ptr);
+  const T* pd = static_cast<const T*>(dy.ptr);
+  const T* pa = static_cast<const T*>(a.ptr);
+  T* po = static_cast<T*>(dx.ptr);
+  if (detail::aligned16(py) && detail::aligned16(pd) && detail::aligned16(pa) && detail::aligned16(po)) {
+    constexpr int V = kVec<T>;
+    relu_backward_sum_kernel<T, V><<<grid_for(n / V), kThreads, 0, stream>>>(py, pd, pa, po, n);
+  } else {
+    relu_backward_sum_kernel<T, 1><<<grid_for(n), kThreads, 0, stream>>>(py, pd, pa, po, n);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void relu_backward_sum(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& addend,
+                       const TensorRef& dx) {
+  const char* what = "relu_backward_sum";
+  for (const TensorRef* t : {&y, &dy, &addend}) {
+    detail::check_float_tensor(*t, what, "input");
+    detail::check_same_layout(*t, dx, what, "input", "output");
+  }
+  detail::check_float_tensor(dx, what, "output");
+  const std::int64_t n = dx.rows() * dx.c_stride;
+  if (dx.dtype == DType::F32)
+    launch_relu_sum<float>(stream, y, dy, addend, dx, n);
+  else
+    launch_relu_sum<__half>(stream, y, dy, addend, dx, n);
+}
+
 void tanh_forward(cudaStream_t stream, const TensorRef& x, const TensorRef& y) {
   launch_flat(stream, "tanh_forward", x, nullptr, y, TanhFwd{});
 }

@@ -14,6 +14,11 @@ namespace renaissance::cuda {
 void relu_forward(cudaStream_t stream, const TensorRef& x, const TensorRef& y);
 /// dx (=|+=) dy · [y > 0], from the forward OUTPUT y. y, dy, dx: same layout.
 void relu_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& dx, bool accumulate);
+/// dx = (dy + addend) · [y > 0]: a residual sum folded into the ReLU backward that consumes it (plan ADD_RELU_BWD).
+/// The sum is rounded to the storage type first, as the ACCUMULATE it replaces stores it (same bits). All four: same
+/// layout; dx may alias none of the inputs but y.
+void relu_backward_sum(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& addend,
+                       const TensorRef& dx);
 
 /// y = tanh(x).
 void tanh_forward(cudaStream_t stream, const TensorRef& x, const TensorRef& y);

@@ -187,7 +187,7 @@ TEST(CliPlan, Failures) {
 }
 
 TEST(CliBench, OnOffOptionsRejectOtherValues) {
-  for (const std::string opt : {"--graphs", "--fused-kernels", "--streams"}) {
+  for (const std::string opt : {"--graphs", "--fused-kernels", "--streams", "--fold-residual-sums"}) {
     const Result r = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 " + opt + " maybe");
     EXPECT_NE(r.code, 0) << opt;
     expect_contains(r.err, opt + " must be on or off");
@@ -199,6 +199,32 @@ TEST(CliBench, OnOffOptionsRejectOtherValues) {
   EXPECT_EQ(ok.code, 0) << ok.err;
   expect_contains(ok.out, "\"fused_kernels\":false");
   expect_contains(ok.out, "\"streams\":false");
+}
+
+TEST(CliPlan, NodesPrintsTheFusedPasses) {
+  // The compiler's fused passes with named operands (plan/fusion.cpp), the plain parts each fused node keeps.
+  const Result r = run("plan --model resnet18_cifar --amp --nodes");
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_contains(r.out, "Fused nodes (plan/fusion.cpp; --fused-kernels on)");
+  expect_contains(r.out, "train FIRST_LAYER_FWD_A FUSED_FWD (cbr1): 3 parts, 1 fused passes");
+  expect_contains(r.out, "BN_RELU (parts 1,2) in x=cbr1.conv.y, gamma=cbr1.bn.gamma");
+  expect_contains(r.out, "BN_BN_ADD_RELU");
+  expect_contains(r.out, "shortcut.x=");
+  expect_contains(r.out, "BN_STATS");
+  expect_contains(r.out, "RELU_BN_BWD");
+  expect_contains(r.out, "CONV_FWD in input.a.data, cbr1.conv.w.fp16 -> out cbr1.conv.y");
+  // --fused-kernels off: the same nodes, no passes
+  const Result off = run("plan --model resnet18_cifar --amp --nodes --fused-kernels off");
+  ASSERT_EQ(off.code, 0) << off.err;
+  expect_contains(off.out, "--fused-kernels off");
+  expect_contains(off.out, "fused passes: none");
+  EXPECT_EQ(off.out.find("BN_RELU"), std::string::npos);
+  for (const std::string cmd : {"plan --model fmnist_cnn", "train --device cpu --model fmnist_cnn --max-steps 1"}) {
+    const Result bad = run(cmd + " --fused-kernels maybe");
+    EXPECT_NE(bad.code, 0) << cmd;
+    EXPECT_LT(bad.code, 128) << cmd;
+    expect_contains(bad.err, "--fused-kernels must be on or off");
+  }
 }
 
 // Usage errors: `renaissance: error:`, a "did you mean" for a near miss, exit 2; a bare `renaissance` prints help.

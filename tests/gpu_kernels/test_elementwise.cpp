@@ -2,6 +2,8 @@
 // rows, scalar and vector paths, FP32 and FP16 storage), outputs poisoned first so unwritten padding fails.
 #include "gpu_test_util.h"
 
+#include <cstring>
+
 #include <kernels/cpu/elementwise.h>
 #include <kernels/cuda/elementwise.h>
 
@@ -74,6 +76,39 @@ TEST_F(ElementwiseTest, ReluAndTanhBackward) {
         dx.expect_zero_padding(what);
       }
     }
+  }
+}
+
+// The ReLU backward of a residual sum (plan ADD_RELU_BWD) against its parts on the GPU (accumulate, then
+// relu_backward: bit for bit, the sum rounded where the accumulate stores it) and against the CPU kernel.
+TEST_F(ElementwiseTest, ReluBackwardOfASumEqualsItsParts) {
+  std::uint32_t seed = 700;
+  for (const Layout& l : standard_layouts()) {
+    const std::string name = layout_name(l);
+    DevTensor y(l.shape, l.dtype, l.c_stride), dy(l.shape, l.dtype, l.c_stride), a(l.shape, l.dtype, l.c_stride),
+        dx(l.shape, l.dtype, l.c_stride), parts(l.shape, l.dtype, l.c_stride);
+    Vec yv = quantized(random_vec(y.elems(), seed++, -1.0f, 1.0f), l.dtype);
+    Vec relu_y(yv.size());
+    cpu::relu_forward(yv.data(), relu_y.data(), static_cast<std::int64_t>(yv.size()));
+    const Vec dyv = quantized(random_vec(dy.elems(), seed++, -1.0f, 1.0f), l.dtype);
+    const Vec av = quantized(random_vec(a.elems(), seed++, -1.0f, 1.0f), l.dtype);
+    y.upload(relu_y);
+    dy.upload(dyv);
+    a.upload(av);
+    dx.poison();
+    parts.poison();
+    relu_backward_sum(stream, y.ref(), dy.ref(), a.ref(), dx.ref());
+    accumulate(stream, a.ref(), dy.ref());  // the parts: dy += a, then the ReLU backward
+    relu_backward(stream, y.ref(), dy.ref(), parts.ref(), false);
+    sync();
+    const Vec got = dx.download(), want = parts.download();
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "fused vs parts " << name;
+    Vec ref(relu_y.size());
+    cpu::relu_backward_sum(relu_y.data(), dyv.data(), av.data(), ref.data(), static_cast<std::int64_t>(ref.size()),
+                           l.dtype == DType::F16);
+    expect_near(got, ref, tol_for(l.dtype), "relu_backward_sum vs CPU " + name);
+    dx.expect_zero_padding("relu_backward_sum " + name);
   }
 }
 

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -106,12 +108,17 @@ TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {
   EXPECT_EQ(calls(p, "FUSED:bn+add"), 1);          // InvResidualIdentity (no ReLU after its add)
   EXPECT_EQ(calls(p, "FUSED:bn+bn+add+relu"), 2);  // BasicBlockProjection, BottleneckProjection
   EXPECT_EQ(calls(p, "FUSED:relu+bn backward"), 1 + 2 * 1 + 2 * 2 + 2 * 2);
+  // Blocks 2-5 start at a block's end ReLU: their second data gradient writes its own buffer (beta = 0) and that
+  // ReLU's backward sums both addends (plan ADD_RELU_BWD).
+  EXPECT_EQ(calls(p, "FUSED:sum+relu backward"), 4);
   EXPECT_EQ(calls(p, "RELU_FWD"), 0);
   auto o = options(data, false);
   runtime::Trainer parts(every_fused_kind(), o);
   const auto q = parts.profile(1, 2);
   EXPECT_EQ(calls(q, "FUSED:bn+relu"), 0);
   EXPECT_EQ(calls(q, "FUSED:relu+bn backward"), 0);
+  EXPECT_EQ(calls(q, "FUSED:sum+relu backward"), 0);
+  EXPECT_GT(calls(q, "ACCUMULATE"), 0);  // its plain parts
   EXPECT_GT(calls(q, "RELU_FWD"), 0);
 }
 
@@ -136,6 +143,44 @@ TEST_F(GpuFused, ConcurrentStreamsEqualOneStreamBitForBit) {
           << (amp ? "AMP" : "FP32") << (graphs ? ", graphs" : ", node by node");
     }
   }
+}
+
+TEST_F(GpuFused, FoldedResidualSumsMatchTheCpuAndAddingDgrads) {
+  // fold_residual_sums (plan ADD_RELU_BWD): the GPU against the CPU reference on the same plan (FP16 storage, so
+  // within FP16 rounding of a few steps), and against the plan that adds the dgrads into the gradient (beta = 1):
+  // the same training within FP16 rounding, not the same bits (the sum is rounded after the dgrad is).
+  const std::string data = synthetic(160, 16, 3);
+  auto o = options(data, true);
+  runtime::Trainer gpu(every_fused_kind(), o);
+  o.backend = runtime::Backend::CPU;
+  runtime::Trainer cpu(every_fused_kind(), o);
+  o.backend = runtime::Backend::CUDA;
+  o.fold_residual_sums = false;
+  runtime::Trainer adding(every_fused_kind(), o);
+  const auto hg = gpu.run(), hc = cpu.run(), ha = adding.run();
+  EXPECT_NEAR(hg.back().train_loss, hc.back().train_loss, 1e-2 * std::max(1.0, std::abs(hc.back().train_loss)));
+  EXPECT_NEAR(hg.back().train_loss, ha.back().train_loss, 1e-2 * std::max(1.0, std::abs(ha.back().train_loss)));
+  auto worst = [](const std::vector<float>& a,
+                  const std::vector<float>& b) -> double {  // as test_gpu_trainer's max_rel_diff
+    double max_ref = 1e-12, max_diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+      max_ref = std::max(max_ref, std::abs(static_cast<double>(b[i])));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    }
+    return max_diff / max_ref;
+  };
+  const auto g = gpu.state_values(), c = cpu.state_values(), a = adding.state_values();
+  ASSERT_EQ(g.size(), c.size());
+  ASSERT_EQ(g.size(), a.size());
+  EXPECT_LE(worst(g, c), 1e-2) << "GPU vs CPU (TrainingStepsMatchTheCpuAmp's bound)";
+  EXPECT_LE(worst(g, a), 1e-2) << "folded vs adding dgrads";
+  // Deterministic: the same run again, bit for bit.
+  o.fold_residual_sums = true;
+  runtime::Trainer again(every_fused_kind(), o);
+  again.run();
+  const auto g2 = again.state_values();
+  EXPECT_EQ(std::memcmp(g.data(), g2.data(), g.size() * sizeof(float)), 0);
 }
 
 }  // namespace

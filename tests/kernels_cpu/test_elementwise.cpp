@@ -1,6 +1,7 @@
 // ReLU, tanh, add2 and channel padding: forward against the definition, gradients against central
 // differences (ReLU kinks skipped), accumulate flags.
 #include <kernels/cpu/elementwise.h>
+#include <kernels/cpu/half.h>
 
 #include "kernel_test_util.h"
 
@@ -31,6 +32,35 @@ TEST(Relu, ForwardAndGradient) {
   Vec inplace = r;
   relu_backward(y.data(), inplace.data(), inplace.data(), kN, false);
   EXPECT_EQ(inplace, dx);
+}
+
+TEST(Relu, BackwardOfASumEqualsItsParts) {
+  // relu_backward_sum (plan ADD_RELU_BWD) against its plain parts: ACCUMULATE (g += a, stored; binary16 in AMP plans),
+  // then relu_backward. Bit for bit: the same operations in the same order, rounded where the parts store.
+  const Vec x = random_vec(kN, 5), g = random_vec(kN, 6), a = random_vec(kN, 7, -1e-3f, 1e-3f);
+  Vec y(kN);
+  relu_forward(x.data(), y.data(), kN);
+  for (bool f16 : {false, true}) {
+    Vec sum(kN), parts(kN), fused(kN);
+    for (std::size_t i = 0; i < kN; ++i) {
+      sum[i] = g[i] + a[i];
+      if (f16) sum[i] = half_to_float(float_to_half(sum[i]));
+    }
+    relu_backward(y.data(), sum.data(), parts.data(), kN, false);
+    relu_backward_sum(y.data(), g.data(), a.data(), fused.data(), kN, f16);
+    EXPECT_EQ(fused, parts) << (f16 ? "binary16" : "float");
+    // and against the definition in double: dx = (g + a) where y > 0 (to the storage type's rounding)
+    DVec ref(kN);
+    for (std::size_t i = 0; i < kN; ++i) ref[i] = y[i] > 0 ? static_cast<double>(g[i]) + a[i] : 0.0;
+    expect_close(fused, ref, f16 ? 1e-3 : 1e-6, "relu backward of a sum");
+  }
+  // The rounding is where the ACCUMULATE stores: a sum that rounds in binary16 differs from the unrounded one.
+  const float g1 = 1.0f, a1 = 1e-4f, y1 = 1.0f;
+  float d32 = 0, d16 = 0;
+  relu_backward_sum(&y1, &g1, &a1, &d32, 1, false);
+  relu_backward_sum(&y1, &g1, &a1, &d16, 1, true);
+  EXPECT_EQ(d16, 1.0f);
+  EXPECT_NE(d32, d16);
 }
 
 TEST(Tanh, ForwardAndGradient) {

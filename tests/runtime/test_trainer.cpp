@@ -12,7 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -175,7 +177,10 @@ TEST(Trainer, AmpPlanTrainsOnTheCpuWithFp16Copies) {
 
 TEST(Trainer, FusedPlanEqualsThePlainPlan) {
   // A residual model: with fuse, blocks become fused layers that the CPU runs as their plain parts. The two
-  // plans must train to the same weights (same tensors, same order of operations).
+  // plans must train to the same weights (same tensors, same order of operations) when the fused plan keeps the
+  // plain plan's order of sums (fold_residual_sums off: a block's second data gradient adds into the gradient).
+  // With the sums folded into the previous block's end ReLU backward (the default), the data gradient is rounded to
+  // binary16 before it is added: the same training within FP16 rounding.
   const std::string data = synthetic(256, 64, 16, 3, 10);
   bp::BluePrint m;
   m.name = "tiny_res";
@@ -191,7 +196,10 @@ TEST(Trainer, FusedPlanEqualsThePlainPlan) {
   o.max_steps = 3;
   o.validate = false;
   o.fuse = true;
+  o.fold_residual_sums = false;
   runtime::Trainer fused(m, o);
+  o.fold_residual_sums = true;
+  runtime::Trainer folded(m, o);
   o.fuse = false;
   runtime::Trainer plain(m, o);
   // every fused kind is present in the fused plan
@@ -203,8 +211,25 @@ TEST(Trainer, FusedPlanEqualsThePlainPlan) {
     EXPECT_TRUE(kinds.count(k)) << plan::layer_kind_name(k);
   EXPECT_NE(fused.plan().arch.layers.size(), plain.plan().arch.layers.size());
   fused.run();
-  plain.run();
+  const auto hp = plain.run();
   EXPECT_TRUE(bit_equal(fused.state_values(), plain.state_values()));
+  const auto hf = folded.run();
+  const auto a = folded.state_values(), b = plain.state_values();
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_FALSE(bit_equal(a, b)) << "the folded sums round elsewhere: if this holds, nothing was folded";
+  // max |a - b| over max |b| (the AMP bound of tests/gpu_runtime's GPU-vs-CPU checks, which differ by rounding too)
+  double max_ref = 1e-12, max_diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(a[i])) << i;
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(b[i])));
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - b[i]));
+  }
+  std::printf(
+      "fold_residual_sums on vs the plain plan after 3 steps: max |diff| %.3g, max |value| %.3g; loss %.6f vs "
+      "%.6f\n",
+      max_diff, max_ref, hf.back().train_loss, hp.back().train_loss);
+  EXPECT_LE(max_diff / max_ref, 1e-2);
+  EXPECT_NEAR(hf.back().train_loss, hp.back().train_loss, 1e-2 * std::max(1.0, std::abs(hp.back().train_loss)));
 }
 
 // A step reads no byte of the input buffers, features and gradient slots or temporaries before writing it, and
@@ -326,6 +351,9 @@ TEST(Trainer, CpuFusedPassesEqualThePlainParts) {
     for (const char* k :
          {"FUSED:bn+relu", "FUSED:relu+bn backward", "FUSED:bn+add+relu", "FUSED:bn+bn+add+relu", "FUSED:bn-stats"})
       EXPECT_TRUE(on.count(k)) << tag << ": " << k << " did not run";
+    // AMP: the projection block's shortcut dgrad writes its own buffer, summed in the identity block's end ReLU
+    // backward (plan ADD_RELU_BWD); FP32 plans have no fused layers, so no such pass.
+    EXPECT_EQ(on.count("FUSED:sum+relu backward"), amp ? 1u : 0u) << tag;
     for (const std::string& k : off) EXPECT_EQ(k.rfind("FUSED:", 0), std::string::npos) << tag << ": " << k;
   }
   // Near misses the matcher must leave alone: a BN output read by a ReLU and by an identity shortcut (the ReLU is not

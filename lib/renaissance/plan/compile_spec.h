@@ -49,11 +49,20 @@ struct TrainConfig {
   /// Liveness-based reuse of the activation pool (features and gradient buffers share bytes when their lifetimes
   /// are disjoint). Off: every pool tensor has bytes of its own and the gradients use <= 4 fixed slots.
   bool reuse_memory = true;
+  /// The compiler's fusion phase (plan/fusion.h): fused layers get fused passes. Off (`--fused-kernels off`): every
+  /// fused layer runs its plain parts one by one.
+  bool fuse_kernels = true;
+  /// Where a residual branch joins in the backward pass inside fused layers, the data gradient of the branch that
+  /// comes second (a block's first conv, or its projection shortcut's conv) writes a buffer of its own (beta = 0,
+  /// the faster convolution) and the sum moves into the node that consumes the gradient (an ACCUMULATE before the
+  /// previous block's end ReLU backward, fused into ADD_RELU_BWD). Off: that dgrad adds into the gradient (beta = 1).
+  bool fold_residual_sums = true;
   friend bool operator==(const TrainConfig& a, const TrainConfig& b) {
     return a.dataset_size == b.dataset_size && a.batch == b.batch && a.start_resolution == b.start_resolution &&
            a.end_resolution == b.end_resolution && a.val_size == b.val_size && a.val_batch == b.val_batch &&
-           a.optimizer == b.optimizer && a.ema == b.ema && a.amp == b.amp && a.freeze_first_layer == b.freeze_first_layer &&
-           a.reuse_memory == b.reuse_memory;
+           a.optimizer == b.optimizer && a.ema == b.ema && a.amp == b.amp &&
+           a.freeze_first_layer == b.freeze_first_layer && a.reuse_memory == b.reuse_memory &&
+           a.fuse_kernels == b.fuse_kernels && a.fold_residual_sums == b.fold_residual_sums;
   }
 };
 

@@ -1,6 +1,7 @@
 // The compiler's five phases (DESIGN §4): derive shapes, max slots, memory plans, graphs, sharing.
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
+#include <renaissance/plan/fusion.h>
 #include <renaissance/plan/liveness.h>
 
 #include <fmt/format.h>
@@ -123,12 +124,23 @@ class GradWalker {
       const bool loss = k == LayerKind::SoftmaxCE;
       if (d.pass_through && !loss) continue;
       if (!loss && !has(i)) continue;  // nothing downstream needs this layer's gradient
+      // The sums a residual join deferred to this layer (fold_residual_sums): into its gradient before its backward.
+      if (const auto pending = m_addends.find(i); pending != m_addends.end()) {
+        for (const auto& [addend, slot] : pending->second) {
+          const TensorId g = unshare(i, L.owner, out);
+          push(out, L.owner, tag(compute_node(OpKind::ACCUMULATE, {addend}, {g}), L));
+          --m_ref[static_cast<std::size_t>(slot)];
+        }
+        m_addends.erase(pending);
+      }
       const TensorId dy = loss ? kNoTensor : view(i);
       const int xk = m_b.chain.x[ii];
       TensorId dx = kNoTensor;
       bool acc = false;
       if (xk != kData) {
-        if (has(xk)) {
+        if (has(xk) && folds_sum(k, xk)) {
+          dx = addend(xk);
+        } else if (has(xk)) {
           dx = unshare(xk, L.owner, out);
           acc = true;
         } else {
@@ -143,6 +155,27 @@ class GradWalker {
 
  private:
   bool has(int key) const { return m_slot_of.count(key) > 0; }
+
+  /// fold_residual_sums: a convolution whose data gradient would add into the gradient of `key`, where `key` is the
+  /// end ReLU of a fused residual block (its backward is an element-wise pass that can read both addends), and a
+  /// gradient slot is free for the addend.
+  bool folds_sum(LayerKind k, int key) const {
+    if (!m_b.cfg.fold_residual_sums || k != LayerKind::Conv) return false;
+    const LoweredLayer& c = m_b.layers[static_cast<std::size_t>(key)];
+    if (c.layer.kind != LayerKind::Relu || !is_fused_owner(m_b.arch, c.owner)) return false;
+    const int in = m_b.chain.x[static_cast<std::size_t>(key)];
+    if (in == kData || m_b.layers[static_cast<std::size_t>(in)].layer.kind != LayerKind::Add2End) return false;
+    return std::any_of(m_ref.begin(), m_ref.end(), [](int r) { return r == 0; });
+  }
+  /// A gradient buffer of its own for one addend of `key`'s gradient, summed in when `key`'s layer is walked.
+  TensorId addend(int key) {
+    const int s = alloc_slot();
+    new_buffer(key, s);
+    m_ref[static_cast<std::size_t>(s)] = 1;
+    const TensorId id = make_view(key, s);  // "<feature>.grad@<slot>": another slot than the gradient's own
+    m_addends[key].emplace_back(id, s);
+    return id;
+  }
   TensorId view(int key) const { return m_emit ? m_view_of.at(key) : kNoTensor; }
 
   int alloc_slot() {
@@ -154,11 +187,11 @@ class GradWalker {
     RN_FAIL("the backward pass needs more than {} live gradient slots (hint: nested residual branches)", kMaxGradSlots);
   }
 
-  TensorId make_view(int key, int slot) {
+  TensorId make_view(int key, int slot, const char* what = "grad") {
     if (!m_emit) return kNoTensor;
     // Views are named per (feature, slot): the A and B first-layer walks reuse the same views.
     const TensorId fid = m_b.feature[static_cast<std::size_t>(key)];
-    const std::string name = fmt::format("{}.grad@{}", m_b.plans[0].tensor(fid).name, slot);
+    const std::string name = fmt::format("{}.{}@{}", m_b.plans[0].tensor(fid).name, what, slot);
     if (const TensorId id = m_b.plans[0].find(name); id != kNoTensor) {
       RN_CHECK(!reuse() || m_b.plans[0].aliases().at(id) == m_buffer[static_cast<std::size_t>(slot)],
                "internal: gradient view '{}' would view two buffers", name);
@@ -247,6 +280,7 @@ class GradWalker {
   bool m_emit;
   std::map<int, int> m_slot_of;
   std::map<int, TensorId> m_view_of;
+  std::map<int, std::vector<std::pair<TensorId, int>>> m_addends;  // key -> (addend view, its slot) to sum in
   std::array<int, kMaxGradSlots> m_ref{};
   std::array<TensorId, kMaxGradSlots> m_buffer{};  // reuse: the buffer a slot's current gradient lives in
   int m_buffers = 0;
@@ -663,6 +697,9 @@ class CompileRun {
   /// lifetimes its tensors have in the schedule: the same in every variant, one topology) and checked to share one
   /// layout.
   void place_memory() {
+    // The fusion phase first: the lifetimes below read the fused passes' operands.
+    plan_fusions(out.train, out.memory[0], cfg.fuse_kernels);
+    plan_fusions(out.inference, out.memory[0], cfg.fuse_kernels);
     out.schedule = build_step_schedule();
     if (cfg.reuse_memory) {
       const Liveness live = compute_liveness(out.memory[0], out.train, out.inference, &out.schedule);

@@ -37,7 +37,7 @@ bool operator==(const Node& a, const Node& b) {
   return a.type == b.type && a.op == b.op && a.layer_kind == b.layer_kind && a.layer_index == b.layer_index &&
          a.params == b.params && a.accumulate == b.accumulate && a.inputs == b.inputs && a.outputs == b.outputs &&
          a.sub == b.sub && a.range_op == b.range_op && a.input_ranges == b.input_ranges &&
-         a.output_ranges == b.output_ranges && a.apply_weight_decay == b.apply_weight_decay;
+         a.output_ranges == b.output_ranges && a.apply_weight_decay == b.apply_weight_decay && a.fusions == b.fusions;
 }
 
 std::size_t ComputationGraph::node_count() const {

@@ -5,6 +5,7 @@
 #include <renaissance/core/dtensor.h>
 #include <renaissance/core/region.h>
 #include <renaissance/ops/activations.h>
+#include <renaissance/ops/fused.h>
 #include <renaissance/plan/arch_plan.h>
 
 #include <array>
@@ -83,6 +84,32 @@ const char* range_op_name(RangeOp k);
 
 enum class NodeType : std::uint8_t { COMPUTE, RANGE };
 
+/// A named operand of a fused pass ("x", "gamma", "shortcut.invstd", ...).
+struct FusedOperand {
+  std::string name;
+  TensorId id = kNoTensor;
+  friend bool operator==(const FusedOperand& a, const FusedOperand& b) { return a.name == b.name && a.id == b.id; }
+};
+
+/// One fused pass of a FUSED_* node (ops/fused.h), decided by the compiler (plan/fusion.cpp): it runs where sub-node
+/// `at` stands and replaces the sub-nodes in `parts` (indices into Node::sub; `at` among them). The roles name its
+/// parts: `bn` the BN (BN_BWD for RELU_BN_BWD), `relu` the RELU_FWD/RELU_BWD, `add` the ADD2_FWD, `shortcut_bn` the
+/// projection shortcut's BN whose apply this pass does (-1: none). inputs/outputs are every tensor the fused kernel
+/// reads and writes (the liveness analysis reads them, nothing else is guessed); saved are the outputs later
+/// passes read (the backward's statistics). A node without passes runs its parts one by one.
+struct FusedPass {
+  ops::FusedKind kind = ops::FusedKind::BN_RELU;
+  std::int32_t at = -1;
+  std::vector<std::int32_t> parts;
+  std::int32_t bn = -1, relu = -1, add = -1, shortcut_bn = -1;
+  std::vector<FusedOperand> inputs, outputs, saved;
+  friend bool operator==(const FusedPass& a, const FusedPass& b) {
+    return a.kind == b.kind && a.at == b.at && a.parts == b.parts && a.bn == b.bn && a.relu == b.relu &&
+           a.add == b.add && a.shortcut_bn == b.shortcut_bn && a.inputs == b.inputs && a.outputs == b.outputs &&
+           a.saved == b.saved;
+  }
+};
+
 struct Node {
   NodeType type = NodeType::COMPUTE;
   // COMPUTE
@@ -92,7 +119,8 @@ struct Node {
   LayerParams params;
   bool accumulate = false;  ///< outputs are added to (dx of a residual branch, weight gradients)
   std::vector<TensorId> inputs, outputs;
-  std::vector<Node> sub;  ///< FUSED_*: the plain decomposition, which the CPU backend runs
+  std::vector<Node> sub;           ///< FUSED_*: the plain decomposition (the per-layer fallback: run one by one)
+  std::vector<FusedPass> fusions;  ///< FUSED_*: the fused passes over `sub` the compiler chose, in `at` order
   // RANGE
   RangeOp range_op = RangeOp::CLEAR;
   std::vector<RegionRange> input_ranges, output_ranges;

@@ -33,17 +33,6 @@ const std::vector<Phase>& replay_phases() {
   return phases;
 }
 
-bool fused_node_runs_its_parts(LayerKind k) {
-  // The CPU runs every FUSED_* node as its plain parts (runtime/cpu_ops.cpp). The GPU's fused kernels
-  // (runtime/cuda_fused.cpp, plan_fused) touch only tensors the parts touch, at the same or an earlier point inside the
-  // node, and check by address that nothing in between overwrites what they read later; its concurrent shortcut
-  // branch is checked the same way. A kind whose kernels needed more (tensors live across the whole node) is listed
-  // here.
-  switch (k) {
-    default: return true;
-  }
-}
-
 namespace {
 
 constexpr std::int32_t kUntouched = -1;
@@ -114,17 +103,28 @@ struct Walker {
     }
     if (n.type == NodeType::COMPUTE) order_check(n);
   }
-  // One program point per plain node, in order; see the header for the two exceptions.
-  void visit(const std::vector<Node>& seq, std::int32_t& next) {
+  // One program point per plain node, in order; see the header for the two exceptions. A fused node's parts keep
+  // their points (the plain fallback, --sync-bn and profiled runs, executes them), and each fused pass touches all
+  // of its operands at the point of the part it runs at: a pass that reads the shortcut's input at the block's end
+  // keeps that input alive until then, and a value it never forms still has bytes for the plain parts.
+  void visit(const std::vector<Node>& seq, std::int32_t& next, const std::vector<FusedPass>* passes = nullptr) {
     const Node* prev = nullptr;
-    for (const Node& n : seq) {
-      if (!n.sub.empty() && fused_node_runs_its_parts(n.layer_kind)) {
-        visit(n.sub, next);
+    for (std::size_t k = 0; k < seq.size(); ++k) {
+      const Node& n = seq[k];
+      if (!n.sub.empty()) {
+        visit(n.sub, next, &n.fusions);
         prev = nullptr;
         continue;
       }
       const bool with_prev = prev && runs_beside(prev->op, n.op);
-      touch_node(n, with_prev ? next - 1 : next++);
+      const std::int32_t point = with_prev ? next - 1 : next++;
+      touch_node(n, point);
+      if (passes)
+        for (const FusedPass& f : *passes)
+          if (f.at == static_cast<std::int32_t>(k))
+            for (const auto* ops : {&f.inputs, &f.outputs})
+              for (const FusedOperand& o : *ops)
+                if (const TensorId ow = owner(o.id); ow != kNoTensor) touch(ow, point);
       prev = &n;
     }
   }

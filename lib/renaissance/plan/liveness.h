@@ -29,7 +29,8 @@ const std::vector<Phase>& replay_phases();
 struct Liveness {
   /// Every owner of pool bytes (F_FEATURE_*, F_GRAD_SLOT_*) -> the program points where it or one of its aliases is
   /// touched, one closed interval per phase that touches it. Program points number the plain nodes in replay
-  /// order (a FUSED_* node's parts one by one, see fused_node_runs_its_parts), except that a layer's weight-
+  /// order (a FUSED_* node's parts one by one; where the compiler planned a fused pass (Node::fusions), the point of
+  /// the part it runs at also touches every operand of the pass), except that a layer's weight-
   /// gradient node and the data-gradient node after it share one point: they may run on two streams at once
   /// (DESIGN §11, lever 3), so neither may write bytes the other still reads.
   std::map<TensorId, Lifetime> lifetimes;
@@ -39,11 +40,6 @@ struct Liveness {
   /// never touched at all, or with padded channels (padding lanes are never written, so must stay zero).
   std::vector<TensorId> pinned;
 };
-
-/// True where the backends run a FUSED_* node of kind `k` as its sub-nodes in order, so its parts get program
-/// points of their own. A kind whose fused kernel interleaves its parts must answer false: its tensors are then
-/// live across the whole node.
-bool fused_node_runs_its_parts(LayerKind k);
 
 /// Measures the lifetimes of `mp`'s pool owners over the train graph and the inference graph, in the order of
 /// `schedule` (nullptr: build_step_schedule()).

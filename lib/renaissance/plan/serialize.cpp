@@ -1,6 +1,7 @@
 // Binary serialisation of a CompiledPlan (for the MPI broadcast) and its content hash (FNV-1a 64).
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
+#include <renaissance/plan/fusion.h>
 
 #include <cstring>
 #include <type_traits>
@@ -10,7 +11,7 @@ namespace renaissance::plan {
 
 namespace {
 
-constexpr char kMagic[8] = {'R', 'N', 'P', 'L', 'A', 'N', '0', '1'};
+constexpr char kMagic[8] = {'R', 'N', 'P', 'L', 'A', 'N', '0', '2'};
 
 class Writer {
  public:
@@ -165,6 +166,20 @@ void write_node(Writer& w, const Node& n) {
   w.b(n.apply_weight_decay);
   w.i64(static_cast<std::int64_t>(n.sub.size()));
   for (const Node& s : n.sub) write_node(w, s);
+  w.i64(static_cast<std::int64_t>(n.fusions.size()));
+  for (const FusedPass& f : n.fusions) {
+    w.u8(static_cast<std::uint8_t>(f.kind));
+    for (std::int32_t v : {f.at, f.bn, f.relu, f.add, f.shortcut_bn}) w.i32(v);
+    w.i64(static_cast<std::int64_t>(f.parts.size()));
+    for (std::int32_t v : f.parts) w.i32(v);
+    for (const auto* ops : {&f.inputs, &f.outputs, &f.saved}) {
+      w.i64(static_cast<std::int64_t>(ops->size()));
+      for (const FusedOperand& o : *ops) {
+        w.str(o.name);
+        w.i32(o.id);
+      }
+    }
+  }
 }
 
 Node read_node(Reader& r, int depth = 0) {
@@ -184,6 +199,21 @@ Node read_node(Reader& r, int depth = 0) {
   n.apply_weight_decay = r.b();
   const std::size_t subs = r.count();
   for (std::size_t i = 0; i < subs; ++i) n.sub.push_back(read_node(r, depth + 1));
+  n.fusions.resize(r.count());
+  for (FusedPass& f : n.fusions) {
+    f.kind = r.enumv<ops::FusedKind>(static_cast<int>(ops::FusedKind::COUNT));
+    for (std::int32_t* v : {&f.at, &f.bn, &f.relu, &f.add, &f.shortcut_bn}) *v = r.i32();
+    f.parts.resize(r.count());
+    for (std::int32_t& v : f.parts) v = r.i32();
+    for (auto* ops : {&f.inputs, &f.outputs, &f.saved}) {
+      ops->resize(r.count());
+      for (FusedOperand& o : *ops) {
+        o.name = r.str();
+        o.id = r.i32();
+      }
+    }
+  }
+  if (!n.fusions.empty()) (void)fused_step_of(n);  // parts in range, none twice
   return n;
 }
 
@@ -296,6 +326,8 @@ void write_body(Writer& w, const CompiledPlan& p) {
   w.b(c.amp);
   w.b(c.freeze_first_layer);
   w.b(c.reuse_memory);
+  w.b(c.fuse_kernels);
+  w.b(c.fold_residual_sums);
   w.i64(static_cast<std::int64_t>(p.specs.size()));
   for (const CompileSpec& s : p.specs) {
     w.b(s.amp_enabled);
@@ -366,6 +398,8 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
   c.amp = r.b();
   c.freeze_first_layer = r.b();
   c.reuse_memory = r.b();
+  c.fuse_kernels = r.b();
+  c.fold_residual_sums = r.b();
   p.specs.resize(r.count(16));
   for (CompileSpec& s : p.specs) {
     s.amp_enabled = r.b();

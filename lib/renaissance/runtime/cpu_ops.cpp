@@ -3,6 +3,7 @@
 // serve both (FP32 arithmetic, FP16 storage) and fused kinds run as their plain sub-nodes.
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
+#include <renaissance/plan/fusion.h>
 #include <renaissance/runtime/executor.h>
 #include <renaissance/runtime/fused_match.h>
 
@@ -242,11 +243,10 @@ void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const
     }
 }
 
-
 // ---- fused element-wise passes (DESIGN §11 lever 1; the CUDA backend's plan_fused, mirrored) ----------------------
 //
-// A FUSED_* node carries its plain parts. At prepare time its sub-node list is matched, by tensor addresses, against
-// the element-wise tails the fused kernels of kernels/cpu/batchnorm.h replace; everything else runs as its plain op:
+// A FUSED_* node carries its plain parts and the fused passes the compiler planned over them (plan/fusion.cpp,
+// ops/fused.h: program_of); everything else runs as its plain op. The passes (kernels/cpu/batchnorm.h):
 //   BN → ReLU (in place)                 one apply pass writes relu(BN(x))
 //   BN → ADD2(·, s) [→ ReLU] (in place)  one apply pass writes [relu](BN(x) + s)
 //   ... where s is the output of an earlier BN of the same node that nothing else reads (the projection shortcut):
@@ -257,13 +257,14 @@ void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const
 //                                        one parallel section over both passes' batch pieces (same bits; profiled
 //                                        runs keep the two calls, as the GPU keeps one stream when profiling)
 // FP32 plans have no fused layers, but the compiler plans the same in-place ReLU and residual sums between plain
-// nodes: fuse_plain_graph (KernelTable::fuse_graph) wraps such a capture's node list in one group, matched the same
-// way, and checks against the whole graph what addresses inside one capture cannot show (the tensors a fused pass
-// never writes have no reader in other captures). Every fused pass rounds where the parts store (binary16 for AMP
-// plans), so results equal the plain parts bit for bit; ExecEnv::fuse_kernels = false runs every part on its own.
+// nodes: fuse_plain_graph (KernelTable::fuse_graph) wraps such a capture's node list in one group, matched at
+// prepare time by tensor address (plan_fused: not yet a compiler decision), and checks against the whole graph what
+// addresses inside one capture cannot show (the tensors a fused pass never writes have no reader in other captures).
+// Every fused pass rounds where the parts store (binary16 for AMP plans), so results equal the plain parts bit for bit;
+// ExecEnv::fuse_kernels = false runs every part on its own.
 
 struct FusedStep {
-  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kConvBwdPair } kind = kPlain;
+  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kConvBwdPair, kAddReluBwd } kind = kPlain;
   int node = -1;         ///< the sub-node: the plain node, the BN (stats, apply), the BN_BWD or the CONV_BWD_FILTER
   int relu = -1;         ///< apply: the RELU_FWD whose output is written (-1: no ReLU); bwd: the RELU_BWD
   int add = -1;          ///< apply: the ADD2_FWD (-1: none); conv pair: the CONV_BWD_DATA
@@ -357,6 +358,36 @@ bool read_later(const std::vector<ResolvedNode>& sub, const TensorView& v, int f
   return false;
 }
 
+/// A layer's weight-gradient pass at i and its data-gradient pass at i + 1 (plan::runs_beside), neither writing what
+/// the other reads: one parallel section over both (the GPU runs them on two streams).
+bool conv_bwd_pair(const std::vector<ResolvedNode>& sub, int i) {
+  if (i < 0 || static_cast<std::size_t>(i) + 1 >= sub.size()) return false;
+  const ResolvedNode& wg = sub[static_cast<std::size_t>(i)];
+  const ResolvedNode& dg = sub[static_cast<std::size_t>(i) + 1];
+  if (!is_compute(wg) || !is_compute(dg) || wg.node->op != OpKind::CONV_BWD_FILTER ||
+      dg.node->op != OpKind::CONV_BWD_DATA || !plan::runs_beside(wg.node->op, dg.node->op))
+    return false;
+  // inputs: x, dy | dy, w; outputs: dw[, db] | dx. Run together, neither may write what the other reads.
+  bool safe = wg.in.size() >= 2 && dg.in.size() >= 2 && !dg.out.empty() && same(wg.in[1], dg.in[0]) &&
+              wg.in[0].shape == dg.out[0].shape;
+  for (const TensorView& o : dg.out)
+    for (const TensorView& t : wg.in) safe = safe && !overlaps(o, t);
+  for (const TensorView& o : wg.out) {
+    for (const TensorView& t : dg.in) safe = safe && !overlaps(o, t);
+    for (const TensorView& t : dg.out) safe = safe && !overlaps(o, t);
+  }
+  return safe;
+}
+FusedStep conv_pair_step(int i) {
+  FusedStep s;
+  s.kind = FusedStep::kConvBwdPair;
+  s.node = i;
+  s.add = i + 1;
+  s.label = "CONV_BWD_FILTER+DATA";
+  return s;
+}
+
+/// The address matcher for groups of plain nodes (fuse_plain_graph: FP32 plans, which have no fused layers).
 FusedProgram plan_fused(const std::vector<ResolvedNode>& sub, bool fuse, const FusionChecks& checks = {}) {
   FusedProgram prog;
   const auto n = static_cast<int>(sub.size());
@@ -445,31 +476,71 @@ FusedProgram plan_fused(const std::vector<ResolvedNode>& sub, bool fuse, const F
       ++i;
       continue;
     }
-    if (fuse && k == OpKind::CONV_BWD_FILTER && op(i + 1) == OpKind::CONV_BWD_DATA &&
-        plan::runs_beside(k, op(i + 1))) {
-      const ResolvedNode& wg = at(i);
-      const ResolvedNode& dg = at(i + 1);
-      // inputs: x, dy | dy, w; outputs: dw[, db] | dx. Run together, neither may write what the other reads.
-      bool safe = wg.in.size() >= 2 && dg.in.size() >= 2 && !dg.out.empty() && same(wg.in[1], dg.in[0]) &&
-                  wg.in[0].shape == dg.out[0].shape;
-      for (const TensorView& o : dg.out)
-        for (const TensorView& t : wg.in) safe = safe && !overlaps(o, t);
-      for (const TensorView& o : wg.out) {
-        for (const TensorView& t : dg.in) safe = safe && !overlaps(o, t);
-        for (const TensorView& t : dg.out) safe = safe && !overlaps(o, t);
-      }
-      if (safe) {
-        FusedStep s;
-        s.kind = FusedStep::kConvBwdPair;
-        s.node = i;
-        s.add = i + 1;
-        s.label = "CONV_BWD_FILTER+DATA";
-        prog.steps.push_back(s);
-        ++i;
-        continue;
-      }
+    if (fuse && conv_bwd_pair(sub, i)) {
+      prog.steps.push_back(conv_pair_step(i));
+      ++i;
+      continue;
     }
     prog.steps.push_back(plain(i));
+  }
+  return prog;
+}
+
+/// The program of one of the plan's fused nodes: the compiler's fused passes (plan::Node::fusions, plan/fusion.cpp)
+/// where it planned them, the plain parts elsewhere (a layer's two convolution backward passes as one section).
+/// `fuse` false runs every part on its own (the plan's lifetimes allow both).
+FusedProgram program_of(const ResolvedNode& r, bool fuse) {
+  FusedProgram prog;
+  const plan::Node& n = *r.node;
+  RN_CHECK(n.sub.size() == r.sub.size(), "internal: a fused node resolved with {} of its {} parts", r.sub.size(),
+           n.sub.size());
+  const std::vector<int> step = fuse ? plan::fused_step_of(n) : std::vector<int>(n.sub.size(), -1);
+  std::map<int, int> stats_slot;  // shortcut BN sub-node -> its saved mean
+  for (std::size_t k = 0; k < step.size(); ++k) {
+    if (step[k] == -2) continue;  // a part of a pass that runs elsewhere
+    const int i = static_cast<int>(k);
+    if (step[k] == -1) {
+      if (fuse && k + 1 < step.size() && step[k + 1] == -1 && conv_bwd_pair(r.sub, i)) {
+        prog.steps.push_back(conv_pair_step(i));
+        ++k;
+        continue;
+      }
+      FusedStep s;
+      s.node = i;
+      s.label = plan::op_kind_name(n.sub[k].op);
+      prog.steps.push_back(s);
+      continue;
+    }
+    const plan::FusedPass& f = n.fusions[static_cast<std::size_t>(step[k])];
+    FusedStep s;
+    s.label = ops::fused_kind_label(f.kind);
+    s.node = f.bn;
+    s.relu = f.relu;
+    switch (f.kind) {
+      case ops::FusedKind::BN_STATS:
+        s.kind = FusedStep::kStats;
+        s.stats_slot = stats_slot[f.bn] = static_cast<int>(prog.means.size());
+        prog.means.emplace_back();
+        break;
+      case ops::FusedKind::RELU_BN_BWD: s.kind = FusedStep::kBnReluBwd; break;
+      case ops::FusedKind::ADD_RELU_BWD:
+        s.kind = FusedStep::kAddReluBwd;
+        s.node = f.relu;
+        s.add = f.add;
+        break;
+      default: {
+        s.kind = FusedStep::kApply;
+        s.add = f.add;
+        s.shortcut_bn = f.shortcut_bn;
+        const auto it = stats_slot.find(f.shortcut_bn);
+        if (it != stats_slot.end()) s.stats_slot = it->second;
+        RN_CHECK(f.shortcut_bn < 0 || n.sub[static_cast<std::size_t>(f.shortcut_bn)].op != OpKind::BN_FWD_TRAIN ||
+                     s.stats_slot >= 0,
+                 "plan: a {} pass before the statistics of its shortcut BN", ops::fused_kind_name(f.kind));
+        break;
+      }
+    }
+    prog.steps.push_back(s);
   }
   return prog;
 }
@@ -556,6 +627,16 @@ void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const Fused
                                             d.node->accumulate);
       return;
     }
+    case FusedStep::kAddReluBwd: {
+      // ACCUMULATE: addend -> dy (the sum, never formed); RELU_BWD inputs: y, dy.
+      const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
+      const float* y = f32_in(s.in[0]);
+      const float* dy = f32_in(s.in[1]);
+      const float* addend = f32_in(acc.in[0]);
+      F32Out dx(s.out[0], false);
+      cpu::relu_backward_sum(y, dy, addend, dx.get(), s.out[0].elems(), acc.out[0].dtype == DType::F16);
+      return;
+    }
     case FusedStep::kBnReluBwd: {
       // BN_BWD inputs: x, dy (the ReLU gradient, never formed), gamma, batch mean, invstd, beta; RELU_BWD: y, dy.
       const ResolvedNode& relu = r.sub[static_cast<std::size_t>(st.relu)];
@@ -607,7 +688,7 @@ void run_fused(const ResolvedNode& r, ExecEnv& env) {
 
 void prepare_fused(ResolvedNode& r, ExecEnv& env) {
   if (r.state) return;  // a group of plain nodes: fuse_plain_graph planned it with the whole graph in view
-  r.state = std::make_shared<FusedProgram>(plan_fused(r.sub, env.fuse_kernels && !sync_bn(env)));
+  r.state = std::make_shared<FusedProgram>(program_of(r, env.fuse_kernels && !sync_bn(env)));
 }
 
 /// The plan-level checks for a group of plain nodes (FusionChecks), from the whole graph the capture comes from

@@ -1,5 +1,5 @@
-// The CUDA backend's fused layers: a FUSED_* node's parts matched against the fused kernels at prepare time, run as
-// one program (DESIGN §11).
+// The CUDA backend's fused layers: a FUSED_* node's planned passes and plain parts, run as one program (DESIGN §11).
+#include <renaissance/plan/fusion.h>
 #include <renaissance/runtime/cuda_adapters.h>
 #include <renaissance/runtime/fused_match.h>
 
@@ -7,16 +7,13 @@ namespace renaissance::runtime::cuda_backend {
 
 namespace {
 
-using fused_match::extent;
-using fused_match::is_float_feature;
 using fused_match::overlaps;
 using fused_match::same;
-using fused_match::touched_by_others;
 
 // ---- fused layers ----------------------------------------------------------------------------------------
 //
-// A FUSED_* node carries its plain parts. At prepare time its sub-node list is matched, by tensor addresses, against
-// the element-wise tails that fused kernels replace (DESIGN §11); everything else runs as its plain kernel:
+// A FUSED_* node carries its plain parts and the fused passes the compiler planned over them (plan/fusion.cpp,
+// ops/fused.h); everything else runs as its plain kernel:
 //   BN → ReLU (in place)                 one apply pass writes relu(BN(x))
 //   BN → ADD2(·, s) [→ ReLU] (in place)  one apply pass writes [relu](BN(x) + s)
 //   ... where s is the output of an earlier BN of the same node that nothing else reads (the projection shortcut):
@@ -26,7 +23,7 @@ using fused_match::touched_by_others;
 // Every fused pass rounds where the parts store, so results equal the plain parts bit for bit.
 
 struct FusedStep {
-  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd } kind = kPlain;
+  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kAddReluBwd } kind = kPlain;
   int node = -1;         ///< the sub-node: the plain node, the BN (stats, apply) or the BN_BWD
   int relu = -1;         ///< apply: the RELU_FWD whose output is written (-1: no ReLU); bwd: the RELU_BWD
   int add = -1;          ///< apply: the ADD2_FWD (-1: none)
@@ -41,103 +38,42 @@ struct FusedProgram {
   int branch_conv = -1;  ///< the sub-node of the shortcut's conv (prepared with the side streams' handles)
 };
 
-
-/// Is the value in `v` read by a sub-node from `from` on, before a later node overwrites all of it? (The ReLU
-/// gradient a fused backward never stores must have no other reader: at a block's final ReLU the shortcut reads it.)
-bool read_later(const std::vector<ResolvedNode>& sub, const TensorView& v, int from) {
-  const auto [v0, v1] = extent(v);
-  for (std::size_t i = static_cast<std::size_t>(from); i < sub.size(); ++i) {
-    for (const TensorView& t : sub[i].in)
-      if (overlaps(t, v)) return true;
-    for (const TensorView& t : sub[i].out) {
-      if (!overlaps(t, v)) continue;
-      if (sub[i].node->accumulate) return true;
-      const auto [t0, t1] = extent(t);
-      if (t0 <= v0 && v1 <= t1) return false;
-    }
-  }
-  return false;
-}
-
-FusedProgram plan_fused(const ResolvedNode& r, bool fuse) {
+/// The program of a fused node: the compiler's fused passes (plan::Node::fusions, plan/fusion.cpp) where it planned
+/// them, the plain parts elsewhere; `fuse` false runs every part on its own (the plan's lifetimes allow both).
+FusedProgram program_of(const ResolvedNode& r, bool fuse) {
   FusedProgram prog;
-  const std::vector<ResolvedNode>& sub = r.sub;
-  const auto n = static_cast<int>(sub.size());
-  auto op = [&](int i) { return i >= 0 && i < n ? sub[static_cast<std::size_t>(i)].node->op : OpKind::COUNT; };
-  auto at = [&](int i) -> const ResolvedNode& { return sub[static_cast<std::size_t>(i)]; };
-  auto plain = [&](int i) {
+  const plan::Node& n = *r.node;
+  RN_CHECK(n.sub.size() == r.sub.size(), "internal: a fused node resolved with {} of its {} parts", r.sub.size(),
+           n.sub.size());
+  const std::vector<int> step = fuse ? plan::fused_step_of(n) : std::vector<int>(n.sub.size(), -1);
+  for (std::size_t k = 0; k < step.size(); ++k) {
+    if (step[k] == -2) continue;  // a part of a pass that runs elsewhere
     FusedStep s;
-    s.node = i;
-    s.label = plan::op_kind_name(op(i));
-    return s;
-  };
-  // In-place ReLU on y at i (forward).
-  auto relu_in_place = [&](int i, const TensorView& y) {
-    return op(i) == OpKind::RELU_FWD && !at(i).node->accumulate && same(at(i).in[0], y) && same(at(i).out[0], y);
-  };
-  for (int i = 0; i < n; ++i) {
-    const OpKind k = op(i);
-    if (fuse && (k == OpKind::BN_FWD_TRAIN || k == OpKind::BN_FWD_INFER) && !at(i).node->accumulate &&
-        is_float_feature(at(i).out[0])) {
-      const TensorView& y = at(i).out[0];
-      if (relu_in_place(i + 1, y)) {
-        FusedStep s;
-        s.kind = FusedStep::kApply;
-        s.node = i;
-        s.relu = i + 1;
-        s.label = "FUSED:bn+relu";
-        prog.steps.push_back(s);
-        ++i;
-        continue;
-      }
-      if (op(i + 1) == OpKind::ADD2_FWD && same(at(i + 1).out[0], y) &&
-          (same(at(i + 1).in[0], y) || same(at(i + 1).in[1], y))) {
-        const bool relu = relu_in_place(i + 2, y);  // none after an inverted residual's add
-        FusedStep s;
-        s.kind = FusedStep::kApply;
-        s.node = i;
-        s.add = i + 1;
-        s.relu = relu ? i + 2 : -1;
-        s.label = relu ? "FUSED:bn+add+relu" : "FUSED:bn+add";
-        const TensorView& sc = same(at(i + 1).in[0], y) ? at(i + 1).in[1] : at(i + 1).in[0];
-        // The shortcut is an earlier BN's output of the same kind, read by nothing but this ADD2, whose input
-        // nothing overwrites in between: defer that BN's apply into this pass.
-        for (int j = 0; j < i; ++j) {
-          if (op(j) != k || !same(at(j).out[0], sc) || prog.steps.empty()) continue;
-          auto it = std::find_if(prog.steps.begin(), prog.steps.end(),
-                                 [&](const FusedStep& st) { return st.kind == FusedStep::kPlain && st.node == j; });
-          if (it == prog.steps.end()) continue;
-          if (touched_by_others(sub, sc, {j, i + 1}, true, false)) continue;
-          if (touched_by_others(sub, at(j).in[0], {}, false, true, static_cast<std::size_t>(j) + 1,
-                                static_cast<std::size_t>(i) + 2))
-            continue;
-          if (k == OpKind::BN_FWD_TRAIN) {
-            it->kind = FusedStep::kStats;
-            it->label = "FUSED:bn-stats";
-          } else {
-            prog.steps.erase(it);  // inference: the apply needs nothing computed earlier
-          }
-          s.shortcut_bn = j;
-          s.label = relu ? "FUSED:bn+bn+add+relu" : "FUSED:bn+bn+add";
-          break;
-        }
-        prog.steps.push_back(s);
-        i += relu ? 2 : 1;
-        continue;
-      }
-    }
-    if (fuse && k == OpKind::RELU_BWD && op(i + 1) == OpKind::BN_BWD && !at(i).node->accumulate &&
-        at(i + 1).in.size() > 5 && same(at(i + 1).in[1], at(i).out[0]) && !read_later(sub, at(i).out[0], i + 2)) {
-      FusedStep s;
-      s.kind = FusedStep::kBnReluBwd;
-      s.node = i + 1;
-      s.relu = i;
-      s.label = "FUSED:relu+bn backward";
+    if (step[k] == -1) {
+      s.node = static_cast<int>(k);
+      s.label = plan::op_kind_name(n.sub[k].op);
       prog.steps.push_back(s);
-      ++i;
       continue;
     }
-    prog.steps.push_back(plain(i));
+    const plan::FusedPass& f = n.fusions[static_cast<std::size_t>(step[k])];
+    s.label = ops::fused_kind_label(f.kind);
+    s.node = f.bn;
+    s.relu = f.relu;
+    switch (f.kind) {
+      case ops::FusedKind::BN_STATS: s.kind = FusedStep::kStats; break;
+      case ops::FusedKind::RELU_BN_BWD: s.kind = FusedStep::kBnReluBwd; break;
+      case ops::FusedKind::ADD_RELU_BWD:
+        s.kind = FusedStep::kAddReluBwd;
+        s.node = f.relu;
+        s.add = f.add;
+        break;
+      default:
+        s.kind = FusedStep::kApply;
+        s.add = f.add;
+        s.shortcut_bn = f.shortcut_bn;
+        break;
+    }
+    prog.steps.push_back(s);
   }
   return prog;
 }
@@ -241,6 +177,11 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
                                   st.shortcut_bn >= 0 ? &second : nullptr, st.relu >= 0, ref(s.out[0]));
       return;
     }
+    case FusedStep::kAddReluBwd: {  // RELU_BWD: y, dy -> dx; ACCUMULATE: addend -> dy (never formed)
+      const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
+      cuda::relu_backward_sum(stream_of(env), ref(s.in[0]), ref(s.in[1]), ref(acc.in[0]), ref(s.out[0]));
+      return;
+    }
     case FusedStep::kBnReluBwd: {
       const ResolvedNode& relu = r.sub[static_cast<std::size_t>(st.relu)];
       const cuda::ReluMask mask{s.in[4].as<const float>(), s.in[2].as<const float>(), s.in[5].as<const float>()};
@@ -288,7 +229,7 @@ void run_fused(const ResolvedNode& r, ExecEnv& env) {
 }
 
 void prepare_fused(ResolvedNode& r, ExecEnv& env) {
-  auto prog = std::make_shared<FusedProgram>(plan_fused(r, env.fuse_kernels));
+  auto prog = std::make_shared<FusedProgram>(program_of(r, env.fuse_kernels));
   // --sync-bn: the shortcut's BN statistics hold an all-reduce of the compute stream's communicator; they stay on
   // the compute stream (one stream per communicator keeps every rank's collectives in one order).
   if (env.streams && r.node->op == OpKind::FUSED_FWD && !sync_bn_active(env)) {

@@ -69,6 +69,9 @@ struct TrainOptions {
   /// Fused element-wise passes (ExecEnv::fuse_kernels): GPU, for fused layers; CPU, for fused layers and the same
   /// tails between plain nodes. Off: every part runs on its own (same bits, for comparisons).
   bool fuse_kernels = true;
+  /// plan::TrainConfig::fold_residual_sums: residual joins' second data gradient written on its own (beta = 0), the
+  /// sum folded into the consumer's ReLU backward. Off: that dgrad accumulates (the order of the plain-layer plan).
+  bool fold_residual_sums = true;
   /// GPU: weight gradients on a second compute stream beside the data gradients (ExecEnv::streams; one more
   /// workspace of workspace_mib). Off: one compute stream.
   bool concurrent_streams = true;

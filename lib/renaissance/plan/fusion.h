@@ -1,0 +1,24 @@
+// The compiler's fusion phase (DESIGN §11, issue 15): which plain parts of each FUSED_* node run as one fused pass
+// (ops/fused.h), decided once, by tensor id, and stored in the node (Node::fusions) with the pass's named operands.
+// The liveness analysis, `renaissance plan --nodes` and both backends read the decision; nothing re-discovers it.
+#pragma once
+
+#include <renaissance/plan/computation_graph.h>
+#include <renaissance/plan/memory_plan.h>
+
+namespace renaissance::plan {
+
+/// Fills Node::fusions of every FUSED_* node of `g` (cleared first). `fuse` false (`--fused-kernels off`) leaves
+/// every node to its plain parts. `mp` tells which tensors share bytes (gradient views of one buffer).
+void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse);
+
+/// The passes of one fused node's parts `sub` (in `bucket`, at position `index`; the rest of the bucket is checked for
+/// later readers of a value a pass never forms).
+std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const MemoryPlan& mp,
+                                      const std::vector<Node>& bucket, std::size_t index);
+
+/// The sub-node a pass runs at, or -1: for each sub-node index, the pass (index into `fusions`) that runs there;
+/// -2 where a pass replaces it but runs elsewhere.
+std::vector<int> fused_step_of(const Node& n);
+
+}  // namespace renaissance::plan

@@ -1,0 +1,289 @@
+// The compiler's fusion phase (plan/fusion.cpp, ops/fused.h): which passes each fused layer gets, by model and by
+// --fused-kernels, the named operands against the parts they replace, the per-layer fallback, serialisation, and the
+// placed bytes of the passes' operands against the parts between (what the runtimes' address matchers used to check).
+#include "compile_util.h"
+
+#include <renaissance/blueprint/blueprint.h>
+#include <renaissance/plan/fusion.h>
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace {
+
+using namespace plan_test;
+using renaissance::ops::FusedKind;
+using rp::FusedPass;
+using rp::GraphId;
+using rp::Node;
+using rp::OpKind;
+namespace bp = renaissance::blueprint;
+
+/// Every fused kind: CBR, BasicBlock identity/projection, Bottleneck identity/projection, InvResidual
+/// identity/no-shortcut, GapFC (the model of tests/gpu_runtime/test_gpu_fused.cpp).
+bp::BluePrint every_fused_kind() {
+  bp::BluePrint m;
+  m.name = "every_fused_kind";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
+                   bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 1),
+                   bp::block(16, 64, bp::BlockKind::RESNET_1_3_1, 2),
+                   bp::block(128, 64, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
+                   bp::block(128, 48, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
+  return m;
+}
+
+rp::CompiledPlan compile_every_kind(bool fuse_kernels) {
+  rp::BuildOptions o;
+  o.amp = o.fuse = true;
+  rp::TrainConfig t;
+  t.batch = 8;
+  t.dataset_size = 64;
+  t.val_size = 16;
+  t.amp = true;
+  t.fuse_kernels = fuse_kernels;
+  return rp::Compiler::compile(rp::ArchPlan::build(every_fused_kind(), o), t);
+}
+
+std::map<FusedKind, int> count(const std::vector<Node>& bucket) {
+  std::map<FusedKind, int> c;
+  for (const Node& n : bucket)
+    for (const FusedPass& f : n.fusions) ++c[f.kind];
+  return c;
+}
+std::map<FusedKind, int> operator+(std::map<FusedKind, int> a, const std::map<FusedKind, int>& b) {
+  for (auto [k, v] : b) a[k] += v;
+  return a;
+}
+
+const rp::FusedOperand* find(const std::vector<rp::FusedOperand>& v, const std::string& name) {
+  for (const rp::FusedOperand& o : v)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+TEST(Fusion, EveryFusedKindGetsItsPasses) {
+  const rp::CompiledPlan p = compile_every_kind(true);
+  // The train step: the first layer (CBR) in its A bucket, the rest in DEEP_FWD_BWD.
+  const auto train = count(p.train.bucket(GraphId::FIRST_LAYER_FWD_A)) + count(p.train.bucket(GraphId::DEEP_FWD_BWD)) +
+                     count(p.train.bucket(GraphId::FIRST_LAYER_BWD_A));
+  // CBR, 2 inner ReLUs per bottleneck and 1 per basic block, 2 per inverted residual: BN → ReLU forward, the same
+  // ReLUs folded into the BN backward; identity blocks: BN + add + ReLU; projection blocks: BN + BN + add + ReLU with
+  // the shortcut's statistics on their own; the identity inverted residual: BN + add (no ReLU after its add). Four
+  // blocks start where a block with an end ReLU stops (blocks 2-5): their second data gradient is summed in the
+  // previous block's end ReLU backward.
+  const std::map<FusedKind, int> want_train{{FusedKind::BN_RELU, 11},    {FusedKind::BN_ADD_RELU, 2},
+                                            {FusedKind::BN_ADD, 1},      {FusedKind::BN_BN_ADD_RELU, 2},
+                                            {FusedKind::BN_STATS, 2},    {FusedKind::RELU_BN_BWD, 11},
+                                            {FusedKind::ADD_RELU_BWD, 4}};
+  EXPECT_EQ(train, want_train);
+  const std::map<FusedKind, int> want_inf{
+      {FusedKind::BN_RELU, 11}, {FusedKind::BN_ADD_RELU, 2}, {FusedKind::BN_ADD, 1}, {FusedKind::BN_BN_ADD_RELU, 2}};
+  EXPECT_EQ(count(p.inference.bucket(GraphId::INF_MAIN_A)), want_inf);
+  EXPECT_EQ(count(p.inference.bucket(GraphId::INF_MAIN_B)), want_inf);
+  // The block end's ReLU backward is never folded: its gradient is the shortcut's too (no RELU_BWD pass there).
+  for (const Node& n : p.train.bucket(GraphId::DEEP_FWD_BWD)) {
+    if (n.op != OpKind::FUSED_BWD) continue;
+    const std::vector<int> step = rp::fused_step_of(n);
+    for (std::size_t k = 0; k < n.sub.size(); ++k) {
+      if (n.sub[k].op == OpKind::RELU_BWD && step[k] == -1) {
+        EXPECT_NE(n.layer_kind, rp::LayerKind::CBR) << "a plain ReLU backward";
+      }
+    }
+  }
+}
+
+TEST(Fusion, OperandsAreTheTensorsOfTheReplacedParts) {
+  const rp::CompiledPlan p = compile_every_kind(true);
+  int checked = 0;
+  for (GraphId g : {GraphId::DEEP_FWD_BWD, GraphId::FIRST_LAYER_FWD_A}) {
+    for (const Node& n : p.train.bucket(g)) {
+      for (const FusedPass& f : n.fusions) {
+        if (f.kind == FusedKind::ADD_RELU_BWD) continue;  // ResidualSumsMoveIntoTheConsumingReluBackward
+        ASSERT_GE(f.bn, 0);
+        const Node& bn = n.sub[static_cast<std::size_t>(f.bn)];
+        EXPECT_NE(std::find(f.parts.begin(), f.parts.end(), f.at), f.parts.end());
+        switch (f.kind) {
+          case FusedKind::RELU_BN_BWD: {
+            const Node& relu = n.sub[static_cast<std::size_t>(f.relu)];
+            ASSERT_EQ(bn.op, OpKind::BN_BWD);
+            ASSERT_EQ(relu.op, OpKind::RELU_BWD);
+            EXPECT_EQ(find(f.inputs, "x")->id, bn.inputs[0]);
+            EXPECT_EQ(find(f.inputs, "dy")->id, relu.inputs[1]);
+            EXPECT_EQ(find(f.outputs, "dx")->id, bn.outputs[0]);
+            EXPECT_EQ(find(f.outputs, "dgamma")->id, bn.outputs[1]);
+            // the ReLU gradient is never formed: not an operand
+            for (const auto* v : {&f.inputs, &f.outputs})
+              for (const rp::FusedOperand& o : *v) EXPECT_NE(o.id, relu.outputs[0]) << o.name;
+            break;
+          }
+          case FusedKind::BN_STATS:
+            ASSERT_EQ(bn.op, OpKind::BN_FWD_TRAIN);
+            EXPECT_EQ(find(f.inputs, "x")->id, bn.inputs[0]);
+            EXPECT_EQ(find(f.saved, "invstd")->id, bn.outputs[3]);
+            EXPECT_EQ(find(f.outputs, "y"), nullptr) << "the shortcut BN's output is never formed";
+            break;
+          default: {
+            ASSERT_EQ(bn.op, OpKind::BN_FWD_TRAIN);
+            EXPECT_EQ(find(f.inputs, "x")->id, bn.inputs[0]);
+            EXPECT_EQ(find(f.outputs, "y")->id, bn.outputs[0]);
+            EXPECT_EQ(find(f.saved, "batch_mean")->id, bn.outputs[1]);
+            if (renaissance::ops::fused_has_shortcut_bn(f.kind)) {
+              const Node& sc = n.sub[static_cast<std::size_t>(f.shortcut_bn)];
+              EXPECT_EQ(find(f.inputs, "shortcut.x")->id, sc.inputs[0]);
+              EXPECT_EQ(find(f.inputs, "shortcut.invstd")->id, sc.outputs[3]);
+              for (const auto* v : {&f.inputs, &f.outputs})
+                for (const rp::FusedOperand& o : *v) EXPECT_NE(o.id, sc.outputs[0]) << o.name;
+            } else if (f.add >= 0) {
+              const Node& add = n.sub[static_cast<std::size_t>(f.add)];
+              const auto* s = find(f.inputs, "shortcut");
+              ASSERT_NE(s, nullptr);
+              EXPECT_TRUE(s->id == add.inputs[0] || s->id == add.inputs[1]);
+              EXPECT_NE(s->id, bn.outputs[0]);
+            }
+            break;
+          }
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
+TEST(Fusion, FusedKernelsOffKeepsThePlainParts) {
+  const rp::CompiledPlan on = compile_every_kind(true), off = compile_every_kind(false);
+  for (const rp::ComputationGraph* g : {&off.train, &off.inference})
+    for (int b = 0; b < rp::kGraphIds; ++b)
+      for (const Node& n : g->bucket(static_cast<GraphId>(b))) EXPECT_TRUE(n.fusions.empty());
+  EXPECT_NE(on.hash, off.hash);
+  // the same graph otherwise
+  ASSERT_EQ(on.train.node_count(), off.train.node_count());
+  const auto& a = on.train.bucket(GraphId::DEEP_FWD_BWD);
+  const auto& b = off.train.bucket(GraphId::DEEP_FWD_BWD);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].sub, b[i].sub);
+  // The fallback is per layer: a ReLU that is not in place leaves its BN to the plain parts, the rest keeps its passes.
+  std::size_t k = 0;
+  while (k < a.size() && !(a[k].op == OpKind::FUSED_FWD && count({a[k]}).count(FusedKind::BN_RELU))) ++k;
+  ASSERT_LT(k, a.size());
+  EXPECT_EQ(rp::decide_fusions(a[k].sub, on.memory[0], a, k), a[k].fusions)
+      << "the decision is a function of the parts";
+  std::vector<Node> parts = a[k].sub;
+  for (Node& s : parts)
+    if (s.op == OpKind::RELU_FWD) {
+      s.outputs[0] = on.baseline.logits;  // any other tensor: the ReLU no longer writes the BN's output in place
+      break;
+    }
+  const std::vector<FusedPass> fallback = rp::decide_fusions(parts, on.memory[0], a, k);
+  EXPECT_EQ(fallback.size() + 1, a[k].fusions.size());
+}
+
+/// CONV_BWD_DATA nodes that add into their output (cuDNN beta = 1), in the deep backward.
+int accumulating_dgrads(const rp::CompiledPlan& p) {
+  int n = 0;
+  for (const Node* s : flat(p.train.bucket(GraphId::DEEP_FWD_BWD)))
+    n += s->op == OpKind::CONV_BWD_DATA && s->accumulate;
+  return n;
+}
+
+TEST(Fusion, ResidualSumsMoveIntoTheConsumingReluBackward) {
+  // ResNet-50: 16 blocks, each with one data gradient that adds into the block input's gradient (c1 in identity
+  // blocks, the projection conv in the others). With fold_residual_sums, 15 write their own buffer and the previous
+  // block's end ReLU backward sums both addends; the first block's input comes from the max pool, so it still adds.
+  Cfg c{"resnet50", true, true, OptimizerKind::MOMENTUM, false, 8, 64, 16, 0, false, 64};
+  rp::TrainConfig t = train_config(c);
+  const rp::ArchPlan arch = arch_of(c);
+  const rp::CompiledPlan fold = rp::Compiler::compile(arch, t);
+  t.fold_residual_sums = false;
+  const rp::CompiledPlan add = rp::Compiler::compile(arch, t);
+  EXPECT_EQ(accumulating_dgrads(add), 16);
+  EXPECT_EQ(accumulating_dgrads(fold), 1);
+  EXPECT_EQ(count(fold.train.bucket(GraphId::DEEP_FWD_BWD))[FusedKind::ADD_RELU_BWD], 15);
+  EXPECT_EQ(count(add.train.bucket(GraphId::DEEP_FWD_BWD)).count(FusedKind::ADD_RELU_BWD), 0u);
+  EXPECT_NE(fold.hash, add.hash);
+  // The pass: ACCUMULATE(addend -> dy) then RELU_BWD(y, dy -> dx), in the previous block's FUSED_BWD node; the addend
+  // is what the next block's dgrad wrote (beta = 0), and the sum itself is no operand.
+  int seen = 0;
+  const auto& bucket = fold.train.bucket(GraphId::DEEP_FWD_BWD);
+  for (std::size_t i = 0; i < bucket.size(); ++i)
+    for (const FusedPass& f : bucket[i].fusions) {
+      if (f.kind != FusedKind::ADD_RELU_BWD) continue;
+      ++seen;
+      const Node& acc = bucket[i].sub[static_cast<std::size_t>(f.add)];
+      const Node& relu = bucket[i].sub[static_cast<std::size_t>(f.relu)];
+      ASSERT_EQ(acc.op, OpKind::ACCUMULATE);
+      ASSERT_EQ(relu.op, OpKind::RELU_BWD);
+      EXPECT_EQ(find(f.inputs, "addend")->id, acc.inputs[0]);
+      EXPECT_EQ(find(f.inputs, "dy")->id, relu.inputs[1]);
+      EXPECT_EQ(find(f.outputs, "dx")->id, relu.outputs[0]);
+      ASSERT_GT(i, 0u);
+      bool written = false;  // by a beta = 0 dgrad of the node before (the next block's backward)
+      for (const Node& s : bucket[i - 1].sub)
+        written = written || (s.op == OpKind::CONV_BWD_DATA && !s.accumulate && s.outputs[0] == acc.inputs[0]);
+      EXPECT_TRUE(written) << "the addend comes from the next block's data gradient";
+    }
+  EXPECT_EQ(seen, 15);
+  // --fused-kernels off keeps the same split (same order of sums), its parts run one by one.
+  t.fold_residual_sums = true;
+  t.fuse_kernels = false;
+  EXPECT_EQ(accumulating_dgrads(rp::Compiler::compile(arch, t)), 1);
+}
+
+TEST(Fusion, SerialisationCarriesThePasses) {
+  const rp::CompiledPlan p = compile_every_kind(true);
+  const rp::CompiledPlan q = rp::deserialize(rp::serialize(p));
+  EXPECT_EQ(q.train, p.train);
+  EXPECT_EQ(q.inference, p.inference);
+  EXPECT_EQ(q.config.fuse_kernels, true);
+  EXPECT_EQ(q.config.fold_residual_sums, true);
+  EXPECT_EQ(q.hash, p.hash);
+  // a pass that names a part out of range is refused
+  rp::CompiledPlan bad = p;
+  for (Node& n : bad.train.mutable_bucket(GraphId::DEEP_FWD_BWD))
+    if (!n.fusions.empty()) {
+      n.fusions[0].parts.push_back(999);
+      break;
+    }
+  bad.hash = 0;
+  EXPECT_THROW(rp::deserialize(rp::serialize(bad)), renaissance::Error);
+}
+
+TEST(Fusion, ResNet50PassesAndTheirBytes) {
+  // ResNet-50 AMP at batch 256 (the benchmark's plan): 16 blocks, 4 with a projection shortcut.
+  Cfg c{"resnet50", true, true, OptimizerKind::MOMENTUM, false, 256, 60000, 10000, 0, false, 0};
+  const rp::CompiledPlan p = compile(c);
+  const auto train = count(p.train.bucket(GraphId::FIRST_LAYER_FWD_A)) + count(p.train.bucket(GraphId::DEEP_FWD_BWD)) +
+                     count(p.train.bucket(GraphId::FIRST_LAYER_BWD_A));
+  EXPECT_EQ(train.at(FusedKind::BN_RELU), 1 + 16 * 2);
+  EXPECT_EQ(train.at(FusedKind::BN_ADD_RELU), 12);
+  EXPECT_EQ(train.at(FusedKind::BN_BN_ADD_RELU), 4);
+  EXPECT_EQ(train.at(FusedKind::BN_STATS), 4);
+  EXPECT_EQ(train.at(FusedKind::RELU_BN_BWD), 1 + 16 * 2);  // the stem (first layer) in FIRST_LAYER_BWD_A
+  // A projection block's apply reads the shortcut's input at the block's end: no part of the main branch in between
+  // may write its bytes (the runtimes checked this by address at prepare time; the plan's lifetimes now say it).
+  const rp::MemoryPlan& m = p.memory[0];
+  auto overlap = [&](renaissance::TensorId a, renaissance::TensorId b) {
+    const auto& x = m.tensor(a);
+    const auto& y = m.tensor(b);
+    return x.offset < y.offset + y.slot_bytes && y.offset < x.offset + x.slot_bytes;
+  };
+  int projections = 0;
+  for (const Node& n : p.train.bucket(GraphId::DEEP_FWD_BWD))
+    for (const FusedPass& f : n.fusions) {
+      if (!renaissance::ops::fused_has_shortcut_bn(f.kind)) continue;
+      ++projections;
+      const renaissance::TensorId xs = find(f.inputs, "shortcut.x")->id;
+      for (int k = f.shortcut_bn + 1; k < f.at; ++k)
+        for (renaissance::TensorId o : n.sub[static_cast<std::size_t>(k)].outputs) {
+          if (rp::is_pool_region(m.tensor(o).region)) {
+            EXPECT_FALSE(overlap(o, xs)) << m.tensor(o).name << " overwrites " << m.tensor(xs).name;
+          }
+        }
+    }
+  EXPECT_EQ(projections, 4);
+}
+
+}  // namespace
