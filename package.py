@@ -1,13 +1,17 @@
-# Spack recipe for Renaissance. Use it from a local repository:
+# Spack recipe for Renaissance. Use it from a local repository (Spack >= 1.0 layout):
 #
-#   spack repo create ~/spack-repos/renaissance        # once; then copy this file to
-#   cp package.py ~/spack-repos/renaissance/packages/renaissance/package.py   (older layout) or
-#      ~/spack-repos/renaissance/spack_repo/renaissance/packages/renaissance/package.py (1.x)
-#   spack repo add ~/spack-repos/renaissance
+#   spack repo create ~/spack-repos/renaissance renaissance     # once; then copy this file to
+#   mkdir -p ~/spack-repos/renaissance/spack_repo/renaissance/packages/renaissance
+#   cp package.py ~/spack-repos/renaissance/spack_repo/renaissance/packages/renaissance/
+#   spack repo add ~/spack-repos/renaissance/spack_repo/renaissance
 #   spack install renaissance +cuda cuda_arch=90
 #   spack install --test=root renaissance              # also builds and runs the CPU test suites
 #
-# or, from a checkout:  spack develop --path . renaissance@main && spack install
+# or, in a Spack environment, from a checkout:
+#   spack develop --no-clone --path . renaissance@main
+#   spack add renaissance@main && spack install
+# scripts/check-spack-recipe --install runs `spack install --test=root renaissance` offline
+# (docs/build.md, "Spack").
 try:  # Spack >= 1.0 (package API v2: build systems live in the builtin repository)
     from spack_repo.builtin.build_systems.cmake import CMakePackage
     from spack_repo.builtin.build_systems.cuda import CudaPackage
