@@ -204,8 +204,9 @@ BENCHMARK(BM_ConvBackwardFilter)->Apply([](auto* b) { layer_args(b, 2); })->UseR
 // primitive's weights in: 0 its own format ("any") plus the reorder from/to OHWI once per call (what Conv2dPlan
 // runs), 1 its own format without that reorder (the bound for any scheme), 2 the weight gradient's format, 3 the
 // forward's, 4 the data gradient's (2-4: what one format kept in the arena for all three passes would give), 5 HWIO,
-// 6 OHWI (the arena's: no reorder at all). Formats without an optimised kernel (oneDNN's `ref`) are reported and not
-// timed. range: layer, pass (0 forward, 1 dx, 2 dW), variant.
+// 6 OHWI (the arena's: no reorder at all), 7 the per-call weight reorder alone (its time per call; no GFLOP/s).
+// Formats without an optimised kernel (oneDNN's `ref`) are reported and not timed. range: layer, pass (0 forward,
+// 1 dx, 2 dW), variant.
 #ifdef RENAISSANCE_HAVE_ONEDNN
 void BM_OnednnWeightFormat(benchmark::State& state) {
   using namespace dnnl;
@@ -248,12 +249,12 @@ void BM_OnednnWeightFormat(benchmark::State& state) {
       convolution_backward_weights::primitive_desc(
           convolution_backward_weights::desc(algo, x, any, memory::desc(), y, strides, pad, pad), eng, f_any)
           .diff_weights_desc()};
-  const memory::desc wmd = variant <= 1   ? own[pass]
-                           : variant == 2 ? own[2]
-                           : variant == 3 ? own[0]
-                           : variant == 4 ? own[1]
-                           : variant == 5 ? memory::desc(wdims, memory::data_type::f32, Tag::hwio)
-                                          : ohwi;
+  const memory::desc wmd = variant <= 1 || variant == 7 ? own[pass]
+                           : variant == 2               ? own[2]
+                           : variant == 3               ? own[0]
+                           : variant == 4               ? own[1]
+                           : variant == 5               ? memory::desc(wdims, memory::data_type::f32, Tag::hwio)
+                                                        : ohwi;
   primitive prim;
   std::string impl;
   memory::desc wprim;
@@ -275,7 +276,8 @@ void BM_OnednnWeightFormat(benchmark::State& state) {
     return;
   }
   const char* pass_name[] = {"forward", "dx", "dW"};
-  const char* variant_name[] = {"own+reorder", "own", "dW-format", "fwd-format", "dx-format", "hwio", "ohwi"};
+  const char* variant_name[] = {"own+reorder", "own",  "dW-format", "fwd-format",
+                                "dx-format",   "hwio", "ohwi",      "reorder-only"};
   const std::string label = std::string(l.name) + " " + pass_name[pass] + " " + variant_name[variant] + " " + impl;
   if (impl.rfind("ref", 0) == 0) {
     state.SkipWithError((label + ": oneDNN's reference loops, not timed").c_str());
@@ -288,6 +290,16 @@ void BM_OnednnWeightFormat(benchmark::State& state) {
   const bool reorder_each_call = variant == 0;
   const reorder to_prim(w_user, w_prim), to_user(w_prim, w_user);
   const std::int64_t xper = l.xs.per_sample(), yper = ys.per_sample();
+  if (variant == 7) {
+    for (auto _ : state) {
+      if (pass == 2)
+        to_user.execute(strm, w_prim, w_user);
+      else
+        to_prim.execute(strm, w_user, w_prim);
+    }
+    state.SetLabel(label);
+    return;
+  }
   for (auto _ : state) {
     if (reorder_each_call && pass != 2) to_prim.execute(strm, w_user, w_prim);
     for (std::int64_t i = 0; i < pieces; ++i) {
@@ -307,7 +319,7 @@ BENCHMARK(BM_OnednnWeightFormat)
     ->Apply([](auto* b) {
       for (std::int64_t i = 0; i < 9; ++i)  // the fmnist_cnn and narrow ResNet-18 layers of kLayers
         for (std::int64_t pass = 0; pass < 3; ++pass)
-          for (std::int64_t v = 0; v < 7; ++v) b->Args({i, pass, v});
+          for (std::int64_t v = 0; v < 8; ++v) b->Args({i, pass, v});
     }) -> UseRealTime() -> Unit(benchmark::kMillisecond);
 #endif
 
