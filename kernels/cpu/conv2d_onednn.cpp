@@ -6,12 +6,12 @@
 // once per call, before the batch pieces, never per piece — into the blocked format the primitive asked for ("any" at
 // creation), or, for the weight gradient, back from it (with a sum post-op when accumulating). That reorder is kept on
 // purpose, by measurement (docs/kernels-cpu.md, "Weight formats"; BM_OnednnWeightFormat): oneDNN 2.6 runs OHWI
-// weights only in its `ref` loops and HWIO ones only through im2col + GEMM (2-4x slower than its blocked kernels),
-// and no blocked format serves its forward, dx and dW kernels alike (dx takes only OIhw16o16i, the forward and dW
-// OIhw16i16o at best, where the forward also loses 13-20% on some layers against its own brgconv format); the
-// reorders cost 0.1-1% of a call. Primitives, the reorder and scratch sizes are made in the constructor; a call
-// wraps pointers in memory objects and executes. (The figures above are the ones to re-measure if the oneDNN version
-// changes; the numbers themselves live in docs/kernels-cpu.md.)
+// weights only in its `ref` loops and HWIO ones only through im2col + GEMM (1.5-6x slower than its blocked kernels),
+// and no blocked format serves its forward, dx and dW kernels alike (dx takes only OIhw16o16i; the forward and dW
+// share OIhw16i16o at best, where the forward loses 10-16% on the largest narrow ResNet-18 layers against its own
+// brgconv format), while the reorders cost 0.06% (fmnist_cnn) and 0.2% (narrow ResNet-18) of a step's CPU time.
+// Re-measure when oneDNN changes. Primitives, the reorder and scratch sizes are made in the constructor; a call wraps
+// pointers in memory objects and executes.
 //
 // Threads: each primitive is created and run with oneDNN limited to the calling thread, on batch pieces whose size
 // depends only on the shape; the thread pool hands the pieces out, and the weight gradient adds the pieces'
