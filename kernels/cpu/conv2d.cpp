@@ -604,10 +604,15 @@ Conv2dPlan::Conv2dPlan(const Shape& xs, const Shape& ys, const Conv2dParams& p, 
     }
   }
   m_describe = conv2d_algo_name(m_algo);
-  if (m_onednn) m_describe += " " + m_onednn->impl();
+  if (m_onednn)
+    m_describe += " " + m_onednn->impl() + " w:" + m_onednn->layout().arena_weights + ">" + m_onednn->layout().weights;
 }
 
 Conv2dPlan::~Conv2dPlan() = default;
+
+const OnednnLayout* Conv2dPlan::onednn_layout() const { return m_onednn ? &m_onednn->layout() : nullptr; }
+
+std::int64_t Conv2dPlan::onednn_weight_reorders() const { return m_onednn ? m_onednn->weight_reorders() : 0; }
 
 void Conv2dPlan::forward(const float* x, const float* w, const float* bias, float* y) const {
   RN_CHECK(m_pass == Conv2dPass::Forward, "conv2d: a {} plan cannot run the forward", pass_name(m_pass));

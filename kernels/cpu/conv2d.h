@@ -24,9 +24,9 @@ struct Conv2dParams {
 ///   are, run single-threaded on fixed batch pieces spread over the thread pool (Conv2dPlan); an error when
 ///   built without oneDNN (onednn_available()).
 /// Auto: the fastest available, measured per pass (docs/kernels-cpu.md): oneDNN for every pass when built with
-///   it (unless it offers only its reference implementation for the shape); else XNNPACK for every forward and for dx of ungrouped, non-1×1 convolutions, Gemm otherwise. Any
-///   buffer is safe with every algorithm (the XNNPACK path runs the last sample from a copy, since XNNPACK reads
-///   16 bytes past its input).
+///   it (unless it offers only its reference implementation for the shape); else XNNPACK for every forward and for dx
+///   of ungrouped, non-1×1 convolutions, Gemm otherwise. Any buffer is safe with every algorithm (the XNNPACK path runs
+///   the last sample from a copy, since XNNPACK reads 16 bytes past its input).
 enum class Conv2dAlgo : std::uint8_t { Auto, Gemm, Xnnpack, Onednn };
 enum class Conv2dPass : std::uint8_t { Forward, BackwardData, BackwardFilter };
 
@@ -56,11 +56,26 @@ void conv2d_backward_data(const float* dy, const Shape& ys, const float* w, floa
 void conv2d_backward_filter(const float* x, const Shape& xs, const float* dy, const Shape& ys, float* dw, float* db,
                             const Conv2dParams& p, bool accumulate, Conv2dAlgo algo = Conv2dAlgo::Auto);
 
+/// How a oneDNN pass meets its tensors, fixed when its plan is made (docs/kernels-cpu.md, "Weight formats").
+struct OnednnLayout {
+  /// "nhwc" (the runtime's tensors as they are), or "nChw16c" for 16 channels on both sides (the same bytes).
+  std::string activations;
+  /// The weights as the arena holds them, in oneDNN's notation: OHWI is "ohwi" ("gohwi" grouped).
+  std::string arena_weights;
+  /// The weights as the primitive reads (forward, dx) or writes (dW) them, e.g. "OIhw16o16i".
+  std::string weights;
+  /// One reorder of the weights per call between the two (never per batch piece): arena → primitive for the forward
+  /// and dx, primitive → arena (+= when accumulating) for dW. oneDNN 2.6 has no fast kernel on OHWI weights and no
+  /// blocked format that its forward, dx and dW kernels share (measured: docs/kernels-cpu.md).
+  bool weight_reorder = false;
+  /// Floats of the weights in the primitive's format (equal to the OHWI count when the format has no padding).
+  std::int64_t weight_floats = 0;
+};
+
 /// One pass of one convolution planned once for its shapes (the runtime prepares one per plan node, before the
 /// first step): the algorithm, and for oneDNN its primitives, their memory formats (activations stay NHWC: no
-/// reorder of x, y, dx or dy ever runs) and the reorders of the OHWI weights into the primitive's blocked format
-/// (weights change every step: one small reorder per call), so that a call creates nothing. The free functions
-/// above plan on each call.
+/// reorder of x, y, dx or dy ever runs; the weights' format and their one reorder per call: OnednnLayout) and that
+/// reorder's primitive, so that a call creates nothing. The free functions above plan on each call.
 ///
 /// oneDNN runs single-threaded on batch pieces fixed by the shape (forward and dx: up to 32 pieces of at least 256
 /// output positions; the weight gradient: 2 to 16 pieces, one per 512 FLOPs per weight; conv2d_onednn.cpp), claimed
@@ -80,8 +95,12 @@ class Conv2dPlan {
   Conv2dPass pass() const { return m_pass; }
   /// The algorithm the pass runs (never Auto).
   Conv2dAlgo algo() const { return m_algo; }
-  /// For profiles: "onednn brgconv:avx512_core", "xnnpack", "gemm".
+  /// For profiles: "onednn brgconv:avx512_core w:ohwi>Ohwi32o", "xnnpack", "gemm".
   const std::string& describe() const { return m_describe; }
+  /// oneDNN plans: their memory formats and weight reorder (fixed at construction); nullptr for the other algorithms.
+  const OnednnLayout* onednn_layout() const;
+  /// oneDNN plans: how many weight reorders their calls have run (one per call); 0 for the other algorithms.
+  std::int64_t onednn_weight_reorders() const;
 
   void forward(const float* x, const float* w, const float* bias, float* y) const;
   void backward_data(const float* dy, const float* w, float* dx, bool accumulate) const;

@@ -1,10 +1,17 @@
 // Convolution passes through oneDNN's training primitives (Conv2dPlan with Conv2dAlgo::Onednn).
 //
-// Memory formats are chosen once, when the plan is made: x, y, dx and dy are the runtime's NHWC tensors as they
-// are (oneDNN's NHWC kernels, so no activation is ever reordered); the weights stay OHWI in the arena (the optimizer,
-// checkpoints and the GPU read them so) and are reordered once per call into the blocked format the primitive asked
-// for ("any" at creation), or, for the weight gradient, back from it. Primitives, reorders and scratch sizes are
-// made in the constructor; a call wraps pointers in memory objects and executes.
+// Memory formats are chosen once, when the plan is made (OnednnLayout reports them): x, y, dx and dy are the
+// runtime's NHWC tensors as they are (oneDNN's NHWC kernels, so no activation is ever reordered); the weights stay
+// OHWI in the arena (the optimizer, checkpoints and the GPU read them so) and each call runs one reorder of them —
+// once per call, before the batch pieces, never per piece — into the blocked format the primitive asked for ("any" at
+// creation), or, for the weight gradient, back from it (with a sum post-op when accumulating). That reorder is kept on
+// purpose, by measurement (docs/kernels-cpu.md, "Weight formats"; BM_OnednnWeightFormat): oneDNN 2.6 runs OHWI
+// weights only in its `ref` loops and HWIO ones only through im2col + GEMM (1.5-6x slower than its blocked kernels),
+// and no blocked format serves its forward, dx and dW kernels alike (dx takes only OIhw16o16i; the forward and dW
+// share OIhw16i16o at best, where the forward loses 10-16% on the largest narrow ResNet-18 layers against its own
+// brgconv format), while the reorders cost 0.06% (fmnist_cnn) and 0.2% (narrow ResNet-18) of a step's CPU time.
+// Re-measure when oneDNN changes. Primitives, the reorder and scratch sizes are made in the constructor; a call wraps
+// pointers in memory objects and executes.
 //
 // Threads: each primitive is created and run with oneDNN limited to the calling thread, on batch pieces whose size
 // depends only on the shape; the thread pool hands the pieces out, and the weight gradient adds the pieces'
@@ -27,6 +34,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <unordered_map>
 
@@ -44,7 +52,8 @@ using Tag = memory::format_tag;
 using Dt = memory::data_type;
 
 #if DNNL_CPU_THREADING_RUNTIME != DNNL_RUNTIME_OMP && DNNL_CPU_THREADING_RUNTIME != DNNL_RUNTIME_SEQ
-#error "Renaissance runs oneDNN single-threaded per batch piece: it needs oneDNN's OMP or SEQ CPU runtime (CMake checks)"
+#error \
+    "Renaissance runs oneDNN single-threaded per batch piece: it needs oneDNN's OMP or SEQ CPU runtime (CMake checks)"
 #endif
 
 // ---- oneDNN limited to the calling thread ---------------------------------------------------------------------
@@ -97,7 +106,9 @@ dnnl::stream& thread_stream() {
   return stream;
 }
 
-std::string dnnl_message(const dnnl::error& e) { return fmt::format("{} (status {})", e.what(), static_cast<int>(e.status)); }
+std::string dnnl_message(const dnnl::error& e) {
+  return fmt::format("{} (status {})", e.what(), static_cast<int>(e.status));
+}
 
 // ---- batch pieces ------------------------------------------------------------------------------------------------
 
@@ -148,6 +159,8 @@ struct Conv2dPlan::Onednn::Impl {
   std::size_t w_reorder_scratch = 0;
   std::int64_t w_prim_floats = 0;
   std::string impl;
+  OnednnLayout layout;
+  mutable std::atomic<std::int64_t> reorders{0};
 
   const ConvPrim& prim_of(std::int64_t piece) const {
     return tail.mb != 0 && pieces.samples(piece) == tail.mb ? tail : full;
@@ -223,6 +236,32 @@ ConvPrim make_prim(Impl& m, const Conv2dParams& p, std::int64_t mb) {
   return c;
 }
 
+/// A blocked memory format in oneDNN's notation: the dimensions outermost first (upper case when blocked), then the
+/// inner blocks, e.g. OIhw16i16o; plain ones in lower case (ohwi, the arena's OHWI).
+std::string format_name(const memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked) return "?";
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  const int nd = d.ndims;
+  const char* letters = nd == 5 ? "goihw" : "oihw";
+  bool blocked[DNNL_MAX_NDIMS] = {};
+  for (int i = 0; i < b.inner_nblks; ++i) blocked[b.inner_idxs[i]] = true;
+  int order[DNNL_MAX_NDIMS];
+  for (int i = 0; i < nd; ++i) order[i] = i;
+  // Outermost first; a tie (a dimension of size 1 shares its neighbour's stride) puts the larger dimension outside.
+  std::stable_sort(order, order + nd, [&](int a, int c) {
+    if (b.strides[a] != b.strides[c]) return b.strides[a] > b.strides[c];
+    return d.padded_dims[a] > d.padded_dims[c];
+  });
+  std::string s;
+  for (int i = 0; i < nd; ++i) {
+    const char l = letters[order[i]];
+    s += blocked[order[i]] ? static_cast<char>(l - 'a' + 'A') : l;
+  }
+  for (int i = 0; i < b.inner_nblks; ++i) s += fmt::format("{}{}", b.inner_blks[i], letters[b.inner_idxs[i]]);
+  return s;
+}
+
 void make_reorders(Impl& m) {
   const dnnl::engine& eng = cpu_engine();
   dnnl::primitive_attr attr;
@@ -247,11 +286,12 @@ void make_reorders(Impl& m) {
 /// This thread's scratchpad of at least `bytes` (oneDNN primitives with user scratchpads run concurrently).
 memory scratchpad(std::size_t bytes) {
   float* p = detail::scratch(detail::ScratchSlot::DnnScratchpad, std::max<std::size_t>(bytes, 64) / 4 + 1);
-  return memory(memory::desc({static_cast<memory::dim>(std::max<std::size_t>(bytes, 1))}, Dt::u8, Tag::x),
-                cpu_engine(), p);
+  return memory(memory::desc({static_cast<memory::dim>(std::max<std::size_t>(bytes, 1))}, Dt::u8, Tag::x), cpu_engine(),
+                p);
 }
 
 void run_reorder(const Impl& m, bool accumulate, const void* src, void* dst) {
+  m.reorders.fetch_add(1, std::memory_order_relaxed);
   const bool to_user = m.pass == Conv2dPass::BackwardFilter;
   memory s(to_user ? m.w_prim : m.w_user, cpu_engine(), const_cast<void*>(src));
   memory d(to_user ? m.w_user : m.w_prim, cpu_engine(), dst);
@@ -323,11 +363,18 @@ Conv2dPlan::Onednn::Onednn(const Shape& xs, const Shape& ys, const Conv2dParams&
             dnnl_message(e));
   }
   m->w_prim_floats = static_cast<std::int64_t>((m->w_prim.get_size() + 3) / 4);
+  m->layout.activations = m->blocked16 ? "nChw16c" : "nhwc";
+  m->layout.arena_weights = format_name(m->w_user);
+  m->layout.weights = format_name(m->w_prim);
+  m->layout.weight_reorder = true;  // every call runs m->w_reorder (there is no fast kernel on the arena's OHWI)
+  m->layout.weight_floats = m->w_prim_floats;
 }
 
 Conv2dPlan::Onednn::~Onednn() = default;
 
 const std::string& Conv2dPlan::Onednn::impl() const { return m->impl; }
+const OnednnLayout& Conv2dPlan::Onednn::layout() const { return m->layout; }
+std::int64_t Conv2dPlan::Onednn::weight_reorders() const { return m->reorders.load(std::memory_order_relaxed); }
 
 void Conv2dPlan::Onednn::forward(const float* x, const float* w, const float* bias, float* y) const {
   OnThisThreadOnly one;
@@ -337,11 +384,10 @@ void Conv2dPlan::Onednn::forward(const float* x, const float* w, const float* bi
   const auto& eng = cpu_engine();
   for_each_piece(*m, m->pieces.count, [&](std::int64_t i, const ConvPrim& c) {
     const std::int64_t n0 = m->pieces.begin(i);
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, memory(c.act_in, eng, const_cast<float*>(x + n0 * xper))},
-        {DNNL_ARG_WEIGHTS, memory(m->w_prim, eng, wp)},
-        {DNNL_ARG_DST, memory(c.act_out, eng, y + n0 * yper)},
-        {DNNL_ARG_SCRATCHPAD, scratchpad(c.scratch_bytes)}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.act_in, eng, const_cast<float*>(x + n0 * xper))},
+                                         {DNNL_ARG_WEIGHTS, memory(m->w_prim, eng, wp)},
+                                         {DNNL_ARG_DST, memory(c.act_out, eng, y + n0 * yper)},
+                                         {DNNL_ARG_SCRATCHPAD, scratchpad(c.scratch_bytes)}};
     if (m->bias) args.emplace(DNNL_ARG_BIAS, memory(m->b_md, eng, const_cast<float*>(bias)));
     c.prim.execute(thread_stream(), args);
   });
@@ -403,8 +449,8 @@ void Conv2dPlan::Onednn::backward_data(const float* dy, const float* w, float* d
 
 void Conv2dPlan::Onednn::backward_filter(const float* x, const float* dy, float* dw, bool accumulate) const {
   OnThisThreadOnly one;
-  float* part = detail::scratch(detail::ScratchSlot::DnnPartial,
-                                static_cast<std::size_t>(m->pieces.count * m->w_prim_floats));
+  float* part =
+      detail::scratch(detail::ScratchSlot::DnnPartial, static_cast<std::size_t>(m->pieces.count * m->w_prim_floats));
   for_each_piece(*m, m->pieces.count, [&](std::int64_t i, const ConvPrim& c) { filter_piece(*m, i, c, x, dy, part); });
   finish_filter(*m, part, dw, accumulate);
 }
@@ -416,8 +462,8 @@ void Conv2dPlan::Onednn::backward_filter_and_data(const float* x, const float* d
   const Impl& d = *data.m;
   float* wp = detail::scratch(detail::ScratchSlot::DnnWeights, static_cast<std::size_t>(d.w_prim_floats));
   run_reorder(d, false, w, wp);
-  float* part = detail::scratch(detail::ScratchSlot::DnnPartial,
-                                static_cast<std::size_t>(m->pieces.count * m->w_prim_floats));
+  float* part =
+      detail::scratch(detail::ScratchSlot::DnnPartial, static_cast<std::size_t>(m->pieces.count * m->w_prim_floats));
   // The weight-gradient pieces first (the bigger ones), then the dx pieces: one claim order, one join.
   const std::int64_t nw = m->pieces.count, total = nw + d.pieces.count;
   parallel_for(0, total, 1, [&](std::int64_t b, std::int64_t e) {
@@ -456,11 +502,16 @@ const std::string& Conv2dPlan::Onednn::impl() const {
   static const std::string none;
   return none;
 }
+const OnednnLayout& Conv2dPlan::Onednn::layout() const {
+  static const OnednnLayout none;
+  return none;
+}
+std::int64_t Conv2dPlan::Onednn::weight_reorders() const { return 0; }
 void Conv2dPlan::Onednn::forward(const float*, const float*, const float*, float*) const {}
 void Conv2dPlan::Onednn::backward_data(const float*, const float*, float*, bool) const {}
 void Conv2dPlan::Onednn::backward_filter(const float*, const float*, float*, bool) const {}
-void Conv2dPlan::Onednn::backward_filter_and_data(const float*, const float*, float*, bool, const Onednn&,
-                                                  const float*, float*, bool) const {}
+void Conv2dPlan::Onednn::backward_filter_and_data(const float*, const float*, float*, bool, const Onednn&, const float*,
+                                                  float*, bool) const {}
 
 bool onednn_available() { return false; }
 

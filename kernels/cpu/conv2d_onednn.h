@@ -10,12 +10,16 @@
 namespace renaissance::cpu {
 
 struct Conv2dPlan::Onednn {
-  /// Creates the pass's primitives (one per batch-piece size), their memory descriptors and the weight reorders.
+  /// Creates the pass's primitives (one per batch-piece size), their memory descriptors and the weight reorder.
   /// Throws Error when oneDNN offers no implementation for the shapes.
   Onednn(const Shape& xs, const Shape& ys, const Conv2dParams& p, Conv2dPass pass, bool bias);
   ~Onednn();
   /// oneDNN's implementation name (impl_info_str), e.g. "brgconv:avx512_core"; "ref:any" is its slow fallback.
   const std::string& impl() const;
+  /// The formats chosen at construction (Conv2dPlan::onednn_layout).
+  const OnednnLayout& layout() const;
+  /// Weight reorders run so far: one per forward, backward_data and backward_filter call.
+  std::int64_t weight_reorders() const;
 
   void forward(const float* x, const float* w, const float* bias, float* y) const;
   void backward_data(const float* dy, const float* w, float* dx, bool accumulate) const;

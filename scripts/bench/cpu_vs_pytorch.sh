@@ -17,7 +17,7 @@ MODELS=${MODELS:-"fmnist_cnn resnet18_fmnist_narrow"}
 THREADS=${THREADS:-$(nproc)}
 DATA=${DATA:-data/fashion-mnist.h5}
 [[ -x $RN ]] || { echo "cpu_vs_pytorch: no $RN (build first)" >&2; exit 2; }
-[[ -f $DATA ]] || "$RN" data fashion-mnist --out "$DATA" >/dev/null || exit 1
+[[ -f $DATA ]] || "$RN" data import fashion-mnist --out "$DATA" >/dev/null || exit 1
 J="$OUT_DIR/runs.jsonl"
 : >"$J"
 ips() { "$PY" -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.strip()][-1])["images_per_s"])' "$1"; }

@@ -1,6 +1,7 @@
 // CPU kernel benchmarks (Google Benchmark): GEMM and convolutions (own GEMM path, XNNPACK, oneDNN) in GFLOP/s for the
 // layers of the CPU models, batch norm (plain and fused), max-pool and the optimizer range update in GB/s of
-// compulsory traffic, and a whole fmnist_cnn step before and after oneDNN and the fused passes.
+// compulsory traffic, a whole fmnist_cnn step before and after oneDNN and the fused passes, and oneDNN's convolution
+// passes with their weights in each candidate format (BM_OnednnWeightFormat).
 //   build-kern/tests/bench/bench_cpu_kernels --benchmark_min_time=0.5
 // Results and the machine they came from: docs/kernels-cpu.md. RENAISSANCE_CPU_THREADS sets the threads.
 #include <kernels/cpu/batchnorm.h>
@@ -196,6 +197,131 @@ void layer_args(benchmark::internal::Benchmark* b, std::int64_t algos) {
 BENCHMARK(BM_ConvForward)->Apply([](auto* b) { layer_args(b, 4); })->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvBackwardData)->Apply([](auto* b) { layer_args(b, 3); })->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvBackwardFilter)->Apply([](auto* b) { layer_args(b, 2); })->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Where oneDNN's weights could live (issue 19, "memory formats chosen once so no reorder runs per step";
+// docs/kernels-cpu.md, "Weight formats"). One pass of a layer over the batch in the kernel's batch pieces, run one
+// after the other on this thread (OMP_NUM_THREADS=1 gives the one-core figure Conv2dPlan runs per piece), with the
+// primitive's weights in: 0 its own format ("any") plus the reorder from/to OHWI once per call (what Conv2dPlan
+// runs), 1 its own format without that reorder (the bound for any scheme), 2 the weight gradient's format, 3 the
+// forward's, 4 the data gradient's (2-4: what one format kept in the arena for all three passes would give), 5 HWIO,
+// 6 OHWI (the arena's: no reorder at all), 7 the per-call weight reorder alone (its time per call; no GFLOP/s).
+// Formats without an optimised kernel (oneDNN's `ref`) are reported and not timed. range: layer, pass (0 forward,
+// 1 dx, 2 dW), variant.
+#ifdef RENAISSANCE_HAVE_ONEDNN
+void BM_OnednnWeightFormat(benchmark::State& state) {
+  using namespace dnnl;
+  using Tag = memory::format_tag;
+  const Layer& l = kLayers[state.range(0)];
+  const int pass = static_cast<int>(state.range(1)), variant = static_cast<int>(state.range(2));
+  if (l.p.groups != 1 || (pass == 1 && l.xs.c == 1)) {
+    state.SkipWithError(l.p.groups != 1 ? "grouped: not studied" : "a first layer computes no dx");
+    return;
+  }
+  const Shape ys = conv2d_output_shape(l.xs, l.cout, l.p);
+  // The kernel's batch pieces (conv2d_onednn.cpp): forward/dx up to 32 of >= 256 output positions; dW 2-16.
+  std::int64_t target = std::min<std::int64_t>(32, l.xs.n / ((256 + ys.h * ys.w - 1) / (ys.h * ys.w)));
+  if (pass == 2)
+    target =
+        std::clamp<std::int64_t>(std::min<std::int64_t>(2 * ys.n * ys.h * ys.w / 512,
+                                                        (64ll << 20) / (4 * conv2d_weight_elems(l.xs.c, l.cout, l.p))),
+                                 2, 16);
+  const std::int64_t mb = (l.xs.n + std::max<std::int64_t>(target, 1) - 1) / std::max<std::int64_t>(target, 1);
+  const std::int64_t pieces = l.xs.n / mb;  // whole pieces only: every piece runs the same primitive
+  engine eng(engine::kind::cpu, 0);
+  stream strm(eng);
+  const memory::desc x({mb, l.xs.c, l.xs.h, l.xs.w}, memory::data_type::f32, Tag::nhwc);
+  const memory::desc y({mb, ys.c, ys.h, ys.w}, memory::data_type::f32, Tag::nhwc);
+  const memory::dims wdims{l.cout, l.xs.c, l.p.kernel_h, l.p.kernel_w}, strides{l.p.stride_h, l.p.stride_w},
+      pad{l.p.pad_h, l.p.pad_w};
+  const memory::desc any(wdims, memory::data_type::f32, Tag::any), ohwi(wdims, memory::data_type::f32, Tag::ohwi);
+  const auto algo = algorithm::convolution_direct;
+  auto fwd_pd = [&](const memory::desc& w) {
+    return convolution_forward::primitive_desc(
+        convolution_forward::desc(prop_kind::forward_training, algo, x, w, memory::desc(), y, strides, pad, pad), eng);
+  };
+  // The weight format each pass picks for itself.
+  const auto f_any = fwd_pd(any);
+  const memory::desc own[] = {
+      f_any.weights_desc(),
+      convolution_backward_data::primitive_desc(convolution_backward_data::desc(algo, x, any, y, strides, pad, pad),
+                                                eng, f_any)
+          .weights_desc(),
+      convolution_backward_weights::primitive_desc(
+          convolution_backward_weights::desc(algo, x, any, memory::desc(), y, strides, pad, pad), eng, f_any)
+          .diff_weights_desc()};
+  const memory::desc wmd = variant <= 1 || variant == 7 ? own[pass]
+                           : variant == 2               ? own[2]
+                           : variant == 3               ? own[0]
+                           : variant == 4               ? own[1]
+                           : variant == 5               ? memory::desc(wdims, memory::data_type::f32, Tag::hwio)
+                                                        : ohwi;
+  primitive prim;
+  std::string impl;
+  memory::desc wprim;
+  try {
+    const auto fpd = fwd_pd(wmd);
+    if (pass == 0) {
+      prim = convolution_forward(fpd), impl = fpd.impl_info_str(), wprim = fpd.weights_desc();
+    } else if (pass == 1) {
+      const convolution_backward_data::primitive_desc pd(
+          convolution_backward_data::desc(algo, x, wmd, y, strides, pad, pad), eng, f_any);
+      prim = convolution_backward_data(pd), impl = pd.impl_info_str(), wprim = pd.weights_desc();
+    } else {
+      const convolution_backward_weights::primitive_desc pd(
+          convolution_backward_weights::desc(algo, x, wmd, memory::desc(), y, strides, pad, pad), eng, f_any);
+      prim = convolution_backward_weights(pd), impl = pd.impl_info_str(), wprim = pd.diff_weights_desc();
+    }
+  } catch (const dnnl::error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const char* pass_name[] = {"forward", "dx", "dW"};
+  const char* variant_name[] = {"own+reorder", "own",  "dW-format", "fwd-format",
+                                "dx-format",   "hwio", "ohwi",      "reorder-only"};
+  const std::string label = std::string(l.name) + " " + pass_name[pass] + " " + variant_name[variant] + " " + impl;
+  if (impl.rfind("ref", 0) == 0) {
+    state.SkipWithError((label + ": oneDNN's reference loops, not timed").c_str());
+    return;
+  }
+  auto xv = random_vec(l.xs.elems(), 1), yv = random_vec(ys.elems(), 4), out_x = xv, out_y = yv;
+  auto wv = random_vec(conv2d_weight_elems(l.xs.c, l.cout, l.p), 2);
+  memory w_user(ohwi, eng, wv.data()), w_prim(wprim, eng);
+  reorder(w_user, w_prim).execute(strm, w_user, w_prim);
+  const bool reorder_each_call = variant == 0;
+  const reorder to_prim(w_user, w_prim), to_user(w_prim, w_user);
+  const std::int64_t xper = l.xs.per_sample(), yper = ys.per_sample();
+  if (variant == 7) {
+    for (auto _ : state) {
+      if (pass == 2)
+        to_user.execute(strm, w_prim, w_user);
+      else
+        to_prim.execute(strm, w_user, w_prim);
+    }
+    state.SetLabel(label);
+    return;
+  }
+  for (auto _ : state) {
+    if (reorder_each_call && pass != 2) to_prim.execute(strm, w_user, w_prim);
+    for (std::int64_t i = 0; i < pieces; ++i) {
+      memory mx(x, eng, (pass == 1 ? out_x.data() : xv.data()) + i * mb * xper);
+      memory my(y, eng, (pass == 0 ? out_y.data() : yv.data()) + i * mb * yper);
+      if (pass == 0) prim.execute(strm, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, w_prim}, {DNNL_ARG_DST, my}});
+      if (pass == 1) prim.execute(strm, {{DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_WEIGHTS, w_prim}, {DNNL_ARG_DIFF_SRC, mx}});
+      if (pass == 2) prim.execute(strm, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, my}, {DNNL_ARG_DIFF_WEIGHTS, w_prim}});
+    }
+    if (reorder_each_call && pass == 2) to_user.execute(strm, w_prim, w_user);
+  }
+  rate(state, "GFLOP/s",
+       2e-9 * static_cast<double>(pieces * mb * ys.h * ys.w) * l.cout * l.p.kernel_h * l.p.kernel_w * l.xs.c);
+  state.SetLabel(label);
+}
+BENCHMARK(BM_OnednnWeightFormat)
+    ->Apply([](auto* b) {
+      for (std::int64_t i = 0; i < 9; ++i)  // the fmnist_cnn and narrow ResNet-18 layers of kLayers
+        for (std::int64_t pass = 0; pass < 3; ++pass)
+          for (std::int64_t v = 0; v < 8; ++v) b->Args({i, pass, v});
+    }) -> UseRealTime() -> Unit(benchmark::kMillisecond);
+#endif
 
 // ---- batch norm ---------------------------------------------------------------------------------------------
 

@@ -217,8 +217,8 @@ TEST(Conv2dLarge, ForwardAndBackwardMatchReference) {
 
 // oneDNN runs on batch pieces fixed by the shape, the last one shorter: N = 37 gives 4 pieces of 10 (the last 7)
 // at 6×5, 2 of 19 (the last 18) at 4×4, 3 of 13 (the last 11) at 5×5, and 4 or 5 for the weight gradients. 16
-// channels on both sides take oneDNN's blocked kernels (the same bytes as NHWC). A plan made once keeps working when the weights
-// change between calls (a training step), and reports what it runs.
+// channels on both sides take oneDNN's blocked kernels (the same bytes as NHWC). A plan made once keeps working when
+// the weights change between calls (a training step), and reports what it runs.
 TEST(Conv2dOnednn, BatchPiecesAndReusedPlansMatchReference) {
   if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
   for (const ConvCase& cs : {ConvCase{{37, 6, 5, 8}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "3x3_n37"},
@@ -266,12 +266,81 @@ TEST(Conv2dOnednn, FilterAndDataTogetherEqualThePassesAlone) {
       Vec dx1 = dx0, dw1 = dw0, db1 = db0, dx2 = dx0, dw2 = dw0, db2 = db0;
       wgt.backward_filter(d.x.data(), dy.data(), dw1.data(), db1.data(), acc);
       bwd.backward_data(dy.data(), d.w.data(), dx1.data(), acc);
-      wgt.backward_filter_and_data(d.x.data(), dy.data(), dw2.data(), db2.data(), acc, bwd, d.w.data(), dx2.data(), acc);
+      wgt.backward_filter_and_data(d.x.data(), dy.data(), dw2.data(), db2.data(), acc, bwd, d.w.data(), dx2.data(),
+                                   acc);
       const std::string tag = std::string(cs.name) + (acc ? " accumulate" : "");
       expect_bits_equal(dx2, dx1, tag + " dx");
       expect_bits_equal(dw2, dw1, tag + " dw");
       expect_bits_equal(db2, db1, tag + " db");
     }
+}
+
+// The layers of the CPU models (fmnist_cnn, models/resnet18_fmnist_narrow.yaml; batch 128), planned as the runtime
+// plans them (Auto): every pass the runtime runs is oneDNN with an optimised kernel, its activations are the NHWC
+// tensors as they are (no activation reorder), and its weights take exactly one reorder per call, whatever the number
+// of batch pieces (32 at 28x28), between the arena's OHWI and a format that holds the weights and nothing else (a
+// permutation: no padding). Fails if a reorder per piece, an activation reorder or a padded format creeps in.
+TEST(Conv2dOnednn, CpuModelLayersReorderOnlyTheWeightsOncePerCall) {
+  if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  struct Layer {
+    Shape xs;
+    std::int64_t cout;
+    Conv2dParams p;
+    const char* name;
+  };
+  const Layer layers[] = {
+      {{128, 28, 28, 1}, 32, {3, 3, 1, 1, 1, 1, 1}, "fmnist_cnn 28x28x1->32"},
+      {{128, 14, 14, 32}, 64, {3, 3, 1, 1, 1, 1, 1}, "fmnist_cnn 14x14x32->64"},
+      {{128, 7, 7, 64}, 64, {3, 3, 1, 1, 1, 1, 1}, "fmnist_cnn 7x7x64->64"},
+      {{128, 28, 28, 1}, 16, {3, 3, 1, 1, 1, 1, 1}, "narrow stem 28x28x1->16"},
+      {{128, 28, 28, 16}, 16, {3, 3, 1, 1, 1, 1, 1}, "narrow 28x28x16->16"},
+      {{128, 28, 28, 16}, 32, {3, 3, 2, 2, 1, 1, 1}, "narrow 28x28x16->32 s2"},
+      {{128, 28, 28, 16}, 32, {1, 1, 2, 2, 0, 0, 1}, "narrow 28x28x16->32 1x1 s2"},
+      {{128, 14, 14, 32}, 32, {3, 3, 1, 1, 1, 1, 1}, "narrow 14x14x32->32"},
+      {{128, 14, 14, 32}, 64, {3, 3, 2, 2, 1, 1, 1}, "narrow 14x14x32->64 s2"},
+      {{128, 14, 14, 32}, 64, {1, 1, 2, 2, 0, 0, 1}, "narrow 14x14x32->64 1x1 s2"},
+      {{128, 7, 7, 64}, 64, {3, 3, 1, 1, 1, 1, 1}, "narrow 7x7x64->64"},
+      {{128, 7, 7, 64}, 128, {3, 3, 2, 2, 1, 1, 1}, "narrow 7x7x64->128 s2"},
+      {{128, 7, 7, 64}, 128, {1, 1, 2, 2, 0, 0, 1}, "narrow 7x7x64->128 1x1 s2"},
+      {{128, 4, 4, 128}, 128, {3, 3, 1, 1, 1, 1, 1}, "narrow 4x4x128->128"},
+  };
+  for (const Layer& l : layers) {
+    const Shape ys = conv2d_output_shape(l.xs, l.cout, l.p);
+    const Vec x = random_vec(static_cast<std::size_t>(l.xs.elems()), 121);
+    const Vec w = random_vec(static_cast<std::size_t>(conv2d_weight_elems(l.xs.c, l.cout, l.p)), 122);
+    const Vec dy = random_vec(static_cast<std::size_t>(ys.elems()), 123);
+    Vec y(static_cast<std::size_t>(ys.elems())), dx(x.size()), dw(w.size()), db(static_cast<std::size_t>(l.cout));
+    for (Conv2dPass pass : {Conv2dPass::Forward, Conv2dPass::BackwardData, Conv2dPass::BackwardFilter}) {
+      if (pass == Conv2dPass::BackwardData && l.xs.c == 1) continue;  // the input's gradient is never planned
+      const std::string tag = std::string(l.name) + (pass == Conv2dPass::Forward        ? " forward"
+                                                     : pass == Conv2dPass::BackwardData ? " dx"
+                                                                                        : " dW");
+      const Conv2dPlan plan(l.xs, ys, l.p, pass);
+      ASSERT_EQ(plan.algo(), Conv2dAlgo::Onednn) << tag << ": " << plan.describe();
+      const OnednnLayout* lay = plan.onednn_layout();
+      ASSERT_NE(lay, nullptr) << tag;
+      EXPECT_EQ(plan.describe().find("ref"), std::string::npos) << tag << ": " << plan.describe();
+      const bool blocked16 = l.xs.c == 16 && l.cout == 16 && pass != Conv2dPass::BackwardFilter;
+      EXPECT_EQ(lay->activations, blocked16 ? "nChw16c" : "nhwc") << tag;
+      EXPECT_EQ(lay->arena_weights, "ohwi") << tag;
+      EXPECT_TRUE(lay->weight_reorder) << tag;
+      EXPECT_NE(lay->weights, "ohwi") << tag;
+      EXPECT_EQ(lay->weight_floats, static_cast<std::int64_t>(w.size())) << tag << " " << lay->weights;
+      EXPECT_EQ(plan.onednn_weight_reorders(), 0) << tag << ": planning ran a reorder";
+      for (int call = 1; call <= 2; ++call) {
+        if (pass == Conv2dPass::Forward) plan.forward(x.data(), w.data(), nullptr, y.data());
+        if (pass == Conv2dPass::BackwardData) plan.backward_data(dy.data(), w.data(), dx.data(), call == 2);
+        if (pass == Conv2dPass::BackwardFilter)
+          plan.backward_filter(x.data(), dy.data(), dw.data(), db.data(), call == 2);
+        EXPECT_EQ(plan.onednn_weight_reorders(), call) << tag << " after call " << call;
+      }
+    }
+  }
+  // The other algorithms report no oneDNN layout.
+  const Conv2dPlan gemm({2, 5, 5, 3}, {2, 5, 5, 4}, {3, 3, 1, 1, 1, 1, 1}, Conv2dPass::Forward, false,
+                        Conv2dAlgo::Gemm);
+  EXPECT_EQ(gemm.onednn_layout(), nullptr);
+  EXPECT_EQ(gemm.onednn_weight_reorders(), 0);
 }
 
 TEST(Conv2dOnednn, WrongPassOrMissingLibraryIsAnError) {
@@ -291,10 +360,10 @@ TEST(Conv2dXnnpack, CachedOperatorSeesNewWeights) {
   ConvData d = make_data(cs, 71);
   const Vec first = run_forward(cs, d, Conv2dAlgo::Xnnpack);
   EXPECT_EQ(run_forward(cs, d, Conv2dAlgo::Xnnpack), first);  // same weights: reused operator
-  for (auto& v : d.w) v *= -0.5f;  // same pointer, new values (a training step)
+  for (auto& v : d.w) v *= -0.5f;                             // same pointer, new values (a training step)
   const DVec bd = to_double(d.b);
-  expect_close(run_forward(cs, d, Conv2dAlgo::Xnnpack),
-               conv_ref(to_double(d.x), d.xs, to_double(d.w), &bd, d.ys, cs.p), 1e-5, "after weight update");
+  expect_close(run_forward(cs, d, Conv2dAlgo::Xnnpack), conv_ref(to_double(d.x), d.xs, to_double(d.w), &bd, d.ys, cs.p),
+               1e-5, "after weight update");
   // Two layers of one shape (other weight buffers) alternate without mixing up their operators.
   ConvData other = make_data(cs, 72);
   for (int round = 0; round < 3; ++round)
