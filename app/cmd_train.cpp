@@ -391,8 +391,8 @@ void register_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "off", "on"}));
   cmd->add_option("--decode", c->decode,
                   "JPEG stores: where to decode (gpu: nvJPEG batched decode, then crop/resample/flip/normalise on "
-                  "the GPU; cpu: libjpeg-turbo on the loader threads; auto: gpu on the CUDA backend when the build "
-                  "has nvJPEG)")
+                  "the GPU, experimental; cpu: libjpeg-turbo on the loader threads; auto: cpu until the GPU path is "
+                  "verified)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   cmd->add_option("--start-resolution", c->t.start_resolution,

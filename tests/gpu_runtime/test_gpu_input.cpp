@@ -248,8 +248,13 @@ TEST_F(GpuInput, RandomResizedTrainingWithTheCacheEqualsTheHostLoader) {
   ASSERT_EQ(host.losses.size(), 12u);
   ASSERT_EQ(dev.losses.size(), host.losses.size());
   for (std::size_t i = 0; i < host.losses.size(); ++i) EXPECT_EQ(dev.losses[i], host.losses[i]) << "step " << i + 1;
+  EXPECT_TRUE(dev.state == host.state) << "weights / BN statistics differ";
+  EXPECT_TRUE(dev.logits == host.logits) << "val logits (host path) differ";
   for (std::size_t e = 0; e < host.history.size(); ++e) {
-    EXPECT_EQ(dev.history[e].val_loss, host.history[e].val_loss) << "epoch " << e + 1;
+    // AMP validation loss through the cache's gather: within 5e-6, as above (2026-12-02: 2.31929443 vs 2.31929395,
+    // 2.1e-7 relative, in 1 of 3 runs).
+    EXPECT_NEAR(dev.history[e].val_loss, host.history[e].val_loss, 5e-6 * std::abs(host.history[e].val_loss))
+        << "epoch " << e + 1;
     EXPECT_EQ(dev.history[e].val_top1, host.history[e].val_top1) << "epoch " << e + 1;
   }
   fs::remove_all(dir);
