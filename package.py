@@ -12,6 +12,9 @@
 #   spack add renaissance@main && spack install
 # scripts/check-spack-recipe --install runs `spack install --test=root renaissance` offline
 # (docs/build.md, "Spack").
+import glob
+import zipfile
+
 try:  # Spack >= 1.0 (package API v2: build systems live in the builtin repository)
     from spack_repo.builtin.build_systems.cmake import CMakePackage
     from spack_repo.builtin.build_systems.cuda import CudaPackage
@@ -92,14 +95,18 @@ class Renaissance(CMakePackage, CudaPackage):
     depends_on("cudnn@9:", when="+cuda")
     depends_on("nccl", when="+cuda")
     # cudnn-frontend (header-only C++ over cuDNN's graph API, the convolutions) has no Spack
-    # package: its headers come from NVIDIA's PyPI wheel (a zip), unpacked beside the sources.
+    # package: its headers come from NVIDIA's PyPI wheel (a zip). Spack never unpacks a .whl
+    # (with expand=True cudnn-frontend/ stayed empty) and moves an unexpanded file only with a
+    # placement: the wheel goes to cudnn-frontend/wheel/, unpack_cudnn_frontend() takes
+    # include/ out of it before cmake.
     resource(
         name="cudnn-frontend",
         url="https://files.pythonhosted.org/packages/cp311/n/nvidia-cudnn-frontend/"
         "nvidia_cudnn_frontend-1.32.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
         sha256="c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0",
-        expand=True,
+        expand=False,
         destination="cudnn-frontend",
+        placement="wheel",
         when="+cuda",
     )
 
@@ -107,6 +114,17 @@ class Renaissance(CMakePackage, CudaPackage):
     conflicts(
         "cuda_arch=none", when="+cuda", msg="+cuda needs a GPU architecture, e.g. cuda_arch=90"
     )
+
+    @run_before("cmake", when="+cuda")
+    def unpack_cudnn_frontend(self):
+        root = join_path(self.stage.source_path, "cudnn-frontend")
+        wheels = glob.glob(join_path(root, "wheel", "*.whl"))
+        if not wheels:
+            raise InstallError(f"no cudnn-frontend wheel in {root}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            z.extractall(root, [n for n in z.namelist() if n.startswith("include/")])
+        if not glob.glob(join_path(root, "include", "cudnn_frontend.h")):
+            raise InstallError(f"{wheels[0]} has no include/cudnn_frontend.h")
 
     def cmake_args(self):
         spec = self.spec
