@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -268,7 +270,6 @@ void fsync_path(const std::string& path, bool directory) {
   ::close(fd);
 }
 
-
 // ---- files written in memory, with a checksum header --------------------------------------------------------------
 
 namespace {
@@ -281,7 +282,8 @@ std::uint32_t crc32_of(const std::uint8_t* p, std::size_t n) {
 
 template <typename T>
 void put_le(std::vector<std::uint8_t>& b, std::size_t at, T v) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) b[at + i] = static_cast<std::uint8_t>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff);
+  for (std::size_t i = 0; i < sizeof(T); ++i)
+    b[at + i] = static_cast<std::uint8_t>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff);
 }
 template <typename T>
 T get_le(const std::uint8_t* p) {
@@ -340,7 +342,7 @@ MemoryH5File::MemoryH5File(std::string ctx) : m_ctx(std::move(ctx)), m_capture(s
   H5_CHECK(H5Pset_fapl_core(m_fapl, std::size_t(1) << 20, 0), m_ctx, "the in-memory driver");
   // Checksummed metadata (superblock 2, object header 2: HDF5 1.8 and later), as h5py reads it.
   H5_CHECK(H5Pset_libver_bounds(m_fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), m_ctx, "format version bounds");
-  H5FD_file_image_callbacks_t cb{&Capture::alloc,      &Capture::copy,      &Capture::grow,  &Capture::release,
+  H5FD_file_image_callbacks_t cb{&Capture::alloc,      &Capture::copy,       &Capture::grow, &Capture::release,
                                  &Capture::udata_copy, &Capture::udata_free, m_capture.get()};
   H5_CHECK(H5Pset_file_image_callbacks(m_fapl, &cb), m_ctx, "file-image callbacks");
   const std::string name = fmt::format("{}#image-{}", m_ctx, static_cast<const void*>(this));  // never a file on disk
@@ -468,8 +470,9 @@ VerifiedFile read_verified_file(const std::string& path, std::vector<ChecksumEnt
       first_bad = name;
       std::size_t zeros = 0;
       for (std::uint64_t k = 0; in_file && k < len; ++k) zeros += b[off + k] == 0;
-      detail = fmt::format("the tensor's stored bytes [{}, {}) of the file fail their content checksum{}", off,
-                           off + len, in_file && zeros == len ? " (they are all zero: a zeroed or never-written chunk)" : "");
+      detail =
+          fmt::format("the tensor's stored bytes [{}, {}) of the file fail their content checksum{}", off, off + len,
+                      in_file && zeros == len ? " (they are all zero: a zeroed or never-written chunk)" : "");
     }
     if (!first_bad.empty()) RN_IO_FAIL(path + ": " + first_bad, kHint, "{}", detail);
     RN_IO_FAIL(path, kHint, "the file fails its content checksum outside every tensor (corrupted HDF5 metadata)");
@@ -483,8 +486,9 @@ H5Handle open_verified(const VerifiedFile& f, const std::string& path) {
   hdf5_init();
   H5Handle fapl(make_file_access_plist(), H5Pclose);
   if (!f.checksummed)
-    return H5Handle(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, "open (not an HDF5 file, or truncated?)"),
-                    H5Fclose);
+    return H5Handle(
+        H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), path, "open (not an HDF5 file, or truncated?)"),
+        H5Fclose);
   H5_CHECK(H5Pset_fapl_core(fapl, std::size_t(1) << 20, 0), path, "the in-memory driver");
   H5_CHECK(H5Pset_file_image(fapl, const_cast<std::uint8_t*>(f.bytes.data() + f.image_offset),
                              f.bytes.size() - f.image_offset),
@@ -534,15 +538,41 @@ std::string run_contained(const std::string& path, const std::function<std::stri
     ::_exit(0);
   }
   ::close(fds[1]);
+  // A deadline: HDF5 can loop forever on corrupt metadata (found by fuzz_dataset), and a hang is worse than an
+  // error. RENAISSANCE_HDF5_OPEN_TIMEOUT (seconds, default 60; the fuzz script sets less) bounds the child.
+  double limit_s = 60;
+  if (const char* e = std::getenv("RENAISSANCE_HDF5_OPEN_TIMEOUT"); e && std::atof(e) > 0) limit_s = std::atof(e);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
   std::string got;
   char buf[65536];
+  bool timed_out = false;
   for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int pr = ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr == 0) continue;
     const ssize_t r = ::read(fds[0], buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     got.append(buf, static_cast<std::size_t>(r));
   }
   ::close(fds[0]);
+  if (timed_out) {
+    ::kill(pid, SIGKILL);
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    RN_IO_FAIL(path, "the file is corrupted; use an older checkpoint or re-create it",
+               "HDF5 did not finish reading this file's metadata in {:g} s (RENAISSANCE_HDF5_OPEN_TIMEOUT): its "
+               "metadata is corrupt, or the file system stalls",
+               limit_s);
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -594,7 +624,8 @@ void write_file_atomically(const std::string& path, const std::vector<std::uint8
     while (done < end) {
       const ssize_t w = ::write(fd, bytes.data() + done, std::min<std::size_t>(end - done, std::size_t(8) << 20));
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail(fmt::format("writing '{}' ({} of {} bytes written)", tmp, done, bytes.size()), w < 0 ? errno : ENOSPC);
+      if (w <= 0)
+        fail(fmt::format("writing '{}' ({} of {} bytes written)", tmp, done, bytes.size()), w < 0 ? errno : ENOSPC);
       done += static_cast<std::size_t>(w);
     }
     if (part == 0 && halfway) {
