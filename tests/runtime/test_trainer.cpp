@@ -51,6 +51,20 @@ runtime::TrainOptions small_options(const std::string& data) {
   return o;
 }
 
+/// A 16x16 residual model with every fused kind (basic and bottleneck blocks, identity and projection, MobileNetV2).
+bp::BluePrint tiny_residual_model() {
+  bp::BluePrint m;
+  m.name = "tiny_res";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
+                   bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 1),
+                   bp::block(16, 64, bp::BlockKind::RESNET_1_3_1, 2),
+                   bp::block(128, 64, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
+                   bp::block(128, 48, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
+  return m;
+}
+
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -182,15 +196,7 @@ TEST(Trainer, FusedPlanEqualsThePlainPlan) {
   // With the sums folded into the previous block's end ReLU backward (the default), the data gradient is rounded to
   // binary16 before it is added: the same training within FP16 rounding.
   const std::string data = synthetic(256, 64, 16, 3, 10);
-  bp::BluePrint m;
-  m.name = "tiny_res";
-  m.in_h = m.in_w = 16;
-  m.in_c = 3;
-  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
-                   bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 1),
-                   bp::block(16, 64, bp::BlockKind::RESNET_1_3_1, 2),
-                   bp::block(128, 64, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
-                   bp::block(128, 48, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
+  const bp::BluePrint m = tiny_residual_model();
   auto o = small_options(data);
   o.amp = true;
   o.max_steps = 3;
@@ -264,13 +270,7 @@ TEST(Trainer, InitialWeightsDoNotDependOnEmaOrOptimizer) {
 
 TEST(Trainer, NoStepReadsInputsFeaturesOrTemporariesBeforeWritingThem) {
   const std::string data = synthetic(256, 64, 16, 3, 10);
-  bp::BluePrint m;
-  m.name = "tiny_res";
-  m.in_h = m.in_w = 16;
-  m.in_c = 3;
-  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
-                   bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::block(16, 32, bp::BlockKind::RESNET_1_3_1, 1),
-                   bp::block(128, 48, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
+  const bp::BluePrint m = tiny_residual_model();
   for (const bool amp : {false, true}) {
     auto o = small_options(data);
     o.amp = amp;

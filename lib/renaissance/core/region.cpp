@@ -15,8 +15,8 @@ constexpr std::array<const char*, kNamedRegions> kNames = {
 #undef RN_REGION_STR
 };
 
-constexpr std::array<ParamKind, kParamKinds> kKinds = {ParamKind::BN_BIAS,  ParamKind::BN_WEIGHT,
-                                                       ParamKind::FC_BIAS,  ParamKind::FC_WEIGHT,
+constexpr std::array<ParamKind, kParamKinds> kKinds = {ParamKind::BN_BIAS,    ParamKind::BN_WEIGHT,
+                                                       ParamKind::FC_BIAS,    ParamKind::FC_WEIGHT,
                                                        ParamKind::FIRST_CONV, ParamKind::DEEP_CONV};
 
 Region offset_region(Region base, ParamKind k) { return region_at(region_index(base) + static_cast<int>(k)); }
@@ -61,6 +61,12 @@ RegionFamily region_family(Region r) {
   if (in(Region::F_FEATURE_FP32, Region::F_GRAD_SLOT_FP16)) return RegionFamily::F;
   if (in(Region::S_SCALAR_FP32, Region::S_MASK)) return RegionFamily::S;
   return RegionFamily::T;
+}
+
+const char* region_family_name(RegionFamily f) {
+  static const char* const names[] = {"B", "W", "E", "A", "G", "R", "G16", "M", "V", "N", "I", "F", "S", "T"};
+  static_assert(sizeof names / sizeof names[0] == static_cast<int>(RegionFamily::T) + 1, "one name per family");
+  return names[static_cast<int>(f)];
 }
 
 const char* param_kind_name(ParamKind k) {

@@ -472,7 +472,6 @@ struct Trainer::Impl {
 
   /// TrainOptions::debug_poison_families: 0xFF over every tensor of the listed region families.
   void poison_families(const std::string& list) {
-    static const char* const names[] = {"B", "W", "E", "A", "G", "R", "G16", "M", "V", "N", "I", "F", "S", "T"};
     std::vector<std::string> want;
     for (std::size_t a = 0; a <= list.size();) {
       const std::size_t b = std::min(list.find(',', a), list.size());
@@ -480,7 +479,7 @@ struct Trainer::Impl {
       a = b + 1;
     }
     for (const DTensor& t : plan.plan(Variant::TRAIN_BASE).tensors()) {
-      const std::string f = names[static_cast<int>(region_family(t.region))];
+      const std::string f = region_family_name(region_family(t.region));
       if (std::find(want.begin(), want.end(), f) == want.end()) continue;
       ctx.fill_at(ctx.ptr_at(t.id), 0xFF, t.shape.elems() * static_cast<std::int64_t>(dtype_size(t.dtype)));
     }
