@@ -29,7 +29,12 @@ void* device_alloc(std::int64_t bytes, const char* what) {
                             static_cast<double>(total_b) / (1 << 30), cudaGetErrorName(e)),
                 "cuda", "reduce --batch or the resolution; `renaissance plan` shows the arena size");
   }
+  // cudaMemset runs on the legacy default stream, which does not order against the project's streams
+  // (cudaStreamNonBlocking): without this wait the zeroing could land after work those streams queue into the new
+  // buffer (it did: a JPEG batch's table, copied on the transfer stream right after its allocation, was zeroed
+  // under load, GpuJpeg.DecodeAndRenderMatchTheCpuPath).
   CUDA_CHECK(cudaMemset(p, 0, static_cast<size_t>(bytes)));
+  CUDA_CHECK(cudaStreamSynchronize(nullptr));
   ++g_allocs;
   return p;
 }
