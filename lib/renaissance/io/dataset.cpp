@@ -285,6 +285,13 @@ struct DatasetWriter::Impl {
   std::vector<std::int64_t> offsets[2] = {{0}, {0}};
   std::vector<std::int32_t> shapes[2];
 
+  void add_sums(const PixelSums& s) {
+    for (std::size_t ch = 0; ch < sum.size(); ++ch) {
+      sum[ch] += s.sum[ch];
+      sumsq[ch] += s.sumsq[ch];
+    }
+    pixels_seen += s.pixels;
+  }
   void checksum(int si, const std::uint8_t* images, const std::int32_t* labels, std::int64_t count) {
     const std::int64_t sb = h * w * c;
     for (std::int64_t i = 0; i < count;) {
@@ -516,17 +523,7 @@ void DatasetWriter::append(Split split, const std::uint8_t* images, const std::i
   m.grow_and_write(m.images[si], H5T_NATIVE_UINT8, 4, tail, base, count, images, ds_ctx(m.path, split, "images"));
   m.grow_and_write(m.labels[si], H5T_NATIVE_INT32, 1, nullptr, base, count, labels, ds_ctx(m.path, split, "labels"));
   m.checksum(si, images, labels, count);
-  if (split == Split::train) {
-    const std::int64_t pixels = count * m.h * m.w;
-    for (std::int64_t p = 0; p < pixels; ++p) {
-      const std::uint8_t* px = images + p * m.c;
-      for (std::int64_t ch = 0; ch < m.c; ++ch) {
-        m.sum[ch] += px[ch];
-        m.sumsq[ch] += std::uint64_t(px[ch]) * px[ch];
-      }
-    }
-    m.pixels_seen += static_cast<std::uint64_t>(pixels);
-  }
+  if (split == Split::train) m.add_sums(pixel_sums(images, count * m.h * m.w, m.c));
   m.counts[si] = base + count;
 }
 
@@ -555,18 +552,70 @@ void DatasetWriter::append_encoded(Split split, const std::uint8_t* bytes, std::
   m.open_meta[si].insert(m.open_meta[si].end(), {static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(height),
                                                  static_cast<std::uint32_t>(width)});
   if (static_cast<std::int64_t>(m.open_labels[si].size()) == m.block) m.close_block(si);
-  if (split == Split::train && pixels) {
-    const std::int64_t n = height * width;
-    for (std::int64_t p = 0; p < n; ++p)
-      for (std::int64_t ch = 0; ch < m.c; ++ch) {
-        const std::uint8_t v = pixels[p * m.c + ch];
-        m.sum[ch] += v;
-        m.sumsq[ch] += std::uint64_t(v) * v;
-      }
-    m.pixels_seen += static_cast<std::uint64_t>(n);
-  }
+  if (split == Split::train && pixels) m.add_sums(pixel_sums(pixels, height * width, m.c));
   m.counts[si] = base + 1;
   if (static_cast<std::int64_t>(m.pending[si].size()) >= kJpegFlushBytes) m.flush(si);
+}
+
+void DatasetWriter::append_encoded(Split split, const std::uint8_t* bytes, std::int64_t size, std::int64_t height,
+                                   std::int64_t width, std::int32_t label, const PixelSums& sums) {
+  {
+    const auto lock = hdf5_lock();
+    RN_CHECK_CTX(static_cast<std::int64_t>(sums.sum.size()) == m_impl->c &&
+                     static_cast<std::int64_t>(sums.sumsq.size()) == m_impl->c &&
+                     sums.pixels == static_cast<std::uint64_t>(height * width),
+                 m_impl->path, "internal: pixel sums of {} channels and {} pixels for a {}x{} sample of {} channels",
+                 sums.sum.size(), sums.pixels, width, height, m_impl->c);
+  }
+  append_encoded(split, bytes, size, height, width, label, nullptr);
+  if (split == Split::train) {
+    const auto lock = hdf5_lock();
+    m_impl->add_sums(sums);
+  }
+}
+
+PixelSums pixel_sums(const std::uint8_t* data, std::int64_t pixels, std::int64_t channels) {
+  PixelSums s;
+  s.sum.assign(static_cast<std::size_t>(channels), 0);
+  s.sumsq.assign(static_cast<std::size_t>(channels), 0);
+  s.pixels = static_cast<std::uint64_t>(pixels);
+  // Rows of at most 2^16 values per channel in 32-bit partial sums (255^2 * 2^16 < 2^32), added into 64 bits.
+  constexpr std::int64_t kRun = 1 << 16;
+  for (std::int64_t p0 = 0; p0 < pixels; p0 += kRun) {
+    const std::int64_t p1 = std::min(pixels, p0 + kRun);
+    std::uint32_t a[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};
+    if (channels == 3) {
+      for (std::int64_t p = p0; p < p1; ++p) {
+        const std::uint8_t* px = data + p * 3;
+        const std::uint32_t r = px[0], g = px[1], b = px[2];
+        a[0] += r;
+        a[1] += g;
+        a[2] += b;
+        q[0] += r * r;
+        q[1] += g * g;
+        q[2] += b * b;
+      }
+    } else if (channels == 1) {
+      for (std::int64_t p = p0; p < p1; ++p) {
+        const std::uint32_t v = data[p];
+        a[0] += v;
+        q[0] += v * v;
+      }
+    } else {
+      for (std::int64_t p = p0; p < p1; ++p)
+        for (std::int64_t ch = 0; ch < channels; ++ch) {
+          const std::uint64_t v = data[p * channels + ch];
+          s.sum[static_cast<std::size_t>(ch)] += v;
+          s.sumsq[static_cast<std::size_t>(ch)] += v * v;
+        }
+      continue;
+    }
+    for (std::int64_t ch = 0; ch < channels; ++ch) {
+      s.sum[static_cast<std::size_t>(ch)] += a[ch];
+      s.sumsq[static_cast<std::size_t>(ch)] += q[ch];
+    }
+  }
+  return s;
 }
 
 void DatasetWriter::finish() {

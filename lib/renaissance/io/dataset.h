@@ -61,6 +61,15 @@ struct EncodedBatch {
   }
 };
 
+/// Per-channel sums of an image's pixels (exact integers: the train split's mean and std do not depend on the order
+/// or the thread that summed them).
+struct PixelSums {
+  std::vector<std::uint64_t> sum, sumsq;
+  std::uint64_t pixels = 0;
+};
+/// Sums `pixels` (pixels x channels interleaved uint8).
+PixelSums pixel_sums(const std::uint8_t* data, std::int64_t pixels, std::int64_t channels);
+
 struct DatasetWriterOptions {
   /// Samples per images chunk; 0 picks ~1 MiB chunks (at most 256 samples), small enough that a
   /// shuffled batch does not decompress far more than it reads.
@@ -88,6 +97,10 @@ class DatasetWriter {
   /// the train split's mean and std are computed from; the writer does not decode).
   void append_encoded(Split split, const std::uint8_t* bytes, std::int64_t size, std::int64_t height, std::int64_t width,
                       std::int32_t label, const std::uint8_t* pixels);
+  /// The same with the train statistics of the sample already summed (pixel_sums, e.g. on an importer's worker
+  /// thread): the writer adds them, exactly as it would have summed `pixels` itself.
+  void append_encoded(Split split, const std::uint8_t* bytes, std::int64_t size, std::int64_t height, std::int64_t width,
+                      std::int32_t label, const PixelSums& sums);
   std::int64_t count(Split split) const;
   /// Writes the attributes, closes and renames the file into place. The train split must not be empty.
   void finish();

@@ -89,7 +89,8 @@ struct Result {
   std::string bad_reason;
   std::exception_ptr error;
   std::vector<std::uint8_t> bytes;   ///< jpeg: the JPEG to store
-  std::vector<std::uint8_t> pixels;  ///< raw: the S x S x C image; jpeg, train: the decoded stored JPEG (statistics)
+  std::vector<std::uint8_t> pixels;  ///< raw: the S x S x C image
+  PixelSums sums;                    ///< jpeg, train: the statistics of the decoded stored JPEG (summed here)
   std::int64_t height = 0, width = 0;
   bool reencoded = false;
 };
@@ -118,7 +119,7 @@ void process(const Item& item, const FolderImportOptions& o, Result& r) {
     r.bytes = file;
     r.height = img.height;
     r.width = img.width;
-    if (item.split == Split::train) r.pixels = std::move(img.pixels);
+    if (item.split == Split::train) r.sums = pixel_sums(img.pixels.data(), img.height * img.width, o.channels);
     return;
   }
   if (too_big) {  // the longer side to max_side, the other in proportion (half to even), at least 1
@@ -141,7 +142,7 @@ void process(const Item& item, const FolderImportOptions& o, Result& r) {
   Image back = decode_image(r.bytes.data(), r.bytes.size(), o.channels, item.path + " (re-encoded)", o.limits);
   r.height = back.height;
   r.width = back.width;
-  if (item.split == Split::train) r.pixels = std::move(back.pixels);
+  if (item.split == Split::train) r.sums = pixel_sums(back.pixels.data(), back.height * back.width, o.channels);
 }
 
 }  // namespace
@@ -291,8 +292,12 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
       run_images.insert(run_images.end(), r.pixels.begin(), r.pixels.begin() + static_cast<std::ptrdiff_t>(sample_bytes));
       run_labels.push_back(it.label);
     } else {
-      writer->append_encoded(it.split, r.bytes.data(), static_cast<std::int64_t>(r.bytes.size()), r.height, r.width,
-                             it.label, it.split == Split::train ? r.pixels.data() : nullptr);
+      if (it.split == Split::train)
+        writer->append_encoded(it.split, r.bytes.data(), static_cast<std::int64_t>(r.bytes.size()), r.height, r.width,
+                               it.label, r.sums);
+      else
+        writer->append_encoded(it.split, r.bytes.data(), static_cast<std::int64_t>(r.bytes.size()), r.height, r.width,
+                               it.label, nullptr);
       sum.stored_bytes += static_cast<std::int64_t>(r.bytes.size());
       (r.reencoded ? sum.reencoded : sum.kept) += 1;
     }
