@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -230,6 +231,9 @@ TEST_F(GpuInput, TrainingWithTheCacheEqualsTheHostLoader) {
       EXPECT_NEAR(dev.history[e].val_loss, host.history[e].val_loss, 5e-6 * std::abs(host.history[e].val_loss))
           << (amp ? "amp" : "fp32") << " epoch " << e + 1;
       if (!amp) EXPECT_EQ(dev.history[e].val_loss, host.history[e].val_loss) << "fp32 epoch " << e + 1;
+      std::printf("[ val ] %s epoch %zu: val loss cache %.9g, host %.9g%s\n", amp ? "amp" : "fp32", e + 1,
+                  dev.history[e].val_loss, host.history[e].val_loss,
+                  dev.history[e].val_loss == host.history[e].val_loss ? " (equal)" : " (DIFFER)");
       EXPECT_EQ(dev.history[e].val_top1, host.history[e].val_top1) << "epoch " << e + 1;
       EXPECT_EQ(dev.history[e].train_loss, host.history[e].train_loss) << "epoch " << e + 1;
     }
@@ -255,6 +259,8 @@ TEST_F(GpuInput, RandomResizedTrainingWithTheCacheEqualsTheHostLoader) {
     // 2.1e-7 relative, in 1 of 3 runs).
     EXPECT_NEAR(dev.history[e].val_loss, host.history[e].val_loss, 5e-6 * std::abs(host.history[e].val_loss))
         << "epoch " << e + 1;
+    std::printf("[ val ] rrc epoch %zu: val loss cache %.9g, host %.9g%s\n", e + 1, dev.history[e].val_loss,
+                host.history[e].val_loss, dev.history[e].val_loss == host.history[e].val_loss ? " (equal)" : " (DIFFER)");
     EXPECT_EQ(dev.history[e].val_top1, host.history[e].val_top1) << "epoch " << e + 1;
   }
   fs::remove_all(dir);
