@@ -260,7 +260,8 @@ TEST_F(GpuInput, RandomResizedTrainingWithTheCacheEqualsTheHostLoader) {
     EXPECT_NEAR(dev.history[e].val_loss, host.history[e].val_loss, 5e-6 * std::abs(host.history[e].val_loss))
         << "epoch " << e + 1;
     std::printf("[ val ] rrc epoch %zu: val loss cache %.9g, host %.9g%s\n", e + 1, dev.history[e].val_loss,
-                host.history[e].val_loss, dev.history[e].val_loss == host.history[e].val_loss ? " (equal)" : " (DIFFER)");
+                host.history[e].val_loss,
+                dev.history[e].val_loss == host.history[e].val_loss ? " (equal)" : " (DIFFER)");
     EXPECT_EQ(dev.history[e].val_top1, host.history[e].val_top1) << "epoch " << e + 1;
   }
   fs::remove_all(dir);

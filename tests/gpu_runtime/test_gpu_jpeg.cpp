@@ -208,66 +208,66 @@ TEST_F(GpuJpeg, DecodeAndRenderMatchTheCpuPath) {
   void* stream = cuda::stream_create();
   const float mean[3] = {0.485f, 0.456f, 0.406f}, stddev[3] = {0.229f, 0.224f, 0.225f};
   for (bool hardware : {true, false}) {
-  runtime::GpuJpegInput in(3, "cases", hardware);
-  std::printf("[ render ] nvJPEG backend: %s\n", in.backend());
-  for (io::CropMode crop : {io::CropMode::random_resized, io::CropMode::center})
-    for (DType dt : {DType::F16, DType::F32}) {
-      const std::int64_t out = 64, out_c = dt == DType::F16 ? 8 : 3, el = dt == DType::F16 ? 2 : 4;
-      io::AugmentSpec spec;
-      spec.out_h = spec.out_w = out;
-      spec.crop = crop;
-      spec.horizontal_flip = true;
-      spec.resize_short = crop == io::CropMode::center ? 73 : 0;
-      std::vector<io::SampleGeometry> geom(static_cast<std::size_t>(n));
-      for (std::int64_t i = 0; i < n; ++i)
-        geom[static_cast<std::size_t>(i)] = io::sample_geometry(
-            spec, 5, 1, i + 17, b.heights[static_cast<std::size_t>(i)], b.widths[static_cast<std::size_t>(i)]);
-      const std::int64_t sample = out * out * out_c * el;
-      auto* d_data = static_cast<std::byte*>(cuda::device_alloc(n * sample, "test"));
-      auto* d_labels = static_cast<std::byte*>(cuda::device_alloc(n * 4, "test"));
-      runtime::GpuJpegInput::Dest d{d_labels, d_data, dt, out_c, out, out};
-      in.decode_render(b, io::Split::train, nullptr, geom, d, mean, stddev, 0, stream);
-      cuda::stream_synchronize(stream);
-      std::vector<std::byte> got(static_cast<std::size_t>(n * sample));
-      cuda::copy_d2h(got.data(), d_data, n * sample);
-      std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
-      cuda::copy_d2h(labels.data(), d_labels, n * 4);
-      std::vector<std::uint8_t> scratch, rendered(static_cast<std::size_t>(out * out * 3)),
-          pil_rendered(rendered.size());
-      for (std::int64_t i = 0; i < n; ++i) {
-        const Case& k = *rgb[static_cast<std::size_t>(i)];
-        EXPECT_EQ(labels[static_cast<std::size_t>(i)], b.labels[static_cast<std::size_t>(i)])
-            << "sample " << i << " " << k.name << " " << io::crop_mode_name(crop)
-            << (dt == DType::F16 ? " f16" : " f32") << (hardware ? " hw" : " nohw");
-        const std::vector<std::uint8_t> dec = download_decoded(in, static_cast<std::size_t>(i), k.h * k.w * 3);
-        io::render_sample(dec.data(), k.h, k.w, 3, geom[static_cast<std::size_t>(i)], spec, rendered.data(), scratch);
-        std::vector<std::byte> want(static_cast<std::size_t>(sample));
-        runtime::normalize_images(rendered.data(), 1, out, out, 3, mean, stddev, want.data(), dt, out_c);
-        std::int64_t differ = 0, first = -1;
-        for (std::int64_t q = 0; q < sample; ++q)
-          if (got[static_cast<std::size_t>(i * sample + q)] != want[static_cast<std::size_t>(q)]) {
-            if (first < 0) first = q;
-            ++differ;
-          }
-        const io::SampleGeometry& g = geom[static_cast<std::size_t>(i)];
-        EXPECT_EQ(differ, 0) << k.name << " " << io::crop_mode_name(crop) << (dt == DType::F16 ? " f16" : " f32")
-                             << (hardware ? " hw" : " nohw") << ": the GPU render of nvJPEG's pixels differs from "
-                             << "io::render_sample of the same pixels in " << differ << " of " << sample
-                             << " bytes, the first at pixel " << (first < 0 ? -1 : first / (out_c * el)) << " box "
-                             << g.box_h << "x" << g.box_w << "@" << g.box_y << "," << g.box_x << " virt " << g.virt_h
-                             << "x" << g.virt_w << " top/left " << g.top << "," << g.left << " shift " << g.shift_y
-                             << "," << g.shift_x << " flip " << g.flip;
-        // Against the CPU path on Pillow's pixels (what --decode cpu gives): the decoders' tolerance.
-        io::render_sample(k.ref.data(), k.h, k.w, 3, geom[static_cast<std::size_t>(i)], spec, pil_rendered.data(),
-                          scratch);
-        const Diff dd = diff(rendered.data(), pil_rendered.data(), rendered.size());
-        const bool small = k.h < 64 || k.w < 64;  // as in expect_close_to_pillow (H200: mean 3.0, 99% 28)
-        EXPECT_LE(dd.mean, small ? 6.0 : 2.0) << k.name;
-        EXPECT_LE(dd.p99, small ? 64 : 24) << k.name;
+    runtime::GpuJpegInput in(3, "cases", hardware);
+    std::printf("[ render ] nvJPEG backend: %s\n", in.backend());
+    for (io::CropMode crop : {io::CropMode::random_resized, io::CropMode::center})
+      for (DType dt : {DType::F16, DType::F32}) {
+        const std::int64_t out = 64, out_c = dt == DType::F16 ? 8 : 3, el = dt == DType::F16 ? 2 : 4;
+        io::AugmentSpec spec;
+        spec.out_h = spec.out_w = out;
+        spec.crop = crop;
+        spec.horizontal_flip = true;
+        spec.resize_short = crop == io::CropMode::center ? 73 : 0;
+        std::vector<io::SampleGeometry> geom(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i)
+          geom[static_cast<std::size_t>(i)] = io::sample_geometry(
+              spec, 5, 1, i + 17, b.heights[static_cast<std::size_t>(i)], b.widths[static_cast<std::size_t>(i)]);
+        const std::int64_t sample = out * out * out_c * el;
+        auto* d_data = static_cast<std::byte*>(cuda::device_alloc(n * sample, "test"));
+        auto* d_labels = static_cast<std::byte*>(cuda::device_alloc(n * 4, "test"));
+        runtime::GpuJpegInput::Dest d{d_labels, d_data, dt, out_c, out, out};
+        in.decode_render(b, io::Split::train, nullptr, geom, d, mean, stddev, 0, stream);
+        cuda::stream_synchronize(stream);
+        std::vector<std::byte> got(static_cast<std::size_t>(n * sample));
+        cuda::copy_d2h(got.data(), d_data, n * sample);
+        std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+        cuda::copy_d2h(labels.data(), d_labels, n * 4);
+        std::vector<std::uint8_t> scratch, rendered(static_cast<std::size_t>(out * out * 3)),
+            pil_rendered(rendered.size());
+        for (std::int64_t i = 0; i < n; ++i) {
+          const Case& k = *rgb[static_cast<std::size_t>(i)];
+          EXPECT_EQ(labels[static_cast<std::size_t>(i)], b.labels[static_cast<std::size_t>(i)])
+              << "sample " << i << " " << k.name << " " << io::crop_mode_name(crop)
+              << (dt == DType::F16 ? " f16" : " f32") << (hardware ? " hw" : " nohw");
+          const std::vector<std::uint8_t> dec = download_decoded(in, static_cast<std::size_t>(i), k.h * k.w * 3);
+          io::render_sample(dec.data(), k.h, k.w, 3, geom[static_cast<std::size_t>(i)], spec, rendered.data(), scratch);
+          std::vector<std::byte> want(static_cast<std::size_t>(sample));
+          runtime::normalize_images(rendered.data(), 1, out, out, 3, mean, stddev, want.data(), dt, out_c);
+          std::int64_t differ = 0, first = -1;
+          for (std::int64_t q = 0; q < sample; ++q)
+            if (got[static_cast<std::size_t>(i * sample + q)] != want[static_cast<std::size_t>(q)]) {
+              if (first < 0) first = q;
+              ++differ;
+            }
+          const io::SampleGeometry& g = geom[static_cast<std::size_t>(i)];
+          EXPECT_EQ(differ, 0) << k.name << " " << io::crop_mode_name(crop) << (dt == DType::F16 ? " f16" : " f32")
+                               << (hardware ? " hw" : " nohw") << ": the GPU render of nvJPEG's pixels differs from "
+                               << "io::render_sample of the same pixels in " << differ << " of " << sample
+                               << " bytes, the first at pixel " << (first < 0 ? -1 : first / (out_c * el)) << " box "
+                               << g.box_h << "x" << g.box_w << "@" << g.box_y << "," << g.box_x << " virt " << g.virt_h
+                               << "x" << g.virt_w << " top/left " << g.top << "," << g.left << " shift " << g.shift_y
+                               << "," << g.shift_x << " flip " << g.flip;
+          // Against the CPU path on Pillow's pixels (what --decode cpu gives): the decoders' tolerance.
+          io::render_sample(k.ref.data(), k.h, k.w, 3, geom[static_cast<std::size_t>(i)], spec, pil_rendered.data(),
+                            scratch);
+          const Diff dd = diff(rendered.data(), pil_rendered.data(), rendered.size());
+          const bool small = k.h < 64 || k.w < 64;  // as in expect_close_to_pillow (H200: mean 3.0, 99% 28)
+          EXPECT_LE(dd.mean, small ? 6.0 : 2.0) << k.name;
+          EXPECT_LE(dd.p99, small ? 64 : 24) << k.name;
+        }
+        cuda::device_free(d_data);
+        cuda::device_free(d_labels);
       }
-      cuda::device_free(d_data);
-      cuda::device_free(d_labels);
-    }
   }
   cuda::stream_destroy(stream);
 }

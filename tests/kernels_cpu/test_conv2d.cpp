@@ -337,8 +337,8 @@ TEST(Conv2dOnednn, CpuModelLayersReorderOnlyTheWeightsOncePerCall) {
       EXPECT_EQ(plan.describe().find("ref"), std::string::npos) << tag << ": " << plan.describe();
       // 16 channels in and out: nChw16c where oneDNN has blocked kernels for it (AVX-512); elsewhere (AVX2) the
       // plan falls back to NHWC.
-      const bool blocked16 = l.xs.c == 16 && l.cout == 16 && pass != Conv2dPass::BackwardFilter &&
-                             __builtin_cpu_supports("avx512f");
+      const bool blocked16 =
+          l.xs.c == 16 && l.cout == 16 && pass != Conv2dPass::BackwardFilter && __builtin_cpu_supports("avx512f");
       EXPECT_EQ(lay->activations, blocked16 ? "nChw16c" : "nhwc") << tag;
       EXPECT_EQ(lay->arena_weights, "ohwi") << tag;
       EXPECT_TRUE(lay->weight_reorder) << tag;

@@ -529,6 +529,12 @@ void DatasetWriter::append(Split split, const std::uint8_t* images, const std::i
 
 void DatasetWriter::append_encoded(Split split, const std::uint8_t* bytes, std::int64_t size, std::int64_t height,
                                    std::int64_t width, std::int32_t label, const std::uint8_t* pixels) {
+  append_encoded(split, bytes, size, height, width, label,
+                 split == Split::train && pixels ? pixel_sums(pixels, height * width, m_impl->c) : PixelSums{});
+}
+
+void DatasetWriter::append_encoded(Split split, const std::uint8_t* bytes, std::int64_t size, std::int64_t height,
+                                   std::int64_t width, std::int32_t label, const PixelSums& sums) {
   const auto lock = hdf5_lock();
   Impl& m = *m_impl;
   const int si = static_cast<int>(split);
@@ -542,6 +548,11 @@ void DatasetWriter::append_encoded(Split split, const std::uint8_t* bytes, std::
   if (label < 0 || label >= m.num_classes)
     RN_IO_FAIL(ds_ctx(m.path, split, "labels"), "check --classes against the source labels",
                "label {} of sample {} is outside [0, {})", label, base, m.num_classes);
+  RN_CHECK_CTX(sums.sum.empty() || (static_cast<std::int64_t>(sums.sum.size()) == m.c &&
+                                    static_cast<std::int64_t>(sums.sumsq.size()) == m.c &&
+                                    sums.pixels == static_cast<std::uint64_t>(height * width)),
+               m.path, "internal: pixel sums of {} channels and {} pixels for a {}x{} sample of {} channels",
+               sums.sum.size(), sums.pixels, width, height, m.c);
   m.pending[si].insert(m.pending[si].end(), bytes, bytes + size);
   m.pending_labels[si].push_back(label);
   m.offsets[si].push_back(m.offsets[si].back() + size);
@@ -552,26 +563,9 @@ void DatasetWriter::append_encoded(Split split, const std::uint8_t* bytes, std::
   m.open_meta[si].insert(m.open_meta[si].end(), {static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(height),
                                                  static_cast<std::uint32_t>(width)});
   if (static_cast<std::int64_t>(m.open_labels[si].size()) == m.block) m.close_block(si);
-  if (split == Split::train && pixels) m.add_sums(pixel_sums(pixels, height * width, m.c));
+  if (split == Split::train && !sums.sum.empty()) m.add_sums(sums);
   m.counts[si] = base + 1;
   if (static_cast<std::int64_t>(m.pending[si].size()) >= kJpegFlushBytes) m.flush(si);
-}
-
-void DatasetWriter::append_encoded(Split split, const std::uint8_t* bytes, std::int64_t size, std::int64_t height,
-                                   std::int64_t width, std::int32_t label, const PixelSums& sums) {
-  {
-    const auto lock = hdf5_lock();
-    RN_CHECK_CTX(static_cast<std::int64_t>(sums.sum.size()) == m_impl->c &&
-                     static_cast<std::int64_t>(sums.sumsq.size()) == m_impl->c &&
-                     sums.pixels == static_cast<std::uint64_t>(height * width),
-                 m_impl->path, "internal: pixel sums of {} channels and {} pixels for a {}x{} sample of {} channels",
-                 sums.sum.size(), sums.pixels, width, height, m_impl->c);
-  }
-  append_encoded(split, bytes, size, height, width, label, nullptr);
-  if (split == Split::train) {
-    const auto lock = hdf5_lock();
-    m_impl->add_sums(sums);
-  }
 }
 
 PixelSums pixel_sums(const std::uint8_t* data, std::int64_t pixels, std::int64_t channels) {

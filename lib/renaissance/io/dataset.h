@@ -98,7 +98,8 @@ class DatasetWriter {
   void append_encoded(Split split, const std::uint8_t* bytes, std::int64_t size, std::int64_t height, std::int64_t width,
                       std::int32_t label, const std::uint8_t* pixels);
   /// The same with the train statistics of the sample already summed (pixel_sums, e.g. on an importer's worker
-  /// thread): the writer adds them, exactly as it would have summed `pixels` itself.
+  /// thread; empty: none, as for `pixels` == nullptr): the writer adds them, exactly as it would have summed
+  /// `pixels` itself.
   void append_encoded(Split split, const std::uint8_t* bytes, std::int64_t size, std::int64_t height, std::int64_t width,
                       std::int32_t label, const PixelSums& sums);
   std::int64_t count(Split split) const;

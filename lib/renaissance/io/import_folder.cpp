@@ -292,12 +292,8 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
       run_images.insert(run_images.end(), r.pixels.begin(), r.pixels.begin() + static_cast<std::ptrdiff_t>(sample_bytes));
       run_labels.push_back(it.label);
     } else {
-      if (it.split == Split::train)
-        writer->append_encoded(it.split, r.bytes.data(), static_cast<std::int64_t>(r.bytes.size()), r.height, r.width,
-                               it.label, r.sums);
-      else
-        writer->append_encoded(it.split, r.bytes.data(), static_cast<std::int64_t>(r.bytes.size()), r.height, r.width,
-                               it.label, nullptr);
+      writer->append_encoded(it.split, r.bytes.data(), static_cast<std::int64_t>(r.bytes.size()), r.height, r.width,
+                             it.label, r.sums);  // val: no sums
       sum.stored_bytes += static_cast<std::int64_t>(r.bytes.size());
       (r.reencoded ? sum.reencoded : sum.kept) += 1;
     }
