@@ -429,6 +429,10 @@ void register_data_command(CLI::App& app) {
   bd->add_option("--loader-threads", bargs->o.loader_threads, "Threads reading the store")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  bd->add_option("--decoders", bargs->o.decoders,
+                 "Threads of the decode-ahead (what training runs, --gpu-decoders) for the last figure")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
   bd->add_flag("--no-hardware", bargs->no_hardware, "nvJPEG's default backend only (not the JPEG engines)");
   bd->add_flag("--json", bargs->json, "Machine-readable output");
   bd->callback([bargs] {
@@ -440,11 +444,12 @@ void register_data_command(CLI::App& app) {
       std::printf(
           "{\"store\": \"%s\", \"backend\": \"%s\", \"images\": %lld, \"encoded_mib\": %.1f, \"batch\": %lld, "
           "\"size\": %lld, \"read_img_s\": %.0f, \"decode_img_s\": %.0f, \"decode_render_img_s\": %.0f, "
+          "\"decoders\": %d, \"ahead_img_s\": %.0f, "
           "\"hardware_images\": %lld, \"default_images\": %lld, \"cpu_fallbacks\": %lld}\n",
           json_escape(bargs->file).c_str(), r.backend.c_str(), static_cast<long long>(r.images), r.encoded_mib,
           static_cast<long long>(bargs->o.batch), static_cast<long long>(bargs->o.size), r.read_per_s, r.decode_per_s,
-          r.render_per_s, static_cast<long long>(r.hardware_images), static_cast<long long>(r.default_images),
-          static_cast<long long>(r.cpu_fallbacks));
+          r.render_per_s, bargs->o.decoders, r.ahead_per_s, static_cast<long long>(r.hardware_images),
+          static_cast<long long>(r.default_images), static_cast<long long>(r.cpu_fallbacks));
       return;
     }
     std::printf("%s: %lld images (%.1f MiB of JPEG), batches of %lld, nvJPEG backend: %s\n", bargs->file.c_str(),
@@ -455,6 +460,8 @@ void register_data_command(CLI::App& app) {
     std::printf("  read + decode + render %lldx%lld: %7.0f img/s (%s, flip, FP16)\n",
                 static_cast<long long>(bargs->o.size), static_cast<long long>(bargs->o.size), r.render_per_s,
                 bargs->crop.c_str());
+    std::printf("  the same, decoded ahead on %d threads: %7.0f img/s (the training path)\n", bargs->o.decoders,
+                r.ahead_per_s);
     std::printf("  decoded by the JPEG engines: %lld, by the default backend: %lld, on the CPU: %lld (all passes)\n",
                 static_cast<long long>(r.hardware_images), static_cast<long long>(r.default_images),
                 static_cast<long long>(r.cpu_fallbacks));

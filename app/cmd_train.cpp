@@ -395,6 +395,11 @@ void register_train_command(CLI::App& app) {
                   "verified)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
+  cmd->add_option("--gpu-decoders", c->t.gpu_decoders,
+                  "--decode gpu: threads decoding batches ahead with nvJPEG while the step runs (1 is bit-"
+                  "reproducible; with more, the JPEG engines' pixels depend on the thread that decoded a batch)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
   cmd->add_option("--start-resolution", c->t.start_resolution,
                   "Progressive resize: train the first epochs at this size");
   cmd->add_option("--lowres-epochs", c->t.lowres_epochs, "Progressive resize: epochs at --start-resolution");

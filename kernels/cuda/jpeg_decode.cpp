@@ -7,10 +7,23 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 
 namespace renaissance::cuda {
 
 bool nvjpeg_in_build() { return true; }
+
+/// The nvJPEG library handles, shared by every decoder made from the first (nvJPEG's handles are thread-safe; its
+/// states are not, so each decoder, one per thread, has its own).
+struct JpegDecoder::Handles {
+  nvjpegHandle_t hw = nullptr;   ///< NVJPEG_BACKEND_HARDWARE (nullptr: none)
+  nvjpegHandle_t def = nullptr;  ///< GPU_HYBRID, else DEFAULT
+  const char* def_name = "default";
+  ~Handles() {
+    if (hw) nvjpegDestroy(hw);
+    if (def) nvjpegDestroy(def);
+  }
+};
 
 namespace {
 
@@ -40,7 +53,7 @@ const char* status_name(nvjpegStatus_t s) {
                                                        static_cast<int>(rn_nvjpeg_st_), status_name(rn_nvjpeg_st_))); \
   } while (0)
 
-/// One handle with the states its batched and single-image decodes keep.
+/// One backend's handle (owned by Handles) with the states its batched and single-image decodes keep (one thread's).
 struct Backend {
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t batched = nullptr;  ///< nvjpegDecodeBatched's state
@@ -49,7 +62,6 @@ struct Backend {
   void destroy() noexcept {
     if (single) nvjpegJpegStateDestroy(single);
     if (batched) nvjpegJpegStateDestroy(batched);
-    if (handle) nvjpegDestroy(handle);
     single = batched = nullptr;
     handle = nullptr;
   }
@@ -107,28 +119,46 @@ struct JpegDecoder::Impl {
   }
 };
 
-JpegDecoder::JpegDecoder(int channels, bool prefer_hardware) : m_impl(std::make_unique<Impl>()) {
+JpegDecoder::JpegDecoder(int channels, bool prefer_hardware) {
   RN_CHECK(channels == 1 || channels == 3, "nvJPEG decodes to 1 or 3 channels, not {}", channels);
+  auto h = std::make_shared<Handles>();
+  if (!prefer_hardware ||
+      nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &h->hw) != NVJPEG_STATUS_SUCCESS)
+    h->hw = nullptr;
+  // The rest: GPU_HYBRID (Huffman decoding on the GPU for baseline streams in batches of more than 50, nvJPEG's
+  // documentation says; the CPU for the others), else whatever the default backend is.
+  if (nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &h->def) ==
+      NVJPEG_STATUS_SUCCESS) {
+    h->def_name = "GPU-hybrid";
+  } else {
+    h->def = nullptr;
+    NVJPEG_CHECK(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &h->def));
+    h->def_name = "default";
+  }
+  init(std::move(h), channels);
+  if (!m_impl->hw.handle && m_handles->hw) {  // no state for the hardware: none of it, for every decoder
+    nvjpegDestroy(m_handles->hw);
+    m_handles->hw = nullptr;
+  }
+}
+
+JpegDecoder::JpegDecoder(std::shared_ptr<Handles> handles, int channels) { init(std::move(handles), channels); }
+
+std::unique_ptr<JpegDecoder> JpegDecoder::another() const {
+  return std::unique_ptr<JpegDecoder>(new JpegDecoder(m_handles, m_impl->channels));
+}
+
+void JpegDecoder::init(std::shared_ptr<Handles> handles, int channels) {
+  m_handles = std::move(handles);
+  m_impl = std::make_unique<Impl>();
   Impl& I = *m_impl;
   I.channels = channels;
   I.format = channels == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
+  I.def_name = m_handles->def_name;
   try {
-    if (prefer_hardware && nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT,
-                                          &I.hw.handle) == NVJPEG_STATUS_SUCCESS) {
-      if (nvjpegJpegStateCreate(I.hw.handle, &I.hw.batched) != NVJPEG_STATUS_SUCCESS) I.hw.destroy();
-    } else {
-      I.hw.handle = nullptr;
-    }
-    // The rest: GPU_HYBRID (Huffman decoding on the GPU for baseline streams in batches of more than 50, nvJPEG's
-    // documentation says; the CPU for the others), else whatever the default backend is.
-    if (nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &I.def.handle) ==
-        NVJPEG_STATUS_SUCCESS) {
-      I.def_name = "GPU-hybrid";
-    } else {
-      I.def.handle = nullptr;
-      NVJPEG_CHECK(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &I.def.handle));
-      I.def_name = "default";
-    }
+    if (m_handles->hw && nvjpegJpegStateCreate(m_handles->hw, &I.hw.batched) == NVJPEG_STATUS_SUCCESS)
+      I.hw.handle = m_handles->hw;
+    I.def.handle = m_handles->def;
     NVJPEG_CHECK(nvjpegJpegStateCreate(I.def.handle, &I.def.batched));
     NVJPEG_CHECK(nvjpegJpegStateCreate(I.def.handle, &I.def.single));
     NVJPEG_CHECK(nvjpegJpegStreamCreate(I.hw.handle ? I.hw.handle : I.def.handle, &I.parsed));
@@ -189,12 +219,16 @@ void JpegDecoder::decode(int n, const std::uint8_t* const* data, const std::size
       fail(i, "no end-of-image marker: the stream is truncated");
       continue;
     }
-    int h = 0, w = 0, nc = 0;
-    if (!image_info(data[i], sizes[i], &h, &w, &nc)) {
+    // The header only (the decode parses the stream itself): its size, components and whether the engines take it.
+    unsigned h = 0, w = 0, nc = 0;
+    if (nvjpegJpegStreamParseHeader(I.hw.handle ? I.hw.handle : I.def.handle, data[i], sizes[i], I.parsed) !=
+            NVJPEG_STATUS_SUCCESS ||
+        nvjpegJpegStreamGetFrameDimensions(I.parsed, &w, &h) != NVJPEG_STATUS_SUCCESS ||
+        nvjpegJpegStreamGetComponentsNum(I.parsed, &nc) != NVJPEG_STATUS_SUCCESS) {
       fail(i, "nvJPEG cannot parse its header");
       continue;
     }
-    if (h != heights[i] || w != widths[i]) {
+    if (static_cast<std::int64_t>(h) != heights[i] || static_cast<std::int64_t>(w) != widths[i]) {
       fail(i, fmt::format("decodes to {}x{} but its shape says {}x{}", w, h, widths[i], heights[i]));
       continue;
     }
@@ -202,12 +236,10 @@ void JpegDecoder::decode(int n, const std::uint8_t* const* data, const std::size
       fail(i, fmt::format("{} colour components (CMYK?), which nvJPEG does not convert", nc));
       continue;
     }
-    bool hw_ok = false;
-    if (I.hw.handle && nvjpegJpegStreamParse(I.hw.handle, data[i], sizes[i], 0, 0, I.parsed) == NVJPEG_STATUS_SUCCESS) {
-      int unsupported = 1;
-      hw_ok = nvjpegDecodeBatchedSupported(I.hw.handle, I.parsed, &unsupported) == NVJPEG_STATUS_SUCCESS &&
-              unsupported == 0;
-    }
+    int unsupported = 1;
+    const bool hw_ok = I.hw.handle &&
+                       nvjpegDecodeBatchedSupported(I.hw.handle, I.parsed, &unsupported) == NVJPEG_STATUS_SUCCESS &&
+                       unsupported == 0;
     (hw_ok ? to_hw : to_def).push_back(i);
   }
   if (!I.batched(I.hw, to_hw, data, sizes, widths, out, offsets, stream)) {

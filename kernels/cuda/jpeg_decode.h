@@ -29,6 +29,9 @@ class JpegDecoder {
   ~JpegDecoder();
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
+  /// A decoder for another thread: the same nvJPEG handles (thread-safe, and the JPEG engines' one set), its own
+  /// states. It may outlive this one.
+  std::unique_ptr<JpegDecoder> another() const;
 
   /// "hardware, GPU-hybrid for the rest" (the JPEG engines take what they can), "GPU-hybrid" or "default".
   const char* backend() const;
@@ -50,7 +53,11 @@ class JpegDecoder {
   std::int64_t default_images() const { return m_default_images; }
 
  private:
+  struct Handles;
   struct Impl;
+  JpegDecoder(std::shared_ptr<Handles> handles, int channels);
+  void init(std::shared_ptr<Handles> handles, int channels);
+  std::shared_ptr<Handles> m_handles;
   std::unique_ptr<Impl> m_impl;
   std::int64_t m_hw_images = 0, m_default_images = 0;
 };

@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -136,6 +138,36 @@ void BM_LoaderEpochJpegStore(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 256);
 }
 BENCHMARK(BM_LoaderEpochJpegStore)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// A shuffled batch of 256 read from the JPEG store (the loader's read for --decode gpu), cold in the store's block
+/// cache (a new DatasetFile each iteration, opened outside the timing; the file itself is in the page cache): past
+/// HDF5 at the chunks' addresses (arg 1, the default) or through HDF5 (arg 0, RENAISSANCE_JPEG_DIRECT_READ=0).
+/// RN_BENCH_JPEG_STORE=PATH reads a batch from that store instead (e.g. a large one: the cost of finding a chunk
+/// must not grow with the store).
+void BM_ReadEncodedShuffled(benchmark::State& state) {
+  const char* env = std::getenv("RN_BENCH_JPEG_STORE");
+  const std::string p = env ? std::string(env) : store();
+  if (state.range(0) == 0) ::setenv("RENAISSANCE_JPEG_DIRECT_READ", "0", 1);
+  const std::int64_t n = io::DatasetFile(p).size(io::Split::train);
+  std::mt19937_64 rng(7);
+  io::EncodedBatch b;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<std::int64_t> idx(256);
+    for (auto& i : idx) i = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n));
+    auto f = std::make_unique<io::DatasetFile>(p);
+    state.ResumeTiming();
+    f->read_encoded(io::Split::train, idx, b);
+    benchmark::DoNotOptimize(b.bytes.data());
+    state.PauseTiming();
+    f.reset();
+    state.ResumeTiming();
+  }
+  ::unsetenv("RENAISSANCE_JPEG_DIRECT_READ");
+  state.SetItemsProcessed(state.iterations() * 256);
+  state.counters["MiB"] = static_cast<double>(b.bytes.size()) / (1 << 20);
+}
+BENCHMARK(BM_ReadEncodedShuffled)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

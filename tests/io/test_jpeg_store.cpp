@@ -132,6 +132,42 @@ TEST_F(JpegStore, MeanAndStdAreThoseOfTheDecodedTrainImages) {
   }
 }
 
+// Shuffled reads go past HDF5 (pread at the chunks' addresses, verified by the content checksums): the bytes equal
+// what HDF5 reads (RENAISSANCE_JPEG_DIRECT_READ=0), in any order, and a flipped byte is still named (below).
+TEST_F(JpegStore, DirectReadsEqualTheReadsThroughHdf5) {
+  // Images of ~20-40 KB, so that many cross the 64 KiB chunks' boundaries.
+  const std::string big = dir.file("big.h5");
+  {
+    DatasetWriter w(big, JpegStoreSpec{3, 95, 0}, 5, {});
+    for (int i = 0; i < 30; ++i) {
+      const int h = 100 + i % 7, wd = 150 + i % 5;
+      const auto px = test_pixels(h, wd, 3, static_cast<std::uint32_t>(i + 100));
+      const auto j = encode_jpeg(px.data(), h, wd, 3, 95, "test");
+      w.append_encoded(i < 26 ? Split::train : Split::val, j.data(), static_cast<std::int64_t>(j.size()), h, wd, i % 5,
+                       px.data());
+    }
+    w.finish();
+  }
+  std::vector<std::int64_t> idx;
+  for (std::int64_t i = 0; i < 26; ++i) idx.push_back((i * 11 + 3) % 26);
+  EncodedBatch direct, hdf5;
+  {
+    const DatasetFile f(big);
+    f.read_encoded(Split::train, idx, direct);
+  }
+  ::setenv("RENAISSANCE_JPEG_DIRECT_READ", "0", 1);
+  {
+    const DatasetFile f(big);
+    f.read_encoded(Split::train, idx, hdf5);
+  }
+  ::unsetenv("RENAISSANCE_JPEG_DIRECT_READ");
+  ASSERT_GT(direct.bytes.size(), std::size_t(3) << 16) << "the test needs images across several chunks";
+  EXPECT_EQ(direct.bytes, hdf5.bytes);
+  EXPECT_EQ(direct.offsets, hdf5.offsets);
+  EXPECT_EQ(direct.labels, hdf5.labels);
+  EXPECT_EQ(direct.heights, hdf5.heights);
+}
+
 TEST_F(JpegStore, AFlippedByteIsNamed) {
   corrupt_chunk(path, "/train/jpeg", 0);
   const DatasetFile f(path);

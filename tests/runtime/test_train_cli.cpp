@@ -176,6 +176,9 @@ TEST(TrainCli, DecodeOption) {
   EXPECT_NE(bad.code, 0);
   EXPECT_LT(bad.code, 128);
   EXPECT_NE(bad.out.find("--decode"), std::string::npos) << bad.out;
+  const CliRun decoders = run(base + " --decode cpu --gpu-decoders 0");  // 1 to 16
+  EXPECT_EQ(decoders.code, 2) << decoders.out;
+  EXPECT_NE(decoders.out.find("--gpu-decoders"), std::string::npos) << decoders.out;
   const CliRun raw = run("data bench-decode " + synthetic(28, 1));
   EXPECT_EQ(raw.code, 1) << raw.out;
   EXPECT_NE(raw.out.find("needs a JPEG store"), std::string::npos) << raw.out;

@@ -17,7 +17,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 namespace renaissance::runtime {
 
@@ -57,9 +61,9 @@ DecodeDecision decide_decode(DecodeMode mode, bool cuda_backend, bool jpeg_store
   if (mode == DecodeMode::cpu) return cpu("--decode cpu");
   if (!cuda_backend) return cpu("not the CUDA backend");
   if (!nvjpeg) return cpu("this build has no nvJPEG (configure with it: RENAISSANCE_NVJPEG, docs/build.md)");
-  // auto stays on the CPU: the GPU path's tests pass on the H200 (2026-12-02, after device_alloc's zeroing race was
-  // fixed), but ResNet-50 trains from a JPEG store at 53 % of `bench` there (nvJPEG blocks the trainer's thread), so
-  // it is opt-in (--decode gpu) until it keeps pace.
+  // auto stays on the CPU: the GPU path's tests pass on the H200 (2026-12-02), but ResNet-50 trains from a JPEG
+  // store at about 60 % of `bench` there (decoded ahead, nvJPEG's decode beside a step is the limit), so it is
+  // opt-in (--decode gpu) until it keeps pace.
   if (mode == DecodeMode::automatic)
     return cpu("--decode auto decodes on the CPU until the GPU path keeps pace with training (--decode gpu: nvJPEG)");
   d.gpu = true;
@@ -80,41 +84,6 @@ std::string sample_name(const std::string& path, io::Split split, const std::int
 
 #if defined(RENAISSANCE_HAVE_CUDA) && defined(RENAISSANCE_HAVE_NVJPEG)
 
-struct GpuJpegInput::Impl {
-  std::unique_ptr<cuda::JpegDecoder> decoder;
-  std::vector<const std::uint8_t*> ptrs;
-  std::vector<std::size_t> sizes;
-  std::vector<int> failed;
-  std::vector<std::string> reasons;
-};
-
-GpuJpegInput::GpuJpegInput(std::int64_t channels, std::string path, bool prefer_hardware)
-    : m_impl(std::make_unique<Impl>()), m_c(channels), m_path(std::move(path)) {
-  RN_CHECK_CTX(channels == 1 || channels == 3, m_path, "JPEG stores of {} channels cannot be decoded by nvJPEG",
-               channels);
-  m_impl->decoder = std::make_unique<cuda::JpegDecoder>(static_cast<int>(channels), prefer_hardware);
-  for (auto& e : m_copied) e = cuda::event_create();
-}
-
-GpuJpegInput::~GpuJpegInput() {
-  for (auto& e : m_copied)
-    if (e) {
-      try {
-        cuda::event_synchronize(e);
-      } catch (...) {
-      }
-      cuda::event_destroy(e);
-    }
-  cuda::device_free(m_images);
-  cuda::device_free(m_scratch);
-  cuda::device_free(m_table);
-  for (auto* p : m_pinned) cuda::pinned_free(p);
-}
-
-const char* GpuJpegInput::backend() const { return m_impl->decoder->backend(); }
-std::int64_t GpuJpegInput::hardware_images() const { return m_impl->decoder->hardware_images(); }
-std::int64_t GpuJpegInput::default_images() const { return m_impl->decoder->default_images(); }
-
 namespace {
 /// Grows a device buffer (after the stream's work that may still read it).
 void grow_device(std::uint8_t** p, std::int64_t* have, std::int64_t need, void* stream, const char* what) {
@@ -127,54 +96,357 @@ void grow_device(std::uint8_t** p, std::int64_t* have, std::int64_t need, void* 
   *p = static_cast<std::uint8_t*>(cuda::device_alloc(bytes, what));
   *have = bytes;
 }
+
+struct Fallbacks {
+  std::int64_t count = 0;
+  std::string first;
+};
+
+/// One thread's decoding: its nvJPEG state (handles and states are not shared between threads) and scratch.
+struct Decoder {
+  std::unique_ptr<cuda::JpegDecoder> nvjpeg;
+  std::vector<const std::uint8_t*> ptrs;
+  std::vector<std::size_t> sizes;
+  std::vector<int> failed;
+  std::vector<std::string> reasons;
+
+  /// Decodes b into dec on `stream`; what nvJPEG cannot decode is decoded on this thread by libjpeg-turbo (the
+  /// exact pixels of the CPU path) and uploaded in order on the same stream, counted in fb; without libjpeg-turbo,
+  /// an error naming the sample.
+  void decode(const io::EncodedBatch& b, std::int64_t c, const std::string& path, io::Split split,
+              const std::int64_t* indices, GpuJpegInput::Decoded& dec, void* stream, Fallbacks* fb) {
+    const std::int64_t n = b.count();
+    dec.offsets.assign(static_cast<std::size_t>(n) + 1, 0);
+    for (std::int64_t i = 0; i < n; ++i)
+      dec.offsets[static_cast<std::size_t>(i) + 1] =
+          dec.offsets[static_cast<std::size_t>(i)] +
+          ((static_cast<std::int64_t>(b.heights[static_cast<std::size_t>(i)]) * b.widths[static_cast<std::size_t>(i)] *
+                c +
+            255) &
+           ~std::int64_t(255));  // 256-byte aligned images
+    grow_device(&dec.images, &dec.bytes, dec.offsets.back(), stream, "the decoded JPEG images of a batch");
+    ptrs.resize(static_cast<std::size_t>(n));
+    sizes.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      ptrs[static_cast<std::size_t>(i)] = b.data(i);
+      sizes[static_cast<std::size_t>(i)] = static_cast<std::size_t>(b.size(i));
+    }
+    failed.clear();
+    reasons.clear();
+    nvjpeg->decode(static_cast<int>(n), ptrs.data(), sizes.data(), b.heights.data(), b.widths.data(), dec.images,
+                   dec.offsets.data(), stream, &failed, &reasons);
+    for (std::size_t f = 0; f < failed.size(); ++f) {
+      const std::int64_t i = failed[f];
+      const std::string name = sample_name(path, split, indices, i);
+      if (!io::have_jpeg_codec())
+        throw Error(fmt::format("nvJPEG cannot decode it ({}), and this build has no CPU JPEG decoder (libturbojpeg) "
+                                "to fall back on",
+                                reasons[f]),
+                    name, "re-import the image (data import folder), or build with libturbojpeg0-dev");
+      const io::Image img = io::decode_image(b.data(i), static_cast<std::size_t>(b.size(i)), static_cast<int>(c), name);
+      if (img.height != b.heights[static_cast<std::size_t>(i)] || img.width != b.widths[static_cast<std::size_t>(i)])
+        throw Error(fmt::format("decodes to {}x{} but its shape says {}x{}", img.width, img.height,
+                                b.widths[static_cast<std::size_t>(i)], b.heights[static_cast<std::size_t>(i)]),
+                    name, "the file is corrupt; re-import it");
+      cuda::copy_h2d_async(dec.images + dec.offsets[static_cast<std::size_t>(i)], img.pixels.data(),
+                           static_cast<std::int64_t>(img.pixels.size()), stream);
+      cuda::stream_synchronize(stream);  // img is freed when this iteration ends
+      if (fb->count++ == 0) fb->first = fmt::format("{}: {}", name, reasons[f]);
+    }
+  }
+};
+
+/// A batch in the decode-ahead's ring: the copies of what the loader delivered, its decoded images and events.
+struct Job {
+  enum State { free, decoding, ready };
+  State state = free;
+  std::int64_t batch = -1;
+  io::EncodedBatch enc;
+  std::vector<std::int64_t> indices;
+  io::Batch meta;
+  GpuJpegInput::Decoded dec;
+  void* decoded = nullptr;   // event on the decoder's stream: the images are written
+  void* rendered = nullptr;  // event on the render's stream: the images are read
+  std::exception_ptr error;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 }  // namespace
 
-void GpuJpegInput::decode(const io::EncodedBatch& b, io::Split split, const std::int64_t* indices, void* stream) {
-  const std::int64_t n = b.count();
-  m_offsets.assign(static_cast<std::size_t>(n) + 1, 0);
-  for (std::int64_t i = 0; i < n; ++i)
-    m_offsets[static_cast<std::size_t>(i) + 1] =
-        m_offsets[static_cast<std::size_t>(i)] + ((static_cast<std::int64_t>(b.heights[static_cast<std::size_t>(i)]) *
-                                                       b.widths[static_cast<std::size_t>(i)] * m_c +
-                                                   255) &
-                                                  ~std::int64_t(255));  // 256-byte aligned images
-  grow_device(&m_images, &m_images_bytes, m_offsets.back(), stream, "the decoded JPEG images of a batch");
+struct GpuJpegInput::Impl {
+  bool prefer_hardware = true;
+  Decoder sync;  // decode() and decode_render() on the caller's thread
+  Decoded sync_out;
+  // The decode-ahead. Lock order: read_mu, then mu. `mu` guards the jobs' states, the counters and fallbacks.
+  std::vector<std::unique_ptr<Decoder>> decoders;
+  std::vector<void*> streams;  // one per decoder thread
+  std::vector<std::unique_ptr<Job>> jobs;
+  std::vector<std::thread> threads;
+  io::BatchLoader* loader = nullptr;
+  io::Split split = io::Split::train;
+  mutable std::mutex mu;
+  std::mutex read_mu;  // serialises the loader's next() and the copy, so batches are taken in order
+  std::condition_variable cv;
+  std::int64_t taken = 0, consumed = 0, held = -1, total = -1;
+  bool stop = false, active = false;
+  Fallbacks fallbacks;  // every thread's
+  AheadStats stats;
+
+  Job& job(std::int64_t k) { return *jobs[static_cast<std::size_t>(k % static_cast<std::int64_t>(jobs.size()))]; }
+};
+
+GpuJpegInput::GpuJpegInput(std::int64_t channels, std::string path, bool prefer_hardware)
+    : m_impl(std::make_unique<Impl>()), m_c(channels), m_path(std::move(path)) {
+  RN_CHECK_CTX(channels == 1 || channels == 3, m_path, "JPEG stores of {} channels cannot be decoded by nvJPEG",
+               channels);
+  m_impl->prefer_hardware = prefer_hardware;
+  m_impl->sync.nvjpeg = std::make_unique<cuda::JpegDecoder>(static_cast<int>(channels), prefer_hardware);
+  for (auto& e : m_copied) e = cuda::event_create();
+}
+
+GpuJpegInput::~GpuJpegInput() {
+  end();
   Impl& I = *m_impl;
-  I.ptrs.resize(static_cast<std::size_t>(n));
-  I.sizes.resize(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    I.ptrs[static_cast<std::size_t>(i)] = b.data(i);
-    I.sizes[static_cast<std::size_t>(i)] = static_cast<std::size_t>(b.size(i));
+  for (auto& e : m_copied)
+    if (e) {
+      try {
+        cuda::event_synchronize(e);
+      } catch (...) {
+      }
+      cuda::event_destroy(e);
+    }
+  for (auto& j : I.jobs) {
+    cuda::device_free(j->dec.images);
+    cuda::event_destroy(j->decoded);
+    cuda::event_destroy(j->rendered);
   }
-  I.failed.clear();
-  I.reasons.clear();
-  I.decoder->decode(static_cast<int>(n), I.ptrs.data(), I.sizes.data(), b.heights.data(), b.widths.data(), m_images,
-                    m_offsets.data(), stream, &I.failed, &I.reasons);
-  // What nvJPEG could not decode: libjpeg-turbo on this thread (the exact pixels of the CPU path), uploaded in
-  // order on the same stream; counted. Without libjpeg-turbo: an error naming the sample.
-  for (std::size_t f = 0; f < I.failed.size(); ++f) {
-    const std::int64_t i = I.failed[f];
-    const std::string name = sample_name(m_path, split, indices, i);
-    if (!io::have_jpeg_codec())
-      throw Error(fmt::format("nvJPEG cannot decode it ({}), and this build has no CPU JPEG decoder (libturbojpeg) to "
-                              "fall back on",
-                              I.reasons[f]),
-                  name, "re-import the image (data import folder), or build with libturbojpeg0-dev");
-    const io::Image img = io::decode_image(b.data(i), static_cast<std::size_t>(b.size(i)), static_cast<int>(m_c), name);
-    if (img.height != b.heights[static_cast<std::size_t>(i)] || img.width != b.widths[static_cast<std::size_t>(i)])
-      throw Error(fmt::format("decodes to {}x{} but its shape says {}x{}", img.width, img.height,
-                              b.widths[static_cast<std::size_t>(i)], b.heights[static_cast<std::size_t>(i)]),
-                  name, "the file is corrupt; re-import it");
-    cuda::copy_h2d_async(m_images + m_offsets[static_cast<std::size_t>(i)], img.pixels.data(),
-                         static_cast<std::int64_t>(img.pixels.size()), stream);
-    cuda::stream_synchronize(stream);  // img is freed when this iteration ends
-    if (m_cpu_fallbacks++ == 0) m_first_fallback = fmt::format("{}: {}", name, I.reasons[f]);
+  for (void* s : I.streams) cuda::stream_destroy(s);
+  cuda::device_free(I.sync_out.images);
+  cuda::device_free(m_scratch);
+  cuda::device_free(m_table);
+  for (auto* p : m_pinned) cuda::pinned_free(p);
+}
+
+const char* GpuJpegInput::backend() const { return m_impl->sync.nvjpeg->backend(); }
+std::int64_t GpuJpegInput::hardware_images() const {
+  std::lock_guard<std::mutex> lk(m_impl->mu);
+  std::int64_t n = m_impl->sync.nvjpeg->hardware_images();
+  for (const auto& d : m_impl->decoders) n += d->nvjpeg->hardware_images();
+  return n;
+}
+std::int64_t GpuJpegInput::default_images() const {
+  std::lock_guard<std::mutex> lk(m_impl->mu);
+  std::int64_t n = m_impl->sync.nvjpeg->default_images();
+  for (const auto& d : m_impl->decoders) n += d->nvjpeg->default_images();
+  return n;
+}
+std::int64_t GpuJpegInput::cpu_fallbacks() const {
+  std::lock_guard<std::mutex> lk(m_impl->mu);
+  return m_impl->fallbacks.count;
+}
+std::string GpuJpegInput::first_fallback() const {
+  std::lock_guard<std::mutex> lk(m_impl->mu);
+  return m_impl->fallbacks.first;
+}
+const std::uint8_t* GpuJpegInput::decoded() const { return m_impl->sync_out.images; }
+const std::vector<std::int64_t>& GpuJpegInput::offsets() const { return m_impl->sync_out.offsets; }
+bool GpuJpegInput::ahead() const { return m_impl->active; }
+GpuJpegInput::AheadStats GpuJpegInput::ahead_stats() const {
+  std::lock_guard<std::mutex> lk(m_impl->mu);
+  return m_impl->stats;
+}
+const GpuJpegInput::Decoded* GpuJpegInput::current_decoded() const {
+  std::lock_guard<std::mutex> lk(m_impl->mu);
+  return m_impl->active && m_impl->held >= 0 ? &m_impl->job(m_impl->held).dec : nullptr;
+}
+
+void GpuJpegInput::decode(const io::EncodedBatch& b, io::Split split, const std::int64_t* indices, void* stream) {
+  Impl& I = *m_impl;
+  Fallbacks fb;
+  I.sync.decode(b, m_c, m_path, split, indices, I.sync_out, stream, &fb);
+  std::lock_guard<std::mutex> lk(I.mu);
+  if (fb.count && I.fallbacks.count == 0) I.fallbacks.first = fb.first;
+  I.fallbacks.count += fb.count;
+}
+
+void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders) {
+  Impl& I = *m_impl;
+  RN_CHECK(!I.active, "internal: a decode-ahead pass is already active");
+  RN_CHECK_CTX(decoders >= 1 && decoders <= 16, "--gpu-decoders", "{} decoder threads (1 to 16)", decoders);
+  while (static_cast<int>(I.decoders.size()) < decoders) {
+    auto d = std::make_unique<Decoder>();
+    d->nvjpeg = I.sync.nvjpeg->another();  // the same nvJPEG handles, its own states
+    I.decoders.push_back(std::move(d));
+    I.streams.push_back(cuda::stream_create());
   }
+  const std::size_t ring = static_cast<std::size_t>(decoders) + 1;
+  while (I.jobs.size() < ring) {
+    auto j = std::make_unique<Job>();
+    j->decoded = cuda::event_create();
+    j->rendered = cuda::event_create();
+    I.jobs.push_back(std::move(j));
+  }
+  // (A larger ring from an earlier pass with more decoders stays: more batches ahead, the same results.)
+  for (auto& j : I.jobs) {
+    j->state = Job::free;
+    j->batch = -1;
+    j->error = nullptr;
+  }
+  I.loader = &loader;
+  I.split = split;
+  I.taken = I.consumed = 0;
+  I.held = I.total = -1;
+  I.stop = false;
+  I.stats = AheadStats{};
+  I.active = true;
+  const int device = cuda::current_device();  // the caller's: a new thread starts on device 0
+  for (int w = 0; w < decoders; ++w)
+    I.threads.emplace_back([this, w, device] {
+      Impl& J = *m_impl;
+      try {
+        cuda::set_device(device);
+      } catch (...) {
+      }
+      Decoder& dec = *J.decoders[static_cast<std::size_t>(w)];
+      void* stream = J.streams[static_cast<std::size_t>(w)];
+      for (;;) {
+        std::unique_lock<std::mutex> rl(J.read_mu);
+        const auto t_read = std::chrono::steady_clock::now();
+        Job* j = nullptr;
+        {
+          std::unique_lock<std::mutex> lk(J.mu);
+          J.cv.wait(lk, [&] { return J.stop || J.total >= 0 || J.job(J.taken).state == Job::free; });
+          if (J.stop || J.total >= 0) return;
+          j = &J.job(J.taken);
+          j->state = Job::decoding;
+          j->batch = J.taken++;
+          j->error = nullptr;
+        }
+        // The loader's next() releases the batch taken before this one: what it delivered is copied first.
+        try {
+          std::optional<io::Batch> b = J.loader->next();
+          if (!b) {
+            std::lock_guard<std::mutex> lk(J.mu);
+            J.total = j->batch;
+            j->state = Job::free;
+            j->batch = -1;
+            J.cv.notify_all();
+            return;
+          }
+          RN_CHECK(b->encoded, "internal: the decode-ahead's loader delivers decoded batches");
+          j->enc = *b->encoded;
+          j->indices.assign(b->indices, b->indices + b->count);
+          j->meta = *b;
+          j->meta.encoded = &j->enc;
+          j->meta.indices = j->indices.data();
+          j->meta.labels = j->enc.labels.data();
+        } catch (...) {
+          std::lock_guard<std::mutex> lk(J.mu);
+          j->error = std::current_exception();
+          j->state = Job::ready;
+          J.total = j->batch + 1;
+          J.cv.notify_all();
+          return;
+        }
+        rl.unlock();
+        const double read_s = seconds_since(t_read);
+        Fallbacks fb;
+        double slot_s = 0, decode_s = 0;
+        try {
+          const auto t0 = std::chrono::steady_clock::now();
+          cuda::event_synchronize(j->rendered);  // the render of the batch this slot held last has read its images
+          const auto t1 = std::chrono::steady_clock::now();
+          slot_s = std::chrono::duration<double>(t1 - t0).count();
+          dec.decode(j->enc, m_c, m_path, J.split, j->indices.data(), j->dec, stream, &fb);
+          cuda::event_record(j->decoded, stream);
+          decode_s = seconds_since(t1);
+        } catch (...) {
+          j->error = std::current_exception();
+        }
+        std::lock_guard<std::mutex> lk(J.mu);
+        if (fb.count && J.fallbacks.count == 0) J.fallbacks.first = fb.first;
+        J.fallbacks.count += fb.count;
+        J.stats.batches += 1;
+        J.stats.read_s += read_s;
+        J.stats.slot_s += slot_s;
+        J.stats.decode_s += decode_s;
+        j->state = Job::ready;
+        J.cv.notify_all();
+      }
+    });
+}
+
+std::optional<io::Batch> GpuJpegInput::next() {
+  Impl& I = *m_impl;
+  RN_CHECK(I.active, "internal: next() without a decode-ahead pass");
+  std::unique_lock<std::mutex> lk(I.mu);
+  if (I.held >= 0) {  // its render is queued (its event recorded) or it was never rendered
+    I.job(I.held).state = Job::free;
+    I.held = -1;
+    I.cv.notify_all();
+  }
+  const std::int64_t k = I.consumed;
+  const auto t0 = std::chrono::steady_clock::now();
+  I.cv.wait(lk, [&] {
+    const Job& j = I.job(k);
+    return (j.batch == k && j.state == Job::ready) || (I.total >= 0 && k >= I.total);
+  });
+  I.stats.wait_s += seconds_since(t0);
+  Job& j = I.job(k);
+  if (!(j.batch == k && j.state == Job::ready)) return std::nullopt;
+  ++I.consumed;
+  I.held = k;
+  if (j.error) std::rethrow_exception(j.error);
+  return j.meta;
+}
+
+void GpuJpegInput::render_current(const std::vector<io::SampleGeometry>& geometry, const Dest& d, const float* mean,
+                                  const float* stddev, int slot, void* stream) {
+  Impl& I = *m_impl;
+  Job* j = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(I.mu);
+    RN_CHECK(I.active && I.held >= 0, "internal: render_current() without a batch from next()");
+    j = &I.job(I.held);
+  }
+  cuda::stream_wait_event(stream, j->decoded);
+  render(j->enc, I.split, j->indices.data(), geometry, j->dec, d, mean, stddev, slot, stream);
+  cuda::event_record(j->rendered, stream);
+}
+
+void GpuJpegInput::end() noexcept {
+  Impl& I = *m_impl;
+  if (!I.active) return;
+  {
+    std::lock_guard<std::mutex> lk(I.mu);
+    I.stop = true;
+    I.cv.notify_all();
+  }
+  for (auto& t : I.threads) t.join();
+  I.threads.clear();
+  // A decode nobody renders may still run on a decoder's stream; the next pass's decoders may write its buffer.
+  for (void* s : I.streams) {
+    try {
+      cuda::stream_synchronize(s);
+    } catch (...) {
+    }
+  }
+  I.loader = nullptr;
+  I.active = false;
 }
 
 void GpuJpegInput::decode_render(const io::EncodedBatch& b, io::Split split, const std::int64_t* indices,
                                  const std::vector<io::SampleGeometry>& geometry, const Dest& d, const float* mean,
                                  const float* stddev, int slot, void* stream) {
+  decode(b, split, indices, stream);
+  render(b, split, indices, geometry, m_impl->sync_out, d, mean, stddev, slot, stream);
+}
+
+void GpuJpegInput::render(const io::EncodedBatch& b, io::Split split, const std::int64_t* indices,
+                          const std::vector<io::SampleGeometry>& geometry, const Decoded& dec, const Dest& d,
+                          const float* mean, const float* stddev, int slot, void* stream) {
   const std::int64_t n = b.count();
   RN_CHECK(static_cast<std::int64_t>(geometry.size()) == n, "internal: {} geometries for {} samples", geometry.size(),
            n);
@@ -218,10 +490,9 @@ void GpuJpegInput::decode_render(const io::EncodedBatch& b, io::Split split, con
                                 g.top,   g.left,  g.shift_y, g.shift_x, g.flip};
     std::memcpy(e + 1, f, sizeof f);
   }
-  decode(b, split, indices, stream);
   auto* src = reinterpret_cast<std::int64_t*>(host + labels_bytes + table_bytes);
   for (std::int64_t i = 0; i < n; ++i) {
-    src[3 * i] = m_offsets[static_cast<std::size_t>(i)];
+    src[3 * i] = dec.offsets[static_cast<std::size_t>(i)];
     src[3 * i + 1] = b.heights[static_cast<std::size_t>(i)];
     src[3 * i + 2] = b.widths[static_cast<std::size_t>(i)];
   }
@@ -235,7 +506,7 @@ void GpuJpegInput::decode_render(const io::EncodedBatch& b, io::Split split, con
   cuda::copy_h2d_async(m_table, host, bytes, stream);
   cuda::event_record(m_copied[slot], stream);
   cuda::GatherParams p;
-  p.images = m_images;
+  p.images = dec.images;
   p.h = max_h;
   p.w = 0;
   p.c = m_c;
@@ -283,9 +554,24 @@ JpegBenchResult bench_jpeg_decode(const io::DatasetFile& data, const JpegBenchOp
   JpegBenchResult r;
   r.backend = in.backend();
   r.images = n;
-  // kind 0: read only; 1: read + decode; 2: read + decode + render. Pass 0 of each is a warm-up.
-  double best[3] = {0, 0, 0};
-  for (int kind = 0; kind < 3; ++kind)
+  // kind 0: read only; 1: read + decode; 2: read + decode + render; 3: the same through the decode-ahead (what
+  // training runs). Pass 0 of each is a warm-up.
+  double best[4] = {0, 0, 0, 0};
+  GpuJpegInput::Dest d;
+  d.labels = labels;
+  d.data = out;
+  d.dtype = DType::F16;
+  d.channels = out_c;
+  d.out_h = d.out_w = o.size;
+  auto geometry = [&](const io::Batch& b, int pass) {
+    std::vector<io::SampleGeometry> geom(static_cast<std::size_t>(b.count));
+    for (std::int64_t i = 0; i < b.count; ++i)
+      geom[static_cast<std::size_t>(i)] =
+          io::sample_geometry(spec, 1, pass, b.first_position + i, b.encoded->heights[static_cast<std::size_t>(i)],
+                              b.encoded->widths[static_cast<std::size_t>(i)]);
+    return geom;
+  };
+  for (int kind = 0; kind < 4; ++kind)
     for (int pass = 0; pass <= o.passes; ++pass) {
       std::vector<std::int64_t> order(static_cast<std::size_t>(n));
       for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
@@ -295,24 +581,28 @@ JpegBenchResult bench_jpeg_decode(const io::DatasetFile& data, const JpegBenchOp
       const auto t0 = std::chrono::steady_clock::now();
       io::BatchLoader loader(data, io::Split::train, o.batch, std::move(order), {}, std::nullopt, lo);
       double bytes = 0;
-      while (auto b = loader.next()) {
+      if (kind == 3) {
+        in.begin(loader, io::Split::train, o.decoders);
+        try {
+          while (auto b = in.next()) {
+            bytes += static_cast<double>(b->encoded->bytes.size());
+            in.render_current(geometry(*b, pass), d, mean.data(), stddev.data(), static_cast<int>(b->index % 2),
+                              stream);
+          }
+        } catch (...) {
+          in.end();
+          throw;
+        }
+        in.end();
+      }
+      while (kind != 3) {
+        const std::optional<io::Batch> b = loader.next();
+        if (!b) break;
         bytes += static_cast<double>(b->encoded->bytes.size());
         if (kind == 1) in.decode(*b->encoded, io::Split::train, b->indices, stream);
-        if (kind == 2) {
-          std::vector<io::SampleGeometry> geom(static_cast<std::size_t>(b->count));
-          for (std::int64_t i = 0; i < b->count; ++i)
-            geom[static_cast<std::size_t>(i)] = io::sample_geometry(spec, 1, pass, b->first_position + i,
-                                                                    b->encoded->heights[static_cast<std::size_t>(i)],
-                                                                    b->encoded->widths[static_cast<std::size_t>(i)]);
-          GpuJpegInput::Dest d;
-          d.labels = labels;
-          d.data = out;
-          d.dtype = DType::F16;
-          d.channels = out_c;
-          d.out_h = d.out_w = o.size;
-          in.decode_render(*b->encoded, io::Split::train, b->indices, geom, d, mean.data(), stddev.data(),
+        if (kind == 2)
+          in.decode_render(*b->encoded, io::Split::train, b->indices, geometry(*b, pass), d, mean.data(), stddev.data(),
                            static_cast<int>(b->index % 2), stream);
-        }
         // the batch's bytes are released at the next next(): nvJPEG has copied what it needs by now
       }
       cuda::stream_synchronize(stream);
@@ -323,6 +613,7 @@ JpegBenchResult bench_jpeg_decode(const io::DatasetFile& data, const JpegBenchOp
   r.read_per_s = best[0];
   r.decode_per_s = best[1];
   r.render_per_s = best[2];
+  r.ahead_per_s = best[3];
   r.cpu_fallbacks = in.cpu_fallbacks();
   r.hardware_images = in.hardware_images();
   r.default_images = in.default_images();
@@ -346,10 +637,28 @@ GpuJpegInput::~GpuJpegInput() = default;
 const char* GpuJpegInput::backend() const { return "none"; }
 std::int64_t GpuJpegInput::hardware_images() const { return 0; }
 std::int64_t GpuJpegInput::default_images() const { return 0; }
+std::int64_t GpuJpegInput::cpu_fallbacks() const { return 0; }
+std::string GpuJpegInput::first_fallback() const { return {}; }
+const std::uint8_t* GpuJpegInput::decoded() const { return nullptr; }
+const std::vector<std::int64_t>& GpuJpegInput::offsets() const {
+  static const std::vector<std::int64_t> none;
+  return none;
+}
 void GpuJpegInput::decode(const io::EncodedBatch&, io::Split, const std::int64_t*, void*) {}
 void GpuJpegInput::decode_render(const io::EncodedBatch&, io::Split, const std::int64_t*,
                                  const std::vector<io::SampleGeometry>&, const Dest&, const float*, const float*, int,
                                  void*) {}
+void GpuJpegInput::render(const io::EncodedBatch&, io::Split, const std::int64_t*,
+                          const std::vector<io::SampleGeometry>&, const Decoded&, const Dest&, const float*,
+                          const float*, int, void*) {}
+void GpuJpegInput::begin(io::BatchLoader&, io::Split, int) {}
+std::optional<io::Batch> GpuJpegInput::next() { return std::nullopt; }
+void GpuJpegInput::render_current(const std::vector<io::SampleGeometry>&, const Dest&, const float*, const float*, int,
+                                  void*) {}
+void GpuJpegInput::end() noexcept {}
+bool GpuJpegInput::ahead() const { return false; }
+GpuJpegInput::AheadStats GpuJpegInput::ahead_stats() const { return {}; }
+const GpuJpegInput::Decoded* GpuJpegInput::current_decoded() const { return nullptr; }
 
 #endif
 

@@ -166,9 +166,10 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     else
       loader.emplace(I.data, io::Split::train, shard.rank_batch, std::move(order), io::BatchTransform{}, std::nullopt,
                      I.loader_options(io::Split::train, in.shape.h, in.shape.w, epoch, &positions));
+    JpegAhead ahead(I.jpeg.get(), loader ? &*loader : nullptr, io::Split::train, o.gpu_decoders);
     std::int64_t samples = 0;
     double lr = 0;
-    while (auto b = loader ? loader->next() : cached.next()) {
+    while (auto b = ahead ? I.jpeg->next() : loader ? loader->next() : cached.next()) {
       const int s = static_cast<int>(b->index % 2);
       const bool last = b->count < shard.rank_batch;
       const Variant v = lowres ? (last ? Variant::TRAIN_LOWRES_LAST : Variant::TRAIN_LOWRES)
@@ -226,7 +227,16 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       if (m_step >= total_steps) break;
     }
     const double train_s = now_s() - t0;
+    ahead.end();  // validation below decodes ahead too
     I.log_jpeg_fallbacks();
+    if (ahead && I.rank == 0) {
+      const GpuJpegInput::AheadStats st = I.jpeg->ahead_stats();
+      const double per = st.batches ? 1e3 / static_cast<double>(st.batches) : 0.0;
+      spdlog::info(
+          "JPEG decode ahead ({} threads): {} batches; per batch on a decoder thread {:.1f} ms reading, "
+          "{:.1f} ms waiting for its slot, {:.1f} ms decoding; the step waited {:.2f} s for them",
+          o.gpu_decoders, st.batches, st.read_s * per, st.slot_s * per, st.decode_s * per, st.wait_s);
+    }
     EpochMetrics m;
     m.epoch = epoch + 1;
     m.step = m_step;
@@ -289,7 +299,8 @@ EpochMetrics Trainer::evaluate(bool ema) {
   else
     loader.emplace(I.data, io::Split::val, vb, std::move(val_order), io::BatchTransform{}, std::nullopt,
                    I.loader_options(io::Split::val, vin.shape.h, vin.shape.w, 0, nullptr));
-  while (auto b = loader ? loader->next() : cached.next()) {
+  const JpegAhead ahead(I.jpeg.get(), loader ? &*loader : nullptr, io::Split::val, I.opt.gpu_decoders);
+  while (auto b = ahead ? I.jpeg->next() : loader ? loader->next() : cached.next()) {
     const int s = static_cast<int>(b->index % 2);
     const Variant v = b->count < vb ? Variant::VAL_LAST : Variant::VAL_BASE;
     I.wait_slot(s);  // the batch two back is done with slot s
@@ -520,11 +531,16 @@ std::string Trainer::Impl::setup_jpeg() {
   }
   const double t0 = now_s();
   jpeg = std::make_unique<GpuJpegInput>(data.channels(), data.path());
+  const bool engines = std::string(jpeg->backend()).rfind("hardware", 0) == 0;
   return fmt::format(
-      "JPEG decode: on the GPU, nvJPEG batched (backends: {}), crop/resample/flip/normalise on the GPU; images "
-      "nvJPEG cannot decode go to {} ({:.2f} s to start)",
-      jpeg->backend(),
-      io::have_jpeg_codec() ? "libjpeg-turbo, counted" : "an error (no libjpeg-turbo in this build)", now_s() - t0);
+      "JPEG decode: on the GPU, nvJPEG batched (backends: {}) on {} thread(s) a batch ahead of the step, "
+      "crop/resample/flip/normalise on the GPU; images nvJPEG cannot decode go to {} ({:.2f} s to start){}",
+      jpeg->backend(), opt.gpu_decoders,
+      io::have_jpeg_codec() ? "libjpeg-turbo, counted" : "an error (no libjpeg-turbo in this build)", now_s() - t0,
+      opt.gpu_decoders > 1 && engines
+          ? "; with more than one decoder thread the JPEG engines' pixels depend on which thread decoded a batch, "
+            "so the run is not bit-reproducible (--gpu-decoders 1 is)"
+          : "");
 }
 
 void Trainer::Impl::log_jpeg_fallbacks() {
@@ -567,7 +583,11 @@ void Trainer::Impl::transfer_jpeg(io::Split split, int s, const io::Batch& b, Va
   d.out_h = dt.shape.h;
   d.out_w = dt.shape.w;
   session->transfer(env, s, [&] {
-    jpeg->decode_render(*b.encoded, split, b.indices, geom, d, data.mean().data(), data.stddev().data(), s, env.stream);
+    if (jpeg->ahead())  // b is the batch jpeg->next() returned, decoded ahead
+      jpeg->render_current(geom, d, data.mean().data(), data.stddev().data(), s, env.stream);
+    else
+      jpeg->decode_render(*b.encoded, split, b.indices, geom, d, data.mean().data(), data.stddev().data(), s,
+                          env.stream);
   });
 }
 

@@ -58,6 +58,10 @@ struct TrainOptions {
   /// Where JPEG stores are decoded (runtime/gpu_jpeg.h): auto (the GPU with nvJPEG on the CUDA backend when the
   /// build has it), gpu (or an error), cpu (libjpeg-turbo on the loader threads).
   DecodeMode decode = DecodeMode::automatic;
+  /// --decode gpu: threads decoding batches ahead with nvJPEG, each with its own state and stream (1 to 16). With
+  /// more than one, the JPEG engines' pixels depend on which thread decoded a batch (measured on the H200: a few
+  /// percent of the bytes differ by small amounts), so only 1 keeps runs bit-reproducible.
+  int gpu_decoders = 1;
   bool shuffle = true;
   std::int64_t start_resolution = 0;  ///< progressive resize: the first `lowres_epochs` epochs at this size
   std::int64_t lowres_epochs = 0;

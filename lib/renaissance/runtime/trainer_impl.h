@@ -75,6 +75,27 @@ class CachedBatches {
   std::int64_t m_samples, m_batch, m_next = 0;
 };
 
+/// A pass over a JPEG store decoded ahead on the GPU (GpuJpegInput::begin..end) while it is in scope; inactive
+/// (false) without GPU decode or without a loader (the device cache). Declared after the loader: ends before it.
+class JpegAhead {
+ public:
+  JpegAhead(GpuJpegInput* in, io::BatchLoader* loader, io::Split split, int decoders)
+      : m_in(in && loader ? in : nullptr) {
+    if (m_in) m_in->begin(*loader, split, decoders);
+  }
+  ~JpegAhead() { end(); }
+  /// Ends the pass now (before a validation pass begins its own); the object stays true.
+  void end() noexcept {
+    if (m_in) m_in->end();
+  }
+  JpegAhead(const JpegAhead&) = delete;
+  JpegAhead& operator=(const JpegAhead&) = delete;
+  explicit operator bool() const { return m_in != nullptr; }
+
+ private:
+  GpuJpegInput* m_in;
+};
+
 /// `path` made absolute and normal (provenance attributes); unchanged when that fails.
 inline std::string absolute_path(const std::string& path) {
   if (path.empty()) return path;
