@@ -64,7 +64,8 @@ class Renaissance(CMakePackage, CudaPackage):
     depends_on("cmake@3.24:", type="build")
 
     depends_on("mpi")
-    depends_on("hdf5@1.10:")  # the C library only; serial is enough (~mpi is fine)
+    # The C library only; serial is enough (~mpi is fine). 1.10.3: H5Dread_chunk.
+    depends_on("hdf5@1.10.3:")
     depends_on("cli11@2.1:")
     depends_on("yaml-cpp@0.7:")
     # fmt 11 moved fmt::join to <fmt/ranges.h>, which some sources do not include; spdlog 1.15
