@@ -73,9 +73,8 @@ struct JpegDecoder::Impl {
   int channels = 3;
   nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
   Backend hw, def;  // hw.handle == nullptr: no hardware decoder
-  const char* def_name = "default";
   std::string name;
-  nvjpegJpegStream_t parsed = nullptr;  // of the default handle: header parsing for the hardware check
+  nvjpegJpegStream_t parsed = nullptr;  // header parsing: the size, components and the hardware check
   std::vector<const unsigned char*> ptrs;
   std::vector<std::size_t> lens;
   std::vector<nvjpegImage_t> dests;
@@ -154,7 +153,6 @@ void JpegDecoder::init(std::shared_ptr<Handles> handles, int channels) {
   Impl& I = *m_impl;
   I.channels = channels;
   I.format = channels == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
-  I.def_name = m_handles->def_name;
   try {
     if (m_handles->hw && nvjpegJpegStateCreate(m_handles->hw, &I.hw.batched) == NVJPEG_STATUS_SUCCESS)
       I.hw.handle = m_handles->hw;
@@ -178,20 +176,9 @@ JpegDecoder::~JpegDecoder() {
 
 const char* JpegDecoder::backend() const {
   Impl& I = *m_impl;
-  if (I.name.empty()) I.name = I.hw.handle ? fmt::format("hardware, {} for the rest", I.def_name) : I.def_name;
+  if (I.name.empty())
+    I.name = I.hw.handle ? fmt::format("hardware, {} for the rest", m_handles->def_name) : m_handles->def_name;
   return I.name.c_str();
-}
-
-bool JpegDecoder::image_info(const std::uint8_t* data, std::size_t size, int* height, int* width,
-                             int* components) const {
-  int w[NVJPEG_MAX_COMPONENT] = {}, h[NVJPEG_MAX_COMPONENT] = {};
-  nvjpegChromaSubsampling_t css{};
-  int nc = 0;
-  if (nvjpegGetImageInfo(m_impl->def.handle, data, size, &nc, &css, w, h) != NVJPEG_STATUS_SUCCESS) return false;
-  *height = h[0];
-  *width = w[0];
-  *components = nc;
-  return true;
 }
 
 void JpegDecoder::decode(int n, const std::uint8_t* const* data, const std::size_t* sizes, const std::int32_t* heights,

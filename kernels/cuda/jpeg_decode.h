@@ -36,9 +36,6 @@ class JpegDecoder {
   /// "hardware, GPU-hybrid for the rest" (the JPEG engines take what they can), "GPU-hybrid" or "default".
   const char* backend() const;
 
-  /// The size nvJPEG reads from the header (nvjpegGetImageInfo); false when it cannot parse it.
-  bool image_info(const std::uint8_t* data, std::size_t size, int* height, int* width, int* components) const;
-
   /// Decodes `n` JPEGs (host memory) into `out` (device memory): image i at byte offset offsets[i], heights[i] x
   /// widths[i] x channels, interleaved. The work is queued on `stream` (the host part of the decode, Huffman on the
   /// default backend, runs inside the call; the input bytes may be reused when it returns). Images nvJPEG cannot

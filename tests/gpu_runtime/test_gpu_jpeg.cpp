@@ -537,17 +537,18 @@ TEST_F(GpuJpeg, TrainsFromAJpegStore) {
   blueprint::BluePrint m = test::realistic_residual_model();
   m.root = blueprint::seq(blueprint::cbr(32, 3, 1, 1), blueprint::block(32, 64, blueprint::BlockKind::RESNET_3_3, 2),
                           blueprint::gap_fc(4), blueprint::softmax_ce(4));
-  std::vector<double> losses;
-  std::vector<runtime::EpochMetrics> h;
-  {
-    // Destroyed before the next run: measured on the H200, a hardware nvJPEG decoder made while two others exist
-    // in the process decodes ~2.5 % of the bytes differently (by <= 3 levels), so two trainers alive at once
-    // would not be one run repeated (a second process, or a later run in this one, is).
-    runtime::Trainer t(m, o);
+  // One training, its per-step losses into *losses. The trainer is destroyed before the next run: measured on the
+  // H200, a hardware nvJPEG decoder made while two others exist in the process decodes ~2.5 % of the bytes
+  // differently (by <= 3 levels), so two trainers alive at once would not be one run repeated (a second process,
+  // or a later run in this one, is).
+  auto train = [&](const runtime::TrainOptions& opts, std::vector<double>* losses) {
+    runtime::Trainer t(m, opts);
     runtime::TrainObserver obs;
-    obs.on_step_loss = [&](std::int64_t, std::int64_t, double loss) { losses.push_back(loss); };
-    h = t.run(obs);
-  }
+    obs.on_step_loss = [&](std::int64_t, std::int64_t, double loss) { losses->push_back(loss); };
+    return t.run(obs);
+  };
+  std::vector<double> losses;
+  const std::vector<runtime::EpochMetrics> h = train(o, &losses);
   ASSERT_EQ(h.size(), 4u);
   for (const auto& e : h)
     std::printf("[ train ] epoch %lld: train loss %.4f, val loss %.4f, val top-1 %.3f, %.0f img/s\n",
@@ -560,13 +561,7 @@ TEST_F(GpuJpeg, TrainsFromAJpegStore) {
     runtime::TrainOptions o2 = o;
     o2.gpu_decoders = decoders;
     std::vector<double> again;
-    std::vector<runtime::EpochMetrics> h2;
-    {
-      runtime::Trainer t2(m, o2);
-      runtime::TrainObserver obs2;
-      obs2.on_step_loss = [&](std::int64_t, std::int64_t, double loss) { again.push_back(loss); };
-      h2 = t2.run(obs2);
-    }
+    const std::vector<runtime::EpochMetrics> h2 = train(o2, &again);
     ASSERT_EQ(h2.size(), h.size());
     std::printf("[ train ] %d decoder thread(s): final train loss %.6f, val loss %.6f (first run %.6f, %.6f)\n",
                 decoders, h2.back().train_loss, h2.back().val_loss, h.back().train_loss, h.back().val_loss);

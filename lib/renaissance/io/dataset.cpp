@@ -790,12 +790,11 @@ struct DatasetFile::Impl {
     b->labels.resize(static_cast<std::size_t>(b->count));
     const std::string what = rows_what(b->first, b->count, in.chunk_samples);
     try {
-      if (jpeg && !hdf5 && read_direct(s, byte0, nbytes, b->images.data())) {
-        // read past HDF5 (the content checksum below verifies it)
-      } else if (jpeg)
+      // JPEG bytes past HDF5 where they can be (the content checksum below verifies them), else through it.
+      if (jpeg && (hdf5 || !read_direct(s, byte0, nbytes, b->images.data())))
         rows_io(false, d.images, H5T_NATIVE_UINT8, byte0, nbytes, b->images.data(), ds_ctx(path, s, "jpeg"),
                 fmt::format("{} (bytes [{}, {}))", what, byte0, byte0 + nbytes));
-      else
+      else if (!jpeg)
         rows_io(false, d.images, H5T_NATIVE_UINT8, b->first, b->count, b->images.data(), ds_ctx(path, s, "images"), what);
       rows_io(false, d.labels, H5T_NATIVE_INT32, b->first, b->count, b->labels.data(), ds_ctx(path, s, "labels"), what);
     } catch (const Error& e) {

@@ -100,6 +100,10 @@ void grow_device(std::uint8_t** p, std::int64_t* have, std::int64_t need, void* 
 struct Fallbacks {
   std::int64_t count = 0;
   std::string first;
+  void add(const Fallbacks& o) {
+    if (o.count && count == 0) first = o.first;
+    count += o.count;
+  }
 };
 
 /// One thread's decoding: its nvJPEG state (handles and states are not shared between threads) and scratch.
@@ -176,7 +180,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 struct GpuJpegInput::Impl {
-  bool prefer_hardware = true;
   Decoder sync;  // decode() and decode_render() on the caller's thread
   Decoded sync_out;
   // The decode-ahead. Lock order: read_mu, then mu. `mu` guards the jobs' states, the counters and fallbacks.
@@ -201,7 +204,6 @@ GpuJpegInput::GpuJpegInput(std::int64_t channels, std::string path, bool prefer_
     : m_impl(std::make_unique<Impl>()), m_c(channels), m_path(std::move(path)) {
   RN_CHECK_CTX(channels == 1 || channels == 3, m_path, "JPEG stores of {} channels cannot be decoded by nvJPEG",
                channels);
-  m_impl->prefer_hardware = prefer_hardware;
   m_impl->sync.nvjpeg = std::make_unique<cuda::JpegDecoder>(static_cast<int>(channels), prefer_hardware);
   for (auto& e : m_copied) e = cuda::event_create();
 }
@@ -267,8 +269,7 @@ void GpuJpegInput::decode(const io::EncodedBatch& b, io::Split split, const std:
   Fallbacks fb;
   I.sync.decode(b, m_c, m_path, split, indices, I.sync_out, stream, &fb);
   std::lock_guard<std::mutex> lk(I.mu);
-  if (fb.count && I.fallbacks.count == 0) I.fallbacks.first = fb.first;
-  I.fallbacks.count += fb.count;
+  I.fallbacks.add(fb);
 }
 
 void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders) {
@@ -335,7 +336,7 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
             J.cv.notify_all();
             return;
           }
-          RN_CHECK(b->encoded, "internal: the decode-ahead's loader delivers decoded batches");
+          RN_CHECK(b->encoded, "internal: the decode-ahead's loader must deliver JPEG bytes (LoaderOptions::encoded)");
           j->enc = *b->encoded;
           j->indices.assign(b->indices, b->indices + b->count);
           j->meta = *b;
@@ -357,8 +358,8 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
         try {
           const auto t0 = std::chrono::steady_clock::now();
           cuda::event_synchronize(j->rendered);  // the render of the batch this slot held last has read its images
+          slot_s = seconds_since(t0);
           const auto t1 = std::chrono::steady_clock::now();
-          slot_s = std::chrono::duration<double>(t1 - t0).count();
           dec.decode(j->enc, m_c, m_path, J.split, j->indices.data(), j->dec, stream, &fb);
           cuda::event_record(j->decoded, stream);
           decode_s = seconds_since(t1);
@@ -366,8 +367,7 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
           j->error = std::current_exception();
         }
         std::lock_guard<std::mutex> lk(J.mu);
-        if (fb.count && J.fallbacks.count == 0) J.fallbacks.first = fb.first;
-        J.fallbacks.count += fb.count;
+        J.fallbacks.add(fb);
         J.stats.batches += 1;
         J.stats.read_s += read_s;
         J.stats.slot_s += slot_s;
