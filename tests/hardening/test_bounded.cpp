@@ -65,6 +65,28 @@ TEST(HardeningBounded, DeepNestingNamesTheFileAndTheLimit) {
   EXPECT_CLEAN_ERROR(r, model.string() + ":3", "deeper than 100 levels", "(the limit)");
 }
 
+TEST(HardeningBounded, AnAliasInsideTheNodeItNamesIsACycleAndIsRefused) {
+  // yaml-cpp registers an anchor when its list or map opens: `&a [*a]` builds a node that contains itself, and
+  // the model parser recursed on it until the stack ran out (found by fuzz_blueprint_yaml).
+  const fs::path d = temp_dir();
+  const fs::path model = d / "cycle.yaml";
+  write_text(model,
+             "name: cycle\ninput: [28, 28, 1]\nlayers:\n  - &a {seq: [relu, *a]}\n  - gap\n"
+             "  - fc: {out: 10}\n  - softmax_ce: {classes: 10}\n");
+  const CliResult r = run("plan --model-file " + model.string(), 60);
+  EXPECT_CLEAN_ERROR(r, model.string() + ":4", "contains it (a cycle)");
+  const fs::path cfg = d / "run.yaml";
+  write_text(cfg, "epochs: 1\nx: &x\n  y: [*x]\n");
+  const CliResult c = run("train --data " + tiny_data() + " --config " + cfg.string(), 60);
+  EXPECT_CLEAN_ERROR(c, cfg.string() + ":3", "contains it (a cycle)");
+  // An alias to a complete node is still allowed: a repeated block is what anchors are for.
+  write_text(model,
+             "name: twice\ninput: [28, 28, 1]\nlayers:\n  - &b {seq: [relu, relu]}\n  - *b\n  - gap\n"
+             "  - fc: {out: 10}\n  - softmax_ce: {classes: 10}\n");
+  const CliResult ok = run("plan --model-file " + model.string(), 60);
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
 TEST(HardeningBounded, ACheckpointWhoseModelYamlExpandsIsNotValid) {
   const fs::path d = temp_dir();
   const CliResult train = run("train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 --checkpoint-dir " +

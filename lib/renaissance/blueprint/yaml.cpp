@@ -555,6 +555,13 @@ class LimitScanner : public YAML::EventHandler {
   void OnNull(const YAML::Mark& m, YAML::anchor_t a) override { leaf(m, a); }
   void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t a, const std::string&) override { leaf(m, a); }
   void OnAlias(const YAML::Mark& m, YAML::anchor_t a) override {
+    // yaml-cpp registers an anchor when its list or map opens, so an alias inside that collection makes the
+    // built node contain itself: every walk over it would recurse without end.
+    for (const Open& o : m_stack)
+      if (o.anchor != YAML::NullAnchor && o.anchor == a)
+        RN_FAIL_CTX(fmt::format("{}:{}", m_source, m.line + 1),
+                    "YAML alias refers to a list or map that contains it (a cycle); an alias may only repeat "
+                    "a node that is complete");
     const Anchored size = a < m_anchors.size() ? m_anchors[a] : Anchored{};
     m_alias_nodes += size.nodes;
     m_nodes += size.nodes;

@@ -15,7 +15,8 @@ inline constexpr std::int64_t kMaxYamlAliasNodes = 1000000;   ///< nodes that al
 
 /// Scans the first YAML document of `text` with a bounded event pass: refuses nesting deeper than kMaxYamlDepth
 /// and aliases whose expansion ("billion laughs": anchors of anchors) would add more than kMaxYamlAliasNodes
-/// nodes. Errors name `source`:line and the limit. Malformed YAML is left to the caller's parser.
+/// nodes, and aliases inside the collection they name (`&a [*a]`, a node that contains itself). Errors name
+/// `source`:line and the limit. Malformed YAML is left to the caller's parser.
 void check_yaml_limits(const std::string& text, const std::string& source);
 
 /// Parses a model from YAML text. `source` names the file in error messages
