@@ -9,8 +9,11 @@
 #          --conv-api legacy, into profile.log.
 # repro: the issue-11 reproducer on synthetic 28x28 data: two `train` runs sharing an engine cache, two that time
 #        from scratch (--engine-cache off); how many saved tensors differ, into misc.log.
-# CTEST_ARGS: more ctest arguments for `tests` (e.g. -E interop); TESTS_TIMEOUT (s, default 300).
+# CTEST_ARGS: more ctest arguments for `tests` (e.g. -E interop); TESTS_TIMEOUT (s, default: what DEADLINE leaves).
 # TARGETS: build only these targets (default: everything). The GPU machine needs .deps/cudnn-frontend carried.
+# NVJPEG=1: configure with -DRENAISSANCE_NVJPEG=ON (carry .deps/nvjpeg; with .deps/debs holding the libturbojpeg0 and
+#   libturbojpeg0-dev .debs from `apt-get download`, they are unpacked into /tmp/rn-turbojpeg (outside the source tree, which CMake requires of an exported target's includes) and found there).
+# DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${OUT:-out}
@@ -20,8 +23,16 @@ T0=$SECONDS
 say() { echo "[$((SECONDS - T0))s] $*"; }
 if [[ ! -x build-gpu/app/renaissance ]] || [[ ${REBUILD:-1} == 1 ]]; then
   G=Ninja; command -v ninja >/dev/null || G="Unix Makefiles"
+  EXTRA=()
+  if [[ ${NVJPEG:-0} == 1 ]]; then
+    EXTRA+=(-DRENAISSANCE_NVJPEG=ON)
+    if compgen -G ".deps/debs/libturbojpeg0*.deb" >/dev/null; then
+      for deb in .deps/debs/libturbojpeg0*.deb; do dpkg -x "$deb" /tmp/rn-turbojpeg; done
+      EXTRA+=(-DCMAKE_PREFIX_PATH=/tmp/rn-turbojpeg/usr)
+    fi
+  fi
   cmake -S . -B build-gpu -G "$G" -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DRENAISSANCE_BUILD_BENCHMARKS=OFF >"$OUT/configure.log" 2>&1 || { say "configure failed"; tail -20 "$OUT/configure.log"; exit 1; }
+    -DRENAISSANCE_BUILD_BENCHMARKS=OFF "${EXTRA[@]}" >"$OUT/configure.log" 2>&1 || { say "configure failed"; tail -20 "$OUT/configure.log"; exit 1; }
   # shellcheck disable=SC2086
   cmake --build build-gpu -j"$(nproc)" ${TARGETS:+--target $TARGETS} >"$OUT/build.log" 2>&1 ||
     { say "build failed"; grep -A5 error "$OUT/build.log" | head -40; exit 1; }
@@ -33,7 +44,8 @@ for s in $STEPS; do
   case $s in
     tests)
       # shellcheck disable=SC2086
-      OUT=$(cd "$OUT" && pwd); (cd build-gpu && timeout "${TESTS_TIMEOUT:-300}" ctest -L gpu --output-on-failure -j4 ${CTEST_ARGS:-} >"$OUT/ctest-gpu.log" 2>&1)
+      OUT=$(cd "$OUT" && pwd); left=$((${DEADLINE:-570} - SECONDS)); ((left > 60)) || left=60
+      (cd build-gpu && timeout "${TESTS_TIMEOUT:-$left}" ctest -L gpu --output-on-failure -j4 ${CTEST_ARGS:-} >"$OUT/ctest-gpu.log" 2>&1)
       say "gpu tests exit $?: $(grep -E 'tests passed' "$OUT/ctest-gpu.log")"
       grep -E '\*\*\*|Failed ' "$OUT/ctest-gpu.log" | head -20 ;;
     bench)
