@@ -29,10 +29,11 @@ for v in $VARIANTS; do
   for p in $(seq 1 "$PROCS"); do "$P" "$v" "$REPEATS" "$W/engines.txt" "$W/syn.h5" >"$W/$v.$p" 2>&1 & done
   wait
   cat "$W/$v".* >>"$OUT/race.log"
-  n=$(grep -h "^probe" "$W/$v".* | awk '{print $5, $7}' | sort -u | wc -l)
+  # probe VARIANT run R losses HASH state HASH first_loss X val_loss Y
   runs=$(cat "$W/$v".* | grep -c "^probe")
+  n=$(grep -h "^probe" "$W/$v".* | awk '{print $6, $8}' | sort -u | wc -l)
   say "variant $v: $runs trainings, $n distinct (losses, state) hashes"
-  grep -h "^probe" "$W/$v".* | awk '{print $5, $7, $9}' | sort | uniq -c | head -5
+  grep -h "^probe" "$W/$v".* | awk '{print $6, $8, $10}' | sort | uniq -c | head -5
 done
 rm -rf "$W"
 say "done"

@@ -12,7 +12,8 @@
 # CTEST_ARGS: more ctest arguments for `tests` (e.g. -E interop); TESTS_TIMEOUT (s, default: what DEADLINE leaves).
 # TARGETS: build only these targets (default: everything). The GPU machine needs .deps/cudnn-frontend carried.
 # NVJPEG=1: configure with -DRENAISSANCE_NVJPEG=ON (carry .deps/nvjpeg; with .deps/debs holding the libturbojpeg0 and
-#   libturbojpeg0-dev .debs from `apt-get download`, they are unpacked into /tmp/rn-turbojpeg (outside the source tree, which CMake requires of an exported target's includes) and found there).
+#   libturbojpeg0-dev .debs from `apt-get download`, they are unpacked into /tmp/rn-turbojpeg and found there: outside
+#   the source tree, which CMake requires of an exported target's include directories).
 # DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

@@ -3,6 +3,9 @@
 
 #include <renaissance/blueprint/blueprint.h>
 #include <renaissance/blueprint/zoo.h>
+#include <renaissance/runtime/trainer.h>
+
+#include <string>
 
 namespace renaissance::test {
 
@@ -21,6 +24,23 @@ inline blueprint::BluePrint realistic_residual_model() {
                    bp::block(256, 128, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
                    bp::block(256, 96, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
   return m;
+}
+
+/// The run the determinism tests and tests/gpu_runtime/gpu_race_probe repeat: the residual model above on a
+/// synthetic 32×32 store, 2 epochs at batch 128, Nesterov, pad-crop 2, side streams on.
+inline runtime::TrainOptions residual_run_options(const std::string& data, bool amp) {
+  runtime::TrainOptions o;
+  o.data_path = data;
+  o.backend = runtime::Backend::CUDA;
+  o.amp = amp;
+  o.batch = 128;
+  o.epochs = 2;
+  o.lr = 0.05;
+  o.optimizer = plan::OptimizerKind::NESTEROV;
+  o.seed = 23;
+  o.augmentation.crop_padding = 2;
+  o.concurrent_streams = true;
+  return o;
 }
 
 }  // namespace renaissance::test

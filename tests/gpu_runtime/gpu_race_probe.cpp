@@ -1,4 +1,4 @@
-// A diagnosis tool for the GPU machine, not a test: trains the realistic residual model (or tiny_resnet) several
+// A diagnosis tool for the GPU machine, not a test: trains the realistic residual model (or MODEL_YAML) several
 // times in one process with one set of runtime options and prints one hash per training of its per-step losses,
 // weights and BN statistics. Run several copies at once (the GPU then interleaves their kernels and shifts every
 // stream's timing) and compare the hashes: a run whose hash differs from the others of its variant read bytes
@@ -8,21 +8,15 @@
 #include "gpu_models.h"
 
 #include <renaissance/blueprint/yaml.h>
+#include <renaissance/core/hash.h>
 #include <renaissance/io/importers.h>
-#include <renaissance/runtime/trainer.h>
 
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
 using namespace renaissance;
-
-static std::uint64_t fnv(const void* p, std::size_t n, std::uint64_t h) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
 
 int main(int argc, char** argv) {
   if (argc < 5) {
@@ -37,16 +31,7 @@ int main(int argc, char** argv) {
   const blueprint::BluePrint model =
       argc > 5 ? blueprint::load_blueprint_file(argv[5]) : test::realistic_residual_model();
   for (int r = 0; r < repeats; ++r) {
-    runtime::TrainOptions o;
-    o.data_path = data;
-    o.backend = runtime::Backend::CUDA;
-    o.amp = has("amp");
-    o.batch = 128;
-    o.epochs = 2;
-    o.lr = 0.05;
-    o.optimizer = plan::OptimizerKind::NESTEROV;
-    o.seed = 23;
-    o.augmentation.crop_padding = 2;
+    runtime::TrainOptions o = test::residual_run_options(data, has("amp"));
     o.concurrent_streams = !has("nostreams");
     o.fold_residual_sums = !has("nofold");
     o.fuse_kernels = !has("nofuse");
@@ -60,8 +45,8 @@ int main(int argc, char** argv) {
     obs.on_step_loss = [&](std::int64_t, std::int64_t, double loss) { losses.push_back(loss); };
     const auto history = t.run(obs);
     const std::vector<float> state = t.state_values();
-    const std::uint64_t hl = fnv(losses.data(), losses.size() * 8, 1469598103934665603ull);
-    const std::uint64_t hs = fnv(state.data(), state.size() * 4, 1469598103934665603ull);
+    const std::uint64_t hl = fnv1a(losses.data(), losses.size() * sizeof(double));
+    const std::uint64_t hs = fnv1a(state.data(), state.size() * sizeof(float));
     std::printf("probe %s run %d losses %016llx state %016llx first_loss %.9g val_loss %.9g\n", argv[1], r,
                 static_cast<unsigned long long>(hl), static_cast<unsigned long long>(hs),
                 losses.empty() ? 0.0 : losses[0], history.back().val_loss);

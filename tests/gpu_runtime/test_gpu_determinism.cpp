@@ -44,17 +44,7 @@ struct TrainedRun {
 
 TrainedRun train(const std::string& data, bool amp, bool deterministic = true, int arena_fill = -1,
                  const std::string& poison = "") {
-  runtime::TrainOptions o;
-  o.data_path = data;
-  o.backend = runtime::Backend::CUDA;
-  o.amp = amp;
-  o.batch = 128;
-  o.epochs = 2;
-  o.lr = 0.05;
-  o.optimizer = plan::OptimizerKind::NESTEROV;
-  o.seed = 23;
-  o.augmentation.crop_padding = 2;
-  o.concurrent_streams = true;
+  runtime::TrainOptions o = test::residual_run_options(data, amp);
   o.deterministic = deterministic;
   o.debug_arena_fill = arena_fill;
   o.debug_poison_families = poison;

@@ -180,16 +180,7 @@ struct TrainedRun {
 
 TrainedRun train(const std::string& data, runtime::DataCacheMode mode, bool amp,
                  io::CropMode crop = io::CropMode::none) {
-  runtime::TrainOptions o;
-  o.data_path = data;
-  o.backend = runtime::Backend::CUDA;
-  o.amp = amp;
-  o.batch = 128;
-  o.epochs = 2;
-  o.lr = 0.05;
-  o.optimizer = plan::OptimizerKind::NESTEROV;
-  o.seed = 23;
-  o.augmentation.crop_padding = 2;
+  runtime::TrainOptions o = test::residual_run_options(data, amp);
   o.augmentation.horizontal_flip = true;
   o.augmentation.crop = crop;
   o.val_batch = 100;

@@ -1,5 +1,6 @@
 // Binary serialisation of a CompiledPlan (for the MPI broadcast) and its content hash (FNV-1a 64).
 #include <renaissance/core/error.h>
+#include <renaissance/core/hash.h>
 #include <renaissance/plan/compiler.h>
 #include <renaissance/plan/fusion.h>
 
@@ -345,15 +346,6 @@ void write_body(Writer& w, const CompiledPlan& p) {
   for (TensorId t : {b.labels_a, b.data_a, b.labels_b, b.data_b, b.hyper, b.loss_scale, b.nan_flag, b.step, b.labels,
                      b.result, b.predicted, b.accumulated, b.logits})
     w.i32(t);
-}
-
-std::uint64_t fnv1a(const std::uint8_t* p, std::size_t n) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 }  // namespace

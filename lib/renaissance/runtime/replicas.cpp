@@ -1,4 +1,5 @@
 #include <renaissance/core/error.h>
+#include <renaissance/core/hash.h>
 #include <renaissance/runtime/replicas.h>
 
 #include <fmt/format.h>
@@ -41,14 +42,8 @@ std::vector<std::string> diff_lines(const std::string& root, const std::string& 
 
 /// FNV-1a 64 over the fields of a layer tree: equal trees give equal hashes (the model content of the comparison).
 struct TreeHash {
-  std::uint64_t h = 1469598103934665603ull;
-  void bytes(const void* p, std::size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) {
-      h ^= b[i];
-      h *= 1099511628211ull;
-    }
-  }
+  std::uint64_t h = kFnv1aOffset;
+  void bytes(const void* p, std::size_t n) { h = fnv1a(p, n, h); }
   void i64(std::int64_t v) { bytes(&v, sizeof v); }
   void str(const std::string& v) {
     i64(static_cast<std::int64_t>(v.size()));
