@@ -2,11 +2,32 @@
 #include <kernels/cuda/runtime_api.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 namespace renaissance::cuda {
 
 namespace {
 std::atomic<std::int64_t> g_allocs{0};
+
+// Before main(), so before any CUDA context exists (CUDA reads the variable once, when it makes one): 32 hardware
+// queues instead of 8, unless the user chose a number (runtime_api.h says why).
+struct HardwareQueues {
+  bool user = false;
+  HardwareQueues() {
+    const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    user = v && *v;
+    if (!user) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(kHardwareQueues).c_str(), 0);
+  }
+};
+const HardwareQueues g_hardware_queues;
+}  // namespace
+
+int hardware_queues(bool* set_by_user) {
+  if (set_by_user) *set_by_user = g_hardware_queues.user;
+  const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const int n = v ? std::atoi(v) : 8;
+  return n > 0 ? n : 8;
 }
 
 void set_device(int index) { CUDA_CHECK(cudaSetDevice(index)); }
@@ -81,6 +102,13 @@ void copy_h2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle
 StreamHandle stream_create() {
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+StreamHandle stream_create_urgent() {
+  int least = 0, greatest = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
   return s;
 }
 void stream_destroy(StreamHandle s) noexcept {

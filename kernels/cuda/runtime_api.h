@@ -25,7 +25,18 @@ void fill_device(void* dst, int value, std::int64_t bytes);
 /// Asynchronous copy on `stream` (capturable into a graph when src is pinned host memory).
 void copy_h2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle stream);
 
+/// The number of hardware work queues CUDA spreads this process's streams over (CUDA_DEVICE_MAX_CONNECTIONS, read
+/// when the first CUDA context is made). This library sets it to kHardwareQueues before main() unless the environment
+/// already names one: with CUDA's default of 8, a run's ~10 streams share queues, and work queued on one stream waits
+/// behind unrelated work of another (nvJPEG's batched decode waited for a whole training step that way; measured in
+/// docs/input-pipeline.md). `set_by_user`: the value came from the environment.
+constexpr int kHardwareQueues = 32;
+int hardware_queues(bool* set_by_user = nullptr);
+
 StreamHandle stream_create();
+/// A non-blocking stream of the device's greatest priority: its kernels are dispatched before the other streams'
+/// as SMs free up (the JPEG decoders: nvJPEG's call returns only once its kernels have run).
+StreamHandle stream_create_urgent();
 void stream_destroy(StreamHandle s) noexcept;
 void stream_synchronize(StreamHandle s);
 using EventHandle = void*;  ///< a cudaEvent_t (timing disabled)

@@ -101,6 +101,33 @@ TEST(DecodeMode, LoaderDeliversUndecodedBatches) {
     }
   }
   EXPECT_EQ(seen, n);
+  // take_encoded: each batch's bytes swapped out (no copy) stay the caller's after later next() calls, while the
+  // loader keeps reading into the buffers it got in exchange.
+  {
+    io::BatchLoader taker(f, io::Split::train, 8, order, {}, std::nullopt, lo);
+    std::vector<io::EncodedBatch> kept(3);
+    std::vector<std::vector<std::int64_t>> kept_indices;
+    while (auto b = taker.next()) {
+      const io::EncodedBatch* delivered = b->encoded;
+      taker.take_encoded(kept[static_cast<std::size_t>(b->index)]);
+      EXPECT_EQ(kept[static_cast<std::size_t>(b->index)].count(), b->count);
+      EXPECT_EQ(delivered->count(), 0) << "the loader's slot holds what was swapped in (empty)";
+      kept_indices.emplace_back(b->indices, b->indices + b->count);
+    }
+    ASSERT_EQ(kept_indices.size(), 3u);
+    for (std::size_t k = 0; k < 3; ++k)
+      for (std::int64_t i = 0; i < kept[k].count(); ++i) {
+        const std::int64_t idx = kept_indices[k][static_cast<std::size_t>(i)];
+        EXPECT_EQ(kept[k].labels[static_cast<std::size_t>(i)], idx % 5);
+        EXPECT_EQ(kept[k].heights[static_cast<std::size_t>(i)], 4 + idx);
+        ASSERT_EQ(kept[k].size(i), 10 + idx);
+        EXPECT_EQ(kept[k].data(i)[9], static_cast<std::uint8_t>(idx)) << "batch " << k << " sample " << i;
+      }
+    // Outside an encoded batch it is an internal error, not a silent swap.
+    io::BatchLoader fresh(f, io::Split::train, 8, order, {}, std::nullopt, lo);
+    io::EncodedBatch none;
+    EXPECT_THROW(fresh.take_encoded(none), Error);
+  }
   // Raw stores have nothing to deliver undecoded.
   const std::string raw = (dir / "raw.h5").string();
   {

@@ -168,4 +168,11 @@ std::optional<Batch> BatchLoader::next() {
   return b;
 }
 
+void BatchLoader::take_encoded(EncodedBatch& into) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  RN_CHECK(m_options.encoded && m_holding, "internal: take_encoded() without a held encoded batch");
+  // The held slot is not written by the loader thread until the next next() frees it.
+  std::swap(m_encoded_slot[(m_consumed - 1) % 2], into);
+}
+
 }  // namespace renaissance::io

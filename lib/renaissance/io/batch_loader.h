@@ -77,6 +77,10 @@ class BatchLoader {
   /// the previous batch's buffer to the loader. An exception raised on the loader thread (read error, transform)
   /// is rethrown here, for the batch it happened in and every call after it.
   std::optional<Batch> next();
+  /// LoaderOptions::encoded: swaps the held batch's JPEG bytes, shapes and labels (what the last next() returned in
+  /// Batch::encoded) with `into`, so the caller keeps them past the next call without copying them; the loader reads
+  /// a later batch into what `into` held. Batch::encoded then points at `into`'s old contents: use `into`.
+  void take_encoded(EncodedBatch& into);
 
   std::int64_t num_batches() const { return m_num_batches; }
   std::int64_t batch_size() const { return m_batch_size; }

@@ -48,6 +48,19 @@ bool nvjpeg_in_build() {
 #endif
 }
 
+std::string hardware_queue_warning() {
+#ifdef RENAISSANCE_HAVE_CUDA
+  bool user = false;
+  const int n = cuda::hardware_queues(&user);
+  if (user && n < cuda::kHardwareQueues)
+    return fmt::format(
+        "warning: CUDA_DEVICE_MAX_CONNECTIONS={} (from the environment): the step's streams and the JPEG decoders "
+        "share hardware queues, and nvJPEG's decode then waits behind the step (unset it: renaissance uses {})",
+        n, cuda::kHardwareQueues);
+#endif
+  return "";
+}
+
 DecodeDecision decide_decode(DecodeMode mode, bool cuda_backend, bool jpeg_store, bool nvjpeg) {
   DecodeDecision d;
   if (!jpeg_store) return d;  // nothing to decode
@@ -61,11 +74,13 @@ DecodeDecision decide_decode(DecodeMode mode, bool cuda_backend, bool jpeg_store
   if (mode == DecodeMode::cpu) return cpu("--decode cpu");
   if (!cuda_backend) return cpu("not the CUDA backend");
   if (!nvjpeg) return cpu("this build has no nvJPEG (configure with it: RENAISSANCE_NVJPEG, docs/build.md)");
-  // auto stays on the CPU: the GPU path's tests pass on the H200 (2026-12-02), but ResNet-50 trains from a JPEG
-  // store at about 60 % of `bench` there (decoded ahead, nvJPEG's decode beside a step is the limit), so it is
-  // opt-in (--decode gpu) until it keeps pace.
+  // auto stays on the CPU: on the H200 (2026-12-03) ResNet-50 trains from a JPEG store at 92 % of `bench` with
+  // --decode gpu (nvJPEG's decode beside a step is still the limit), and two trainers of one process do not decode
+  // to the same bits (GpuJpeg.TrainsFromAJpegStore), so it is opt-in until it keeps pace and is reproducible.
   if (mode == DecodeMode::automatic)
-    return cpu("--decode auto decodes on the CPU until the GPU path keeps pace with training (--decode gpu: nvJPEG)");
+    return cpu(
+        "--decode auto decodes on the CPU until the GPU path keeps pace with training and is bit-reproducible "
+        "(--decode gpu: nvJPEG)");
   d.gpu = true;
   return d;
 }
@@ -280,9 +295,11 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
     auto d = std::make_unique<Decoder>();
     d->nvjpeg = I.sync.nvjpeg->another();  // the same nvJPEG handles, its own states
     I.decoders.push_back(std::move(d));
-    I.streams.push_back(cuda::stream_create());
+    I.streams.push_back(cuda::stream_create_urgent());
   }
-  const std::size_t ring = static_cast<std::size_t>(decoders) + 1;
+  // Two buffers beyond the decoders': the trainer holds one (its render is queued) and the decoders may run a batch
+  // further ahead while the trainer waits for an input slot, instead of waiting for it to take the next batch.
+  const std::size_t ring = static_cast<std::size_t>(decoders) + 2;
   while (I.jobs.size() < ring) {
     auto j = std::make_unique<Job>();
     j->decoded = cuda::event_create();
@@ -314,7 +331,7 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
       void* stream = J.streams[static_cast<std::size_t>(w)];
       for (;;) {
         std::unique_lock<std::mutex> rl(J.read_mu);
-        const auto t_read = std::chrono::steady_clock::now();
+        const auto t_ring = std::chrono::steady_clock::now();
         Job* j = nullptr;
         {
           std::unique_lock<std::mutex> lk(J.mu);
@@ -325,7 +342,9 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
           j->batch = J.taken++;
           j->error = nullptr;
         }
-        // The loader's next() releases the batch taken before this one: what it delivered is copied first.
+        const double ring_s = seconds_since(t_ring);
+        const auto t_read = std::chrono::steady_clock::now();
+        // The loader's next() releases the batch taken before this one: what it delivered is taken (swapped) first.
         try {
           std::optional<io::Batch> b = J.loader->next();
           if (!b) {
@@ -337,7 +356,7 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
             return;
           }
           RN_CHECK(b->encoded, "internal: the decode-ahead's loader must deliver JPEG bytes (LoaderOptions::encoded)");
-          j->enc = *b->encoded;
+          J.loader->take_encoded(j->enc);  // a swap, not a copy of the ~25 MB of a 224-px batch
           j->indices.assign(b->indices, b->indices + b->count);
           j->meta = *b;
           j->meta.encoded = &j->enc;
@@ -369,6 +388,7 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
         std::lock_guard<std::mutex> lk(J.mu);
         J.fallbacks.add(fb);
         J.stats.batches += 1;
+        J.stats.ring_s += ring_s;
         J.stats.read_s += read_s;
         J.stats.slot_s += slot_s;
         J.stats.decode_s += decode_s;

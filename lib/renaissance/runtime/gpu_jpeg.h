@@ -5,7 +5,7 @@
 // (kernels/cuda/augment.cu: random-resized or centre crop, Pillow's BILINEAR in fixed point, pad-crop shift, flip,
 // normalise, FP16 cast, channel padding) straight into I_A / I_B, on the transfer stream. Training and validation
 // passes decode ahead (begin/next/render_current/end): `decoders` threads, each with its own nvJPEG state and stream,
-// decode batches k+1.. into a ring of decoders + 1 device buffers while batch k is rendered and trained, so nvJPEG's
+// decode batches k+1.. into a ring of decoders + 2 device buffers while batch k is rendered and trained, so nvJPEG's
 // blocking calls are off the trainer's thread. Per step the host computes the batch's io::SampleGeometry (keyed by
 // (seed, epoch, position) as the host loader keys them) and makes one host-to-device copy of them with the labels;
 // nvJPEG copies the bytes. Images nvJPEG cannot decode (CMYK, a corrupt stream, ...) are decoded on the CPU
@@ -34,6 +34,9 @@ DecodeMode parse_decode(const std::string& s);  // "auto", "gpu", "cpu"; anythin
 const char* decode_name(DecodeMode m);
 /// True when this build has nvJPEG.
 bool nvjpeg_in_build();
+/// A warning when the user's CUDA_DEVICE_MAX_CONNECTIONS is below the library's 32 hardware queues (nvJPEG's decode
+/// then shares a queue with the step's streams and waits behind them), else empty (cuda::hardware_queues).
+std::string hardware_queue_warning();
 
 struct DecodeDecision {
   bool gpu = false;
@@ -80,7 +83,7 @@ class GpuJpegInput {
 
   /// Decode-ahead over a pass of `loader` (LoaderOptions::encoded) of `split`: `decoders` threads (>= 1) take its
   /// batches in order, copy their bytes and decode them, each on its own nvJPEG state and stream, into a ring of
-  /// decoders + 1 device buffers. `loader` must outlive end(). Errors (the loader's, a corrupt image) are rethrown by
+  /// decoders + 2 device buffers. `loader` must outlive end(). Errors (the loader's, a corrupt image) are rethrown by
   /// next() for the batch they belong to.
   void begin(io::BatchLoader& loader, io::Split split, int decoders);
   /// The next batch of the pass (its bytes, labels and indices are the decode-ahead's copies, valid until the next
@@ -96,7 +99,8 @@ class GpuJpegInput {
   /// Where the decode-ahead's time went since begin() (the per-epoch log line).
   struct AheadStats {
     std::int64_t batches = 0;  ///< decoded
-    double read_s = 0;         ///< summed over the decoder threads: waiting for the loader's batch and copying it
+    double ring_s = 0;         ///< summed over the decoder threads: waiting for a free buffer of the ring
+    double read_s = 0;         ///< ... waiting for the loader's batch and taking it
     double slot_s = 0;         ///< ... waiting for the render of the batch that last used the ring slot
     double decode_s = 0;       ///< ... inside nvJPEG's decode (and the CPU fallbacks)
     double wait_s = 0;         ///< time next() waited for a decode to finish

@@ -95,6 +95,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   }
   log0(I.setup_cache());
   log0(I.setup_jpeg());
+  if (I.jpeg) log0(hardware_queue_warning());
   const double t_init = now_s();
   if (opts.debug_arena_fill >= 0) I.ctx.fill_at(I.arena.base(), opts.debug_arena_fill & 0xFF, I.arena.bytes());
   I.init_weights();
@@ -233,9 +234,10 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       const GpuJpegInput::AheadStats st = I.jpeg->ahead_stats();
       const double per = st.batches ? 1e3 / static_cast<double>(st.batches) : 0.0;
       spdlog::info(
-          "JPEG decode ahead ({} threads): {} batches; per batch on a decoder thread {:.1f} ms reading, "
-          "{:.1f} ms waiting for its slot, {:.1f} ms decoding; the step waited {:.2f} s for them",
-          o.gpu_decoders, st.batches, st.read_s * per, st.slot_s * per, st.decode_s * per, st.wait_s);
+          "JPEG decode ahead ({} threads): {} batches; per batch on a decoder thread {:.1f} ms waiting for a free "
+          "buffer, {:.1f} ms reading, {:.1f} ms waiting for its last render, {:.1f} ms decoding; the step waited "
+          "{:.2f} s for them",
+          o.gpu_decoders, st.batches, st.ring_s * per, st.read_s * per, st.slot_s * per, st.decode_s * per, st.wait_s);
     }
     EpochMetrics m;
     m.epoch = epoch + 1;
