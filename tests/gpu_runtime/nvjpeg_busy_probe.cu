@@ -4,7 +4,7 @@
 // return and to complete in each situation, for both backends and with caching allocators.
 //
 //   nvcc -std=c++17 -O2 -arch=sm_90 -I<nvjpeg>/include tests/gpu_runtime/nvjpeg_busy_probe.cu -L<nvjpeg>/lib \
-//        -lnvjpeg -o /tmp/nvjpeg_busy_probe && /tmp/nvjpeg_busy_probe DIR_OF_JPEGS [batch [hardware]]
+//        -lnvjpeg -o /tmp/nvjpeg_busy_probe && /tmp/nvjpeg_busy_probe DIR_OF_JPEGS [batch [hardware|parallel]]
 //
 // Situations, each timed 5 times (median):
 //   alone        nothing else on the GPU
@@ -19,6 +19,15 @@
 //   blocked      16 other streams each waiting (cudaStreamWaitEvent) for a one-block 100 ms spin: a decode that
 //                waits here shares a hardware work queue with a blocked stream (CUDA_DEVICE_MAX_CONNECTIONS, default
 //                8, queues for all streams)
+//
+// `... DIR 256 parallel` instead: what could take the SM wait out of the decode, beside a load like a training
+// step's (every SM holding one block for ~0.2 ms at a time, `hold`):
+//   formats      the call with RGBI (what the runtime decodes to), planar RGB and planar YUV output, alone, beside
+//                the load, and beside it on the greatest-priority stream
+//   threads      two threads decoding at once with one handle and two states (the runtime's decoders) and with a
+//                handle each: images per second, alone and beside the load
+//   bytes        how many output bytes differ between two decodes of the batch by one state, two states of one
+//                handle, and two handles (the JPEG engines' pixels were seen to depend on the decoder)
 #include <cuda_runtime.h>
 #include <nvjpeg.h>
 
@@ -32,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #define CK(x)                                                                                 \
@@ -57,6 +67,15 @@ __device__ unsigned long long now_ns() {
   return t;
 }
 __global__ void spin(unsigned long long ns) {
+  const unsigned long long t0 = now_ns();
+  while (now_ns() - t0 < ns) {
+  }
+}
+// One block per SM (its shared memory admits no second one), spinning `ns`: the SMs stay busy the way a training
+// step's convolution kernels keep them.
+__global__ void hold(unsigned long long ns) {
+  extern __shared__ unsigned char smem[];
+  if (threadIdx.x == 0) smem[0] = 0;
   const unsigned long long t0 = now_ns();
   while (now_ns() - t0 < ns) {
   }
@@ -122,7 +141,7 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR_OF_JPEGS [batch]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DIR_OF_JPEGS [batch [hardware|parallel]]\n", argv[0]);
     return 2;
   }
   const int batch = argc > 2 ? std::atoi(argv[2]) : 256;
@@ -195,6 +214,151 @@ int main(int argc, char** argv) {
   }
   unsigned char* out = nullptr;
   CK(cudaMalloc(&out, offs[batch]));
+
+  if (argc > 3 && std::string(argv[3]) == "parallel") {
+    constexpr int kHoldSmem = 160 * 1024;
+    CK(cudaFuncSetAttribute(hold, cudaFuncAttributeMaxDynamicSharedMemorySize, kHoldSmem));
+    auto load = [&](int launches) {  // ~0.2 ms a launch
+      for (int i = 0; i < launches; ++i) hold<<<prop.multiProcessorCount, 256, kHoldSmem, s_load>>>(200000ull);
+    };
+    std::vector<unsigned char*> outs(3, nullptr);
+    for (auto& o : outs) CK(cudaMalloc(&o, offs[batch]));
+    nvjpegHandle_t ha, hb;
+    NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &ha));
+    NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &hb));
+    auto state = [&](nvjpegHandle_t h, nvjpegOutputFormat_t f) {
+      nvjpegJpegState_t st;
+      NJ(nvjpegJpegStateCreate(h, &st));
+      NJ(nvjpegDecodeBatchedInitialize(h, st, batch, 1, f));
+      return st;
+    };
+    std::vector<const unsigned char*> ptrs(batch);
+    std::vector<size_t> lens(batch);
+    for (int i = 0; i < batch; ++i) {
+      ptrs[i] = data[i].data();
+      lens[i] = data[i].size();
+    }
+    // Decodes the batch into `o` (planar formats: plane c at c * w * h of the image's place) and returns the ms
+    // from the call to the stream's completion.
+    auto decode = [&](nvjpegHandle_t h, nvjpegJpegState_t st, nvjpegOutputFormat_t f, unsigned char* o,
+                      cudaStream_t s) {
+      std::vector<nvjpegImage_t> dst(batch);
+      for (int i = 0; i < batch; ++i) {
+        dst[i] = nvjpegImage_t{};
+        const size_t plane = (size_t)ws[i] * hs[i];
+        if (f == NVJPEG_OUTPUT_RGBI) {
+          dst[i].channel[0] = o + offs[i];
+          dst[i].pitch[0] = (size_t)ws[i] * 3;
+        } else {
+          for (int c = 0; c < 3; ++c) {
+            dst[i].channel[c] = o + offs[i] + c * plane;
+            dst[i].pitch[c] = (size_t)ws[i];
+          }
+        }
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      NJ(nvjpegDecodeBatched(h, st, ptrs.data(), lens.data(), dst.data(), s));
+      CK(cudaStreamSynchronize(s));
+      return ms_since(t0);
+    };
+    auto median5 = [&](auto&& once) {
+      std::vector<double> v;
+      for (int r = 0; r < 5; ++r) v.push_back(once());
+      std::sort(v.begin(), v.end());
+      return v[2];
+    };
+    const struct {
+      const char* name;
+      nvjpegOutputFormat_t f;
+    } formats[] = {{"RGBI", NVJPEG_OUTPUT_RGBI}, {"RGB", NVJPEG_OUTPUT_RGB}, {"YUV", NVJPEG_OUTPUT_YUV}};
+    for (const auto& fm : formats) {
+      nvjpegJpegState_t st = state(ha, fm.f);
+      for (int w = 0; w < 2; ++w) decode(ha, st, fm.f, outs[0], s_norm);
+      const double alone = median5([&] { return decode(ha, st, fm.f, outs[0], s_norm); });
+      const double loaded = median5([&] {
+        CK(cudaDeviceSynchronize());
+        load(500);
+        const double ms = decode(ha, st, fm.f, outs[0], s_norm);
+        CK(cudaDeviceSynchronize());
+        return ms;
+      });
+      const double loaded_hp = median5([&] {
+        CK(cudaDeviceSynchronize());
+        load(500);
+        const double ms = decode(ha, st, fm.f, outs[0], s_hp);
+        CK(cudaDeviceSynchronize());
+        return ms;
+      });
+      std::printf(
+          "formats  %-5s decode alone %7.2f ms, beside the load %7.2f ms, beside it on the urgent stream %7.2f ms\n",
+          fm.name, alone, loaded, loaded_hp);
+      nvjpegJpegStateDestroy(st);
+    }
+    // Two threads at once: 4 batches each.
+    for (int handles = 1; handles <= 2; ++handles)
+      for (int loaded = 0; loaded <= 1; ++loaded) {
+        nvjpegHandle_t h2 = handles == 2 ? hb : ha;
+        nvjpegJpegState_t s1 = state(ha, NVJPEG_OUTPUT_RGBI), s2 = state(h2, NVJPEG_OUTPUT_RGBI);
+        cudaStream_t t1, t2;
+        CK(cudaStreamCreateWithFlags(&t1, cudaStreamNonBlocking));
+        CK(cudaStreamCreateWithFlags(&t2, cudaStreamNonBlocking));
+        decode(ha, s1, NVJPEG_OUTPUT_RGBI, outs[0], t1);
+        decode(h2, s2, NVJPEG_OUTPUT_RGBI, outs[1], t2);
+        CK(cudaDeviceSynchronize());
+        if (loaded) load(2500);  // ~500 ms, longer than the decodes
+        const auto t0 = std::chrono::steady_clock::now();
+        double per[2] = {0, 0};
+        std::thread a([&] {
+          for (int k = 0; k < 4; ++k) per[0] += decode(ha, s1, NVJPEG_OUTPUT_RGBI, outs[0], t1);
+        });
+        std::thread b([&] {
+          for (int k = 0; k < 4; ++k) per[1] += decode(h2, s2, NVJPEG_OUTPUT_RGBI, outs[1], t2);
+        });
+        a.join();
+        b.join();
+        const double wall = ms_since(t0);
+        CK(cudaDeviceSynchronize());
+        std::printf(
+            "threads  2 threads, %d handle(s)%s: %6.0f img/s (8 batches in %.1f ms; %.1f / %.1f ms a batch on "
+            "each thread)\n",
+            handles, loaded ? ", beside the load" : "", 8.0 * batch / wall * 1e3, wall, per[0] / 4, per[1] / 4);
+        nvjpegJpegStateDestroy(s1);
+        nvjpegJpegStateDestroy(s2);
+        CK(cudaStreamDestroy(t1));
+        CK(cudaStreamDestroy(t2));
+      }
+    // Bytes: one state twice, two states of one handle, two handles.
+    {
+      std::vector<unsigned char> h0(offs[batch]), h1(offs[batch]);
+      auto differ = [&](unsigned char* x, unsigned char* y) {
+        CK(cudaMemcpy(h0.data(), x, offs[batch], cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h1.data(), y, offs[batch], cudaMemcpyDeviceToHost));
+        size_t n = 0, images = 0;
+        for (int i = 0; i < batch; ++i) {
+          size_t k = 0;
+          for (size_t b = offs[i]; b < offs[i] + (size_t)ws[i] * hs[i] * 3; ++b) k += h0[b] != h1[b];
+          n += k;
+          images += k > 0;
+        }
+        return std::to_string(n) + " bytes in " + std::to_string(images) + " images";
+      };
+      nvjpegJpegState_t a1 = state(ha, NVJPEG_OUTPUT_RGBI), a2 = state(ha, NVJPEG_OUTPUT_RGBI),
+                        b1 = state(hb, NVJPEG_OUTPUT_RGBI);
+      for (auto& o : outs) CK(cudaMemset(o, 0, offs[batch]));
+      decode(ha, a1, NVJPEG_OUTPUT_RGBI, outs[0], s_norm);
+      decode(ha, a1, NVJPEG_OUTPUT_RGBI, outs[1], s_norm);
+      std::printf("bytes    one state, twice: %s differ\n", differ(outs[0], outs[1]).c_str());
+      decode(ha, a2, NVJPEG_OUTPUT_RGBI, outs[1], s_norm);
+      std::printf("bytes    two states of one handle: %s differ\n", differ(outs[0], outs[1]).c_str());
+      decode(hb, b1, NVJPEG_OUTPUT_RGBI, outs[2], s_norm);
+      std::printf("bytes    two handles: %s differ\n", differ(outs[0], outs[2]).c_str());
+      load(500);
+      decode(ha, a1, NVJPEG_OUTPUT_RGBI, outs[1], s_norm);
+      CK(cudaDeviceSynchronize());
+      std::printf("bytes    one state, beside the load: %s differ\n", differ(outs[0], outs[1]).c_str());
+    }
+    return 0;
+  }
 
   struct Config {
     const char* name;
