@@ -6,8 +6,14 @@
 #include <renaissance/runtime/data_pipeline.h>
 #include <renaissance/runtime/gpu_jpeg.h>
 
+#ifdef RENAISSANCE_HAVE_CUDA
+#include <kernels/cuda/runtime_api.h>
+#endif
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include <unistd.h>
 
@@ -141,6 +147,32 @@ TEST(DecodeMode, LoaderDeliversUndecodedBatches) {
   io::DatasetFile rf(raw);
   EXPECT_THROW(io::BatchLoader(rf, io::Split::train, 1, {0}, {}, std::nullopt, lo), Error);
   fs::remove_all(dir);
+}
+
+// CUDA spreads a process's streams over CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default); the library sets
+// 32 before main() so the JPEG decoders do not queue behind the step (runtime_api.h), unless the environment chose.
+// Runs without a GPU: it checks the variable the CUDA context will read, not the driver.
+TEST(HardwareQueues, ThirtyTwoBeforeMainUnlessTheEnvironmentChose) {
+#ifdef RENAISSANCE_HAVE_CUDA
+  bool user = true;
+  const int n = cuda::hardware_queues(&user);
+  const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  ASSERT_NE(v, nullptr) << "not set before main()";
+  if (user) {  // the user's value is kept; a lower one is warned about, naming it
+    EXPECT_EQ(n, std::atoi(v) > 0 ? std::atoi(v) : 8);
+    const std::string w = runtime::hardware_queue_warning();
+    if (n < cuda::kHardwareQueues)
+      EXPECT_NE(w.find(fmt::format("CUDA_DEVICE_MAX_CONNECTIONS={}", n)), std::string::npos) << w;
+    else
+      EXPECT_EQ(w, "");
+    return;
+  }
+  EXPECT_STREQ(v, "32");
+  EXPECT_EQ(n, cuda::kHardwareQueues);
+  EXPECT_EQ(runtime::hardware_queue_warning(), "") << "no warning for the library's own setting";
+#else
+  GTEST_SKIP() << "a build without CUDA sets nothing";
+#endif
 }
 
 }  // namespace
