@@ -169,10 +169,16 @@ std::optional<Batch> BatchLoader::next() {
 }
 
 void BatchLoader::take_encoded(EncodedBatch& into) {
-  std::lock_guard<std::mutex> lock(m_mutex);
-  RN_CHECK(m_options.encoded && m_holding, "internal: take_encoded() without a held encoded batch");
-  // The held slot is not written by the loader thread until the next next() frees it.
-  std::swap(m_encoded_slot[(m_consumed - 1) % 2], into);
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    RN_CHECK(m_options.encoded && m_holding, "internal: take_encoded() without a held encoded batch");
+    // The held slot is not written by the loader thread until it is freed, here.
+    const std::int64_t slot = (m_consumed - 1) % 2;
+    std::swap(m_encoded_slot[slot], into);
+    m_ready_batch[slot] = -1;
+    m_holding = false;
+  }
+  m_cv.notify_all();
 }
 
 }  // namespace renaissance::io

@@ -78,8 +78,10 @@ class BatchLoader {
   /// is rethrown here, for the batch it happened in and every call after it.
   std::optional<Batch> next();
   /// LoaderOptions::encoded: swaps the held batch's JPEG bytes, shapes and labels (what the last next() returned in
-  /// Batch::encoded) with `into`, so the caller keeps them past the next call without copying them; the loader reads
-  /// a later batch into what `into` held. Batch::encoded then points at `into`'s old contents: use `into`.
+  /// Batch::encoded) with `into`, so the caller keeps them without copying them, and gives the batch's slot back at
+  /// once: the loader reads a later batch into it (into what `into` held) while the caller still works on this one.
+  /// Every pointer of the Batch into the loader (encoded, labels, indices) is invalid after the call: copy the
+  /// indices first, read the labels from `into`.
   void take_encoded(EncodedBatch& into);
 
   std::int64_t num_batches() const { return m_num_batches; }

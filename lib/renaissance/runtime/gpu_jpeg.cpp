@@ -356,8 +356,10 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
             return;
           }
           RN_CHECK(b->encoded, "internal: the decode-ahead's loader must deliver JPEG bytes (LoaderOptions::encoded)");
-          J.loader->take_encoded(j->enc);  // a swap, not a copy of the ~25 MB of a 224-px batch
           j->indices.assign(b->indices, b->indices + b->count);
+          // A swap, not a copy of the ~25 MB of a batch, and the loader's slot back at once: it reads the batch after
+          // next while this one decodes (b's pointers into the loader are invalid from here).
+          J.loader->take_encoded(j->enc);
           j->meta = *b;
           j->meta.encoded = &j->enc;
           j->meta.indices = j->indices.data();
