@@ -5,7 +5,10 @@
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/runtime/trainer.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 namespace renaissance::test {
 
@@ -41,6 +44,34 @@ inline runtime::TrainOptions residual_run_options(const std::string& data, bool 
   o.augmentation.crop_padding = 2;
   o.concurrent_streams = true;
   return o;
+}
+
+/// What two trainings that should be one run repeated are compared by when their losses differ (the intermittent
+/// failures of 2026-12-03, docs/benchmarks.md): the engine of every convolution pass, and the input slot A as the
+/// first step's loss was read (the same batch in both runs: their schedules are the same).
+struct RunFingerprint {
+  std::vector<std::string> engines;
+  std::vector<float> first_input;
+};
+inline std::string input_tensor_name(const runtime::Trainer& t) {
+  const plan::CompiledPlan& p = t.plan();
+  return p.plan(plan::Variant::TRAIN_BASE).tensor(p.baseline.data_a).name;
+}
+/// Prints which of the two fingerprints' parts differ: a differing engine names a cached choice not replayed
+/// exactly, a differing input the data path; neither, a difference inside the step (a race or a reduction).
+inline void print_divergence(const RunFingerprint& a, const RunFingerprint& b, const char* what) {
+  std::size_t engines = 0;
+  for (std::size_t i = 0; i < std::max(a.engines.size(), b.engines.size()); ++i) {
+    const std::string ea = i < a.engines.size() ? a.engines[i] : "-", eb = i < b.engines.size() ? b.engines[i] : "-";
+    if (ea == eb) continue;
+    if (engines++ < 5) std::printf("[ diverge ] %s: engine %zu: %s | %s\n", what, i, ea.c_str(), eb.c_str());
+  }
+  std::size_t inputs = 0;
+  for (std::size_t i = 0; i < std::min(a.first_input.size(), b.first_input.size()); ++i)
+    inputs += a.first_input[i] != b.first_input[i];
+  std::printf("[ diverge ] %s: %zu of %zu engine labels differ; %zu of %zu input values differ%s\n", what, engines,
+              a.engines.size(), inputs, a.first_input.size(),
+              a.first_input.size() == b.first_input.size() ? "" : " (sizes differ)");
 }
 
 }  // namespace renaissance::test

@@ -40,6 +40,7 @@ struct TrainedRun {
   std::vector<float> state;                 // masters + BN running statistics
   std::vector<std::vector<float>> moments;  // optimizer state
   runtime::EpochMetrics last;
+  test::RunFingerprint print;  // to say why, when two runs differ
 };
 
 TrainedRun train(const std::string& data, bool amp, bool deterministic = true, int arena_fill = -1,
@@ -51,8 +52,13 @@ TrainedRun train(const std::string& data, bool amp, bool deterministic = true, i
   TrainedRun r;
   runtime::Trainer t(test::realistic_residual_model(), o);
   runtime::TrainObserver obs;
-  obs.on_step_loss = [&r](std::int64_t, std::int64_t, double loss) { r.losses.push_back(loss); };
+  const std::string input = test::input_tensor_name(t);
+  obs.on_step_loss = [&](std::int64_t, std::int64_t, double loss) {
+    if (r.losses.empty()) r.print.first_input = t.tensor_values(input);
+    r.losses.push_back(loss);
+  };
   const auto history = t.run(obs);
+  r.print.engines = t.conv_engines();
   r.last = history.back();
   r.state = t.state_values();
   for (const DTensor& d : t.plan().plan(plan::Variant::TRAIN_BASE).tensors())
@@ -78,6 +84,7 @@ TEST_P(GpuDeterminism, TwoTrainingsAreBitIdentical) {
   ASSERT_EQ(a.losses.size(), 12u);
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  if (a.losses != b.losses) test::print_divergence(a.print, b.print, amp ? "two trainings, amp" : "two trainings");
   EXPECT_TRUE(bit_equal(a.state, b.state)) << "weights / BN statistics differ";
   ASSERT_EQ(a.moments.size(), b.moments.size());
   ASSERT_FALSE(a.moments.empty());
@@ -99,6 +106,7 @@ TEST_P(GpuDeterminism, StartUpLeftoversDoNotReachTheRun) {
   const TrainedRun b = train(data, amp, true, 0x7F);
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  if (a.losses != b.losses) test::print_divergence(a.print, b.print, amp ? "arena fill, amp" : "arena fill");
   EXPECT_TRUE(bit_equal(a.state, b.state)) << "weights / BN statistics differ";
   EXPECT_EQ(a.last.val_loss, b.last.val_loss);
   fs::remove_all(dir);

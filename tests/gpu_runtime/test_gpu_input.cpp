@@ -176,6 +176,7 @@ struct TrainedRun {
   std::vector<runtime::EpochMetrics> history;
   std::vector<float> state;   // masters + BN running statistics after the run
   std::vector<float> logits;  // of the val split, read through the host loader by both runs
+  test::RunFingerprint print;  // to say why, when two runs differ
 };
 
 TrainedRun train(const std::string& data, runtime::DataCacheMode mode, bool amp,
@@ -189,8 +190,13 @@ TrainedRun train(const std::string& data, runtime::DataCacheMode mode, bool amp,
   TrainedRun r;
   runtime::Trainer t(test::realistic_residual_model(), o);
   runtime::TrainObserver obs;
-  obs.on_step_loss = [&r](std::int64_t, std::int64_t, double loss) { r.losses.push_back(loss); };
+  const std::string input = test::input_tensor_name(t);
+  obs.on_step_loss = [&](std::int64_t, std::int64_t, double loss) {
+    if (r.losses.empty()) r.print.first_input = t.tensor_values(input);
+    r.losses.push_back(loss);
+  };
   r.history = t.run(obs);
+  r.print.engines = t.conv_engines();
   r.state = t.state_values();
   r.logits = t.logits(io::Split::val, 0, 250);
   return r;
@@ -208,6 +214,8 @@ TEST_F(GpuInput, TrainingWithTheCacheEqualsTheHostLoader) {
     ASSERT_EQ(dev.losses.size(), host.losses.size());
     for (std::size_t i = 0; i < host.losses.size(); ++i)
       EXPECT_EQ(dev.losses[i], host.losses[i]) << (amp ? "amp" : "fp32") << " step " << i + 1;
+    if (dev.losses != host.losses)
+      test::print_divergence(host.print, dev.print, amp ? "cache vs host, amp" : "cache vs host");
     ASSERT_EQ(dev.history.size(), host.history.size());
     // The trained state, and the val logits of both through the same (host) path: equal to the bit, or the
     // difference below is not the val input's.
