@@ -9,7 +9,8 @@
 # images, 2 timed passes); train = ResNet-50 AMP b256 --crop random-resized --decode gpu from STORE for TRAIN_EPOCHS
 # (default 2) epochs; raw = the same folder imported as a raw store (--size RAW_SIZE, default 256) and ResNet-50
 # trained from it the same way (the device cache on: --data-cache auto); then `bench` for the same model beside them
-# (the last step that trains runs it). DECODE (default gpu) is --decode for the JPEG store's run.
+# (the last step that trains runs it). DECODE (default gpu) is --decode for the JPEG store's run; TRAIN_VARIANTS
+# (';'-separated extra train arguments) trains once per variant.
 # TURBOJPEG_PREFIX: a prefix with include/turbojpeg.h and lib/x86_64-linux-gnu/libturbojpeg.so (the GPU machine has no
 # libturbojpeg: on the development machine `apt-get download libturbojpeg0 libturbojpeg0-dev`, carry the two .debs and
 # `dpkg -x` each into .deps/turbojpeg; then TURBOJPEG_PREFIX=$PWD/.deps/turbojpeg/usr) - needed only to import JPEG
@@ -69,9 +70,16 @@ for step in $STEPS; do
         $RN data bench-decode "$STORE" --no-hardware ${BENCH_ARGS:---images 5120 --passes 2} 2>&1 |
           tee -a "$OUT/bench_decode.log"
       elif [[ $step == train ]]; then
-        say "train ResNet-50 from $STORE (--decode ${DECODE:-gpu})"
-        $RN train "${train_args[@]}" --data "$STORE" --decode "${DECODE:-gpu}" 2>&1 | tee "$OUT/train_jpeg.log" |
-          grep -v "^step" | tail -12
+        # TRAIN_VARIANTS: ';'-separated extra arguments, one training each (e.g. "--data-cache off;--data-cache on");
+        # default: one training with none.
+        IFS=';' read -r -a variants <<<"${TRAIN_VARIANTS:- }"
+        : >"$OUT/train_jpeg.log"
+        for extra in "${variants[@]}"; do
+          say "train ResNet-50 from $STORE (--decode ${DECODE:-gpu} $extra)"
+          # shellcheck disable=SC2086
+          $RN train "${train_args[@]}" --data "$STORE" --decode "${DECODE:-gpu}" $extra 2>&1 |
+            tee -a "$OUT/train_jpeg.log" | grep -v "^step" | tail -12
+        done
         say "bench"
         $RN bench --model resnet50 --amp --batch 256 --device cuda 2>&1 | tail -2 | tee -a "$OUT/train_jpeg.log"
       else
