@@ -14,10 +14,14 @@ std::atomic<std::int64_t> g_allocs{0};
 // queues instead of 8, unless the user chose a number (runtime_api.h says why).
 struct HardwareQueues {
   bool user = false;
+  int n = kHardwareQueues;
   HardwareQueues() {
     const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
     user = v && *v;
-    if (!user) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(kHardwareQueues).c_str(), 0);
+    if (user)
+      n = std::atoi(v) > 0 ? std::atoi(v) : 8;  // CUDA's default for a value it cannot use
+    else
+      ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(kHardwareQueues).c_str(), 0);
   }
 };
 const HardwareQueues g_hardware_queues;
@@ -25,9 +29,7 @@ const HardwareQueues g_hardware_queues;
 
 int hardware_queues(bool* set_by_user) {
   if (set_by_user) *set_by_user = g_hardware_queues.user;
-  const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  const int n = v ? std::atoi(v) : 8;
-  return n > 0 ? n : 8;
+  return g_hardware_queues.n;
 }
 
 void set_device(int index) { CUDA_CHECK(cudaSetDevice(index)); }

@@ -344,7 +344,6 @@ void GpuJpegInput::begin(io::BatchLoader& loader, io::Split split, int decoders)
         }
         const double ring_s = seconds_since(t_ring);
         const auto t_read = std::chrono::steady_clock::now();
-        // The loader's next() releases the batch taken before this one: what it delivered is taken (swapped) first.
         try {
           std::optional<io::Batch> b = J.loader->next();
           if (!b) {

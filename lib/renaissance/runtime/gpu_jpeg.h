@@ -82,9 +82,9 @@ class GpuJpegInput {
   void decode(const io::EncodedBatch& b, io::Split split, const std::int64_t* indices, void* stream);
 
   /// Decode-ahead over a pass of `loader` (LoaderOptions::encoded) of `split`: `decoders` threads (>= 1) take its
-  /// batches in order, copy their bytes and decode them, each on its own nvJPEG state and stream, into a ring of
-  /// decoders + 2 device buffers. `loader` must outlive end(). Errors (the loader's, a corrupt image) are rethrown by
-  /// next() for the batch they belong to.
+  /// batches in order (their bytes swapped out, BatchLoader::take_encoded) and decode them, each on its own nvJPEG
+  /// state and stream, into a ring of decoders + 2 device buffers. `loader` must outlive end(). Errors (the
+  /// loader's, a corrupt image) are rethrown by next() for the batch they belong to.
   void begin(io::BatchLoader& loader, io::Split split, int decoders);
   /// The next batch of the pass (its bytes, labels and indices are the decode-ahead's copies, valid until the next
   /// call), or nullopt after the last. Waits for its decode; releases the previous batch's buffer.
