@@ -384,15 +384,16 @@ void register_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--data-cache", c->data_cache,
-                  "GPU, raw stores: keep the images on the device and crop, resample, shift, flip and normalise "
-                  "each batch there (auto: when they fit in 25 % of the device's memory; on: or fail saying why; "
-                  "off: the host loader)")
+                  "GPU, raw stores and JPEG stores with --decode gpu (decoded once at start-up): keep the images on "
+                  "the device and crop, resample, shift, flip and normalise each batch there (auto: when they fit "
+                  "in 25 % of the device's memory; on: or fail saying why; off: the host loader, or nvJPEG batch by "
+                  "batch)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "off", "on"}));
   cmd->add_option("--decode", c->decode,
                   "JPEG stores: where to decode (gpu: nvJPEG batched decode, then crop/resample/flip/normalise on "
-                  "the GPU, experimental; cpu: libjpeg-turbo on the loader threads; auto: cpu until the GPU path is "
-                  "verified)")
+                  "the GPU, opt-in; cpu: libjpeg-turbo on the loader threads; auto: cpu until the GPU path is known "
+                  "to be bit-reproducible)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   cmd->add_option("--gpu-decoders", c->t.gpu_decoders,

@@ -138,11 +138,11 @@ __global__ void render_kernel(const std::uint8_t* __restrict__ images, int h, in
       table_entry(box_h, virt_h, yy, t, t + 2);
     }
   __syncthreads();
-  // The sample's image: the idx-th of the store's (all h x w), or a decoded JPEG of its own size (sources).
+  // The sample's image: the idx-th of the store's (all h x w), or the idx-th decoded JPEG, of its own size (sources).
   const std::uint8_t* img = images + static_cast<std::int64_t>(idx) * h * w * c;
   if (sources) {
-    img = images + sources[3 * n];
-    w = static_cast<int>(sources[3 * n + 2]);
+    img = images + sources[3 * idx];
+    w = static_cast<int>(sources[3 * idx + 2]);
   }
   const std::int64_t row = static_cast<std::int64_t>(w) * c;
   // The box rows the vertical pass reads (the vertical table's bounds are monotonic).

@@ -32,9 +32,10 @@ struct GatherParams {
   int max_taps = 0;                 ///< resample: the longest filter of the pass (2 ceil(scale) + 1), <= kMaxTaps
   std::uint8_t* scratch = nullptr;  ///< resample: [batch, h, out_w, c] bytes (the horizontal pass' rows)
   std::int64_t scratch_stride = 0;  ///< resample: bytes of scratch per sample (0: h * out_w * c)
-  /// Decoded JPEG batches (resample only): [count, 3] int64 on the device, sample n's image at byte offset
-  /// sources[3n] of `images`, sources[3n+1] x sources[3n+2] (h x w) x c; `cursor` may then be nullptr (the table
-  /// holds this batch only, entry n's stored index n: `labels` are the batch's).
+  /// Decoded JPEG images (resample only): [images, 3] int64 on the device, image idx (a table entry's stored index)
+  /// at byte offset sources[3 idx] of `images`, sources[3 idx + 1] x sources[3 idx + 2] (h x w) x c; `h` is then the
+  /// tallest image's height (the scratch's rows). A decoded batch (gpu_jpeg.h): `cursor` nullptr, the table holds
+  /// the batch only, entry n's index n, `labels` the batch's; the device cache of a JPEG store: the split's images.
   const std::int64_t* sources = nullptr;
   float scale[16] = {}, bias[16] = {};
   void* out = nullptr;  ///< [count, out_h, out_w, out_c] FP32 or FP16

@@ -101,6 +101,11 @@ void copy_h2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle
                              static_cast<cudaStream_t>(stream)));
 }
 
+void copy_d2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle stream) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                             static_cast<cudaStream_t>(stream)));
+}
+
 StreamHandle stream_create() {
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -24,6 +24,8 @@ void copy_d2h(void* dst, const void* src, std::int64_t bytes);
 void fill_device(void* dst, int value, std::int64_t bytes);
 /// Asynchronous copy on `stream` (capturable into a graph when src is pinned host memory).
 void copy_h2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle stream);
+/// Asynchronous device-to-device copy on `stream`.
+void copy_d2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle stream);
 
 /// The number of hardware work queues CUDA spreads this process's streams over (CUDA_DEVICE_MAX_CONNECTIONS, read
 /// when the first CUDA context is made). This library sets it to kHardwareQueues before main() unless the environment

@@ -17,6 +17,7 @@
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/image.h>
 #include <renaissance/runtime/data_pipeline.h>
+#include <renaissance/runtime/gpu_input.h>
 #include <renaissance/runtime/gpu_jpeg.h>
 #include <renaissance/runtime/trainer.h>
 
@@ -489,6 +490,102 @@ TEST_F(GpuJpeg, DecodeAheadEqualsTheSynchronousPath) {
   cuda::stream_destroy(stream);
 }
 
+// The device cache of a JPEG store (--decode gpu with --data-cache): every image decoded once at start-up, in
+// batches of 4 (so 6, the last partial), each kept at its own size. Each cached image equals the same backend's
+// synchronous decode of it (the default backend bit for bit; the JPEG engines within 0.25 levels, as above) and
+// Pillow's within the decoders' tolerance; and the cache's captured gathers of a shuffled pass (random-resized crops,
+// flips, FP16 into 8 channels, a partial last batch) equal io::render_sample + normalize_images of the cached pixels
+// bit for bit, labels included.
+TEST_F(GpuJpeg, TheDeviceCacheHoldsTheDecodedStore) {
+  std::vector<const Case*> rgb;
+  for (const Case& k : cases)
+    if (k.c == 3 && (k.kind == "ok" || k.kind == "progressive")) rgb.push_back(&k);
+  const std::int64_t count = 23, batch = 4, out = 48, out_c = 8, sample = out * out * out_c * 2;
+  const std::string path = write_store(dir, rgb, count);
+  const io::DatasetFile file(path);
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, stddev[3] = {0.229f, 0.224f, 0.225f};
+  void* stream = cuda::stream_create();
+  for (bool hardware : {false, true}) {
+    const std::string what = hardware ? "the JPEG engines" : "the default backend";
+    // The reference decode: every image in one synchronous batch.
+    runtime::GpuJpegInput ref(3, path, hardware);
+    std::vector<std::int64_t> all(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) all[static_cast<std::size_t>(i)] = i;
+    io::EncodedBatch enc;
+    file.read_encoded(io::Split::train, all, enc);
+    ref.decode(enc, io::Split::train, all.data(), stream);
+    cuda::stream_synchronize(stream);
+    runtime::GpuJpegInput dec(3, path, hardware);
+    runtime::GpuDataCache cache(file, 4, dec, nullptr, 1, batch);
+    EXPECT_TRUE(cache.jpeg());
+    EXPECT_EQ(dec.cpu_fallbacks(), 0) << what;
+    for (std::int64_t i = 0; i < count; ++i) {
+      const Case& k = *rgb[static_cast<std::size_t>(i) % rgb.size()];
+      ASSERT_EQ(cache.sample_height(io::Split::train, i), k.h) << i;
+      ASSERT_EQ(cache.sample_width(io::Split::train, i), k.w) << i;
+      const std::vector<std::uint8_t> got = cache.image(io::Split::train, i);
+      const std::vector<std::uint8_t> want = download_decoded(ref, static_cast<std::size_t>(i), k.h * k.w * 3);
+      const Diff dd = diff(got.data(), want.data(), got.size());
+      if (!hardware) {
+        EXPECT_TRUE(got == want) << what << ": cached image " << i << " (" << k.name
+                                 << ") differs from the synchronous "
+                                 << "decode: mean |diff| " << dd.mean << ", max " << dd.max;
+      } else if (got != want) {
+        std::printf("[ cache ] %s: image %lld (%s) differs from the synchronous decode: mean %.4f, max %d\n",
+                    what.c_str(), static_cast<long long>(i), k.name.c_str(), dd.mean, dd.max);
+        EXPECT_LE(dd.mean, 0.25) << what << " image " << i;
+      }
+      expect_close_to_pillow(k, got.data());
+    }
+    // A shuffled pass through the captured gathers (slot 0 and 1 alternate, as training does).
+    auto* d_data = static_cast<std::byte*>(cuda::device_alloc(2 * batch * sample, "test"));
+    auto* d_labels = static_cast<std::byte*>(cuda::device_alloc(2 * batch * 4, "test"));
+    for (int s = 0; s < 2; ++s)
+      for (std::int64_t n : {batch, count % batch}) {
+        runtime::GpuDataCache::Dest dst{d_labels + s * batch * 4, d_data + s * batch * sample, DType::F16, out_c};
+        cache.prepare(io::Split::train, s, batch, n, dst, mean, stddev, out, out, true);
+      }
+    io::AugmentSpec spec;
+    spec.out_h = spec.out_w = out;
+    spec.crop = io::CropMode::random_resized;
+    spec.horizontal_flip = true;
+    std::vector<std::int64_t> order(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) order[static_cast<std::size_t>(i)] = (i * 7) % count;
+    std::vector<io::SampleGeometry> geom(static_cast<std::size_t>(count));
+    for (std::int64_t p = 0; p < count; ++p) {
+      const std::int64_t j = order[static_cast<std::size_t>(p)];
+      geom[static_cast<std::size_t>(p)] = io::sample_geometry(spec, 9, 2, p, cache.sample_height(io::Split::train, j),
+                                                              cache.sample_width(io::Split::train, j));
+    }
+    cache.begin_pass(io::Split::train, order, &geom);
+    std::vector<std::uint8_t> scratch, rendered(static_cast<std::size_t>(out * out * 3));
+    for (std::int64_t b = 0; b * batch < count; ++b) {
+      const std::int64_t n = std::min(batch, count - b * batch);
+      const int s = static_cast<int>(b % 2);
+      cache.launch(io::Split::train, s, n, stream);
+      cuda::stream_synchronize(stream);
+      std::vector<std::byte> got(static_cast<std::size_t>(n * sample));
+      std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+      cuda::copy_d2h(got.data(), d_data + s * batch * sample, n * sample);
+      cuda::copy_d2h(labels.data(), d_labels + s * batch * 4, n * 4);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t p = b * batch + i, j = order[static_cast<std::size_t>(p)];
+        EXPECT_EQ(labels[static_cast<std::size_t>(i)], j % 4) << what << " position " << p;
+        const std::vector<std::uint8_t> px = cache.image(io::Split::train, j);
+        io::render_sample(px.data(), cache.sample_height(io::Split::train, j), cache.sample_width(io::Split::train, j),
+                          3, geom[static_cast<std::size_t>(p)], spec, rendered.data(), scratch);
+        std::vector<std::byte> want(static_cast<std::size_t>(sample));
+        runtime::normalize_images(rendered.data(), 1, out, out, 3, mean, stddev, want.data(), DType::F16, out_c);
+        EXPECT_EQ(std::memcmp(got.data() + i * sample, want.data(), static_cast<std::size_t>(sample)), 0)
+            << what << ": the cache's gather of position " << p << " (sample " << j << ") differs from the CPU render";
+      }
+    }
+    cuda::device_free(d_data);
+    cuda::device_free(d_labels);
+  }
+  cuda::stream_destroy(stream);
+}
+
 // The path a user takes: `renaissance train --decode gpu` from a JPEG store (the pictures' classes are learnable:
 // the class sets the picture's colour cast), AMP, random-resized crops to 32x32 and centre-crop validation; it
 // trains (the loss falls, accuracy far above chance) and --decode gpu on the CPU backend is refused.
@@ -534,6 +631,7 @@ TEST_F(GpuJpeg, TrainsFromAJpegStore) {
   o.augmentation.horizontal_flip = true;
   o.val_batch = 50;
   o.decode = runtime::DecodeMode::gpu;
+  o.data_cache = runtime::DataCacheMode::off;  // batch by batch; the device cache is trained below
   blueprint::BluePrint m = test::realistic_residual_model();
   m.root = blueprint::seq(blueprint::cbr(32, 3, 1, 1), blueprint::block(32, 64, blueprint::BlockKind::RESNET_3_3, 2),
                           blueprint::gap_fc(4), blueprint::softmax_ce(4));
@@ -572,6 +670,26 @@ TEST_F(GpuJpeg, TrainsFromAJpegStore) {
       EXPECT_LT(h2.back().train_loss, 0.8 * h2.front().train_loss);
       EXPECT_GT(h2.back().val_top1, 0.6);
     }
+  }
+  // The device cache (--data-cache on): the store decoded once at start-up, each batch rendered by the same kernel
+  // from the cached images. Trained twice: the same losses bit for bit; and it trains as the batch-by-batch decode
+  // does (the same losses where nvJPEG decoded the same pixels both ways: printed).
+  {
+    runtime::TrainOptions oc = o;
+    oc.data_cache = runtime::DataCacheMode::on;
+    std::vector<double> c1, c2;
+    const std::vector<runtime::EpochMetrics> hc1 = train(oc, &c1);
+    const std::vector<runtime::EpochMetrics> hc2 = train(oc, &c2);
+    ASSERT_EQ(hc1.size(), h.size());
+    std::printf(
+        "[ train ] device cache: final train loss %.6f, val loss %.6f, val top-1 %.3f, %.0f img/s; "
+        "per-step losses %s the batch-by-batch decode's\n",
+        hc1.back().train_loss, hc1.back().val_loss, hc1.back().val_top1, hc1.back().images_per_s,
+        c1 == losses ? "equal to" : "not equal to");
+    EXPECT_EQ(c1, c2) << "the device cache's run twice";
+    EXPECT_EQ(hc1.back().val_loss, hc2.back().val_loss);
+    EXPECT_LT(hc1.back().train_loss, 0.8 * hc1.front().train_loss);
+    EXPECT_GT(hc1.back().val_top1, 0.6);
   }
   // The CPU backend cannot decode on the GPU: refused, naming the option.
   o.backend = runtime::Backend::CPU;

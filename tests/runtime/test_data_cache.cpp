@@ -1,9 +1,14 @@
 // --data-cache's decision (runtime/gpu_input.h), a pure function: when the device-resident dataset cache is used,
 // why not otherwise, and `on` refusing with the reason.
 #include <renaissance/core/error.h>
+#include <renaissance/io/dataset.h>
 #include <renaissance/runtime/gpu_input.h>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <vector>
 
 namespace {
 
@@ -52,6 +57,47 @@ TEST(DataCache, AutoFallsBackWithAReason) {
   r = usable();
   r.bytes = 35 * GiB;  // exactly the share: used
   EXPECT_TRUE(runtime::decide_data_cache(r).use);
+}
+
+TEST(DataCache, AJpegStoreIsCachedWhenTheGpuDecodesIt) {
+  runtime::DataCacheRequest r = usable();
+  r.raw_store = false;
+  r.jpeg_on_gpu = true;  // --decode gpu: decoded once into the cache
+  EXPECT_TRUE(runtime::decide_data_cache(r).use);
+  r.bytes = 36 * GiB;  // the decoded images over the share (ImageNet's ~1.28 M images are ~180 GiB decoded)
+  EXPECT_FALSE(runtime::decide_data_cache(r).use);
+  r = usable();
+  r.raw_store = false;
+  r.jpeg_on_gpu = false;  // decoded by the CPU: nothing to cache
+  const runtime::DataCacheDecision d = runtime::decide_data_cache(r);
+  EXPECT_FALSE(d.use);
+  EXPECT_NE(d.reason.find("--decode gpu"), std::string::npos) << d.reason;
+}
+
+// What the cache of a JPEG store takes on the device: every image of both splits at its own size, each 256-aligned
+// (the layout nvJPEG's batched decode writes a batch in), from the store's shapes alone.
+TEST(DataCache, AJpegStoresDecodedBytesComeFromItsShapes) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::temp_directory_path() / ("rn_data_cache_" + std::to_string(::getpid()) + ".h5");
+  const std::vector<std::uint8_t> bytes(100, 7);  // the writer does not decode: any bytes
+  const std::int64_t shapes[3][2] = {{375, 500}, {33, 45}, {224, 224}};
+  {
+    io::DatasetWriter w(path.string(), io::JpegStoreSpec{}, 2);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<std::uint8_t> px(static_cast<std::size_t>(shapes[i][0] * shapes[i][1] * 3));  // the statistics
+      for (std::size_t q = 0; q < px.size(); ++q) px[q] = static_cast<std::uint8_t>(q * 7);
+      w.append_encoded(i < 2 ? io::Split::train : io::Split::val, bytes.data(), 100, shapes[i][0], shapes[i][1], i % 2,
+                       px.data());
+    }
+    w.finish();
+  }
+  const io::DatasetFile f(path.string());
+  EXPECT_EQ(f.jpeg_shapes(io::Split::train), (std::vector<std::int32_t>{375, 500, 33, 45}));
+  EXPECT_EQ(f.jpeg_shapes(io::Split::val), (std::vector<std::int32_t>{224, 224}));
+  auto aligned = [](std::int64_t b) { return (b + 255) / 256 * 256; };
+  EXPECT_EQ(runtime::GpuDataCache::jpeg_image_bytes(f),
+            aligned(375 * 500 * 3) + aligned(33 * 45 * 3) + aligned(224 * 224 * 3));
+  fs::remove(path);
 }
 
 TEST(DataCache, OnRefusesWithTheReason) {

@@ -1358,6 +1358,9 @@ std::int64_t DatasetFile::sample_bytes() const { return m_impl->info[0].sample_b
 Storage DatasetFile::storage() const { return m_impl->storage; }
 std::int64_t DatasetFile::channels() const { return m_impl->info[0].channels; }
 const JpegStoreSpec& DatasetFile::jpeg_spec() const { return m_impl->jpeg; }
+const std::vector<std::int32_t>& DatasetFile::jpeg_shapes(Split split) const {
+  return m_impl->split[static_cast<int>(split)].shapes;
+}
 
 void DatasetFile::read(Split split, std::int64_t start, std::int64_t count, std::uint8_t* images,
                        std::int32_t* labels) const {

@@ -136,6 +136,9 @@ class DatasetFile {
   std::int64_t sample_bytes() const;  // H*W*C, the same for both splits (0 for a JPEG store)
   /// JPEG stores: the recorded import parameters (channels, quality, max_side).
   const JpegStoreSpec& jpeg_spec() const;
+  /// JPEG stores: (height, width) of every sample of the split, 2 ints a sample, in stored order (held in memory
+  /// since opening: no read); raw stores: empty.
+  const std::vector<std::int32_t>& jpeg_shapes(Split split) const;
 
   /// Reads samples [start, start+count) with one hyperslab, so a rank can read just its shard.
   /// Either output pointer may be null to skip that part. Raw stores (labels alone: any store).

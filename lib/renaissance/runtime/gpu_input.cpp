@@ -1,5 +1,7 @@
 #include <renaissance/core/error.h>
+#include <renaissance/io/batch_loader.h>
 #include <renaissance/runtime/gpu_input.h>
+#include <renaissance/runtime/gpu_jpeg.h>
 #include <renaissance/runtime/memory_guard.h>
 
 #ifdef RENAISSANCE_HAVE_CUDA
@@ -11,8 +13,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 namespace renaissance::runtime {
 
@@ -42,7 +46,8 @@ DataCacheDecision decide_data_cache(const DataCacheRequest& r) {
   };
   if (r.mode == DataCacheMode::off) return no("--data-cache off");
   if (!r.gpu) return no("not the CUDA backend");
-  if (!r.raw_store) return no("a JPEG store (decoded batch by batch: --decode; the cache holds raw stores only)");
+  if (!r.raw_store && !r.jpeg_on_gpu)
+    return no("a JPEG store decoded on the CPU (the cache holds the images nvJPEG decodes: --decode gpu)");
   if (r.progressive) return no("progressive resize (--start-resolution), which this build renders on the host");
   if (r.total_bytes >= 0) {
     const auto share = static_cast<std::int64_t>(kDataCacheShare * static_cast<double>(r.total_bytes));
@@ -72,7 +77,51 @@ struct GpuDataCache::Split {
   std::int32_t* table = nullptr;   // [n, kGatherTableInts]
   std::int32_t* cursor = nullptr;  // one int
   std::vector<std::int32_t> host_table;
+  // JPEG stores: image i at byte offset sources[3i], sources[3i+1] x sources[3i+2] (h x w) x c (kernels/cuda/augment.h)
+  std::int64_t* sources = nullptr;
+  std::vector<std::int64_t> host_sources;
 };
+
+namespace {
+/// A JPEG store's images laid out as GpuJpegInput's decode lays out a batch (256-aligned, one after the other), so a
+/// decoded batch is one contiguous piece of the split's: [count, 3] (offset, h, w) and the total in *bytes.
+std::vector<std::int64_t> jpeg_layout(const io::DatasetFile& data, io::Split s, std::int64_t* bytes) {
+  const std::vector<std::int32_t>& shapes = data.jpeg_shapes(s);
+  const std::int64_t n = data.size(s), c = data.channels();
+  RN_CHECK_CTX(static_cast<std::int64_t>(shapes.size()) == 2 * n, data.path(), "{} shapes for {} {} images",
+               shapes.size() / 2, n, io::split_name(s));
+  std::vector<std::int64_t> src(static_cast<std::size_t>(3 * n));
+  std::int64_t at = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t h = shapes[static_cast<std::size_t>(2 * i)], w = shapes[static_cast<std::size_t>(2 * i + 1)];
+    src[static_cast<std::size_t>(3 * i)] = at;
+    src[static_cast<std::size_t>(3 * i + 1)] = h;
+    src[static_cast<std::size_t>(3 * i + 2)] = w;
+    at += (h * w * c + 255) & ~std::int64_t(255);
+  }
+  *bytes = at;
+  return src;
+}
+}  // namespace
+
+std::int64_t GpuDataCache::jpeg_image_bytes(const io::DatasetFile& data) {
+  std::int64_t total = 0;
+  for (io::Split s : io::kAllSplits) {
+    std::int64_t b = 0;
+    jpeg_layout(data, s, &b);
+    total += b;
+  }
+  return total;
+}
+
+std::int64_t GpuDataCache::sample_height(io::Split s, std::int64_t i) const {
+  const Split& sp = split(s);
+  return m_jpeg ? sp.host_sources[static_cast<std::size_t>(3 * i + 1)] : m_h;
+}
+std::int64_t GpuDataCache::sample_width(io::Split s, std::int64_t i) const {
+  const Split& sp = split(s);
+  return m_jpeg ? sp.host_sources[static_cast<std::size_t>(3 * i + 2)] : m_w;
+}
 
 #ifdef RENAISSANCE_HAVE_CUDA
 
@@ -97,7 +146,8 @@ void GpuDataCache::reserve_scratch(std::int64_t batch, std::int64_t out_w) {
 }
 
 GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes) {
-  RN_CHECK_CTX(data.storage() == io::Storage::raw, data.path(), "the device cache holds raw stores only");
+  RN_CHECK_CTX(data.storage() == io::Storage::raw, data.path(),
+               "internal: the raw-store cache of a JPEG store (the JPEG constructor decodes it)");
   const io::SplitInfo& tr = data.info(io::Split::train);
   m_h = tr.height;
   m_w = tr.width;
@@ -112,11 +162,8 @@ GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes) {
     sp->n = data.size(s);
     const std::int64_t n = std::max<std::int64_t>(sp->n, 1);
     sp->images = static_cast<std::uint8_t*>(cuda::device_alloc(n * image_bytes, "the device dataset cache's images"));
-    sp->labels = static_cast<std::int32_t*>(cuda::device_alloc(n * 4, "the device dataset cache's labels"));
-    sp->table = static_cast<std::int32_t*>(
-        cuda::device_alloc(n * 4 * cuda::kGatherTableInts, "the device dataset cache's pass table"));
-    sp->cursor = static_cast<std::int32_t*>(cuda::device_alloc(16, "the device dataset cache's batch counter"));
-    m_bytes += n * (image_bytes + 4 + 4 * cuda::kGatherTableInts);
+    m_bytes += n * image_bytes;
+    allocate_split_tables(*sp);
     // Uploaded in pieces of about 256 MiB (one HDF5 hyperslab each), so the host holds no second copy of the set.
     const std::int64_t piece =
         std::max<std::int64_t>(1, (std::int64_t(256) << 20) / std::max<std::int64_t>(image_bytes, 1));
@@ -138,6 +185,88 @@ GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes) {
   m_capture_stream = cuda::stream_create();
 }
 
+void GpuDataCache::allocate_split_tables(Split& sp) {
+  const std::int64_t n = std::max<std::int64_t>(sp.n, 1);
+  sp.labels = static_cast<std::int32_t*>(cuda::device_alloc(n * 4, "the device dataset cache's labels"));
+  sp.table = static_cast<std::int32_t*>(
+      cuda::device_alloc(n * 4 * cuda::kGatherTableInts, "the device dataset cache's pass table"));
+  sp.cursor = static_cast<std::int32_t*>(cuda::device_alloc(16, "the device dataset cache's batch counter"));
+  m_bytes += n * (4 + 4 * cuda::kGatherTableInts) + 16;
+}
+
+GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes, GpuJpegInput& decoder, io::LoaderPool* pool,
+                           int decoders, std::int64_t decode_batch) {
+  RN_CHECK_CTX(data.storage() == io::Storage::jpeg, data.path(), "internal: the JPEG cache of a raw store");
+  m_jpeg = true;
+  m_c = data.channels();
+  m_capture_stream = cuda::stream_create();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (io::Split s : io::kAllSplits) {
+    auto sp = std::make_unique<Split>();
+    sp->n = data.size(s);
+    std::int64_t bytes = 0;
+    sp->host_sources = jpeg_layout(data, s, &bytes);
+    for (std::int64_t i = 0; i < sp->n; ++i) {
+      m_h = std::max(m_h, sp->host_sources[static_cast<std::size_t>(3 * i + 1)]);
+      m_w = std::max(m_w, sp->host_sources[static_cast<std::size_t>(3 * i + 2)]);
+    }
+    sp->images = static_cast<std::uint8_t*>(
+        cuda::device_alloc(std::max<std::int64_t>(bytes, 256), "the device dataset cache's decoded JPEG images"));
+    sp->sources = static_cast<std::int64_t*>(
+        cuda::device_alloc(std::max<std::int64_t>(sp->n, 1) * 3 * 8, "the device dataset cache's image table"));
+    m_bytes += std::max<std::int64_t>(bytes, 256) + std::max<std::int64_t>(sp->n, 1) * 3 * 8;
+    allocate_split_tables(*sp);
+    if (sp->n > 0) cuda::copy_h2d(sp->sources, sp->host_sources.data(), sp->n * 3 * 8);
+    // Decoded in stored order, a batch at a time (the decode-ahead: reading, nvJPEG and the copy overlap), each
+    // batch copied whole to where its images belong.
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(sp->n));
+    if (sp->n > 0) {
+      std::vector<std::int64_t> order(static_cast<std::size_t>(sp->n));
+      std::iota(order.begin(), order.end(), std::int64_t(0));
+      io::LoaderOptions lo;
+      lo.pool = pool;
+      lo.encoded = true;
+      io::BatchLoader loader(data, s, std::max<std::int64_t>(decode_batch, 1), std::move(order), {}, std::nullopt, lo);
+      decoder.begin(loader, s, decoders);
+      try {
+        while (auto b = decoder.next()) {
+          const std::int64_t first = b->first_position, k = b->count;
+          for (std::int64_t i = 0; i < k; ++i) {
+            const std::int32_t l = b->labels[i];
+            if (l < 0 || l >= num_classes)
+              throw Error(fmt::format("label {} of {} sample {} is outside [0, {})", l, io::split_name(s), first + i,
+                                      num_classes),
+                          data.path(), "the dataset's num_classes must match the model's classes");
+            labels[static_cast<std::size_t>(first + i)] = l;
+          }
+          const std::int64_t from = sp->host_sources[static_cast<std::size_t>(3 * first)];
+          const std::int64_t to =
+              first + k < sp->n ? sp->host_sources[static_cast<std::size_t>(3 * (first + k))] : bytes;
+          decoder.copy_current(sp->images + from, to - from, m_capture_stream);
+        }
+      } catch (...) {
+        decoder.end();
+        throw;
+      }
+      decoder.end();
+      cuda::stream_synchronize(m_capture_stream);
+      cuda::copy_h2d(sp->labels, labels.data(), sp->n * 4);
+    }
+    (s == io::Split::train ? m_train : m_val) = std::move(sp);
+  }
+  m_decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<std::uint8_t> GpuDataCache::image(io::Split s, std::int64_t i) const {
+  const Split& sp = split(s);
+  RN_CHECK(i >= 0 && i < sp.n, "internal: image {} of {}", i, sp.n);
+  const std::int64_t h = sample_height(s, i), w = sample_width(s, i);
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(h * w * m_c));
+  const std::int64_t at = m_jpeg ? sp.host_sources[static_cast<std::size_t>(3 * i)] : i * m_h * m_w * m_c;
+  cuda::copy_d2h(px.data(), sp.images + at, static_cast<std::int64_t>(px.size()));
+  return px;
+}
+
 GpuDataCache::~GpuDataCache() {
   m_graphs.clear();
   cuda::stream_destroy(m_capture_stream);
@@ -148,6 +277,7 @@ GpuDataCache::~GpuDataCache() {
     cuda::device_free(sp->labels);
     cuda::device_free(sp->table);
     cuda::device_free(sp->cursor);
+    cuda::device_free(sp->sources);
   }
 }
 
@@ -158,14 +288,15 @@ void GpuDataCache::prepare(io::Split s, int slot, std::int64_t batch, std::int64
   if (m_graphs.count(key)) return;
   RN_CHECK(d.dtype == DType::F32 || d.dtype == DType::F16, "the data buffer must be f32 or f16");
   RN_CHECK(m_c <= 16 && d.channels >= m_c, "data buffer of {} channels for images of {}", d.channels, m_c);
-  RN_CHECK(resample || (out_h == m_h && out_w == m_w), "internal: {}x{} images gathered into {}x{} as they are", m_h,
-           m_w, out_h, out_w);
+  RN_CHECK(resample || (out_h == m_h && out_w == m_w && !m_jpeg),
+           "internal: {}x{} images gathered into {}x{} as they are", m_h, m_w, out_h, out_w);
   const Split& sp = split(s);
   cuda::GatherParams p;
   p.images = sp.images;
-  p.h = m_h;
+  p.h = m_h;  // JPEG stores: the tallest image (the scratch's rows); each image's own size is in p.sources
   p.w = m_w;
   p.c = m_c;
+  p.sources = sp.sources;
   p.labels = sp.labels;
   p.table = sp.table;
   p.cursor = sp.cursor;
@@ -230,10 +361,12 @@ void GpuDataCache::begin_pass(io::Split s, const std::vector<std::int64_t>& orde
     if (g->resample) max_taps = std::min(max_taps, g->max_taps);
   }
   constexpr int K = cuda::kGatherTableInts;
+  RN_CHECK(geometry || !m_jpeg, "internal: a pass over a JPEG store's cache without geometry");
   sp.host_table.assign(order.size() * K + K, 0);
   for (std::size_t p = 0; p < order.size(); ++p) {
     std::int32_t* e = sp.host_table.data() + K * p;
     RN_CHECK(order[p] >= 0 && order[p] < sp.n, "internal: sample {} of {}", order[p], sp.n);
+    const std::int64_t ih = sample_height(s, order[p]), iw = sample_width(s, order[p]);
     io::SampleGeometry g;
     if (geometry) {
       g = (*geometry)[p];
@@ -241,13 +374,13 @@ void GpuDataCache::begin_pass(io::Split s, const std::vector<std::int64_t>& orde
       g.box_h = g.virt_h = static_cast<std::int32_t>(m_h);
       g.box_w = g.virt_w = static_cast<std::int32_t>(m_w);
     }
-    const bool whole = g.box_y == 0 && g.box_x == 0 && g.box_h == m_h && g.box_w == m_w && g.virt_h == m_h &&
-                       g.virt_w == m_w && g.top == 0 && g.left == 0;
+    const bool whole = g.box_y == 0 && g.box_x == 0 && g.box_h == ih && g.box_w == iw && g.virt_h == ih &&
+                       g.virt_w == iw && g.top == 0 && g.left == 0;
     RN_CHECK(whole || !plain, "internal: a resampled geometry for a gather captured without resampling");
     if (resample) {
-      RN_CHECK(g.box_y >= 0 && g.box_x >= 0 && g.box_h > 0 && g.box_w > 0 && g.box_y + g.box_h <= m_h &&
-                   g.box_x + g.box_w <= m_w && g.virt_h > 0 && g.virt_w > 0,
-               "internal: box {}x{} at ({}, {}) of a {}x{} image", g.box_h, g.box_w, g.box_y, g.box_x, m_h, m_w);
+      RN_CHECK(g.box_y >= 0 && g.box_x >= 0 && g.box_h > 0 && g.box_w > 0 && g.box_y + g.box_h <= ih &&
+                   g.box_x + g.box_w <= iw && g.virt_h > 0 && g.virt_w > 0,
+               "internal: box {}x{} at ({}, {}) of a {}x{} image", g.box_h, g.box_w, g.box_y, g.box_x, ih, iw);
       const int taps = std::max(taps_for(g.box_h, g.virt_h), taps_for(g.box_w, g.virt_w));
       if (taps > max_taps)
         throw Error(fmt::format("sample {} is resampled from {}x{} to {}x{}: a filter of {} taps, more than the {} "
@@ -278,6 +411,11 @@ struct GpuDataCache::Graph {};
 GpuDataCache::GpuDataCache(const io::DatasetFile& data, int) {
   RN_FAIL_CTX(data.path(), "the device dataset cache needs a build with CUDA");
 }
+GpuDataCache::GpuDataCache(const io::DatasetFile& data, int, GpuJpegInput&, io::LoaderPool*, int, std::int64_t) {
+  RN_FAIL_CTX(data.path(), "the device dataset cache needs a build with CUDA");
+}
+void GpuDataCache::allocate_split_tables(Split&) {}
+std::vector<std::uint8_t> GpuDataCache::image(io::Split, std::int64_t) const { return {}; }
 GpuDataCache::~GpuDataCache() = default;
 void GpuDataCache::prepare(io::Split, int, std::int64_t, std::int64_t, const Dest&, const float*, const float*,
                            std::int64_t, std::int64_t, bool) {}

@@ -7,7 +7,9 @@
 // gathers are CUDA graphs captured at start-up (one per split, slot and batch size; each reads and advances a
 // device-resident batch counter), replayed on the transfer stream in place of the TRANSFER graphs' host-to-device copy:
 // no host work per step beyond the replay. The result equals the host path (io::render_sample + normalize_images) bit
-// for bit.
+// for bit. A JPEG store decoded on the GPU (--decode gpu) is cached too: every image decoded once at start-up by
+// nvJPEG (gpu_jpeg.h), each kept at its own size, and each batch rendered from them as the batch-by-batch decode
+// renders it (the same kernel; MLPerf's ResNet-50 keeps its decoded images in a GPU cache the same way).
 #pragma once
 
 #include <renaissance/core/dtype.h>
@@ -22,7 +24,13 @@
 #include <tuple>
 #include <vector>
 
+namespace renaissance::io {
+class LoaderPool;
+}
+
 namespace renaissance::runtime {
+
+class GpuJpegInput;  // gpu_jpeg.h
 
 enum class DataCacheMode {
   automatic,  ///< the cache when the run can use it and the images fit in kDataCacheShare of the device's memory
@@ -41,7 +49,8 @@ inline constexpr std::int64_t kDataCacheHeadroom = std::int64_t(1) << 30;
 struct DataCacheRequest {
   DataCacheMode mode = DataCacheMode::automatic;
   bool gpu = false;          ///< the CUDA backend
-  bool raw_store = false;    ///< not a JPEG store (JPEG stores are decoded batch by batch, gpu_jpeg.h)
+  bool raw_store = false;    ///< not a JPEG store
+  bool jpeg_on_gpu = false;  ///< a JPEG store that nvJPEG decodes (--decode gpu): cached decoded, else not at all
   bool progressive = false;  ///< progressive resize (--start-resolution): its low-resolution variants
   std::int64_t bytes = 0;    ///< images, labels, pass tables and the resampling scratch
   std::int64_t free_bytes = -1, total_bytes = -1;  ///< the device's, after the arena (-1: unknown)
@@ -60,6 +69,14 @@ class GpuDataCache {
  public:
   /// Reads both splits of `data` (a raw store) and uploads them; labels are checked against [0, num_classes).
   GpuDataCache(const io::DatasetFile& data, int num_classes);
+  /// A JPEG store: reads both splits (on `pool`'s threads) and decodes every image once with `decoder`'s
+  /// decode-ahead on `decoders` threads (images nvJPEG cannot decode: on the CPU, counted by the decoder), each kept
+  /// at its own size (256-aligned), `decode_batch` images a decode; labels are checked as above. Every gather then
+  /// resamples.
+  GpuDataCache(const io::DatasetFile& data, int num_classes, GpuJpegInput& decoder, io::LoaderPool* pool, int decoders,
+               std::int64_t decode_batch = 256);
+  /// The device bytes a JPEG store's decoded images take (both splits, as the constructor above lays them out).
+  static std::int64_t jpeg_image_bytes(const io::DatasetFile& data);
   ~GpuDataCache();
   GpuDataCache(const GpuDataCache&) = delete;
   GpuDataCache& operator=(const GpuDataCache&) = delete;
@@ -89,16 +106,28 @@ class GpuDataCache {
   void launch(io::Split split, int slot, std::int64_t count, void* stream) const;
 
   std::int64_t bytes() const { return m_bytes; }
+  /// Raw stores: the images' size; JPEG stores: the tallest and the widest image's.
   std::int64_t height() const { return m_h; }
   std::int64_t width() const { return m_w; }
   std::int64_t channels() const { return m_c; }
+  bool jpeg() const { return m_jpeg; }
+  /// Stored sample i's height and width (JPEG stores: each its own).
+  std::int64_t sample_height(io::Split s, std::int64_t i) const;
+  std::int64_t sample_width(io::Split s, std::int64_t i) const;
+  /// Tests: stored sample i's pixels as cached (height x width x channels), downloaded.
+  std::vector<std::uint8_t> image(io::Split s, std::int64_t i) const;
+  /// The seconds the start-up decode of a JPEG store took (0 for raw stores).
+  double decode_seconds() const { return m_decode_s; }
 
  private:
   struct Split;
   struct Graph;
   Split& split(io::Split s);
   const Split& split(io::Split s) const;
+  void allocate_split_tables(Split& sp);
   std::int64_t m_h = 0, m_w = 0, m_c = 0, m_bytes = 0;
+  bool m_jpeg = false;
+  double m_decode_s = 0;
   std::unique_ptr<Split> m_train, m_val;
   void* m_capture_stream = nullptr;
   std::uint8_t* m_scratch = nullptr;

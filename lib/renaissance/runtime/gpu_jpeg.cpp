@@ -74,13 +74,13 @@ DecodeDecision decide_decode(DecodeMode mode, bool cuda_backend, bool jpeg_store
   if (mode == DecodeMode::cpu) return cpu("--decode cpu");
   if (!cuda_backend) return cpu("not the CUDA backend");
   if (!nvjpeg) return cpu("this build has no nvJPEG (configure with it: RENAISSANCE_NVJPEG, docs/build.md)");
-  // auto stays on the CPU: on the H200 (2026-12-03) ResNet-50 trains from a JPEG store at 92 % of `bench` with
-  // --decode gpu (nvJPEG's decode beside a step is still the limit), and two trainers of one process do not decode
-  // to the same bits (GpuJpeg.TrainsFromAJpegStore), so it is opt-in until it keeps pace and is reproducible.
+  // auto stays on the CPU: on the H200 ResNet-50 trains from a JPEG store at 97 % of `bench` with --decode gpu when
+  // the store is decoded once into the device cache (2026-12-04; 90-92 % batch by batch), but two trainers of one
+  // process did not always decode to the same bits there (GpuJpeg.TrainsFromAJpegStore failed on 2026-12-03, passed
+  // on 2026-12-04), so it is opt-in until that is understood.
   if (mode == DecodeMode::automatic)
     return cpu(
-        "--decode auto decodes on the CPU until the GPU path keeps pace with training and is bit-reproducible "
-        "(--decode gpu: nvJPEG)");
+        "--decode auto decodes on the CPU until the GPU path is known to be bit-reproducible (--decode gpu: nvJPEG)");
   d.gpu = true;
   return d;
 }
@@ -437,6 +437,22 @@ void GpuJpegInput::render_current(const std::vector<io::SampleGeometry>& geometr
   cuda::event_record(j->rendered, stream);
 }
 
+void GpuJpegInput::copy_current(std::uint8_t* dst, std::int64_t bytes, void* stream) {
+  Impl& I = *m_impl;
+  Job* j = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(I.mu);
+    RN_CHECK(I.active && I.held >= 0, "internal: copy_current() without a batch from next()");
+    j = &I.job(I.held);
+  }
+  RN_CHECK(!j->dec.offsets.empty() && j->dec.offsets.back() == bytes,
+           "internal: a decoded batch of {} bytes copied as {}", j->dec.offsets.empty() ? 0 : j->dec.offsets.back(),
+           bytes);
+  cuda::stream_wait_event(stream, j->decoded);
+  if (bytes > 0) cuda::copy_d2d_async(dst, j->dec.images, bytes, stream);
+  cuda::event_record(j->rendered, stream);
+}
+
 void GpuJpegInput::end() noexcept {
   Impl& I = *m_impl;
   if (!I.active) return;
@@ -676,6 +692,7 @@ void GpuJpegInput::begin(io::BatchLoader&, io::Split, int) {}
 std::optional<io::Batch> GpuJpegInput::next() { return std::nullopt; }
 void GpuJpegInput::render_current(const std::vector<io::SampleGeometry>&, const Dest&, const float*, const float*, int,
                                   void*) {}
+void GpuJpegInput::copy_current(std::uint8_t*, std::int64_t, void*) {}
 void GpuJpegInput::end() noexcept {}
 bool GpuJpegInput::ahead() const { return false; }
 GpuJpegInput::AheadStats GpuJpegInput::ahead_stats() const { return {}; }

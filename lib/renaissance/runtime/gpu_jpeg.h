@@ -92,6 +92,10 @@ class GpuJpegInput {
   /// decode_render for the batch next() returned, from its decoded images (the stream waits for their decode).
   void render_current(const std::vector<io::SampleGeometry>& geometry, const Dest& d, const float* mean,
                       const float* stddev, int slot, void* stream);
+  /// Copies the decoded images of the batch next() returned, as they lie in its buffer (image i at its 256-aligned
+  /// offset, the first at 0: `bytes` must be the buffer's used size), to device memory `dst` on `stream` (the stream
+  /// waits for their decode; the buffer is reused once the copy has run). The device cache's start-up decode.
+  void copy_current(std::uint8_t* dst, std::int64_t bytes, void* stream);
   /// Stops the pass's threads (after the decodes in flight) and waits for their streams; safe mid-pass, and a no-op
   /// when no pass is active.
   void end() noexcept;

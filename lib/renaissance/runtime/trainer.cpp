@@ -93,9 +93,11 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
                        I.startup.engines_cached, I.startup.engines_chosen, I.startup.engines_s,
                        I.startup.engines_legacy));
   }
-  log0(I.setup_cache());
-  log0(I.setup_jpeg());
+  const std::string decode_line = I.setup_jpeg();  // first: the cache of a JPEG store is decoded by it
+  const std::string cache_line = I.setup_cache();
+  if (!(I.cache && I.cache->jpeg())) log0(decode_line);  // else the cache's line says how it was decoded
   if (I.jpeg) log0(hardware_queue_warning());
+  log0(cache_line);
   const double t_init = now_s();
   if (opts.debug_arena_fill >= 0) I.ctx.fill_at(I.arena.base(), opts.debug_arena_fill & 0xFF, I.arena.bytes());
   I.init_weights();
@@ -449,15 +451,33 @@ std::string Trainer::Impl::setup_cache() {
   r.mode = opt.data_cache;
   r.gpu = opt.backend == Backend::CUDA;
   r.raw_store = data.storage() == io::Storage::raw;
+  r.jpeg_on_gpu = !r.raw_store && jpeg != nullptr;
   r.progressive = opt.start_resolution > 0 && opt.lowres_epochs > 0;
-  r.bytes = (tr.count + va.count) * (tr.height * tr.width * tr.channels + 52) +
-            std::max(train_batch, val_batch) * tr.height * model_w * tr.channels;
+  if (r.raw_store) {
+    r.bytes = (tr.count + va.count) * (tr.height * tr.width * tr.channels + 52) +
+              std::max(train_batch, val_batch) * tr.height * model_w * tr.channels;
+  } else if (r.jpeg_on_gpu) {  // the decoded images at their own sizes, their table, the tallest image's scratch
+    r.bytes = GpuDataCache::jpeg_image_bytes(data) + (tr.count + va.count) * (52 + 24) +
+              std::max(train_batch, val_batch) * std::max(tr.max_height, va.max_height) * model_w * tr.channels;
+  }
   if (r.gpu) device_memory_now(&r.free_bytes, &r.total_bytes);
   const DataCacheDecision d = decide_data_cache(r);
   if (!d.use)
     return opt.data_cache == DataCacheMode::off || !r.gpu ? std::string() : "data cache: off (" + d.reason + ")";
   const double t0 = now_s();
-  cache = std::make_unique<GpuDataCache>(data, static_cast<int>(plan.arch.num_classes));
+  std::string decoded;
+  if (r.jpeg_on_gpu) {
+    // Decoded once here; the batch-by-batch decoder (its nvJPEG state and ring of buffers) is not needed after.
+    cache = std::make_unique<GpuDataCache>(data, static_cast<int>(plan.arch.num_classes), *jpeg, pool.get(),
+                                           opt.gpu_decoders);
+    log_jpeg_fallbacks();
+    decoded = fmt::format(" (JPEG, decoded by nvJPEG in {:.2f} s: {}, {} decoder thread(s){})", cache->decode_seconds(),
+                          jpeg->backend(), opt.gpu_decoders,
+                          jpeg->cpu_fallbacks() ? fmt::format(", {} on the CPU", jpeg->cpu_fallbacks()) : "");
+    jpeg.reset();
+  } else {
+    cache = std::make_unique<GpuDataCache>(data, static_cast<int>(plan.arch.num_classes));
+  }
   // What each split's gathers render (the host loader's choices, loader_options): training resamples unless it
   // only shifts and flips a store of the model's size; validation unless the store has the model's size.
   const io::CropMode crop = opt.augmentation.crop;
@@ -486,16 +506,20 @@ std::string Trainer::Impl::setup_cache() {
     }
   }
   startup.data_cache_s = now_s() - t0;
+  const std::string size = cache->jpeg() ? fmt::format("up to {}x{}x{}", cache->height(), cache->width(), tr.channels)
+                                         : fmt::format("{}x{}x{}", tr.height, tr.width, tr.channels);
   return fmt::format(
-      "data cache: {} + {} images ({}x{}x{}, {}) on the device in {:.2f} s; batches are gathered{}, "
+      "data cache: {} + {} images ({}, {}) on the device in {:.2f} s{}; batches are gathered{}, "
       "shifted, flipped and normalised there",
-      tr.count, va.count, tr.height, tr.width, tr.channels, gib(cache->bytes()), startup.data_cache_s,
+      tr.count, va.count, size, gib(cache->bytes()), startup.data_cache_s, decoded,
       train_resamples ? ", cropped, resampled" : "");
 }
 
 void Trainer::Impl::begin_cached_pass(io::Split split, const std::vector<std::int64_t>& order, std::int64_t epoch,
                                       const std::vector<std::int64_t>* positions) {
   // The geometry the host loader's render would use (loader_options).
+  // (a JPEG store's, transfer_jpeg's: its images have no common size, so training crops them, centrally without
+  // a crop of the run's).
   io::AugmentSpec spec;
   if (split == io::Split::val) {
     if (stored_is_model_size) {  // a copy
@@ -507,6 +531,7 @@ void Trainer::Impl::begin_cached_pass(io::Split split, const std::vector<std::in
     Augmentation aug = opt.augmentation;
     if (aug.crop == io::CropMode::center && stored_is_model_size) aug.crop = io::CropMode::none;
     spec = train_spec(aug, model_h, model_w);
+    if (cache->jpeg() && spec.crop == io::CropMode::none) spec.crop = io::CropMode::center;
     if (!spec.random() && spec.crop == io::CropMode::none) {  // delivered as stored
       cache->begin_pass(split, order, nullptr);
       return;
@@ -517,7 +542,7 @@ void Trainer::Impl::begin_cached_pass(io::Split split, const std::vector<std::in
   const std::int64_t e = split == io::Split::train ? epoch : 0;
   for (std::size_t p = 0; p < order.size(); ++p)
     geom[p] = io::sample_geometry(spec, seed, e, positions ? (*positions)[p] : static_cast<std::int64_t>(p),
-                                  img_h_stored(), img_w_stored());
+                                  cache->sample_height(split, order[p]), cache->sample_width(split, order[p]));
   cache->begin_pass(split, order, &geom);
 }
 

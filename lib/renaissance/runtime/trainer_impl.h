@@ -150,13 +150,12 @@ struct Trainer::Impl {
   /// The device-resident dataset cache (gpu_input.h), when --data-cache lets the run use one: batches are gathered
   /// on the GPU instead of loaded, staged and copied.
   std::unique_ptr<GpuDataCache> cache;
-  /// Decides on the cache, uploads the dataset and captures its gathers (start-up); returns a line for the log.
+  /// Decides on the cache, uploads the dataset (a JPEG store: decodes it with `jpeg`, then drops the decoder) and
+  /// captures its gathers (start-up); returns a line for the log.
   std::string setup_cache();
   /// Starts a pass of the cache over `split`; training passes get each position's shift and flip.
   void begin_cached_pass(io::Split split, const std::vector<std::int64_t>& order, std::int64_t epoch,
                          const std::vector<std::int64_t>* positions);
-  std::int64_t img_h_stored() const { return data.info(io::Split::train).height; }
-  std::int64_t img_w_stored() const { return data.info(io::Split::train).width; }
   /// The cache's gather of the pass's next batch into slot `s`, on the transfer stream (in place of stage + transfer).
   void transfer_cached(io::Split split, int s, std::int64_t count) {
     session->transfer(env, s, [&] { cache->launch(split, s, count, env.stream); });
