@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fashion-MNIST recipe sweep on the GPU machine (issue 12's recipe, recipes/fmnist-resnet18.yaml): trains the recipe
+# with each ';'-separated set of extra arguments in VARIANTS for each seed in SEEDS, JOBS at a time on the one GPU
+# (the engine cache is filled by a first run alone, so every run uses the same engines), and prints one line per
+# run: variant, seed, final val_top1 (and ema_val_top1 with --ema), wall seconds. Needs build-gpu (gpu_session.sh)
+# and Fashion-MNIST's idx.gz files in data/cache/fashion-mnist (carried).
+#   VARIANTS="--lr 0.3;--epochs 11" SEEDS="0 1 2" scripts/bench/fmnist_sweep.sh
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+RN=build-gpu/app/renaissance
+[[ -e data/fashion-mnist.h5 ]] ||
+  $RN data import fashion-mnist --src data/cache/fashion-mnist --out data/fashion-mnist.h5 >/dev/null || exit 1
+$RN train --config recipes/fmnist-resnet18.yaml --epochs 1 >/dev/null 2>&1  # fills the engine cache
+IFS=';' read -r -a variants <<<"${VARIANTS:- }"
+run() {  # variant index, seed
+  local extra=${variants[$1]} log="$OUT/sweep-$1-$2.log" t0=$SECONDS
+  # shellcheck disable=SC2086
+  $RN train --config recipes/fmnist-resnet18.yaml --seed "$2" $extra --metrics "$log.jsonl" >"$log" 2>&1
+  python3 - "$log.jsonl" "$extra" "$2" "$((SECONDS - t0))" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+last = rows[-1]
+ema = f"  ema {last['ema_val_top1']:.4f}" if "ema_val_top1" in last else ""
+print(f"[{sys.argv[2].strip() or 'recipe'}] seed {sys.argv[3]}: val_top1 {last['val_top1']:.4f}{ema}  "
+      f"epochs {len(rows)}  ~{sys.argv[4]} s (shared GPU)")
+PY
+}
+n=0
+for v in "${!variants[@]}"; do
+  for s in ${SEEDS:-0 1 2}; do
+    run "$v" "$s" &
+    n=$((n + 1))
+    ((n % ${JOBS:-4} == 0)) && wait
+  done
+done
+wait
