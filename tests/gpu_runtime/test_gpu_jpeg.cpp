@@ -92,6 +92,13 @@ class GpuJpeg : public ::testing::Test {
   void TearDown() override {
     if (!dir.empty()) fs::remove_all(dir);
   }
+  /// The RGB images nvJPEG decodes (baseline and progressive), the cases most tests run.
+  std::vector<const Case*> rgb_cases() const {
+    std::vector<const Case*> out;
+    for (const Case& k : cases)
+      if (k.c == 3 && (k.kind == "ok" || k.kind == "progressive")) out.push_back(&k);
+    return out;
+  }
   const Case& get(const std::string& name) const {
     for (const Case& k : cases)
       if (k.name == name) return k;
@@ -163,9 +170,7 @@ std::vector<std::uint8_t> download_decoded(const runtime::GpuJpegInput& in, std:
 // nvJPEG's batched decode of baseline 4:2:0, 4:4:4, 4:2:2, odd sizes and a progressive JPEG (which the hardware
 // engines refuse: the default backend takes it) against Pillow's decode, within the tolerance above.
 TEST_F(GpuJpeg, BatchedDecodeMatchesPillow) {
-  std::vector<const Case*> rgb;
-  for (const Case& k : cases)
-    if (k.c == 3 && (k.kind == "ok" || k.kind == "progressive")) rgb.push_back(&k);
+  const std::vector<const Case*> rgb = rgb_cases();
   ASSERT_GE(rgb.size(), 5u);
   runtime::GpuJpegInput in(3, "cases");
   std::printf("[ decode ] nvJPEG backend: %s\n", in.backend());
@@ -202,9 +207,7 @@ TEST_F(GpuJpeg, BatchedDecodeMatchesPillow) {
 // FP32) equals the CPU path applied to the pixels nvJPEG decoded, bit for bit, and the CPU path applied to Pillow's
 // pixels within the decoders' tolerance.
 TEST_F(GpuJpeg, DecodeAndRenderMatchTheCpuPath) {
-  std::vector<const Case*> rgb;
-  for (const Case& k : cases)
-    if (k.c == 3 && (k.kind == "ok" || k.kind == "progressive")) rgb.push_back(&k);
+  const std::vector<const Case*> rgb = rgb_cases();
   const io::EncodedBatch b = batch_of(rgb);
   const std::int64_t n = b.count();
   void* stream = cuda::stream_create();
@@ -330,9 +333,7 @@ std::string write_store(const fs::path& dir, const std::vector<const Case*>& ks,
 // batches and begun again: bit for bit (the JPEG engines with several threads: within 0.25 levels, see below); a
 // corrupt image is rethrown by next() for its own batch, naming the sample, after the batches before it were delivered.
 TEST_F(GpuJpeg, DecodeAheadEqualsTheSynchronousPath) {
-  std::vector<const Case*> rgb;
-  for (const Case& k : cases)
-    if (k.c == 3 && (k.kind == "ok" || k.kind == "progressive")) rgb.push_back(&k);
+  const std::vector<const Case*> rgb = rgb_cases();
   const std::int64_t count = 23, batch = 4, out = 48, out_c = 8, sample = out * out * out_c * 2;
   const std::string path = write_store(dir, rgb, count);
   const io::DatasetFile file(path);
@@ -497,9 +498,7 @@ TEST_F(GpuJpeg, DecodeAheadEqualsTheSynchronousPath) {
 // flips, FP16 into 8 channels, a partial last batch) equal io::render_sample + normalize_images of the cached pixels
 // bit for bit, labels included.
 TEST_F(GpuJpeg, TheDeviceCacheHoldsTheDecodedStore) {
-  std::vector<const Case*> rgb;
-  for (const Case& k : cases)
-    if (k.c == 3 && (k.kind == "ok" || k.kind == "progressive")) rgb.push_back(&k);
+  const std::vector<const Case*> rgb = rgb_cases();
   const std::int64_t count = 23, batch = 4, out = 48, out_c = 8, sample = out * out * out_c * 2;
   const std::string path = write_store(dir, rgb, count);
   const io::DatasetFile file(path);
