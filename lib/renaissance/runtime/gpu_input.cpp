@@ -386,7 +386,9 @@ void GpuDataCache::begin_pass(io::Split s, const std::vector<std::int64_t>& orde
         throw Error(fmt::format("sample {} is resampled from {}x{} to {}x{}: a filter of {} taps, more than the {} "
                                 "the device cache's render allows",
                                 order[p], g.box_h, g.box_w, g.virt_h, g.virt_w, taps, max_taps),
-                    "--data-cache", "--data-cache off renders it on the host; or import the store at a smaller --size");
+                    "--data-cache",
+                    m_jpeg ? "--data-cache off renders it batch by batch; or import the store with a smaller --max-side"
+                           : "--data-cache off renders it on the host; or import the store at a smaller --size");
     }
     e[0] = static_cast<std::int32_t>(order[p]);
     const std::int32_t f[11] = {g.box_y, g.box_x, g.box_h,   g.box_w,   g.virt_h, g.virt_w,
