@@ -80,6 +80,10 @@ struct GpuDataCache::Split {
   // JPEG stores: image i at byte offset sources[3i], sources[3i+1] x sources[3i+2] (h x w) x c (kernels/cuda/augment.h)
   std::int64_t* sources = nullptr;
   std::vector<std::int64_t> host_sources;
+  Split() = default;
+  Split(const Split&) = delete;
+  Split& operator=(const Split&) = delete;
+  ~Split();  // frees the device memory (also when a constructor of the cache fails half-way)
 };
 
 namespace {
@@ -200,6 +204,14 @@ GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes, GpuJpeg
   m_jpeg = true;
   m_c = data.channels();
   m_capture_stream = cuda::stream_create();
+  // A constructor that throws runs no destructor: the splits made so far free themselves, the stream is freed here.
+  struct StreamGuard {
+    void*& stream;
+    bool armed = true;
+    ~StreamGuard() {
+      if (armed) cuda::stream_destroy(stream);
+    }
+  } guard{m_capture_stream};
   const auto t0 = std::chrono::steady_clock::now();
   for (io::Split s : io::kAllSplits) {
     auto sp = std::make_unique<Split>();
@@ -255,6 +267,7 @@ GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes, GpuJpeg
     (s == io::Split::train ? m_train : m_val) = std::move(sp);
   }
   m_decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  guard.armed = false;
 }
 
 std::vector<std::uint8_t> GpuDataCache::image(io::Split s, std::int64_t i) const {
@@ -267,18 +280,19 @@ std::vector<std::uint8_t> GpuDataCache::image(io::Split s, std::int64_t i) const
   return px;
 }
 
+GpuDataCache::Split::~Split() {
+  cuda::device_free(images);
+  cuda::device_free(labels);
+  cuda::device_free(table);
+  cuda::device_free(cursor);
+  cuda::device_free(sources);
+}
+
 GpuDataCache::~GpuDataCache() {
   m_graphs.clear();
   cuda::stream_destroy(m_capture_stream);
   cuda::device_free(m_scratch);
-  for (Split* sp : {m_train.get(), m_val.get()}) {
-    if (!sp) continue;
-    cuda::device_free(sp->images);
-    cuda::device_free(sp->labels);
-    cuda::device_free(sp->table);
-    cuda::device_free(sp->cursor);
-    cuda::device_free(sp->sources);
-  }
+  // m_train and m_val free their own device memory.
 }
 
 void GpuDataCache::prepare(io::Split s, int slot, std::int64_t batch, std::int64_t count, const Dest& d,
@@ -410,6 +424,7 @@ void GpuDataCache::launch(io::Split s, int slot, std::int64_t count, void* strea
 #else  // CPU-only build
 
 struct GpuDataCache::Graph {};
+GpuDataCache::Split::~Split() = default;
 GpuDataCache::GpuDataCache(const io::DatasetFile& data, int) {
   RN_FAIL_CTX(data.path(), "the device dataset cache needs a build with CUDA");
 }
