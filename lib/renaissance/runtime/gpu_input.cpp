@@ -101,10 +101,17 @@ std::vector<std::int64_t> jpeg_layout(const io::DatasetFile& data, io::Split s, 
     src[static_cast<std::size_t>(3 * i)] = at;
     src[static_cast<std::size_t>(3 * i + 1)] = h;
     src[static_cast<std::size_t>(3 * i + 2)] = w;
-    at += (h * w * c + 255) & ~std::int64_t(255);
+    at += decoded_image_bytes(h, w, c);
   }
   *bytes = at;
   return src;
+}
+
+/// Labels must name one of the model's classes (both cache constructors check every label they upload).
+void check_label(std::int32_t label, io::Split s, std::int64_t i, int num_classes, const std::string& path) {
+  if (label < 0 || label >= num_classes)
+    throw Error(fmt::format("label {} of {} sample {} is outside [0, {})", label, io::split_name(s), i, num_classes),
+                path, "the dataset's num_classes must match the model's classes");
 }
 }  // namespace
 
@@ -177,10 +184,7 @@ GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes) {
       const std::int64_t k = std::min(piece, sp->n - a);
       data.read(s, a, k, images.data(), labels.data());
       for (std::int64_t i = 0; i < k; ++i)
-        if (labels[static_cast<std::size_t>(i)] < 0 || labels[static_cast<std::size_t>(i)] >= num_classes)
-          throw Error(fmt::format("label {} of {} sample {} is outside [0, {})", labels[static_cast<std::size_t>(i)],
-                                  s == io::Split::train ? "train" : "val", a + i, num_classes),
-                      data.path(), "the dataset's num_classes must match the model's classes");
+        check_label(labels[static_cast<std::size_t>(i)], s, a + i, num_classes, data.path());
       cuda::copy_h2d(sp->images + a * image_bytes, images.data(), k * image_bytes);
       cuda::copy_h2d(sp->labels + a, labels.data(), k * 4);
     }
@@ -244,12 +248,8 @@ GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes, GpuJpeg
         while (auto b = decoder.next()) {
           const std::int64_t first = b->first_position, k = b->count;
           for (std::int64_t i = 0; i < k; ++i) {
-            const std::int32_t l = b->labels[i];
-            if (l < 0 || l >= num_classes)
-              throw Error(fmt::format("label {} of {} sample {} is outside [0, {})", l, io::split_name(s), first + i,
-                                      num_classes),
-                          data.path(), "the dataset's num_classes must match the model's classes");
-            labels[static_cast<std::size_t>(first + i)] = l;
+            check_label(b->labels[i], s, first + i, num_classes, data.path());
+            labels[static_cast<std::size_t>(first + i)] = b->labels[i];
           }
           const std::int64_t from = sp->host_sources[static_cast<std::size_t>(3 * first)];
           const std::int64_t to =

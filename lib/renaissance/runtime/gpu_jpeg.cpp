@@ -139,10 +139,7 @@ struct Decoder {
     for (std::int64_t i = 0; i < n; ++i)
       dec.offsets[static_cast<std::size_t>(i) + 1] =
           dec.offsets[static_cast<std::size_t>(i)] +
-          ((static_cast<std::int64_t>(b.heights[static_cast<std::size_t>(i)]) * b.widths[static_cast<std::size_t>(i)] *
-                c +
-            255) &
-           ~std::int64_t(255));  // 256-byte aligned images
+          decoded_image_bytes(b.heights[static_cast<std::size_t>(i)], b.widths[static_cast<std::size_t>(i)], c);
     grow_device(&dec.images, &dec.bytes, dec.offsets.back(), stream, "the decoded JPEG images of a batch");
     ptrs.resize(static_cast<std::size_t>(n));
     sizes.resize(static_cast<std::size_t>(n));

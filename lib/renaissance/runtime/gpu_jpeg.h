@@ -46,6 +46,12 @@ struct DecodeDecision {
 /// GPU unless --decode cpu; --decode gpu where that is impossible is an Error saying why.
 DecodeDecision decide_decode(DecodeMode mode, bool cuda_backend, bool jpeg_store, bool nvjpeg);
 
+/// The device bytes one decoded image takes in a batch (and in the device cache, which keeps nvJPEG's layout):
+/// h x w x c rounded up to 256.
+inline std::int64_t decoded_image_bytes(std::int64_t h, std::int64_t w, std::int64_t c) {
+  return (h * w * c + 255) & ~std::int64_t(255);
+}
+
 /// The GPU decode + render of JPEG batches (GPU builds with nvJPEG; constructing one elsewhere is an error).
 class GpuJpegInput {
  public:
