@@ -157,11 +157,11 @@ void run_bench(const BenchCli& c) {
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
     j.kv("ranks", r.ranks).kv("images_per_s_per_rank", per_rank);
     j.kv("arena_bytes", r.arena_bytes).kv("captures", r.captures).kv("host_peak_bytes", host_peak);
-    j.kv("deterministic", t.deterministic).kv("conv_api", c.gpu.conv_api);
+    j.kv("deterministic", t.deterministic).kv("conv_api", c.gpu.conv_api).kv("own_kernels", t.own_kernels != 0);
     j.kv("startup_s", startup_s).kv("startup_compile_s", startup.compile_s).kv("startup_engines_s", startup.engines_s);
     j.kv("startup_capture_s", startup.capture_s).kv("startup_init_s", startup.init_s);
     j.kv("engines_cached", startup.engines_cached).kv("engines_chosen", startup.engines_chosen);
-    j.kv("engines_legacy", startup.engines_legacy);
+    j.kv("engines_legacy", startup.engines_legacy).kv("engines_own", startup.engines_own);
     if (device_used >= 0) j.kv("device_used_bytes", device_used);
     if (c.profile) {
       j.kv("profile_steps", prof.steps).kv("profile_total_ms_per_step", prof.total_ms_per_step);
@@ -186,11 +186,13 @@ void run_bench(const BenchCli& c) {
               static_cast<double>(r.arena_bytes) / (1 << 20), static_cast<long long>(r.captures));
   if (device_used >= 0) std::printf("   device memory in use %.1f MiB", static_cast<double>(device_used) / (1 << 20));
   std::printf("   host peak RSS %.1f MiB\n", static_cast<double>(host_peak) / (1 << 20));
-  std::printf("  start-up %.2f s: compile %.3f s, engines %.2f s (%lld from the cache, %lld chosen, %lld on the legacy "
-              "API), capture %.2f s, init %.2f s%s\n",
-              startup_s, startup.compile_s, startup.engines_s, static_cast<long long>(startup.engines_cached),
-              static_cast<long long>(startup.engines_chosen), static_cast<long long>(startup.engines_legacy),
-              startup.capture_s, startup.init_s, t.deterministic ? "" : "  (--deterministic off)");
+  std::printf(
+      "  start-up %.2f s: compile %.3f s, engines %.2f s (%lld from the cache, %lld chosen, %lld on the legacy "
+      "API, %lld on own kernels), capture %.2f s, init %.2f s%s\n",
+      startup_s, startup.compile_s, startup.engines_s, static_cast<long long>(startup.engines_cached),
+      static_cast<long long>(startup.engines_chosen), static_cast<long long>(startup.engines_legacy),
+      static_cast<long long>(startup.engines_own), startup.capture_s, startup.init_s,
+      t.deterministic ? "" : "  (--deterministic off)");
   if (!c.profile) return;
   std::printf("\nprofile: %lld steps run node by node (un-captured; launch gaps included: for where the time goes, "
               "not throughput)\n",

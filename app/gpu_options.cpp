@@ -24,11 +24,17 @@ void GpuOptions::add_to(CLI::App& cmd) {
                  "graph (graph API only), legacy (legacy API only, for comparisons)")
       ->check(CLI::IsMember({"auto", "graph", "legacy"}))
       ->capture_default_str();
+  cmd.add_option("--own-kernels", own_kernels,
+                 "GPU: on: the own depthwise convolution kernels are timed beside cuDNN's engines and kept where "
+                 "faster (with --conv-api auto); off: cuDNN only")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 void GpuOptions::apply(runtime::TrainOptions& t, const std::string& run_dir) const {
   t.deterministic = deterministic == "on";
   t.conv_api = conv_api == "graph" ? 1 : conv_api == "legacy" ? 2 : 0;
+  t.own_kernels = own_kernels == "on" ? 1 : 0;
   RN_CHECK(!engine_cache.empty(), "--engine-cache needs a path, auto or off");
   if (engine_cache == "off")
     t.engine_cache.clear();

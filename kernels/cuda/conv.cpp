@@ -1,6 +1,7 @@
 #include <kernels/cuda/conv.h>
 
 #include <kernels/cuda/conv_graph.h>
+#include <kernels/cuda/depthwise.h>
 #include <kernels/cuda/dnn_bias.h>
 #include <kernels/cuda/engine_cache.h>
 
@@ -372,6 +373,32 @@ struct ConvOp::Impl {
     return b;
   }
 
+  DepthwiseSpec depthwise_spec() const {
+    DepthwiseSpec d;
+    d.x = spec.x, d.y = spec.y, d.x_cs = x_cs, d.y_cs = y_cs, d.dtype = spec.dtype;
+    const ConvParams& p = spec.params;
+    d.kernel_h = p.kernel_h, d.kernel_w = p.kernel_w, d.stride_h = p.stride_h, d.stride_w = p.stride_w;
+    d.pad_h = p.pad_h, d.pad_w = p.pad_w;
+    return d;
+  }
+  /// The own kernels cover the depthwise forward and data gradient (not the weight gradient: a reduction).
+  bool own_covers(int v) const {
+    return pass_of(v) != ConvPass::BackwardFilter && spec.params.groups == spec.x.c && !spec.force_staging &&
+           depthwise_unsupported(depthwise_spec()).empty();
+  }
+  EngineChoice own_choice(float ms) const {
+    EngineChoice c;
+    c.api = EngineChoice::Api::Own;
+    c.deterministic = true;
+    c.time_ms = ms;
+    return c;
+  }
+  void run_own(int v, cudaStream_t stream, const void* x, const void* w, const void* y, bool accumulate) const {
+    if (pass_of(v) == ConvPass::Forward)
+      depthwise_forward(stream, depthwise_spec(), x, w, const_cast<void*>(y));
+    else
+      depthwise_backward_data(stream, depthwise_spec(), y, w, const_cast<void*>(x), accumulate);
+  }
   std::string signature() const {
     const ConvSpec& s = spec;
     const ConvParams& p = s.params;
@@ -428,6 +455,10 @@ struct ConvOp::Impl {
                 float beta) const {
     const Variant& x_ = var[v];
     const ConvPass p = pass_of(v);
+    if (x_.choice.api == EngineChoice::Api::Own) {
+      run_own(v, stream, x, w, y, beta != 0.0f);
+      return;
+    }
     handles->set_stream(stream);
     if (x_.choice.api == EngineChoice::Api::Graph) {
       x_.graph->execute(handles->cudnn(), x_.plan, x, w, y, engine_ws);
@@ -604,10 +635,39 @@ struct ConvOp::Impl {
     return true;
   }
 
+  /// After cuDNN's choice for variant v (`cudnn_ok`: there is one): the own kernel replaces it where it covers the
+  /// pass and is faster by more than timing noise (or cuDNN has nothing). Untimed, cuDNN's choice stays.
+  bool consider_own(int v, const Setup& st, bool cudnn_ok) {
+    Variant& x = var[v];
+    const bool timing = st.can_time && st.how.time;
+    if (!timing) {
+      if (!cudnn_ok) x.choice = own_choice(-1.0f);
+      return true;
+    }
+    const float ms = median_ms([&] { run_own(v, nullptr, st.t.x, st.t.w, st.t.y, accumulates(v)); });
+    if (!cudnn_ok || (x.choice.time_ms >= 0 && ms < x.choice.time_ms * kMinGain)) {
+      const float theirs = cudnn_ok ? x.choice.time_ms : -1.0f;
+      x.choice = own_choice(ms);
+      x.graph.reset();
+      x.plan = -1;
+      x.note = cudnn_ok ? fmt::format(" [cuDNN's choice took {:.3f} ms]", theirs) : x.note;
+    }
+    return true;
+  }
+
   /// A cached choice made real: the graph plan rebuilt from its engine and knobs, or the legacy algorithm set.
   bool adopt(int v, const EngineChoice& c, const Setup& st, bool deterministic, std::string* why) {
     Variant& x = var[v];
     const ConvPass p = pass_of(v);
+    if (c.api == EngineChoice::Api::Own) {
+      if (!own_covers(v)) {
+        *why = "the own kernel does not cover this pass";
+        return false;
+      }
+      x.choice = c;
+      x.choice.workspace = 0;
+      return true;
+    }
     if (c.api == EngineChoice::Api::Legacy) {
       for (int other : {1, 2, 3, 4})  // the accumulate variants of a pass share its legacy descriptor
         if (other != v && pass_of(other) == p && var[other].has && var[other].choice.api == EngineChoice::Api::Legacy &&
@@ -794,7 +854,13 @@ void ConvOp::choose(DnnHandles& handles, void* workspace_ptr, std::size_t worksp
     if (!(passes & bit_of(v))) continue;  // a pass this node never runs needs no engine
     Impl::Variant& var = s.var[v];
     var = Impl::Variant{};
-    const std::string key = fmt::format("{} {}{}", base, pass_name(pass_of(v)), accumulates(v) ? " acc" : "");
+    // Passes the own kernels cover are keyed apart ("own=dw1": this kernel version), so a cache written before
+    // they existed, or with them off, never decides for them.
+    const bool own = how.own != OwnKernels::Off && how.engine == ConvEngine::Auto && s.own_covers(v);
+    const std::string key = fmt::format("{} {}{}{}", base, pass_name(pass_of(v)), accumulates(v) ? " acc" : "",
+                                        !own                            ? ""
+                                        : how.own == OwnKernels::Always ? " own=always"
+                                                                        : " own=dw1");
     std::string why;
     if (auto hit = cache.find(key); hit && s.adopt(v, *hit, st, how.deterministic, &why)) {
       var.has = true;
@@ -804,13 +870,20 @@ void ConvOp::choose(DnnHandles& handles, void* workspace_ptr, std::size_t worksp
     cache.count(false);
     std::string notes;
     if (!why.empty()) notes = fmt::format(" [cached choice not usable: {}]", why);
-    bool ok = how.engine != ConvEngine::Legacy && s.choose_graph(v, st, how.deterministic, &notes);
-    if (!ok && how.engine != ConvEngine::Graph) {
-      ok = s.choose_legacy(v, st, how.deterministic, &notes);
-      if (ok && how.engine == ConvEngine::Auto) {
-        var.choice.fallback = true;
-        var.note = notes;
+    bool ok = false;
+    if (own && how.own == OwnKernels::Always) {
+      var.choice = s.own_choice(-1.0f);
+      ok = true;
+    } else {
+      ok = how.engine != ConvEngine::Legacy && s.choose_graph(v, st, how.deterministic, &notes);
+      if (!ok && how.engine != ConvEngine::Graph) {
+        ok = s.choose_legacy(v, st, how.deterministic, &notes);
+        if (ok && how.engine == ConvEngine::Auto) {
+          var.choice.fallback = true;
+          var.note = notes;
+        }
       }
+      if (own) ok = s.consider_own(v, st, ok);
     }
     if (ok && var.note.empty() && !why.empty()) var.note = fmt::format(" [cached choice not usable: {}]", why);
     if (!why.empty()) cache.reject(fmt::format("{}: {}", key, why));
@@ -845,12 +918,18 @@ bool ConvOp::uses_graph(ConvPass pass, bool accumulate) const {
   return m->chosen && v.has && v.choice.api == EngineChoice::Api::Graph;
 }
 
+bool ConvOp::uses_own(ConvPass pass, bool accumulate) const {
+  const Impl::Variant& v = m->var[variant_of(pass, accumulate)];
+  return m->chosen && v.has && v.choice.api == EngineChoice::Api::Own;
+}
+
 std::string ConvOp::engine_label(ConvPass pass, bool accumulate) const {
   const int vi = variant_of(pass, accumulate);
   const Impl::Variant& v = m->var[vi];
   if (!m->chosen || !v.has) return "not chosen";
   const EngineChoice& c = v.choice;
   if (c.api == EngineChoice::Api::Graph) return fmt::format("graph {}{}", c.graph.name, c.staged ? " staged" : "");
+  if (c.api == EngineChoice::Api::Own) return "own depthwise";
   return fmt::format("legacy {}{}{}", algo_name(pass, c.algo), c.staged ? " staged" : "",
                      c.fallback ? " (fallback)" : "");
 }

@@ -5,7 +5,9 @@
 // Engines (DESIGN §11 lever 5): each pass runs through cuDNN's graph API (cudnn-frontend, conv_graph.h): the
 // engine configurations of cuDNN's heuristics, restricted by the numerics rules and the determinism setting, the
 // best few built and timed once on the real shapes, the fastest kept. cuDNN's legacy cudnnConvolution* API is the
-// fallback for a pass no graph plan supports (describe() and the profile say which). Choices are remembered in the
+// fallback for a pass no graph plan supports (describe() and the profile say which). Depthwise forward and data
+// gradient passes also time the project's own kernels (depthwise.h, deterministic) and keep them where they are
+// faster than cuDNN's choice. Choices are remembered in the
 // EngineCache (engine_cache.h) per shape, GPU and library version, so identical layers share one timing and a
 // saved cache makes the next start-up choose the same engines without timing again.
 //
@@ -72,10 +74,18 @@ struct ConvTensors {
   void* y = nullptr;
 };
 
+/// Whether choose() considers the own kernels (depthwise.h) for the passes they cover.
+enum class OwnKernels : std::uint8_t {
+  Timed,   ///< timed beside cuDNN's choice, the faster kept (with ConvEngine::Auto only; untimed: cuDNN's choice)
+  Off,     ///< cuDNN only
+  Always,  ///< wherever they cover the pass, without timing (tests)
+};
+
 /// How choose() picks.
 struct ConvChoose {
   bool deterministic = true;           ///< only engines cuDNN marks deterministic
   ConvEngine engine = ConvEngine::Auto;
+  OwnKernels own = OwnKernels::Timed;
   bool time = true;                    ///< time the best candidates (false: the heuristics' first that builds)
   /// Tensors to time on. Null: carved from the front of the setup workspace (see find_scratch_bytes); when they do
   /// not fit, nothing is timed.
@@ -127,6 +137,8 @@ class ConvOp {
   std::string engine_label(ConvPass pass, bool accumulate = false) const;
   /// True when the pass (variant) runs through the graph API.
   bool uses_graph(ConvPass pass, bool accumulate = false) const;
+  /// True when the pass (variant) runs the own kernel (depthwise.h).
+  bool uses_own(ConvPass pass, bool accumulate = false) const;
 
   /// y = conv(x, w) + bias. `w` [out][kh][kw][in/groups] in the op's dtype; `bias` FP32 [out] or null.
   /// y's padding channels are not written.

@@ -6,7 +6,8 @@ set(RENAISSANCE_DNN_CXX_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/engine_cache.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fc.cpp)
 set(RENAISSANCE_DNN_CUDA_SOURCES
-  ${CMAKE_CURRENT_LIST_DIR}/dnn_bias.cu)
+  ${CMAKE_CURRENT_LIST_DIR}/dnn_bias.cu
+  ${CMAKE_CURRENT_LIST_DIR}/depthwise.cu)
 target_sources(renaissance_kernels_cuda PRIVATE ${RENAISSANCE_DNN_CXX_SOURCES} ${RENAISSANCE_DNN_CUDA_SOURCES})
 # Warnings on for these files (the library target itself does not link renaissance_warnings).
 set_source_files_properties(${RENAISSANCE_DNN_CXX_SOURCES} PROPERTIES COMPILE_OPTIONS "-Wall;-Wextra")

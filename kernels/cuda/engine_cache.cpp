@@ -49,10 +49,20 @@ bool to_float(const std::string& s, float* v) {
   return true;
 }
 
+const char* api_name(EngineChoice::Api a) {
+  switch (a) {
+    case EngineChoice::Api::Graph: return "graph";
+    case EngineChoice::Api::Legacy: return "legacy";
+    case EngineChoice::Api::Own: return "own";
+  }
+  return "?";
+}
+
 }  // namespace
 
 std::string EngineChoice::str() const {
   std::string s = api == Api::Graph ? fmt::format("graph {}", graph.name.empty() ? "?" : graph.name)
+                  : api == Api::Own ? std::string("own depthwise")
                                     : fmt::format("legacy algo {}{}", algo, fallback ? " (fallback)" : "");
   if (staged) s += " staged";
   if (time_ms >= 0) s += fmt::format(" ({:.3f} ms)", time_ms);
@@ -130,10 +140,9 @@ std::string EngineCache::serialize() const {
   for (const auto& [key, c] : m_entries) {
     std::string knobs;
     for (const auto& [t, v] : c.graph.knobs) knobs += fmt::format("{}{}={}", knobs.empty() ? "" : ",", t, v);
-    out += fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n", key,
-                       c.api == EngineChoice::Api::Graph ? "graph" : "legacy", c.staged ? 1 : 0, c.graph.engine,
-                       knobs.empty() ? "-" : knobs, c.graph.name.empty() ? "-" : c.graph.name, c.algo, c.math,
-                       c.deterministic ? 1 : 0, c.time_ms, c.workspace, c.fallback ? 1 : 0);
+    out += fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n", key, api_name(c.api), c.staged ? 1 : 0,
+                       c.graph.engine, knobs.empty() ? "-" : knobs, c.graph.name.empty() ? "-" : c.graph.name, c.algo,
+                       c.math, c.deterministic ? 1 : 0, c.time_ms, c.workspace, c.fallback ? 1 : 0);
   }
   return out;
 }
@@ -162,8 +171,10 @@ bool EngineCache::merge(const std::string& text, std::string* error) {
       c.api = EngineChoice::Api::Graph;
     else if (f[1] == "legacy")
       c.api = EngineChoice::Api::Legacy;
+    else if (f[1] == "own")
+      c.api = EngineChoice::Api::Own;
     else
-      return fail(fmt::format("api '{}' (graph or legacy)", f[1]));
+      return fail(fmt::format("api '{}' (graph, legacy or own)", f[1]));
     std::int64_t staged = 0, algo = 0, math = 0, det = 0, fallback = 0;
     if (!to_i64(f[2], &staged) || staged < 0 || staged > 1) return fail("staged must be 0 or 1");
     c.staged = staged == 1;
@@ -188,6 +199,8 @@ bool EngineCache::merge(const std::string& text, std::string* error) {
     c.fallback = fallback == 1;
     if (c.api == EngineChoice::Api::Graph && !c.graph.valid()) return fail("a graph entry without an engine");
     if (c.api == EngineChoice::Api::Legacy && c.algo < 0) return fail("a legacy entry without an algorithm");
+    if (c.api == EngineChoice::Api::Own && (c.staged || c.workspace != 0))
+      return fail("an own-kernel entry is never staged and needs no workspace");
     parsed[f[0]] = c;
   }
   if (lineno == 0) return fail("empty file");

@@ -21,7 +21,8 @@ namespace renaissance::cuda {
 
 /// What a pass runs with.
 struct EngineChoice {
-  enum class Api : std::uint8_t { Graph, Legacy };
+  /// Own: the project's own kernel for the pass (kernels/cuda/depthwise.h), chosen where it is faster.
+  enum class Api : std::uint8_t { Graph, Legacy, Own };
   Api api = Api::Graph;
   bool staged = false;   ///< through compact copies of row-padded tensors
   EngineConfig graph;    ///< Api::Graph: the cudnn-frontend engine configuration
@@ -32,7 +33,7 @@ struct EngineChoice {
   std::int64_t workspace = 0;  ///< bytes of cuDNN workspace
   bool fallback = false;       ///< Api::Legacy chosen because no graph plan supports the pass
 
-  /// "graph eng62_k2=1 (0.128 ms)" / "legacy IMPLICIT_PRECOMP_GEMM (fallback)"
+  /// "graph eng62_k2=1 (0.128 ms)" / "legacy algo 1 (fallback)" / "own depthwise (0.052 ms)"
   std::string str() const;
 };
 

@@ -4,7 +4,8 @@
 # Writes raw JSON lines (ours.jsonl, pytorch.jsonl) and a markdown table (table.md) to out-dir.
 # CASES: model:batch:pytorch-modes ...; NO_GRAPHS_OFF=1 skips ours with --graphs off; OURS_EXTRA: more runs of
 # ours per case beside graphs on/off:
-#   nondet (--deterministic off), legacy (--conv-api legacy: the convolutions on cuDNN's legacy API).
+#   nondet (--deterministic off), legacy (--conv-api legacy: the convolutions on cuDNN's legacy API),
+#   noown (--own-kernels off: cuDNN only, no own depthwise kernels).
 # Ours runs with its default engine cache (~/.cache/renaissance/engines.txt): the first run of a shape times the
 # engines, later runs reuse them; its start-up figures are in the JSON lines.
 set -uo pipefail
@@ -25,6 +26,7 @@ for c in $CASES; do
     case $x in
       nondet) runs+=("--graphs on --deterministic off") ;;
       legacy) runs+=("--graphs on --conv-api legacy") ;;
+      noown) runs+=("--graphs on --own-kernels off") ;;
     esac
   done
   for flags in "${runs[@]}"; do
@@ -43,18 +45,20 @@ done
 python3 - "$OUT_DIR" <<'PY'
 import json, sys, os
 out = sys.argv[1]
-ours = [json.loads(l) for l in open(os.path.join(out, "ours.jsonl")) if l.strip()]
-pt = [json.loads(l) for l in open(os.path.join(out, "pytorch.jsonl")) if l.strip()]
-rows = ["| model | batch | ours img/s (graphs) | no graphs | --deterministic off | --conv-api legacy | eager img/s | compile img/s | max-autotune img/s | ours/eager | ours/compile | ours/max-autotune | arena GiB | eager peak GiB | compile peak GiB | max-autotune peak GiB | ours start-up s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-def pick(model, graphs=True, det=True, api="auto"):
+# Only the JSON lines: on the GPU machine the log lines reach stdout too (as scaling_gpu.sh also allows for).
+ours = [json.loads(l) for l in open(os.path.join(out, "ours.jsonl")) if l.strip().startswith("{")]
+pt = [json.loads(l) for l in open(os.path.join(out, "pytorch.jsonl")) if l.strip().startswith("{")]
+rows = ["| model | batch | ours img/s (graphs) | no graphs | --deterministic off | --conv-api legacy | --own-kernels off | eager img/s | compile img/s | max-autotune img/s | ours/eager | ours/compile | ours/max-autotune | arena GiB | eager peak GiB | compile peak GiB | max-autotune peak GiB | ours start-up s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def pick(model, graphs=True, det=True, api="auto", own=True):
     return next((o for o in ours if o["model"] == model and o["graphs"] == graphs and o.get("deterministic", True) == det
-                 and o.get("conv_api", "auto") == api), None)
+                 and o.get("conv_api", "auto") == api and o.get("own_kernels", True) == own), None)
 for model in dict.fromkeys(o["model"] for o in ours):
     og = pick(model)
     on = pick(model, graphs=False)
     ond = pick(model, det=False)
     ol = pick(model, api="legacy")
+    oo = pick(model, own=False)
     e = next((p for p in pt if p["model"] == model and p["mode"] == "eager"), None)
     c = next((p for p in pt if p["model"] == model and p["mode"] == "compile"), None)
     x = next((p for p in pt if p["model"] == model and p["mode"] == "compile-max"), None)
@@ -63,7 +67,7 @@ for model in dict.fromkeys(o["model"] for o in ours):
     r = lambda a, b: f"{a['images_per_s'] / b['images_per_s']:.2f}" if a and b else "n/a"
     s = lambda d: f"{d['startup_s']:.1f}" if d and "startup_s" in d else "n/a"
     rows.append(f"| {model} | {og['batch'] if og else '?'} | {f(og, 'images_per_s')} | {f(on, 'images_per_s')} | "
-                f"{f(ond, 'images_per_s')} | {f(ol, 'images_per_s')} | "
+                f"{f(ond, 'images_per_s')} | {f(ol, 'images_per_s')} | {f(oo, 'images_per_s')} | "
                 f"{f(e, 'images_per_s')} | {f(c, 'images_per_s')} | {f(x, 'images_per_s')} | {r(og, e)} | {r(og, c)} | "
                 f"{r(og, x)} | {g(og, 'arena_bytes')} | {g(e, 'peak_allocated_bytes')} | {g(c, 'peak_allocated_bytes')} | "
                 f"{g(x, 'peak_allocated_bytes')} | {s(og)} |")

@@ -1,6 +1,7 @@
 // cuda::ConvOp (cuDNN) against the CPU convolution (kernels/cpu/conv2d.h) on random data: every pass, with and
 // without accumulation, FP32 (compact and padded rows) and FP16 (padded rows), through cuDNN's graph API (timed and
-// the heuristics' first plan), the legacy API (timed search and heuristics) and the staged (compact copy) path;
+// the heuristics' first plan), the legacy API (timed search and heuristics), the staged (compact copy) path and the
+// own depthwise kernels (forced, and timed beside cuDNN);
 // determinism, CUDA graph replay, the engine cache and run-time checks.
 #include "dnn_test_util.h"
 
@@ -34,14 +35,17 @@ const ConvCase kCases[] = {
     {"grouped", 2, 9, 7, 16, 32, 3, 3, 1, 1, 1, 1, 4},
     {"depthwise", 3, 9, 7, 24, 24, 3, 3, 1, 1, 1, 1, 24},
     {"depthwise_s2_mult2", 3, 9, 7, 8, 16, 3, 3, 2, 2, 1, 1, 8},
+    {"depthwise_s2_c32", 3, 9, 7, 32, 32, 3, 3, 2, 2, 1, 1, 32},
+    {"depthwise_k5_s2_c20", 2, 11, 10, 20, 20, 5, 5, 2, 2, 2, 2, 20},
     {"k3x1_rect", 2, 9, 7, 8, 8, 3, 1, 1, 1, 1, 0, 1},
 };
 
 enum class Layout { F32, F32Padded, F16 };
 /// Graph/GraphHeuristic: ConvEngine::Auto (the graph API; the legacy API only where no graph plan exists), timed or
 /// the heuristics' first plan. Find/Heuristic: the legacy API only, timed search or heuristics. Staged: Auto through
-/// compact copies.
-enum class Search { Graph, GraphHeuristic, Find, Heuristic, Staged };
+/// compact copies. Own: the own depthwise kernels wherever they cover a pass (OwnKernels::Always), cuDNN elsewhere;
+/// Graph also times them beside cuDNN (the default, OwnKernels::Timed).
+enum class Search { Graph, GraphHeuristic, Find, Heuristic, Staged, Own };
 
 const char* layout_name(Layout l) {
   switch (l) {
@@ -58,6 +62,7 @@ const char* search_name(Search s) {
     case Search::Find: return "find";
     case Search::Heuristic: return "heuristic";
     case Search::Staged: return "staged";
+    case Search::Own: return "own";
   }
   return "?";
 }
@@ -97,6 +102,7 @@ void choose(ConvOp& op, Search search, bool deterministic, std::size_t limit = k
   how.deterministic = deterministic;
   how.engine = search == Search::Find || search == Search::Heuristic ? ConvEngine::Legacy : ConvEngine::Auto;
   how.time = search != Search::Heuristic && search != Search::GraphHeuristic;
+  if (search == Search::Own) how.own = OwnKernels::Always;
   if (!how.time) {
     op.choose(handles(), nullptr, limit, how);
   } else {
@@ -172,7 +178,16 @@ TEST_P(GpuConv, MatchesCpu) {
   if (search == Search::Find || search == Search::Heuristic) {
     for (ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
       EXPECT_FALSE(op.uses_graph(p)) << "--conv-api legacy: " << op.describe(p);
+      EXPECT_FALSE(op.uses_own(p)) << "--conv-api legacy: " << op.describe(p);
     }
+  }
+  if (search == Search::Own) {
+    const bool depthwise = k.groups == k.c;
+    for (const bool acc : {false, true}) {
+      EXPECT_EQ(op.uses_own(ConvPass::BackwardData, acc), depthwise) << op.describe(ConvPass::BackwardData, acc);
+      EXPECT_FALSE(op.uses_own(ConvPass::BackwardFilter, acc)) << op.describe(ConvPass::BackwardFilter, acc);
+    }
+    EXPECT_EQ(op.uses_own(ConvPass::Forward), depthwise) << op.describe(ConvPass::Forward);
   }
 
   const ConvData h(spec, op.weight_elems(), 1000);
@@ -231,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuConv,
                          ::testing::Combine(::testing::ValuesIn(kCases),
                                             ::testing::Values(Layout::F32, Layout::F32Padded, Layout::F16),
                                             ::testing::Values(Search::Graph, Search::GraphHeuristic, Search::Find,
-                                                              Search::Heuristic, Search::Staged)),
+                                                              Search::Heuristic, Search::Staged, Search::Own)),
                          conv_name);
 
 // ---- determinism and graph replay -----------------------------------------------------------------------------------
@@ -242,6 +257,7 @@ const ConvCase kBig[] = {
     {"bottleneck_1x1_256to64", 8, 14, 14, 256, 64, 1, 1, 1, 1, 0, 0, 1},
     {"pointwise_s2_64to128", 8, 28, 28, 64, 128, 1, 1, 2, 2, 0, 0, 1},
     {"depthwise_k3", 8, 28, 28, 32, 32, 3, 3, 1, 1, 1, 1, 32},
+    {"depthwise_k3_s2_c96", 8, 28, 28, 96, 96, 3, 3, 2, 2, 1, 1, 96},
     {"k3_s2_odd_padded", 4, 15, 13, 13, 24, 3, 3, 2, 2, 1, 1, 1},
 };
 

@@ -39,6 +39,14 @@ EngineChoice legacy_choice() {
   return c;
 }
 
+EngineChoice own_choice() {
+  EngineChoice c;
+  c.api = EngineChoice::Api::Own;
+  c.deterministic = true;
+  c.time_ms = 0.25f;
+  return c;
+}
+
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
   std::stringstream ss;
@@ -50,10 +58,11 @@ TEST(EngineCache, TextRoundTrip) {
   EngineCache a;
   a.put("NVIDIA H200 sm90 x132 cudnn91400 fwd k3", graph_choice(62, 0.128f));
   a.put("NVIDIA H200 sm90 x132 cudnn91400 dgrad acc", legacy_choice());
+  a.put("NVIDIA H200 sm90 x132 cudnn91400 g96 dgrad own=dw1", own_choice());
   EngineCache b;
   std::string error;
   ASSERT_TRUE(b.merge(a.serialize(), &error)) << error;
-  ASSERT_EQ(b.size(), 2u);
+  ASSERT_EQ(b.size(), 3u);
   EXPECT_EQ(b.unsaved(), 0u) << "loaded entries are not new";
   const auto g = b.find("NVIDIA H200 sm90 x132 cudnn91400 fwd k3");
   ASSERT_TRUE(g.has_value());
@@ -67,6 +76,10 @@ TEST(EngineCache, TextRoundTrip) {
   EXPECT_EQ(l->api, EngineChoice::Api::Legacy);
   EXPECT_TRUE(l->staged && l->fallback);
   EXPECT_EQ(l->algo, 1);
+  const auto o = b.find("NVIDIA H200 sm90 x132 cudnn91400 g96 dgrad own=dw1");
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->api, EngineChoice::Api::Own);
+  EXPECT_EQ(o->str(), "own depthwise (0.250 ms)");
   EXPECT_EQ(b.serialize(), a.serialize());
 }
 
@@ -89,6 +102,7 @@ TEST(EngineCache, MalformedTextIsRefusedWithTheLineAndNothingLoaded) {
       {"bad api", good + "k3\tcuda\t0\t1\t-\t-\t-1\t0\t1\t0.1\t0\t0\n", "api"},
       {"bad number", no_engine, "engine"},
       {"graph without engine", good + "k3\tgraph\t0\t-1\t-\t-\t-1\t0\t1\t0.1\t0\t0\n", "without an engine"},
+      {"own with workspace", good + "k3\town\t0\t-1\t-\t-\t-1\t0\t1\t0.1\t4096\t0\n", "own-kernel"},
       {"binary junk", std::string(3, '\0') + "\xff\xfe", "header"},
   };
   for (const Case& c : cases) {

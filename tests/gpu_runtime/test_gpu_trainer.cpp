@@ -1,6 +1,7 @@
 // The CUDA backend end to end, against the CPU backend (the reference): a training step on the GPU equals the
-// CPU step within tolerance, graph replay equals node-by-node execution bit for bit, an overflow is skipped and
-// halves the loss scale, and nothing is allocated on the device after start-up.
+// CPU step within tolerance (also with the own depthwise kernels forced on and off), graph replay equals node-by-node
+// execution bit for bit, an overflow is skipped and halves the loss scale, and nothing is allocated on the device after
+// start-up.
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/runtime/trainer.h>
@@ -14,6 +15,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <regex>
+#include <utility>
 
 namespace {
 
@@ -97,6 +100,64 @@ TEST_F(Gpu, TrainingStepsMatchTheCpuAmp) {
   cpu.run();
   gpu.run();
   EXPECT_LE(max_rel_diff(gpu.state_values(), cpu.state_values()), 1e-2);
+}
+
+/// MobileNetV2's pattern with strided depthwise convolutions (stride 2, FP16-vector and scalar channel counts).
+bp::BluePrint depthwise_model() {
+  bp::BluePrint m;
+  m.name = "gpu_dw";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 24, bp::BlockKind::MBV2_INV_RESIDUAL, 2),
+                   bp::block(60, 24, bp::BlockKind::MBV2_INV_RESIDUAL, 1),
+                   bp::block(48, 32, bp::BlockKind::MBV2_INV_RESIDUAL, 2), bp::gap_fc(10), bp::softmax_ce(10));
+  return m;
+}
+
+/// The depthwise forward and data-gradient passes (profile labels such as "... dgrad 16x16x16>16 k3s2g16 [...]"):
+/// how many there are, and how many run on the own kernels.
+std::pair<int, int> depthwise_passes(const runtime::Trainer& t) {
+  const std::regex depthwise(R"( (fwd|dgrad)(\+acc)? \d+x\d+x\d+>\d+ k\d+s\d+g\d+ )");
+  int all = 0, own = 0;
+  for (const std::string& d : t.conv_engines()) {
+    if (!std::regex_search(d, depthwise)) continue;
+    ++all;
+    own += d.find("[own depthwise]") != std::string::npos;
+  }
+  return {all, own};
+}
+
+// The own depthwise kernels (kernels/cuda/depthwise.h) in training: forced onto every depthwise forward and data
+// gradient, and off (cuDNN only), both against the CPU; deterministic, so two forced runs are bit-identical.
+TEST_F(Gpu, OwnDepthwiseKernelsTrainLikeTheCpu) {
+  const std::string data = synthetic(96, 16, 3);
+  for (const bool amp : {false, true}) {
+    SCOPED_TRACE(amp ? "amp" : "fp32");
+    auto o = options(data, runtime::Backend::CPU);
+    o.amp = amp;
+    o.max_steps = 3;
+    runtime::Trainer cpu(depthwise_model(), o);
+    cpu.run();
+    o.backend = runtime::Backend::CUDA;
+    o.own_kernels = 2;
+    runtime::Trainer own(depthwise_model(), o);
+    runtime::Trainer own2(depthwise_model(), o);
+    o.own_kernels = 0;
+    runtime::Trainer cudnn(depthwise_model(), o);
+    const auto [all, on_own] = depthwise_passes(own);
+    EXPECT_GE(all, 6) << "3 depthwise layers × (forward, data gradient)";
+    EXPECT_EQ(on_own, all);
+    EXPECT_EQ(depthwise_passes(cudnn).second, 0);
+    own.run();
+    own2.run();
+    cudnn.run();
+    const double tol = amp ? 1e-2 : 1e-4;
+    EXPECT_LE(max_rel_diff(own.state_values(), cpu.state_values()), tol);
+    EXPECT_LE(max_rel_diff(cudnn.state_values(), cpu.state_values()), tol);
+    const auto a = own.state_values(), b = own2.state_values();
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "own kernels: not bit-identical";
+  }
 }
 
 TEST_F(Gpu, EvaluationCountsEverySampleAndMatchesTheCpu) {

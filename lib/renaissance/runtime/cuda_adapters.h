@@ -125,6 +125,9 @@ inline PrepareFn prepare_conv(int x_index_in, bool x_is_output, int y_index_in, 
       cuda::ConvChoose how;
       how.deterministic = deterministic;
       how.engine = static_cast<cuda::ConvEngine>(env.conv_api);
+      how.own = env.own_kernels == 0   ? cuda::OwnKernels::Off
+                : env.own_kernels == 2 ? cuda::OwnKernels::Always
+                                       : cuda::OwnKernels::Timed;
       how.tensors = &t;
       op->choose(handles, env.workspace, ws, how, cuda::conv_pass_bit(pass, acc));
     };

@@ -83,6 +83,9 @@ struct ExecEnv {
   /// GPU convolutions: which cuDNN API (0 auto: the graph API, the legacy API where no graph plan supports a pass;
   /// 1 the graph API only; 2 the legacy API only, for comparisons). cuda::ConvEngine's values.
   int conv_api = 0;
+  /// With conv_api 0, the own depthwise kernels: 1 timed beside cuDNN's choice, the faster kept; 0 off; 2 always
+  /// (TrainOptions::own_kernels).
+  int own_kernels = 1;
   bool sync_bn = false;  ///< BN training statistics over all ranks' samples (--sync-bn; CPU and GPU ranks)
   /// Fused layers run their element-wise work as fused kernels (BN-apply + residual add + ReLU in one pass, the ReLU
   /// backward folded into the BN backward); the CPU also fuses those tails between plain nodes (FP32 plans). Off:

@@ -81,17 +81,21 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   I.startup.capture_s = now_s() - t_capture - I.startup.engines_s;
   I.startup.engines_cached = static_cast<std::int64_t>(e1.cached - e0.cached);
   I.startup.engines_chosen = static_cast<std::int64_t>(e1.chosen - e0.chosen);
-  for (const std::string& d : conv_engines())
+  for (const std::string& d : conv_engines()) {
     if (d.find("[legacy") != std::string::npos) ++I.startup.engines_legacy;
+    if (d.find("[own") != std::string::npos) ++I.startup.engines_own;
+  }
   if (gpu) {
     if (e1.rejected > e0.rejected)
       log0(fmt::format("warning: {} cached engine choice(s) could not be used again and were chosen afresh (first: {})",
                        e1.rejected - e0.rejected, e1.first_rejection));
     log0(save_engine_cache(opts.engine_cache));
     if (I.startup.engines_cached + I.startup.engines_chosen > 0)
-      log0(fmt::format("convolution engines: {} from the cache, {} chosen in {:.1f} s, {} on the legacy API",
-                       I.startup.engines_cached, I.startup.engines_chosen, I.startup.engines_s,
-                       I.startup.engines_legacy));
+      log0(
+          fmt::format("convolution engines: {} from the cache, {} chosen in {:.1f} s, {} on the legacy API, {} on "
+                      "own kernels",
+                      I.startup.engines_cached, I.startup.engines_chosen, I.startup.engines_s, I.startup.engines_legacy,
+                      I.startup.engines_own));
   }
   const std::string decode_line = I.setup_jpeg();  // first: the cache of a JPEG store is decoded by it
   const std::string cache_line = I.setup_cache();

@@ -95,6 +95,10 @@ struct TrainOptions {
   /// GPU convolutions: 0 the cuDNN graph API with the legacy API as the fallback, 1 the graph API only, 2 the legacy
   /// API only (ExecEnv::conv_api; for comparisons).
   int conv_api = 0;
+  /// GPU convolutions with conv_api 0, the own depthwise kernels (kernels/cuda/depthwise.h; ExecEnv::own_kernels,
+  /// cuda::OwnKernels): 1 timed beside cuDNN's choice, the faster kept (--own-kernels on); 0 cuDNN only (off, for
+  /// comparisons); 2 wherever they cover a pass, untimed (tests).
+  int own_kernels = 1;
   // Checkpoints (DESIGN §10, docs/checkpoints.md): written by rank 0 into checkpoint_dir (empty: none) as
   // ckpt-stepNNNNNNNN.h5 with latest.h5 pointing at the newest; the newest checkpoint_keep files are kept.
   std::string checkpoint_dir;
@@ -134,6 +138,7 @@ struct StartupTimes {
   double compile_s = 0, engines_s = 0, capture_s = 0, init_s = 0;
   std::int64_t engines_cached = 0, engines_chosen = 0;  ///< convolution passes found in the engine cache / chosen
   std::int64_t engines_legacy = 0;  ///< convolution passes on the legacy API (fallback or --conv-api legacy)
+  std::int64_t engines_own = 0;     ///< convolution passes on the own depthwise kernels (--own-kernels)
   double data_cache_s = 0;          ///< reading the dataset and uploading it into the device cache (--data-cache)
 };
 

@@ -269,6 +269,7 @@ struct Trainer::Impl {
     env.fuse_kernels = o.fuse_kernels;
     env.deterministic = o.deterministic;
     env.conv_api = o.conv_api;
+    env.own_kernels = o.own_kernels;
     world = o.comm ? o.comm->world_size() : 1;
     rank = o.comm ? o.comm->rank() : 0;
     const io::SplitInfo& tr = data.info(io::Split::train);
