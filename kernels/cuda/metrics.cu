@@ -65,18 +65,37 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void metrics_total_kernel(const double* __restrict__ sample_loss, const int* __restrict__ sample_rank,
-                                     int batch, float* __restrict__ result) {
+/// The batch totals, summed by one thread in sample order (the CPU's order, so the same bits); the block first
+/// stages each chunk of the per-sample values in shared memory with coalesced loads, so the sequential sum waits on
+/// shared memory, not on one global load per sample.
+__global__ void __launch_bounds__(kThreads)
+    metrics_total_kernel(const double* __restrict__ sample_loss, const int* __restrict__ sample_rank, int batch,
+                         float* __restrict__ result) {
+  __shared__ double chunk_loss[kThreads];
+  __shared__ int chunk_rank[kThreads];
   double loss = 0.0, top1 = 0.0, top5 = 0.0;
-  for (int n = 0; n < batch; ++n) {
-    loss += sample_loss[n];
-    top1 += sample_rank[n] == 0 ? 1.0 : 0.0;
-    top5 += sample_rank[n] < 5 ? 1.0 : 0.0;
+  for (int n0 = 0; n0 < batch; n0 += kThreads) {
+    const int m = min(kThreads, batch - n0);
+    if (static_cast<int>(threadIdx.x) < m) {
+      chunk_loss[threadIdx.x] = sample_loss[n0 + threadIdx.x];
+      chunk_rank[threadIdx.x] = sample_rank[n0 + threadIdx.x];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int k = 0; k < m; ++k) {
+        loss += chunk_loss[k];
+        top1 += chunk_rank[k] == 0 ? 1.0 : 0.0;
+        top5 += chunk_rank[k] < 5 ? 1.0 : 0.0;
+      }
+    }
+    __syncthreads();
   }
-  result[0] = static_cast<float>(loss);
-  result[1] = static_cast<float>(top1);
-  result[2] = static_cast<float>(top5);
-  result[3] = static_cast<float>(batch);
+  if (threadIdx.x == 0) {
+    result[0] = static_cast<float>(loss);
+    result[1] = static_cast<float>(top1);
+    result[2] = static_cast<float>(top5);
+    result[3] = static_cast<float>(batch);
+  }
 }
 
 std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
@@ -116,7 +135,7 @@ void batch_metrics(cudaStream_t stream, const TensorRef& logits, const std::int3
                                                             batch, classes, label_smoothing, sample_loss, sample_rank,
                                                             predicted, label_errors);
   CUDA_CHECK_LAUNCH();
-  metrics_total_kernel<<<1, 1, 0, stream>>>(sample_loss, sample_rank, batch, result);
+  metrics_total_kernel<<<1, kThreads, 0, stream>>>(sample_loss, sample_rank, batch, result);
   CUDA_CHECK_LAUNCH();
 }
 
