@@ -6,7 +6,7 @@
 #include <renaissance/io/checkpoint.h>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include <renaissance/core/log.h>
 
 #include <signal.h>
 

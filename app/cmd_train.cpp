@@ -18,7 +18,7 @@
 #include <renaissance/runtime/trainer.h>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include <renaissance/core/log.h>
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>

@@ -5,9 +5,9 @@
 #include <renaissance/core/error.h>
 #include <renaissance/comm/mpi_session.h>
 
-#include <CLI/CLI.hpp>
+#include <renaissance/core/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <cstdio>

@@ -45,7 +45,7 @@ done
 python3 - "$OUT_DIR" <<'PY'
 import json, sys, os
 out = sys.argv[1]
-# Only the JSON lines: on the GPU machine the log lines reach stdout too (as scaling_gpu.sh also allows for).
+# Only the JSON lines (before lib/renaissance/core/log.h, log lines reached stdout on the GPU machine's spdlog 1.12).
 ours = [json.loads(l) for l in open(os.path.join(out, "ours.jsonl")) if l.strip().startswith("{")]
 pt = [json.loads(l) for l in open(os.path.join(out, "pytorch.jsonl")) if l.strip().startswith("{")]
 rows = ["| model | batch | ours img/s (graphs) | no graphs | --deterministic off | --conv-api legacy | --own-kernels off | eager img/s | compile img/s | max-autotune img/s | ours/eager | ours/compile | ours/max-autotune | arena GiB | eager peak GiB | compile peak GiB | max-autotune peak GiB | ours start-up s |",

@@ -257,6 +257,23 @@ TEST(CliUsage, NearMissesExitTwoWithASuggestion) {
   }
 }
 
+// Log lines go to stderr, through the one logger main() installs: stdout carries only results (--json lines, tables).
+// The library once compiled its log calls without spdlog's compiled-library definitions: they went through a second,
+// header-only default logger, onto stdout, on a machine with another spdlog (Ubuntu 24.04's 1.12).
+TEST(CliUsage, LogLinesGoToStderrThroughTheNamedLogger) {
+  const fs::path data = temp_dir() / "logs.h5", ck = temp_dir() / "logs_ck";
+  fs::remove_all(ck);
+  ASSERT_EQ(
+      run("data synthetic --out '" + data.string() + "' --train 96 --val 32 --shape 28,28,1 --classes 10 --seed 1")
+          .code,
+      0);
+  const Result r = run("train --device cpu --data '" + data.string() + "' --epochs 1 --batch 32 --checkpoint-dir '" +
+                       ck.string() + "' --keep-best val_top1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_contains(r.err, "[renaissance] [info] best val_top1 so far");
+  EXPECT_EQ(r.out.find("[info]"), std::string::npos) << r.out;
+}
+
 TEST(CliUsage, OtherUsageErrorsExitTwoWithoutAGuess) {
   {
     const Result r = run("frobnicate");

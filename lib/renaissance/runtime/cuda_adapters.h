@@ -24,7 +24,7 @@
 #include <kernels/cuda/softmax_ce.h>
 #include <renaissance/ops/pool.h>
 
-#include <spdlog/spdlog.h>
+#include <renaissance/core/log.h>
 
 #include <algorithm>
 #include <cstdint>

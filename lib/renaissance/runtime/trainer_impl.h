@@ -19,7 +19,7 @@
 #include <kernels/cpu/half.h>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include <renaissance/core/log.h>
 
 #include <algorithm>
 #include <array>
