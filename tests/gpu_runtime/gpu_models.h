@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -47,18 +48,40 @@ inline runtime::TrainOptions residual_run_options(const std::string& data, bool 
 }
 
 /// What two trainings that should be one run repeated are compared by when their losses differ (the intermittent
-/// failures of 2026-12-03, docs/benchmarks.md): the engine of every convolution pass, and the input slot A as the
-/// first step's loss was read (the same batch in both runs: their schedules are the same).
+/// AMP failures of 2026-12-03 and 2026-12-04, docs/benchmarks.md): the engine of every convolution pass; the master
+/// weights and their FP16 compute copies before the first step; the input slot A and its labels as the first step's
+/// loss was read (the same batch in both runs: their schedules are the same).
 struct RunFingerprint {
   std::vector<std::string> engines;
+  std::vector<float> initial_weights;  // families W and A, in plan order
   std::vector<float> first_input;
+  std::vector<std::uint8_t> first_labels;
 };
-inline std::string input_tensor_name(const runtime::Trainer& t) {
+/// Before run(): the weights the first step will read.
+inline void fingerprint_start(const runtime::Trainer& t, RunFingerprint* f) {
+  for (const DTensor& d : t.plan().plan(plan::Variant::TRAIN_BASE).tensors()) {
+    const RegionFamily fam = region_family(d.region);
+    if (fam != RegionFamily::W && fam != RegionFamily::A) continue;
+    const std::vector<float> v = t.tensor_values(d.name);
+    f->initial_weights.insert(f->initial_weights.end(), v.begin(), v.end());
+  }
+}
+/// In the first on_step_loss: the batch the first step read.
+inline void fingerprint_first_step(const runtime::Trainer& t, RunFingerprint* f) {
   const plan::CompiledPlan& p = t.plan();
-  return p.plan(plan::Variant::TRAIN_BASE).tensor(p.baseline.data_a).name;
+  const plan::MemoryPlan& mp = p.plan(plan::Variant::TRAIN_BASE);
+  f->first_input = t.tensor_values(mp.tensor(p.baseline.data_a).name);
+  f->first_labels = t.tensor_bytes(mp.tensor(p.baseline.labels_a).name);
+}
+template <typename T>
+std::size_t count_differing(const std::vector<T>& a, const std::vector<T>& b) {
+  std::size_t n = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return n;
 }
 /// Prints which of the two fingerprints' parts differ: a differing engine names a cached choice not replayed
-/// exactly, a differing input the data path; neither, a difference inside the step (a race or a reduction).
+/// exactly, a differing weight the initialisation, a differing input or label the data path; none, a difference
+/// inside the step (a race or a reduction).
 inline void print_divergence(const RunFingerprint& a, const RunFingerprint& b, const char* what) {
   std::size_t engines = 0;
   for (std::size_t i = 0; i < std::max(a.engines.size(), b.engines.size()); ++i) {
@@ -66,12 +89,12 @@ inline void print_divergence(const RunFingerprint& a, const RunFingerprint& b, c
     if (ea == eb) continue;
     if (engines++ < 5) std::printf("[ diverge ] %s: engine %zu: %s | %s\n", what, i, ea.c_str(), eb.c_str());
   }
-  std::size_t inputs = 0;
-  for (std::size_t i = 0; i < std::min(a.first_input.size(), b.first_input.size()); ++i)
-    inputs += a.first_input[i] != b.first_input[i];
-  std::printf("[ diverge ] %s: %zu of %zu engine labels differ; %zu of %zu input values differ%s\n", what, engines,
-              a.engines.size(), inputs, a.first_input.size(),
-              a.first_input.size() == b.first_input.size() ? "" : " (sizes differ)");
+  std::printf(
+      "[ diverge ] %s: %zu of %zu engine labels differ; %zu of %zu initial weight values; %zu of %zu input values; "
+      "%zu of %zu label bytes\n",
+      what, engines, a.engines.size(), count_differing(a.initial_weights, b.initial_weights), a.initial_weights.size(),
+      count_differing(a.first_input, b.first_input), a.first_input.size(),
+      count_differing(a.first_labels, b.first_labels), a.first_labels.size());
 }
 
 }  // namespace renaissance::test

@@ -52,9 +52,9 @@ TrainedRun train(const std::string& data, bool amp, bool deterministic = true, i
   TrainedRun r;
   runtime::Trainer t(test::realistic_residual_model(), o);
   runtime::TrainObserver obs;
-  const std::string input = test::input_tensor_name(t);
+  test::fingerprint_start(t, &r.print);
   obs.on_step_loss = [&](std::int64_t, std::int64_t, double loss) {
-    if (r.losses.empty()) r.print.first_input = t.tensor_values(input);
+    if (r.losses.empty()) test::fingerprint_first_step(t, &r.print);
     r.losses.push_back(loss);
   };
   const auto history = t.run(obs);

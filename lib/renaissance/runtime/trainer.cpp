@@ -356,6 +356,14 @@ std::vector<float> Trainer::tensor_values(const std::string& name) const {
   return out;
 }
 
+std::vector<std::uint8_t> Trainer::tensor_bytes(const std::string& name) const {
+  const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
+  const DTensor& t = mp.tensor(mp.at(name));
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(t.shape.elems()) * dtype_size(t.dtype));
+  m_impl->ctx.download(t.id, bytes.data(), static_cast<std::int64_t>(bytes.size()));
+  return bytes;
+}
+
 void Trainer::set_tensor_values(const std::string& name, const std::vector<float>& values) {
   Impl& I = *m_impl;
   const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);

@@ -192,6 +192,8 @@ class Trainer {
   double last_lr() const;
   /// FP32 values of a named tensor (e.g. "conv1.w", "bn2d1.running_mean") in the arena.
   std::vector<float> tensor_values(const std::string& name) const;
+  /// The raw bytes of a named tensor of any dtype (the labels' int32, FP16 copies as stored; tests).
+  std::vector<std::uint8_t> tensor_bytes(const std::string& name) const;
   /// Every FP32 master weight, BN running statistic, in plan order (for bit-exact comparisons).
   std::vector<float> state_values() const;
   /// Test hook (gradient checks, tests/golden): overwrites the FP32 tensor `name` in the arena with `values` (its
