@@ -195,15 +195,17 @@ int vector_width(const DepthwiseSpec& s, const void* a, const void* b) {
   return ok ? V : 1;
 }
 
+/// Plans and launches the pass with vectors of V channels; false (nothing launched) when no block of them fits the
+/// shared memory (a kernel of more than ~1,500 taps for V = 8: the scalar kernel's check in depthwise_unsupported
+/// passed, so the caller falls back to V = 1).
 template <typename T, int V>
-void run(cudaStream_t stream, bool dgrad, const DepthwiseSpec& s, const void* in, const void* w, void* out,
+bool run(cudaStream_t stream, bool dgrad, const DepthwiseSpec& s, const void* in, const void* w, void* out,
          bool accumulate) {
   DwParams p = params_of(s);
   p.oc = static_cast<int>(dgrad ? s.x.c : s.y.c);
   p.pixels = static_cast<int>(dgrad ? s.x.n * s.x.h * s.x.w : s.y.n * s.y.h * s.y.w);
   Launch l;
-  RN_CHECK(plan_launch(p.oc / V, V, p.kh * p.kw, dgrad ? p.m : 1, p.pixels, &l),
-           "depthwise conv: no launch fits ({} channels, {}x{} kernel, multiplier {})", p.oc, p.kh, p.kw, p.m);
+  if (!plan_launch(p.oc / V, V, p.kh * p.kw, dgrad ? p.m : 1, p.pixels, &l)) return false;
   p.chunk = l.chunk;
   if (dgrad)
     dw_backward_data<T, V><<<l.grid, l.block, l.smem, stream>>>(p, static_cast<const T*>(in), static_cast<const T*>(w),
@@ -212,15 +214,16 @@ void run(cudaStream_t stream, bool dgrad, const DepthwiseSpec& s, const void* in
     dw_forward<T, V><<<l.grid, l.block, l.smem, stream>>>(p, static_cast<const T*>(in), static_cast<const T*>(w),
                                                           static_cast<T*>(out));
   CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 template <typename T>
 void dispatch(cudaStream_t stream, bool dgrad, const DepthwiseSpec& s, const void* in, const void* w, void* out,
               bool accumulate) {
-  if (vector_width<T>(s, in, out) > 1)
-    run<T, detail::kVec<T>>(stream, dgrad, s, in, w, out, accumulate);
-  else
-    run<T, 1>(stream, dgrad, s, in, w, out, accumulate);
+  if (vector_width<T>(s, in, out) > 1 && run<T, detail::kVec<T>>(stream, dgrad, s, in, w, out, accumulate)) return;
+  const bool launched = run<T, 1>(stream, dgrad, s, in, w, out, accumulate);
+  RN_CHECK(launched, "depthwise conv: no launch fits ({} -> {}, {}x{} kernel)", s.x.str(), s.y.str(), s.kernel_h,
+           s.kernel_w);
 }
 
 void launch(cudaStream_t stream, bool dgrad, const DepthwiseSpec& s, const void* in, const void* w, void* out,
