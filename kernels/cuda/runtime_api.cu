@@ -68,6 +68,10 @@ void fill_device(void* dst, int value, std::int64_t bytes) {
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void fill_device_async(void* dst, int value, std::int64_t bytes, StreamHandle s) {
+  CUDA_CHECK(cudaMemsetAsync(dst, value, static_cast<size_t>(bytes), static_cast<cudaStream_t>(s)));
+}
+
 void device_free(void* p) noexcept {
   if (p) CUDA_CHECK_NOTHROW(cudaFree(p));
 }
@@ -137,6 +141,65 @@ void event_record(EventHandle e, StreamHandle s) {
 void event_synchronize(EventHandle e) { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e))); }
 void stream_wait_event(StreamHandle s, EventHandle e) {
   CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0));
+}
+
+namespace {
+__global__ void spin_kernel(unsigned long long ns) {
+  unsigned long long t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+}  // namespace
+
+void occupy_sms(StreamHandle s, int blocks, int microseconds) {
+  if (microseconds <= 0 || blocks <= 0) return;
+  spin_kernel<<<blocks, 1024, 0, static_cast<cudaStream_t>(s)>>>(static_cast<unsigned long long>(microseconds) *
+                                                                 1000ull);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void relax_capture_mode_for_this_thread() {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+}
+
+void stream_delay(StreamHandle s, int microseconds) {
+  if (microseconds <= 0) return;
+  spin_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(static_cast<unsigned long long>(microseconds) * 1000ull);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+namespace {
+__device__ unsigned long long mix64(unsigned long long z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+__global__ void __launch_bounds__(256) hash_kernel(const unsigned char* p, long long bytes, unsigned long long* parts) {
+  __shared__ unsigned long long partial[256];
+  const long long words = bytes / 4;
+  const auto* w = reinterpret_cast<const unsigned int*>(p);
+  unsigned long long h = 0;
+  for (long long i = blockIdx.x * 256ll + threadIdx.x; i < words; i += 256ll * gridDim.x)
+    h += mix64((static_cast<unsigned long long>(i) << 32) ^ w[i]);
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    for (long long i = words * 4; i < bytes; ++i) h += mix64((static_cast<unsigned long long>(i) << 40) ^ p[i]);
+  partial[threadIdx.x] = h;
+  __syncthreads();
+  for (int s = 128; s > 0; s >>= 1) {
+    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) parts[blockIdx.x] = partial[0] ^ static_cast<unsigned long long>(bytes);
+}
+}  // namespace
+
+void hash_device_async(const void* p, std::int64_t bytes, unsigned long long* parts, StreamHandle s) {
+  RN_CHECK(reinterpret_cast<std::uintptr_t>(p) % 4 == 0, "hash_device_async: {} is not 4-byte aligned", p);
+  hash_kernel<<<kHashParts, 256, 0, static_cast<cudaStream_t>(s)>>>(static_cast<const unsigned char*>(p), bytes, parts);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 EventHandle event_create_timed() {

@@ -22,6 +22,8 @@ void copy_h2d(void* dst, const void* src, std::int64_t bytes);
 void copy_d2h(void* dst, const void* src, std::int64_t bytes);
 /// Synchronous fill of `bytes` device bytes with `value` (after and before waiting for the whole device).
 void fill_device(void* dst, int value, std::int64_t bytes);
+/// The same fill queued on stream `s` (capturable).
+void fill_device_async(void* dst, int value, std::int64_t bytes, StreamHandle s);
 /// Asynchronous copy on `stream` (capturable into a graph when src is pinned host memory).
 void copy_h2d_async(void* dst, const void* src, std::int64_t bytes, StreamHandle stream);
 /// Asynchronous device-to-device copy on `stream`.
@@ -49,6 +51,22 @@ void event_record(EventHandle e, StreamHandle s);
 void event_synchronize(EventHandle e);
 /// Work launched on `s` after this call waits for the last record of `e`.
 void stream_wait_event(StreamHandle s, EventHandle e);
+/// Debugging stream races: a one-thread kernel on `s` that spins for `microseconds` (%globaltimer), so whatever is
+/// queued on `s` after it starts that much later than the work of the streams beside it (RN_DEBUG_STREAM_DELAY,
+/// runtime/cuda_session.cpp). Captured like any kernel.
+void stream_delay(StreamHandle s, int microseconds);
+/// Debugging schedule-dependent kernels: `blocks` blocks of 1024 threads on `s` that spin for `microseconds`,
+/// holding that many SMs' thread slots (about half an SM each) while other streams' kernels run beside them.
+void occupy_sms(StreamHandle s, int blocks, int microseconds);
+/// Lets the calling thread make any CUDA call while another thread captures a graph (cudaStreamCaptureModeRelaxed;
+/// for debugging threads beside a trainer, which captures in the global mode).
+void relax_capture_mode_for_this_thread();
+/// Debugging where two runs part (RN_DEBUG_NODE_HASHES, runtime/executor.cpp): kHashParts blocks on `s` hash the
+/// `bytes` bytes at `p` (4-byte words, each mixed with its index; a wrapping sum, so the order in which threads add
+/// changes nothing), block b writing its part to parts[b]; the hash is the wrapping sum of the parts (hash_combine).
+/// Captured like any kernel.
+inline constexpr int kHashParts = 32;
+void hash_device_async(const void* p, std::int64_t bytes, unsigned long long* parts, StreamHandle s);
 /// An event that records a time stamp (profiling only: timing events are slower to record and wait on).
 EventHandle event_create_timed();
 /// Milliseconds between the last records of `a` and `b`, both made by event_create_timed; waits until `b` has
