@@ -10,6 +10,7 @@
 #include <kernels/cuda/optimizer.h>
 #include <kernels/cuda/pooling.h>
 #include <kernels/cuda/range_ops.h>
+#include <kernels/cuda/runtime_api.h>
 #include <kernels/cuda/softmax_ce.h>
 
 namespace renaissance::cuda::ktest {
@@ -182,6 +183,31 @@ TEST_F(GraphCaptureTest, ReplayEqualsDirectExecution) {
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// The race-hunting delay (RN_DEBUG_STREAM_DELAY uses it) holds back only the stream it is on: a reader on another
+// stream that does not wait sees the bytes from before the delayed write, one that waits for an event sees the write.
+// So a missing wait becomes a visible difference instead of a rare one.
+TEST_F(GraphCaptureTest, StreamDelayExposesAMissingWait) {
+  cudaStream_t other = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  cudaEvent_t written = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+  DeviceBuffer buf(4);
+  for (const bool wait : {false, true}) {
+    std::int32_t seen = -1;
+    buf.fill_bytes(0);
+    stream_delay(stream, 50000);  // 50 ms
+    CUDA_CHECK(cudaMemsetAsync(buf.get(), 0x01, 4, stream));
+    CUDA_CHECK(cudaEventRecord(written, stream));
+    if (wait) CUDA_CHECK(cudaStreamWaitEvent(other, written, 0));
+    CUDA_CHECK(cudaMemcpyAsync(&seen, buf.get(), 4, cudaMemcpyDeviceToHost, other));
+    CUDA_CHECK(cudaStreamSynchronize(other));
+    sync();
+    EXPECT_EQ(seen, wait ? 0x01010101 : 0) << (wait ? "with" : "without") << " the wait";
+  }
+  CUDA_CHECK(cudaEventDestroy(written));
+  CUDA_CHECK(cudaStreamDestroy(other));
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -95,6 +97,38 @@ inline void print_divergence(const RunFingerprint& a, const RunFingerprint& b, c
       what, engines, a.engines.size(), count_differing(a.initial_weights, b.initial_weights), a.initial_weights.size(),
       count_differing(a.first_input, b.first_input), a.first_input.size(),
       count_differing(a.first_labels, b.first_labels), a.first_labels.size());
+}
+
+/// RN_TEST_NODE_HASHES=1 in a test's environment: each training of a determinism test hashes every node's inputs and
+/// outputs in its first two steps (RN_DEBUG_NODE_HASHES, docs/kernels-cuda.md) into its own file, and a test whose
+/// trainings differ prints where they part. The variable is set while the trainer is made (the session reads it).
+struct NodeHashFile {
+  std::string path;
+  explicit NodeHashFile(std::string p) : path(std::getenv("RN_TEST_NODE_HASHES") ? std::move(p) : std::string()) {
+    if (!path.empty()) ::setenv("RN_DEBUG_NODE_HASHES", path.c_str(), 1);
+  }
+  void release() {
+    if (!path.empty()) ::unsetenv("RN_DEBUG_NODE_HASHES");
+  }
+  ~NodeHashFile() { release(); }
+};
+
+/// The first slots whose hashes differ between two RN_DEBUG_NODE_HASHES files: a node whose inputs agree and whose
+/// outputs differ computed differently from the same bytes; an input that differs although the node that wrote it
+/// gave the same output was changed in between (a race).
+inline void print_hash_divergence(const std::string& a, const std::string& b, const char* what) {
+  if (a.empty() || b.empty()) return;
+  std::ifstream fa(a), fb(b);
+  std::string la, lb;
+  int shown = 0, differing = 0, lines = 0;
+  while (std::getline(fa, la) && std::getline(fb, lb)) {
+    ++lines;
+    if (la == lb) continue;
+    if (shown++ < 12) std::printf("[ hashes  ] %s:\n  a: %s\n  b: %s\n", what, la.c_str(), lb.c_str());
+    ++differing;
+  }
+  std::printf("[ hashes  ] %s: %d of %d hashed tensors differ (%s, %s)\n", what, differing, lines, a.c_str(),
+              b.c_str());
 }
 
 }  // namespace renaissance::test

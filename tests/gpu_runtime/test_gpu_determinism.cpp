@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -44,13 +45,18 @@ struct TrainedRun {
 };
 
 TrainedRun train(const std::string& data, bool amp, bool deterministic = true, int arena_fill = -1,
-                 const std::string& poison = "") {
+                 const std::string& poison = "", const std::string& engine_cache = "", int workspace_fill = -1,
+                 const std::string& hash_file = "") {
   runtime::TrainOptions o = test::residual_run_options(data, amp);
   o.deterministic = deterministic;
+  o.debug_workspace_fill = workspace_fill;
+  o.engine_cache = engine_cache;
   o.debug_arena_fill = arena_fill;
   o.debug_poison_families = poison;
   TrainedRun r;
+  test::NodeHashFile hashes(hash_file);
   runtime::Trainer t(test::realistic_residual_model(), o);
+  hashes.release();
   runtime::TrainObserver obs;
   test::fingerprint_start(t, &r.print);
   obs.on_step_loss = [&](std::int64_t, std::int64_t, double loss) {
@@ -79,12 +85,17 @@ TEST_P(GpuDeterminism, TwoTrainingsAreBitIdentical) {
   const fs::path dir = work_dir(amp ? "amp" : "fp32");
   const std::string data = (dir / "syn.h5").string();
   io::make_synthetic(data, 700, 256, 32, 32, 3, 10, 11);  // 5 full batches and one of 60 per epoch
-  const TrainedRun a = train(data, amp);
-  const TrainedRun b = train(data, amp);
+  const std::string ha = (dir / "a.hashes").string(), hb = (dir / "b.hashes").string();
+  const TrainedRun a = train(data, amp, true, -1, "", "", -1, ha);
+  const TrainedRun b = train(data, amp, true, -1, "", "", -1, hb);
   ASSERT_EQ(a.losses.size(), 12u);
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
-  if (a.losses != b.losses) test::print_divergence(a.print, b.print, amp ? "two trainings, amp" : "two trainings");
+  if (a.losses != b.losses) {
+    test::print_divergence(a.print, b.print, amp ? "two trainings, amp" : "two trainings");
+    if (std::getenv("RN_TEST_NODE_HASHES"))
+      test::print_hash_divergence(ha, hb, amp ? "two trainings, amp" : "two trainings");
+  }
   EXPECT_TRUE(bit_equal(a.state, b.state)) << "weights / BN statistics differ";
   ASSERT_EQ(a.moments.size(), b.moments.size());
   ASSERT_FALSE(a.moments.empty());
@@ -112,6 +123,23 @@ TEST_P(GpuDeterminism, StartUpLeftoversDoNotReachTheRun) {
   fs::remove_all(dir);
 }
 
+// Nor may what start-up leaves in the cuDNN/cuBLASLt workspaces (the timed candidates ran there; a start-up from
+// the engine cache leaves other bytes): the trainer zeroes them before the run, and no step may read a workspace
+// byte it has not written first. Two fills of the workspaces must give the same run.
+TEST_P(GpuDeterminism, WorkspaceLeftoversDoNotReachTheRun) {
+  const bool amp = GetParam();
+  const fs::path dir = work_dir(amp ? "ws_amp" : "ws_fp32");
+  const std::string data = (dir / "syn.h5").string(), engines = (dir / "engines.txt").string();
+  io::make_synthetic(data, 700, 256, 32, 32, 3, 10, 11);
+  const TrainedRun a = train(data, amp, true, -1, "", engines, 0x00);
+  const TrainedRun b = train(data, amp, true, -1, "", engines, 0xFF);
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  if (a.losses != b.losses) test::print_divergence(a.print, b.print, amp ? "workspace fill, amp" : "workspace fill");
+  EXPECT_TRUE(bit_equal(a.state, b.state)) << "weights / BN statistics differ";
+  fs::remove_all(dir);
+}
+
 // A step reads no byte of the input buffers, features and gradient slots or temporaries that it has not written
 // first: NaN bytes in them after initialisation change nothing (a read before a write, e.g. of padding lanes or
 // of an accumulator assumed zero, would show as another loss or a NaN).
@@ -127,6 +155,37 @@ TEST_P(GpuDeterminism, NoStepReadsInputsFeaturesOrTemporariesBeforeWritingThem) 
     for (std::size_t i = 0; i < clean.losses.size(); ++i)
       EXPECT_EQ(clean.losses[i], p.losses[i]) << "family " << family << " poisoned, step " << i + 1;
     EXPECT_TRUE(bit_equal(clean.state, p.state)) << "family " << family << ": weights / BN statistics differ";
+  }
+  fs::remove_all(dir);
+}
+
+/// RN_DEBUG_STREAM_DELAY for the lifetime of the object (the session reads it when it opens).
+struct StreamDelay {
+  explicit StreamDelay(const char* spec) { ::setenv("RN_DEBUG_STREAM_DELAY", spec, 1); }
+  ~StreamDelay() { ::unsetenv("RN_DEBUG_STREAM_DELAY"); }
+};
+
+// Every fork of the step between two streams (weight gradients beside data gradients, the projection shortcut beside
+// the main path, the bucket-1 cast/all-reduce beside the first layer's backward, the optimizer beside the statistics
+// and metrics, the input copy beside the step) orders what it must: holding one side of each fork back by a spin
+// kernel, then the other side, changes no bit. A missing wait shows here as another loss whatever the GPU's load,
+// where without the delays it shows only when the timing happens to expose it. The engines are shared through one
+// cache file, so all three runs use the same ones.
+TEST_P(GpuDeterminism, HoldingBackEitherSideOfEveryStreamForkChangesNoBit) {
+  const bool amp = GetParam();
+  const fs::path dir = work_dir(amp ? "delay_amp" : "delay_fp32");
+  const std::string data = (dir / "syn.h5").string(), engines = (dir / "engines.txt").string();
+  io::make_synthetic(data, 700, 256, 32, 32, 3, 10, 11);
+  const TrainedRun plain = train(data, amp, true, -1, "", engines);
+  for (const char* spec : {"wgrad:200,main-branch:200,update:2000,main-comm:2000,transfer:2000",
+                           "main-wgrad:200,branch:200,main-update:2000,comm:2000"}) {
+    const StreamDelay delay(spec);
+    const TrainedRun d = train(data, amp, true, -1, "", engines);
+    ASSERT_EQ(plain.losses.size(), d.losses.size()) << spec;
+    for (std::size_t i = 0; i < plain.losses.size(); ++i)
+      EXPECT_EQ(plain.losses[i], d.losses[i]) << spec << ", step " << i + 1;
+    EXPECT_TRUE(bit_equal(plain.state, d.state)) << spec << ": weights / BN statistics differ";
+    EXPECT_EQ(plain.print.engines, d.print.engines) << spec << ": the engine cache was not replayed";
   }
   fs::remove_all(dir);
 }

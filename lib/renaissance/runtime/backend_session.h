@@ -46,6 +46,13 @@ class BackendSession {
   virtual void update(ExecEnv& env, const std::function<void()>& launch) { (void)env, launch(); }
   /// Later compute work waits for the update stream's work.
   virtual void join_update(ExecEnv& env) { (void)env; }
+  /// Writes `byte` over the scratch memory outside the arena that the step's kernels use (GPU: the cuDNN/cuBLASLt
+  /// workspaces of the compute streams), waiting for it. The trainer zeroes them before the run, after start-up
+  /// timed the engines in them, so a timed start-up and one from the engine cache start the run alike.
+  virtual void fill_workspaces(int byte) { (void)byte; }
+  /// RN_DEBUG_NODE_HASHES (GPU): after optimizer step `step` (from 1) of the first RN_DEBUG_NODE_HASH_STEPS (2),
+  /// waits for the device and writes every slot's hash to the file the variable names (docs/kernels-cuda.md).
+  virtual void trace_node_hashes(std::int64_t step) { (void)step; }
 };
 /// CPU: a session that does nothing. CUDA: streams + handles + a `workspace_bytes` device workspace (two with
 /// `concurrent`: the weight-gradient stream has its own).

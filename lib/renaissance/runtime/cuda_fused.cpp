@@ -217,6 +217,7 @@ void run_fused(const ResolvedNode& r, ExecEnv& env) {
             env.timer->begin(
                 env, st.label,
                 st.kind == FusedStep::kPlain ? r.sub[static_cast<std::size_t>(st.node)].detail : std::string());
+          debug_poison_workspace(st.label.c_str(), env);
           run_fused_step(r, st, env);
           if (env.timer) env.timer->end(env);
         } catch (...) {

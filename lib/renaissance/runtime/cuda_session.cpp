@@ -1,23 +1,63 @@
 // The CUDA backend's session: streams, events, workspaces and pinned staging of one GPU rank (DESIGN §7).
 #include <renaissance/runtime/cuda_adapters.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 namespace renaissance::runtime {
 
 namespace cuda_backend {
 namespace {
+
+/// RN_DEBUG_STREAM_DELAY (a debugging aid, docs/kernels-cuda.md): "who:microseconds,...", each delaying one side of
+/// one kind of fork by a spin kernel, so a missing wait between two streams shows as other bits (the same run must
+/// give the same bits with any delay). who: wgrad, branch, comm, update, transfer (the forked stream's work starts
+/// later) or main-wgrad, main-branch, main-comm, main-update (the forking stream's work after the fork does).
+struct StreamDelays {
+  enum Who { kWgrad, kBranch, kComm, kUpdate, kTransfer, kCount };
+  int side[kCount] = {}, main[kCount] = {};
+  static StreamDelays from_environment() {
+    StreamDelays d;
+    const char* v = std::getenv("RN_DEBUG_STREAM_DELAY");
+    if (v == nullptr || *v == '\0') return d;
+    static const char* const names[kCount] = {"wgrad", "branch", "comm", "update", "transfer"};
+    std::string list = v;
+    for (std::size_t a = 0; a < list.size();) {
+      const std::size_t b = std::min(list.find(',', a), list.size());
+      std::string item = list.substr(a, b - a);
+      a = b + 1;
+      const std::size_t colon = item.find(':');
+      RN_CHECK(colon != std::string::npos, "RN_DEBUG_STREAM_DELAY: '{}' is not who:microseconds", item);
+      std::string who = item.substr(0, colon);
+      const int us = std::atoi(item.c_str() + colon + 1);
+      const bool on_main = who.rfind("main-", 0) == 0;
+      if (on_main) who = who.substr(5);
+      int k = 0;
+      while (k < kCount && who != names[k]) ++k;
+      RN_CHECK(k < kCount && !(on_main && k == kTransfer), "RN_DEBUG_STREAM_DELAY: unknown stream '{}'", item);
+      (on_main ? d.main : d.side)[k] = us;
+    }
+    spdlog::warn("RN_DEBUG_STREAM_DELAY={}: streams are delayed on purpose (race hunting), the run is slower", v);
+    return d;
+  }
+};
 
 /// The GPU session (DESIGN §7): the main compute stream with its handles and workspace; a second compute stream for
 /// weight gradients (its own cuDNN handle and workspace); the transfer stream (input double buffering); the side
 /// stream of the bucket-1 all-reduce; pinned staging.
 class CudaSession : public BackendSession, public ComputeStreams {
  public:
-  CudaSession(ExecEnv& env, std::int64_t workspace_bytes, bool concurrent) {
+  CudaSession(ExecEnv& env, std::int64_t workspace_bytes, bool concurrent)
+      : m_delays(StreamDelays::from_environment()) {
     m_stream = cuda::stream_create();
     m_env.dnn = &cuda::DnnHandles::for_device(cuda::current_device());
     m_env.dnn->set_stream(static_cast<cudaStream_t>(m_stream));
     m_env.label_errors = static_cast<std::int32_t*>(cuda::device_alloc(256, "the label error counter"));
     guard_device_memory({"the cuDNN/cuBLASLt workspace", 0, workspace_bytes * (concurrent ? 2 : 1), 0});
     m_workspace = static_cast<std::byte*>(cuda::device_alloc(workspace_bytes, "the cuDNN/cuBLASLt workspace"));
+    m_workspace_bytes = workspace_bytes;
     if (concurrent) {
       for (auto& st : m_side_streams) st = cuda::stream_create();
       m_side_dnn = std::make_unique<cuda::DnnHandles>();
@@ -43,8 +83,23 @@ class CudaSession : public BackendSession, public ComputeStreams {
     m_update_stream = cuda::stream_create();
     m_update_fork = cuda::event_create();
     m_update_done = cuda::event_create();
+    if (const char* path = std::getenv("RN_DEBUG_NODE_HASHES"); path != nullptr && *path != '\0') {
+      m_hash_path = path;
+      const char* steps = std::getenv("RN_DEBUG_NODE_HASH_STEPS");
+      m_hash_steps = steps != nullptr ? std::max(1, std::atoi(steps)) : 2;
+      m_hashes.capacity = 1 << 16;
+      m_hashes.device = static_cast<unsigned long long*>(cuda::device_alloc(
+          static_cast<std::int64_t>(m_hashes.capacity) * cuda::kHashParts * 8, "the RN_DEBUG_NODE_HASHES slots"));
+      env.node_hashes = &m_hashes;
+      spdlog::warn("RN_DEBUG_NODE_HASHES={}: every node's inputs and outputs are hashed in the first {} steps (slower)",
+                   path, m_hash_steps);
+    }
   }
   ~CudaSession() override {
+    if (m_hashes.device) {
+      cuda::stream_synchronize(m_stream);
+      cuda::device_free(m_hashes.device);
+    }
     if (m_side_streams[0]) {
       for (std::size_t i = 0; i < 2; ++i) {
         cuda::stream_synchronize(m_side_streams[i]);
@@ -84,6 +139,7 @@ class CudaSession : public BackendSession, public ComputeStreams {
     // The copy into device buffer s waits for the compute work that last read it (the step two batches ago),
     // runs beside the current step on its own stream, and the next compute work waits for it.
     cuda::stream_wait_event(m_transfer_stream, m_slot_done[s & 1]);
+    cuda::stream_delay(m_transfer_stream, m_delays.side[StreamDelays::kTransfer]);
     launch_on(env, m_transfer_stream, launch);
     cuda::event_record(m_transferred, m_transfer_stream);
     cuda::stream_wait_event(m_stream, m_transferred);
@@ -95,6 +151,8 @@ class CudaSession : public BackendSession, public ComputeStreams {
   void side(ExecEnv& env, const std::function<void()>& launch) override {
     cuda::event_record(m_fork, m_stream);
     cuda::stream_wait_event(m_comm_stream, m_fork);
+    cuda::stream_delay(m_comm_stream, m_delays.side[StreamDelays::kComm]);
+    cuda::stream_delay(m_stream, m_delays.main[StreamDelays::kComm]);
     launch_on(env, m_comm_stream, launch);
     cuda::event_record(m_joined, m_comm_stream);
   }
@@ -102,6 +160,8 @@ class CudaSession : public BackendSession, public ComputeStreams {
   void update(ExecEnv& env, const std::function<void()>& launch) override {
     cuda::event_record(m_update_fork, m_stream);
     cuda::stream_wait_event(m_update_stream, m_update_fork);
+    cuda::stream_delay(m_update_stream, m_delays.side[StreamDelays::kUpdate]);
+    cuda::stream_delay(m_stream, m_delays.main[StreamDelays::kUpdate]);
     launch_on(env, m_update_stream, launch);
     cuda::event_record(m_update_done, m_update_stream);
   }
@@ -112,6 +172,9 @@ class CudaSession : public BackendSession, public ComputeStreams {
     const auto i = static_cast<std::size_t>(s);
     cuda::event_record(m_side_fork[i], env.stream);
     cuda::stream_wait_event(m_side_streams[i], m_side_fork[i]);
+    const int who = s == SideStream::kWeightGrad ? StreamDelays::kWgrad : StreamDelays::kBranch;
+    cuda::stream_delay(m_side_streams[i], m_delays.side[who]);
+    cuda::stream_delay(env.stream, m_delays.main[who]);
     m_main_stream_of_side = env.stream;
     env.stream = m_side_streams[i];
     env.workspace = m_side_workspace;
@@ -128,6 +191,28 @@ class CudaSession : public BackendSession, public ComputeStreams {
     cuda::stream_wait_event(env.stream, m_side_done[static_cast<std::size_t>(s)]);
   }
   void* side_dnn() override { return &m_side_env; }
+  void trace_node_hashes(std::int64_t step) override {
+    if (m_hashes.device == nullptr || step > m_hash_steps) return;
+    for (cuda::StreamHandle st :
+         {m_stream, m_transfer_stream, m_comm_stream, m_update_stream, m_side_streams[0], m_side_streams[1]})
+      if (st) cuda::stream_synchronize(st);
+    const std::size_t n = m_hashes.labels.size();
+    std::vector<unsigned long long> parts(n * cuda::kHashParts);
+    if (n > 0) cuda::copy_d2h(parts.data(), m_hashes.device, static_cast<std::int64_t>(parts.size() * 8));
+    std::FILE* f = std::fopen(m_hash_path.c_str(), step <= 1 ? "w" : "a");
+    RN_CHECK(f != nullptr, "RN_DEBUG_NODE_HASHES: cannot write '{}'", m_hash_path);
+    for (std::size_t i = 0; i < n; ++i) {
+      unsigned long long h = 0;
+      for (int k = 0; k < cuda::kHashParts; ++k) h += parts[i * cuda::kHashParts + static_cast<std::size_t>(k)];
+      std::fprintf(f, "step %lld\tslot %zu\t%016llx\t%s\n", static_cast<long long>(step), i, h,
+                   m_hashes.labels[i].c_str());
+    }
+    std::fclose(f);
+  }
+  void fill_workspaces(int byte) override {
+    cuda::fill_device(m_workspace, byte, m_workspace_bytes);
+    if (m_side_workspace) cuda::fill_device(m_side_workspace, byte, m_workspace_bytes);
+  }
 
  private:
   /// Runs `launch` with env.stream = `s` (what every op launches on), back to the compute stream after.
@@ -142,6 +227,10 @@ class CudaSession : public BackendSession, public ComputeStreams {
     env.stream = m_stream;
   }
 
+  StreamDelays m_delays;
+  NodeHashes m_hashes;
+  std::string m_hash_path;
+  std::int64_t m_hash_steps = 0;
   cuda::StreamHandle m_stream = nullptr;
   cuda::StreamHandle m_transfer_stream = nullptr;
   cuda::EventHandle m_transferred = nullptr;
@@ -152,6 +241,7 @@ class CudaSession : public BackendSession, public ComputeStreams {
   cuda::EventHandle m_update_fork = nullptr, m_update_done = nullptr;
   CudaEnv m_env;
   std::byte* m_workspace = nullptr;
+  std::int64_t m_workspace_bytes = 0;  ///< of each workspace
   // the side compute streams (SideStream order; null when not concurrent), sharing one workspace and handles
   cuda::StreamHandle m_side_streams[2] = {nullptr, nullptr};
   cuda::EventHandle m_side_fork[2] = {nullptr, nullptr}, m_side_done[2] = {nullptr, nullptr};

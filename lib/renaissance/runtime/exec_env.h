@@ -68,6 +68,16 @@ class ComputeStreams {
   virtual void* side_dnn() = 0;
 };
 
+/// RN_DEBUG_NODE_HASHES (debugging where two runs part, docs/kernels-cuda.md): one slot of cuda::kHashParts partial
+/// hashes per hashed tensor (the inputs of every node before it runs, its outputs after), on the device; labels[i]
+/// names slot i ("<graph> #<node> <op> <layer> in0"). Slots are handed out as nodes are launched or captured, so a
+/// captured graph rewrites its own slots at every replay. Made by the CUDA session when the variable is set.
+struct NodeHashes {
+  unsigned long long* device = nullptr;
+  int capacity = 0;  ///< slots
+  std::vector<std::string> labels;
+};
+
 /// What ops may touch besides the arena.
 struct ExecEnv {
   const std::byte* host_input[2] = {nullptr, nullptr};  ///< staging buffers TRANSFER_A/B copy from
@@ -93,6 +103,7 @@ struct ExecEnv {
   bool fuse_kernels = true;
   OpTimer* timer = nullptr;           ///< set only while profiling, never during a capture
   ComputeStreams* streams = nullptr;  ///< GPU: the weight-gradient stream; null: everything in order on `stream`
+  NodeHashes* node_hashes = nullptr;  ///< RN_DEBUG_NODE_HASHES only
 };
 
 /// Runs items 0..count-1 in order with `run(i)`. When env.streams is set (and no timer), an item whose node is a
@@ -101,5 +112,15 @@ struct ExecEnv {
 /// the liveness analysis, so no other node sees the overlap.
 void run_in_order(std::size_t count, const std::function<const plan::Node*(std::size_t)>& node_of,
                   const std::function<void(std::size_t)>& run, ExecEnv& env);
+
+/// Debugging reads of stale workspace bytes (RN_DEBUG_POISON_WORKSPACE, docs/kernels-cuda.md): a comma-separated list
+/// of kernel labels as the profile names them ("CONV_BWD_DATA", "bn+relu", ...; "all": every one). Before each
+/// listed kernel, GPU runs fill env.workspace with 0xFF bytes (NaN), on its stream (captured like the kernel), so a
+/// kernel that reads workspace bytes it did not write first changes the run. Nothing when unset or on the CPU.
+void debug_poison_workspace(const char* label, ExecEnv& env);
+
+/// With env.node_hashes (RN_DEBUG_NODE_HASHES): queues on env.stream the hashes of node `index` of graph `graph`'s
+/// inputs (`after` false: call it before the node) or outputs (after it). Nothing otherwise.
+void debug_hash_node(const std::string& graph, std::size_t index, const ResolvedNode& r, bool after, ExecEnv& env);
 
 }  // namespace renaissance::runtime

@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <renaissance/core/log.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #ifdef RENAISSANCE_HAVE_CUDA
 #include <kernels/cuda/runtime_api.h>
@@ -99,6 +102,56 @@ CapturedGraph::CapturedGraph(std::vector<ResolvedNode> nodes, std::vector<const 
 
 CapturedGraph::~CapturedGraph() = default;
 
+void debug_poison_workspace(const char* label, ExecEnv& env) {
+#ifdef RENAISSANCE_HAVE_CUDA
+  static const std::string list = [] {
+    const char* v = std::getenv("RN_DEBUG_POISON_WORKSPACE");
+    return v == nullptr ? std::string() : "," + std::string(v) + ",";
+  }();
+  if (list.empty() || env.workspace == nullptr || env.workspace_bytes <= 0) return;
+  if (list.find(",all,") == std::string::npos && list.find("," + std::string(label) + ",") == std::string::npos) return;
+  static std::once_flag said;
+  std::call_once(said,
+                 [] { spdlog::warn("RN_DEBUG_POISON_WORKSPACE: workspaces are filled with NaN before kernels"); });
+  cuda::fill_device_async(env.workspace, 0xFF, env.workspace_bytes, env.stream);
+#else
+  (void)label, (void)env;
+#endif
+}
+
+void debug_hash_node(const std::string& graph, std::size_t index, const ResolvedNode& r, bool after, ExecEnv& env) {
+#ifdef RENAISSANCE_HAVE_CUDA
+  NodeHashes* h = env.node_hashes;
+  if (h == nullptr) return;
+  const plan::Node& n = *r.node;
+  const std::string what = n.type == plan::NodeType::RANGE ? plan::range_op_name(n.range_op) : plan::op_kind_name(n.op);
+  auto one = [&](const void* p, std::int64_t bytes, const char* dir, std::size_t k) {
+    if (p == nullptr || bytes <= 0) return;
+    const auto slot = static_cast<int>(h->labels.size());
+    if (slot >= h->capacity) {
+      static std::once_flag said;
+      std::call_once(
+          said, [&] { spdlog::warn("RN_DEBUG_NODE_HASHES: all {} slots taken, later nodes not hashed", h->capacity); });
+      return;
+    }
+    cuda::hash_device_async(p, bytes, h->device + static_cast<std::ptrdiff_t>(slot) * cuda::kHashParts, env.stream);
+    h->labels.push_back(
+        fmt::format("{} #{} {} {} {}{} {}B", graph, index, what, r.layer.empty() ? "-" : r.layer, dir, k, bytes));
+  };
+  const std::vector<TensorView>& views = after ? r.out : r.in;
+  for (std::size_t k = 0; k < views.size(); ++k) {
+    const TensorView& v = views[k];
+    const std::int64_t per_sample = v.strides[0] > 0 ? v.strides[0] : v.shape.per_sample();
+    one(v.ptr, v.shape.n * per_sample * static_cast<std::int64_t>(dtype_size(v.dtype)), after ? "out" : "in", k);
+  }
+  const std::vector<RangeView>& ranges = after ? r.out_ranges : r.in_ranges;
+  for (std::size_t k = 0; k < ranges.size(); ++k)
+    one(ranges[k].ptr, ranges[k].bytes, after ? "out_range" : "in_range", k);
+#else
+  (void)graph, (void)index, (void)r, (void)after, (void)env;
+#endif
+}
+
 void run_in_order(std::size_t count, const std::function<const plan::Node*(std::size_t)>& node_of,
                   const std::function<void(std::size_t)>& run, ExecEnv& env) {
   if (!env.streams || env.timer) {
@@ -130,7 +183,16 @@ void CapturedGraph::run_uncaptured(ExecEnv& env) const {
   if (!env.timer) {
     run_in_order(
         m_nodes.size(), [&](std::size_t i) { return m_nodes[i].node; },
-        [&](std::size_t i) { (*m_fns[i])(m_nodes[i], env); }, env);
+        [&](std::size_t i) {
+          const plan::Node& n = *m_nodes[i].node;
+          if (n.type == plan::NodeType::COMPUTE && n.op != plan::OpKind::FUSED_FWD && n.op != plan::OpKind::FUSED_BWD &&
+              n.op != plan::OpKind::FUSED_INFER)
+            debug_poison_workspace(plan::op_kind_name(n.op), env);
+          debug_hash_node(m_label, i, m_nodes[i], false, env);
+          (*m_fns[i])(m_nodes[i], env);
+          debug_hash_node(m_label, i, m_nodes[i], true, env);
+        },
+        env);
     return;
   }
   // Profiling (`renaissance bench --profile`): every node bracketed by the timer, except FUSED_* nodes, whose

@@ -212,6 +212,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
             "training", "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
       I.session->release_slot(s);
       ++m_step;
+      I.session->trace_node_hashes(m_step);
       samples += b->count * I.world;  // every rank trains the same count: the global batch
       if (observer.on_step)
         observer.on_step(epoch + 1, first_batch + b->index + 1, batches, static_cast<double>(samples) / (now_s() - t0));

@@ -86,6 +86,9 @@ struct TrainOptions {
   /// Tests only: a byte written over the whole arena after start-up (engine timing, warm-up runs) and before the
   /// weights are initialised (-1: none). Initialisation zeroes the arena first, so no value may change a run.
   int debug_arena_fill = -1;
+  /// Tests only: the byte the compute streams' cuDNN/cuBLASLt workspaces hold when the run starts (-1: zero, what
+  /// every run gets). No value may change a run: a step that read workspace bytes it had not written would.
+  int debug_workspace_fill = -1;
   /// Tests only: region families (names of RegionFamily: "F,S,T,I", ...) whose tensors are filled with 0xFF bytes
   /// (NaN in FP16/FP32) after initialisation, to find what a step reads before it writes.
   std::string debug_poison_families;

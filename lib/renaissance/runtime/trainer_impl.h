@@ -423,6 +423,8 @@ struct Trainer::Impl {
     // nothing. Without this, bytes a step reads before it writes (padding lanes, accumulators) would differ between
     // such runs (issue 11: two AMP trainings in one process differed from the first step's loss on).
     ctx.fill_at(arena.base(), 0, static_cast<std::int64_t>(arena.bytes()));
+    // So do the workspaces, where the timing ran its candidates (and left other bytes than a cached start-up).
+    session->fill_workspaces(opt.debug_workspace_fill >= 0 ? opt.debug_workspace_fill & 0xFF : 0);
     for (const DTensor& t : mp.tensors()) {
       const RegionFamily f = region_family(t.region);
       if (f != RegionFamily::W && f != RegionFamily::B) continue;
