@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,10 @@ inline runtime::TrainOptions residual_run_options(const std::string& data, bool 
   o.seed = 23;
   o.augmentation.crop_padding = 2;
   o.concurrent_streams = true;
+  // RN_TEST_DATA_CACHE=off: the host loader instead of the device cache (race hunting: is the gather beside the step
+  // what differs?)
+  if (const char* c = std::getenv("RN_TEST_DATA_CACHE"); c != nullptr && std::string(c) == "off")
+    o.data_cache = runtime::DataCacheMode::off;
   return o;
 }
 
@@ -116,19 +121,27 @@ struct NodeHashFile {
 /// The first slots whose hashes differ between two RN_DEBUG_NODE_HASHES files: a node whose inputs agree and whose
 /// outputs differ computed differently from the same bytes; an input that differs although the node that wrote it
 /// gave the same output was changed in between (a race).
-inline void print_hash_divergence(const std::string& a, const std::string& b, const char* what) {
-  if (a.empty() || b.empty()) return;
+/// Returns the layer of the first slot that differs ("" for none).
+inline std::string print_hash_divergence(const std::string& a, const std::string& b, const char* what) {
+  std::string layer;
+  if (a.empty() || b.empty()) return layer;
   std::ifstream fa(a), fb(b);
   std::string la, lb;
   int shown = 0, differing = 0, lines = 0;
   while (std::getline(fa, la) && std::getline(fb, lb)) {
     ++lines;
     if (la == lb) continue;
+    if (layer.empty()) {  // "step 1<TAB>slot 32<TAB>hash<TAB>graph #1 OP layer out0 NB"
+      std::istringstream words(la.substr(la.rfind('\t') + 1));
+      std::string graph, index, op;
+      words >> graph >> index >> op >> layer;
+    }
     if (shown++ < 12) std::printf("[ hashes  ] %s:\n  a: %s\n  b: %s\n", what, la.c_str(), lb.c_str());
     ++differing;
   }
   std::printf("[ hashes  ] %s: %d of %d hashed tensors differ (%s, %s)\n", what, differing, lines, a.c_str(),
               b.c_str());
+  return layer;
 }
 
 }  // namespace renaissance::test

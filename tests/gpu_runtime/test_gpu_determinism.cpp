@@ -42,11 +42,22 @@ struct TrainedRun {
   std::vector<std::vector<float>> moments;  // optimizer state
   runtime::EpochMetrics last;
   test::RunFingerprint print;  // to say why, when two runs differ
+  std::string hash_file;       // RN_TEST_NODE_HASHES only
 };
 
+/// Says where two trainings that should be one part: the fingerprints, and with RN_TEST_NODE_HASHES the first node
+/// whose hashed inputs or outputs differ.
+void explain(const TrainedRun& a, const TrainedRun& b, const char* what) {
+  test::print_divergence(a.print, b.print, what);
+  const std::string layer = test::print_hash_divergence(a.hash_file, b.hash_file, what);
+  if (layer.empty()) return;
+  for (std::size_t i = 0; i < a.print.engines.size(); ++i)  // the engines of the layer where they part
+    if (a.print.engines[i].find(layer) != std::string::npos)
+      std::printf("[ hashes  ] %s: %s engine: %s\n", what, layer.c_str(), a.print.engines[i].c_str());
+}
+
 TrainedRun train(const std::string& data, bool amp, bool deterministic = true, int arena_fill = -1,
-                 const std::string& poison = "", const std::string& engine_cache = "", int workspace_fill = -1,
-                 const std::string& hash_file = "") {
+                 const std::string& poison = "", const std::string& engine_cache = "", int workspace_fill = -1) {
   runtime::TrainOptions o = test::residual_run_options(data, amp);
   o.deterministic = deterministic;
   o.debug_workspace_fill = workspace_fill;
@@ -54,7 +65,10 @@ TrainedRun train(const std::string& data, bool amp, bool deterministic = true, i
   o.debug_arena_fill = arena_fill;
   o.debug_poison_families = poison;
   TrainedRun r;
-  test::NodeHashFile hashes(hash_file);
+  static int trainings = 0;  // RN_TEST_NODE_HASHES: each training's hashes in a file of its own
+  test::NodeHashFile hashes(
+      (fs::temp_directory_path() / fmt::format("rn_gpu_det_{}_{}.hashes", ::getpid(), ++trainings)).string());
+  r.hash_file = hashes.path;
   runtime::Trainer t(test::realistic_residual_model(), o);
   hashes.release();
   runtime::TrainObserver obs;
@@ -85,17 +99,12 @@ TEST_P(GpuDeterminism, TwoTrainingsAreBitIdentical) {
   const fs::path dir = work_dir(amp ? "amp" : "fp32");
   const std::string data = (dir / "syn.h5").string();
   io::make_synthetic(data, 700, 256, 32, 32, 3, 10, 11);  // 5 full batches and one of 60 per epoch
-  const std::string ha = (dir / "a.hashes").string(), hb = (dir / "b.hashes").string();
-  const TrainedRun a = train(data, amp, true, -1, "", "", -1, ha);
-  const TrainedRun b = train(data, amp, true, -1, "", "", -1, hb);
+  const TrainedRun a = train(data, amp);
+  const TrainedRun b = train(data, amp);
   ASSERT_EQ(a.losses.size(), 12u);
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
-  if (a.losses != b.losses) {
-    test::print_divergence(a.print, b.print, amp ? "two trainings, amp" : "two trainings");
-    if (std::getenv("RN_TEST_NODE_HASHES"))
-      test::print_hash_divergence(ha, hb, amp ? "two trainings, amp" : "two trainings");
-  }
+  if (a.losses != b.losses) explain(a, b, amp ? "two trainings, amp" : "two trainings");
   EXPECT_TRUE(bit_equal(a.state, b.state)) << "weights / BN statistics differ";
   ASSERT_EQ(a.moments.size(), b.moments.size());
   ASSERT_FALSE(a.moments.empty());
@@ -117,7 +126,7 @@ TEST_P(GpuDeterminism, StartUpLeftoversDoNotReachTheRun) {
   const TrainedRun b = train(data, amp, true, 0x7F);
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
-  if (a.losses != b.losses) test::print_divergence(a.print, b.print, amp ? "arena fill, amp" : "arena fill");
+  if (a.losses != b.losses) explain(a, b, amp ? "arena fill, amp" : "arena fill");
   EXPECT_TRUE(bit_equal(a.state, b.state)) << "weights / BN statistics differ";
   EXPECT_EQ(a.last.val_loss, b.last.val_loss);
   fs::remove_all(dir);
@@ -135,7 +144,7 @@ TEST_P(GpuDeterminism, WorkspaceLeftoversDoNotReachTheRun) {
   const TrainedRun b = train(data, amp, true, -1, "", engines, 0xFF);
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
-  if (a.losses != b.losses) test::print_divergence(a.print, b.print, amp ? "workspace fill, amp" : "workspace fill");
+  if (a.losses != b.losses) explain(a, b, amp ? "workspace fill, amp" : "workspace fill");
   EXPECT_TRUE(bit_equal(a.state, b.state)) << "weights / BN statistics differ";
   fs::remove_all(dir);
 }

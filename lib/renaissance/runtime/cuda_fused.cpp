@@ -218,7 +218,14 @@ void run_fused(const ResolvedNode& r, ExecEnv& env) {
                 env, st.label,
                 st.kind == FusedStep::kPlain ? r.sub[static_cast<std::size_t>(st.node)].detail : std::string());
           debug_poison_workspace(st.label.c_str(), env);
+          // RN_DEBUG_NODE_HASHES: each part's inputs and outputs too (which part of a fused node computed otherwise)
+          const ResolvedNode* part = st.node >= 0 ? &r.sub[static_cast<std::size_t>(st.node)] : nullptr;
+          const std::string where = env.node_hashes ? "  " + r.layer + "/" + st.label : std::string();
+          if (part) debug_hash_node(where, i, *part, false, env);
           run_fused_step(r, st, env);
+          if (env.node_hashes)
+            for (const int k : {st.node, st.relu, st.add})
+              if (k >= 0) debug_hash_node(where, i, r.sub[static_cast<std::size_t>(k)], true, env);
           if (env.timer) env.timer->end(env);
         } catch (...) {
           if (on_branch) env.streams->end_side(env, SideStream::kBranch);
