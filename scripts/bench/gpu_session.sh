@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build (sm_90), the gpu-labelled tests, then the jobs named in STEPS.
 #   STEPS="tests bench fmnist" scripts/bench/gpu_session.sh      (logs and results in $OUT)
+# STEPS unset: "tests bench fmnist"; STEPS="" (set, empty): build only.
 # bench: Renaissance (graphs on/off) and PyTorch (MODES, default eager) on CASES, via compare_gpu.sh.
 # scaling: 1 vs N GPUs, Renaissance (mpirun) and PyTorch DDP (torchrun), via scaling_gpu.sh.
 # fmnist: Fashion-MNIST (idx.gz carried in data/cache/fashion-mnist) trained on the GPU with FMNIST_ARGS.
@@ -19,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-"tests bench fmnist"}
+STEPS=${STEPS-"tests bench fmnist"}
 T0=$SECONDS
 say() { echo "[$((SECONDS - T0))s] $*"; }
 if [[ ! -x build-gpu/app/renaissance ]] || [[ ${REBUILD:-1} == 1 ]]; then
