@@ -60,49 +60,69 @@ std::vector<std::uint8_t> read_bytes(const void* p, std::size_t n) {
   return v;
 }
 
+/// One case's tensors (x, w, y in `dt`) and its deterministic graph descriptor for a pass.
+struct CaseTensors {
+  const EngineCase& k;
+  DType dt;
+  std::size_t es;
+  Shape xs, ys;
+  DeviceBuffer x, w, y;
+  CaseTensors(const EngineCase& kc, DType t)
+      : k(kc),
+        dt(t),
+        es(dtype_size(t)),
+        xs{kc.n, kc.h, kc.w, kc.cin},
+        ys{kc.n, (kc.h + 2 * kc.pad - kc.k) / kc.stride + 1, (kc.w + 2 * kc.pad - kc.k) / kc.stride + 1, kc.cout},
+        x(static_cast<std::size_t>(xs.elems()) * es),
+        w(static_cast<std::size_t>(kc.cout * kc.k * kc.k * (kc.cin / kc.groups)) * es),
+        y(static_cast<std::size_t>(ys.elems()) * es) {}
+  /// Random values of `seed` in `b` (FP16: rounded).
+  void fill(const DeviceBuffer& b, std::uint32_t seed) const {
+    const std::size_t n = b.bytes() / es;
+    std::vector<float> v = random_vec(n, seed);
+    if (dt == DType::F32) {
+      CUDA_CHECK(cudaMemcpy(b.get(), v.data(), n * 4, cudaMemcpyHostToDevice));
+    } else {
+      std::vector<std::uint16_t> hv(n);
+      for (std::size_t i = 0; i < n; ++i) hv[i] = cpu::float_to_half(v[i]);
+      CUDA_CHECK(cudaMemcpy(b.get(), hv.data(), n * 2, cudaMemcpyHostToDevice));
+    }
+  }
+  GraphConvDesc desc(ConvPass p) const {
+    GraphConvDesc d;
+    d.pass = p;
+    d.x = xs;
+    d.y = ys;
+    d.x_cs = k.cin;
+    d.y_cs = k.cout;
+    d.kernel_h = d.kernel_w = k.k;
+    d.stride_h = d.stride_w = k.stride;
+    d.pad_h = d.pad_w = k.pad;
+    d.groups = k.groups;
+    d.dtype = dt;
+    d.strict_fp32 = dt == DType::F32;
+    d.deterministic = true;
+    d.workspace_limit = kLimit;
+    return d;
+  }
+};
+
 class GpuConvEngines : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GpuConvEngines, EveryDeterministicCandidateRepeatsItsBits) {
   RN_SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
-  const std::size_t es = dtype_size(dt);
   Stream stream, busy;
   DnnHandles& h = handles();
   h.set_stream(stream.get());
   int checked = 0;
   std::vector<std::string> differing;
   for (const EngineCase& k : kCases) {
-    const std::int64_t oh = (k.h + 2 * k.pad - k.k) / k.stride + 1, ow = (k.w + 2 * k.pad - k.k) / k.stride + 1;
-    const Shape xs{k.n, k.h, k.w, k.cin}, ys{k.n, oh, ow, k.cout};
-    const std::size_t xb = static_cast<std::size_t>(xs.elems()) * es, yb = static_cast<std::size_t>(ys.elems()) * es;
-    const std::size_t wb = static_cast<std::size_t>(k.cout * k.k * k.k * (k.cin / k.groups)) * es;
-    DeviceBuffer x(xb), w(wb), y(yb);
-    auto fill = [&](const DeviceBuffer& b, std::uint32_t seed) {
-      const std::size_t n = b.bytes() / es;
-      std::vector<float> v = random_vec(n, seed);
-      if (dt == DType::F32) {
-        CUDA_CHECK(cudaMemcpy(b.get(), v.data(), n * 4, cudaMemcpyHostToDevice));
-      } else {
-        std::vector<std::uint16_t> hv(n);
-        for (std::size_t i = 0; i < n; ++i) hv[i] = cpu::float_to_half(v[i]);
-        CUDA_CHECK(cudaMemcpy(b.get(), hv.data(), n * 2, cudaMemcpyHostToDevice));
-      }
-    };
+    CaseTensors c(k, dt);
+    DeviceBuffer &x = c.x, &w = c.w, &y = c.y;
+    const auto fill = [&](const DeviceBuffer& b, std::uint32_t seed) { c.fill(b, seed); };
     for (const ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
-      GraphConvDesc d;
-      d.pass = p;
-      d.x = xs;
-      d.y = ys;
-      d.x_cs = k.cin;
-      d.y_cs = k.cout;
-      d.kernel_h = d.kernel_w = k.k;
-      d.stride_h = d.stride_w = k.stride;
-      d.pad_h = d.pad_w = k.pad;
-      d.groups = k.groups;
-      d.dtype = dt;
-      d.strict_fp32 = dt == DType::F32;
-      d.deterministic = true;
-      d.workspace_limit = kLimit;
+      const GraphConvDesc d = c.desc(p);
       GraphConv g(d);
       std::string why;
       const int n = g.query(h.cudnn(), &why);
@@ -151,44 +171,17 @@ TEST_P(GpuConvEngines, EveryDeterministicCandidateRepeatsItsBits) {
 TEST_P(GpuConvEngines, ATimedPlanAndItsCachedRebuildsGiveTheSameBits) {
   RN_SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
-  const std::size_t es = dtype_size(dt);
   Stream stream;
   DnnHandles& h = handles();
   h.set_stream(stream.get());
   int checked = 0;
   std::vector<std::string> differing;
   for (const EngineCase& k : kCases) {
-    const std::int64_t oh = (k.h + 2 * k.pad - k.k) / k.stride + 1, ow = (k.w + 2 * k.pad - k.k) / k.stride + 1;
-    const Shape xs{k.n, k.h, k.w, k.cin}, ys{k.n, oh, ow, k.cout};
-    const std::size_t xb = static_cast<std::size_t>(xs.elems()) * es, yb = static_cast<std::size_t>(ys.elems()) * es;
-    const std::size_t wb = static_cast<std::size_t>(k.cout * k.k * k.k * (k.cin / k.groups)) * es;
-    DeviceBuffer x(xb), w(wb), y(yb);
-    auto fill = [&](const DeviceBuffer& b, std::uint32_t seed) {
-      const std::size_t n = b.bytes() / es;
-      std::vector<float> v = random_vec(n, seed);
-      if (dt == DType::F32) {
-        CUDA_CHECK(cudaMemcpy(b.get(), v.data(), n * 4, cudaMemcpyHostToDevice));
-      } else {
-        std::vector<std::uint16_t> hv(n);
-        for (std::size_t i = 0; i < n; ++i) hv[i] = cpu::float_to_half(v[i]);
-        CUDA_CHECK(cudaMemcpy(b.get(), hv.data(), n * 2, cudaMemcpyHostToDevice));
-      }
-    };
+    CaseTensors c(k, dt);
+    DeviceBuffer &x = c.x, &w = c.w, &y = c.y;
+    const auto fill = [&](const DeviceBuffer& b, std::uint32_t seed) { c.fill(b, seed); };
     for (const ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
-      GraphConvDesc d;
-      d.pass = p;
-      d.x = xs;
-      d.y = ys;
-      d.x_cs = k.cin;
-      d.y_cs = k.cout;
-      d.kernel_h = d.kernel_w = k.k;
-      d.stride_h = d.stride_w = k.stride;
-      d.pad_h = d.pad_w = k.pad;
-      d.groups = k.groups;
-      d.dtype = dt;
-      d.strict_fp32 = dt == DType::F32;
-      d.deterministic = true;
-      d.workspace_limit = kLimit;
+      const GraphConvDesc d = c.desc(p);
       const DeviceBuffer& out = p == ConvPass::Forward ? y : p == ConvPass::BackwardData ? x : w;
       // One run of plan i of g on fresh inputs, the output NaN first and the workspace zeroed, as in a training.
       auto run = [&](const GraphConv& g, int i, int timing_runs) {
