@@ -13,7 +13,7 @@
 # (RN_DEBUG_NODE_HASHES, docs/kernels-cuda.md); where a variant's processes differ, the first differing slots are
 # printed (use REPEATS=1: a process keeps only its last training's hashes).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

@@ -6,7 +6,7 @@
 #     (default 170) seconds; a failing pair prints its first differing node and that layer's engines.
 #   OUT=... scripts/bench/gpu_repro_hunt.sh     (needs .deps/cudnn-frontend carried; logs in $OUT)
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

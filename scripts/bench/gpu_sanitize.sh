@@ -8,7 +8,7 @@
 #   TOOLS="racecheck synccheck memcheck initcheck" VARIANTS="amp" TOOL_TIMEOUT=150 scripts/bench/gpu_sanitize.sh
 # Logs in $OUT/sanitize-<tool>-<variant>.log (the first reports and the summary), a table on stdout.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
