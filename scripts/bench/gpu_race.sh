@@ -19,13 +19,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 T0=$SECONDS
 say() { echo "[$((SECONDS - T0))s] $*"; }
-G=Ninja; command -v ninja >/dev/null 2>&1 || G="Unix Makefiles"
-cmake -S . -B build-gpu -G "$G" -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DRENAISSANCE_BUILD_BENCHMARKS=OFF >"$OUT/race-configure.log" 2>&1 || { tail -20 "$OUT/race-configure.log"; exit 1; }
-cmake --build build-gpu -j"$(nproc)" --target gpu_race_probe >"$OUT/race-build.log" 2>&1 ||
-  { grep -a -A8 error "$OUT/race-build.log" | head -40; exit 1; }
-rm -f "$OUT/race-configure.log" "$OUT/race-build.log"
-say "built"
+OUT=$OUT STEPS="" TARGETS=gpu_race_probe scripts/bench/gpu_session.sh || exit 1  # build only
 P=build-gpu/tests/gpu_runtime/gpu_race_probe
 W=$(mktemp -d)
 PROCS=${PROCS:-4}

@@ -10,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-STEPS="" TARGETS="test_gpu_runtime test_gpu_dnn renaissance" scripts/bench/gpu_session.sh | tail -1
+OUT=$OUT STEPS="" TARGETS="test_gpu_runtime test_gpu_dnn" scripts/bench/gpu_session.sh || exit 1  # build only
 build-gpu/tests/gpu_dnn/test_gpu_dnn --gtest_filter='*GpuConvEngines.ATimedPlan*' >"$OUT/engines.log" 2>&1
 echo "rebuild test exit $?: $(grep -hE '^\[ (engines|differs) \]' "$OUT/engines.log" | head -8 | tr '\n' ';')"
 cd build-gpu || exit 1

@@ -16,15 +16,7 @@ T0=$SECONDS
 say() { echo "[$((SECONDS - T0))s] $*"; }
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [[ -x $CS ]] || { say "no compute-sanitizer"; exit 1; }
-if [[ ! -x build-gpu/tests/gpu_runtime/gpu_race_probe ]]; then
-  G=Ninja; command -v ninja >/dev/null 2>&1 || G="Unix Makefiles"
-  cmake -S . -B build-gpu -G "$G" -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DRENAISSANCE_BUILD_BENCHMARKS=OFF >"$OUT/san-configure.log" 2>&1 || { tail -20 "$OUT/san-configure.log"; exit 1; }
-  cmake --build build-gpu -j"$(nproc)" --target gpu_race_probe >"$OUT/san-build.log" 2>&1 ||
-    { grep -a -A8 error "$OUT/san-build.log" | head -40; exit 1; }
-  rm -f "$OUT/san-configure.log" "$OUT/san-build.log"
-  say "built"
-fi
+OUT=$OUT STEPS="" TARGETS=gpu_race_probe scripts/bench/gpu_session.sh || exit 1  # build only
 P=build-gpu/tests/gpu_runtime/gpu_race_probe
 W=$(mktemp -d)
 TOOLS=${TOOLS:-"racecheck synccheck memcheck initcheck"}

@@ -88,6 +88,12 @@ struct CaseTensors {
       CUDA_CHECK(cudaMemcpy(b.get(), hv.data(), n * 2, cudaMemcpyHostToDevice));
     }
   }
+  /// Fresh inputs for a pass: x, w, y from seeds 1, 2, 3 (the pass then overwrites its output).
+  void fill_inputs() const {
+    fill(x, 1);
+    fill(w, 2);
+    fill(y, 3);
+  }
   GraphConvDesc desc(ConvPass p) const {
     GraphConvDesc d;
     d.pass = p;
@@ -107,60 +113,74 @@ struct CaseTensors {
   }
 };
 
-class GpuConvEngines : public ::testing::TestWithParam<DType> {};
-
-TEST_P(GpuConvEngines, EveryDeterministicCandidateRepeatsItsBits) {
-  RN_SKIP_WITHOUT_GPU();
-  const DType dt = GetParam();
-  Stream stream, busy;
+/// Calls fn(case tensors, pass, graph, plan index) for the first kCandidates deterministic plans that build of every
+/// pass of every case, in `dt`, with the handles on `stream`; returns how many it called fn for.
+template <typename Fn>
+int for_each_candidate(DType dt, const Stream& stream, Fn&& fn) {
   DnnHandles& h = handles();
   h.set_stream(stream.get());
   int checked = 0;
-  std::vector<std::string> differing;
   for (const EngineCase& k : kCases) {
     CaseTensors c(k, dt);
-    DeviceBuffer &x = c.x, &w = c.w, &y = c.y;
-    const auto fill = [&](const DeviceBuffer& b, std::uint32_t seed) { c.fill(b, seed); };
     for (const ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
-      const GraphConvDesc d = c.desc(p);
-      GraphConv g(d);
+      GraphConv g(c.desc(p));
       std::string why;
       const int n = g.query(h.cudnn(), &why);
       int built = 0;
       for (int i = 0; i < n && i < kScanned && built < kCandidates; ++i) {
         if (!g.build(i, &why)) continue;
         ++built;
-        DeviceBuffer ws(static_cast<std::size_t>(std::max<std::int64_t>(g.workspace(i), 256)));
-        // Inputs fresh for each candidate; the output is overwritten with NaN bytes before every run.
-        fill(x, 1);
-        fill(w, 2);
-        fill(y, 3);
-        const DeviceBuffer& out = p == ConvPass::Forward ? y : p == ConvPass::BackwardData ? x : w;
-        std::vector<std::uint8_t> first;
-        bool same = true;
-        for (int r = 0; r < kRuns; ++r) {
-          CUDA_CHECK(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), stream.get()));
-          if (r % 2 == 1) occupy_sms(busy.get(), 33 * r, 200);
-          g.execute(h.cudnn(), i, x.get(), w.get(), y.get(), ws.get());
-          stream.sync();
-          CUDA_CHECK(cudaStreamSynchronize(busy.get()));
-          const std::vector<std::uint8_t> got = read_bytes(out.get(), out.bytes());
-          if (r == 0)
-            first = got;
-          else
-            same = same && got == first;
-        }
         ++checked;
-        if (!same) differing.push_back(fmt::format("{} {} {}", k.name, pass_label(p), g.config(i).name));
+        fn(c, p, g, i);
       }
     }
   }
   h.set_stream(nullptr);
+  return checked;
+}
+
+/// The buffer pass `p` writes.
+const DeviceBuffer& output_of(const CaseTensors& c, ConvPass p) {
+  return p == ConvPass::Forward ? c.y : p == ConvPass::BackwardData ? c.x : c.w;
+}
+
+void report(const std::vector<std::string>& differing, int checked, const char* what) {
   for (const std::string& s : differing) std::printf("[ differs ] %s\n", s.c_str());
-  std::printf("[ engines ] %d deterministic candidates checked, %zu repeat other bits\n", checked, differing.size());
+  std::printf("[ engines ] %d %s, %zu differ\n", checked, what, differing.size());
   EXPECT_GT(checked, 0);
-  EXPECT_TRUE(differing.empty()) << differing.size()
-                                 << " engines labelled deterministic repeat other bits; first: " << differing.front();
+  EXPECT_TRUE(differing.empty()) << differing.size() << " of " << checked << " " << what
+                                 << " differ; first: " << differing.front();
+}
+
+class GpuConvEngines : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuConvEngines, EveryDeterministicCandidateRepeatsItsBits) {
+  RN_SKIP_WITHOUT_GPU();
+  Stream stream, busy;
+  DnnHandles& h = handles();
+  std::vector<std::string> differing;
+  const int checked = for_each_candidate(GetParam(), stream, [&](CaseTensors& c, ConvPass p, GraphConv& g, int i) {
+    DeviceBuffer ws(static_cast<std::size_t>(std::max<std::int64_t>(g.workspace(i), 256)));
+    // Inputs fresh for each candidate; the output is overwritten with NaN bytes before every run.
+    c.fill_inputs();
+    const DeviceBuffer& out = output_of(c, p);
+    std::vector<std::uint8_t> first;
+    bool same = true;
+    for (int r = 0; r < kRuns; ++r) {
+      CUDA_CHECK(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), stream.get()));
+      if (r % 2 == 1) occupy_sms(busy.get(), 33 * r, 200);
+      g.execute(h.cudnn(), i, c.x.get(), c.w.get(), c.y.get(), ws.get());
+      stream.sync();
+      CUDA_CHECK(cudaStreamSynchronize(busy.get()));
+      const std::vector<std::uint8_t> got = read_bytes(out.get(), out.bytes());
+      if (r == 0)
+        first = got;
+      else
+        same = same && got == first;
+    }
+    if (!same) differing.push_back(fmt::format("{} {} {}", c.k.name, pass_label(p), g.config(i).name));
+  });
+  report(differing, checked, "deterministic candidates repeated");
 }
 
 // A timed start-up runs the plan it timed (built from the heuristics' list and run several times on the layer's
@@ -170,66 +190,40 @@ TEST_P(GpuConvEngines, EveryDeterministicCandidateRepeatsItsBits) {
 // and the cached run the other; docs/benchmarks.md).
 TEST_P(GpuConvEngines, ATimedPlanAndItsCachedRebuildsGiveTheSameBits) {
   RN_SKIP_WITHOUT_GPU();
-  const DType dt = GetParam();
   Stream stream;
   DnnHandles& h = handles();
-  h.set_stream(stream.get());
-  int checked = 0;
   std::vector<std::string> differing;
-  for (const EngineCase& k : kCases) {
-    CaseTensors c(k, dt);
-    DeviceBuffer &x = c.x, &w = c.w, &y = c.y;
-    const auto fill = [&](const DeviceBuffer& b, std::uint32_t seed) { c.fill(b, seed); };
-    for (const ConvPass p : {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter}) {
-      const GraphConvDesc d = c.desc(p);
-      const DeviceBuffer& out = p == ConvPass::Forward ? y : p == ConvPass::BackwardData ? x : w;
-      // One run of plan i of g on fresh inputs, the output NaN first and the workspace zeroed, as in a training.
-      auto run = [&](const GraphConv& g, int i, int timing_runs) {
-        DeviceBuffer ws(static_cast<std::size_t>(std::max<std::int64_t>(g.workspace(i), 256)));
-        fill(x, 1);
-        fill(w, 2);
-        fill(y, 3);
-        for (int r = 0; r < timing_runs; ++r) g.execute(h.cudnn(), i, x.get(), w.get(), y.get(), ws.get());
-        stream.sync();
-        fill(x, 1);
-        fill(w, 2);
-        fill(y, 3);
-        CUDA_CHECK(cudaMemset(ws.get(), 0, ws.bytes()));
-        CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));
-        g.execute(h.cudnn(), i, x.get(), w.get(), y.get(), ws.get());
-        stream.sync();
-        return read_bytes(out.get(), out.bytes());
-      };
-      GraphConv g(d);
-      std::string why;
-      const int n = g.query(h.cudnn(), &why);
-      int built = 0;
-      for (int i = 0; i < n && i < kScanned && built < kCandidates; ++i) {
-        if (!g.build(i, &why)) continue;
-        ++built;
-        const EngineConfig c = g.config(i);
-        const std::vector<std::uint8_t> timed = run(g, i, 5);
-        GraphConv again(d);  // the cached choice found again in a new list
-        const int j = again.query(h.cudnn(), &why) > 0 ? again.find(c) : -1;
-        const bool found = j >= 0 && again.build(j, &why);
-        GraphConv rebuilt(d);  // ... or rebuilt from its engine id and knobs
-        const int r = rebuilt.replay(h.cudnn(), c, &why);
-        ++checked;
-        std::string bad;
-        if (!found) bad += " (not found again)";
-        if (found && run(again, j, 0) != timed) bad += " found-again";
-        if (r >= 0 && run(rebuilt, r, 0) != timed) bad += " rebuilt";
-        if (r < 0) bad += " (no rebuild: " + why + ")";
-        if (!bad.empty()) differing.push_back(fmt::format("{} {} {}:{}", k.name, pass_label(p), c.name, bad));
-      }
-    }
-  }
-  h.set_stream(nullptr);
-  for (const std::string& s : differing) std::printf("[ differs ] %s\n", s.c_str());
-  std::printf("[ engines ] %d timed plans checked against their cached rebuilds, %zu differ\n", checked,
-              differing.size());
-  EXPECT_GT(checked, 0);
-  EXPECT_TRUE(differing.empty()) << differing.size() << " cached rebuilds differ; first: " << differing.front();
+  const int checked = for_each_candidate(GetParam(), stream, [&](CaseTensors& c, ConvPass p, GraphConv& g, int i) {
+    const DeviceBuffer& out = output_of(c, p);
+    // One run of plan j of `plan` on fresh inputs, the output NaN first and the workspace zeroed, as in a training.
+    auto run = [&](const GraphConv& plan, int j, int timing_runs) {
+      DeviceBuffer ws(static_cast<std::size_t>(std::max<std::int64_t>(plan.workspace(j), 256)));
+      c.fill_inputs();
+      for (int r = 0; r < timing_runs; ++r) plan.execute(h.cudnn(), j, c.x.get(), c.w.get(), c.y.get(), ws.get());
+      stream.sync();
+      c.fill_inputs();
+      CUDA_CHECK(cudaMemset(ws.get(), 0, ws.bytes()));
+      CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));
+      plan.execute(h.cudnn(), j, c.x.get(), c.w.get(), c.y.get(), ws.get());
+      stream.sync();
+      return read_bytes(out.get(), out.bytes());
+    };
+    const EngineConfig config = g.config(i);
+    const std::vector<std::uint8_t> timed = run(g, i, 5);
+    std::string why;
+    GraphConv again(c.desc(p));  // the cached choice found again in a new list
+    const int j = again.query(h.cudnn(), &why) > 0 ? again.find(config) : -1;
+    const bool found = j >= 0 && again.build(j, &why);
+    GraphConv rebuilt(c.desc(p));  // ... or rebuilt from its engine id and knobs
+    const int r = rebuilt.replay(h.cudnn(), config, &why);
+    std::string bad;
+    if (!found) bad += " (not found again)";
+    if (found && run(again, j, 0) != timed) bad += " found-again";
+    if (r >= 0 && run(rebuilt, r, 0) != timed) bad += " rebuilt";
+    if (r < 0) bad += " (no rebuild: " + why + ")";
+    if (!bad.empty()) differing.push_back(fmt::format("{} {} {}:{}", c.k.name, pass_label(p), config.name, bad));
+  });
+  report(differing, checked, "timed plans against their cached rebuilds");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuConvEngines, ::testing::Values(DType::F16, DType::F32),

@@ -96,10 +96,6 @@ class CudaSession : public BackendSession, public ComputeStreams {
     }
   }
   ~CudaSession() override {
-    if (m_hashes.device) {
-      cuda::stream_synchronize(m_stream);
-      cuda::device_free(m_hashes.device);
-    }
     if (m_side_streams[0]) {
       for (std::size_t i = 0; i < 2; ++i) {
         cuda::stream_synchronize(m_side_streams[i]);
@@ -123,6 +119,7 @@ class CudaSession : public BackendSession, public ComputeStreams {
     cuda::event_destroy(m_transferred);
     cuda::stream_destroy(m_transfer_stream);
     cuda::device_free(m_workspace);
+    cuda::device_free(m_hashes.device);  // after every stream is done (hash kernels run on all of them)
     cuda::device_free(m_env.label_errors);
     cuda::stream_destroy(m_stream);
   }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <renaissance/core/log.h>
+#include <renaissance/runtime/fused_match.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -140,9 +141,9 @@ void debug_hash_node(const std::string& graph, std::size_t index, const Resolved
   };
   const std::vector<TensorView>& views = after ? r.out : r.in;
   for (std::size_t k = 0; k < views.size(); ++k) {
-    const TensorView& v = views[k];
-    const std::int64_t per_sample = v.strides[0] > 0 ? v.strides[0] : v.shape.per_sample();
-    one(v.ptr, v.shape.n * per_sample * static_cast<std::int64_t>(dtype_size(v.dtype)), after ? "out" : "in", k);
+    if (!views[k]) continue;
+    const auto [begin, end] = fused_match::extent(views[k]);  // the padded storage
+    one(begin, end - begin, after ? "out" : "in", k);
   }
   const std::vector<RangeView>& ranges = after ? r.out_ranges : r.in_ranges;
   for (std::size_t k = 0; k < ranges.size(); ++k)
