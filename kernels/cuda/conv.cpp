@@ -586,29 +586,6 @@ struct ConvOp::Impl {
     return false;
   }
 
-  /// After the timing chose a graph plan for variant v: the run uses the plan a start-up from the engine cache builds
-  /// for that choice (adopt: found again in a fresh heuristics list, else rebuilt from its engine id and knobs), not
-  /// the plan that was timed, so a timed start-up and a cached one run plans made the same way (issue 11: in failing
-  /// AMP pairs, a timed and a cached start-up on the same engine label computed the stem's fprop differently). Where
-  /// the rebuild fails, the timed plan stays.
-  void rebuild_as_cached(int v, const Setup& st, bool deterministic) {
-    Variant& x = var[v];
-    const EngineChoice timed = x.choice;
-    std::unique_ptr<GraphConv> timed_graph = std::move(x.graph);
-    const int timed_plan = x.plan;
-    std::string why;
-    bool ok = false;
-    try {
-      ok = adopt(v, timed, st, deterministic, &why);
-    } catch (const std::exception&) {
-      (void)cudaGetLastError();
-    }
-    if (ok && x.graph) return;
-    x.choice = timed;
-    x.graph = std::move(timed_graph);
-    x.plan = timed_plan;
-  }
-
   /// The legacy API for variant v (one choice per pass, shared by its accumulate variants).
   bool choose_legacy(int v, const Setup& st, bool deterministic, std::string* notes) {
     const ConvPass p = pass_of(v);
@@ -899,7 +876,6 @@ void ConvOp::choose(DnnHandles& handles, void* workspace_ptr, std::size_t worksp
       ok = true;
     } else {
       ok = how.engine != ConvEngine::Legacy && s.choose_graph(v, st, how.deterministic, &notes);
-      if (ok) s.rebuild_as_cached(v, st, how.deterministic);
       if (!ok && how.engine != ConvEngine::Graph) {
         ok = s.choose_legacy(v, st, how.deterministic, &notes);
         if (ok && how.engine == ConvEngine::Auto) {
@@ -952,7 +928,9 @@ std::string ConvOp::engine_label(ConvPass pass, bool accumulate) const {
   const Impl::Variant& v = m->var[vi];
   if (!m->chosen || !v.has) return "not chosen";
   const EngineChoice& c = v.choice;
-  if (c.api == EngineChoice::Api::Graph) return fmt::format("graph {}{}", c.graph.name, c.staged ? " staged" : "");
+  if (c.api == EngineChoice::Api::Graph)
+    return fmt::format("graph {}{}", c.graph.name.empty() ? fmt::format("eng{}", c.graph.engine) : c.graph.name,
+                       c.staged ? " staged" : "");
   if (c.api == EngineChoice::Api::Own) return "own depthwise";
   return fmt::format("legacy {}{}{}", algo_name(pass, c.algo), c.staged ? " staged" : "",
                      c.fallback ? " (fallback)" : "");

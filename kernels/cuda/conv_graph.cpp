@@ -165,11 +165,20 @@ bool GraphConv::build(int i, std::string* why) {
 }
 
 int GraphConv::find(const EngineConfig& c) const {
+  // cuDNN's tag names every knob exactly; the (engine, knobs) pairs do not always (EngineConfig::exact).
+  if (!c.name.empty()) {
+    for (int i = 0; i < candidates(); ++i) {
+      const EngineConfig got = config(i);
+      if (got.engine == c.engine && got.name == c.name) return i;
+    }
+    return -1;
+  }
+  if (!c.exact()) return -1;
   EngineConfig want = c;
   std::sort(want.knobs.begin(), want.knobs.end());
   for (int i = 0; i < candidates(); ++i) {
     const EngineConfig got = config(i);
-    if (got.engine == want.engine && got.knobs == want.knobs) return i;
+    if (got.engine == want.engine && got.exact() && got.knobs == want.knobs) return i;
   }
   return -1;
 }
@@ -187,6 +196,12 @@ int GraphConv::replay(cudnnHandle_t handle, const EngineConfig& config, std::str
       return -1;
     }
     s.queried = true;
+  }
+  if (!config.exact()) {
+    *why = fmt::format("{} has knobs cudnn-frontend {}.{}.{} has no name for, so it cannot be rebuilt from its knobs",
+                       config.name.empty() ? fmt::format("eng{}", config.engine) : config.name,
+                       CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
+    return -1;
   }
   std::unordered_map<fe::KnobType_t, std::int64_t> knobs;
   for (const auto& [type, value] : config.knobs) knobs[static_cast<fe::KnobType_t>(type)] = value;
@@ -206,7 +221,12 @@ EngineConfig GraphConv::config(int i) const {
   if (m->graph.get_engine_and_knobs_at_index(i, c.engine, knobs).is_bad()) c.engine = -1;
   for (const auto& [type, value] : knobs) c.knobs.emplace_back(static_cast<std::int64_t>(type), value);
   std::sort(c.knobs.begin(), c.knobs.end());
-  if (m->graph.get_plan_name_at_index(i, c.name).is_bad()) c.name = fmt::format("eng{}", c.engine);
+  if (m->graph.get_plan_name_at_index(i, c.name).is_bad()) c.name.clear();
+  // Backend knob types cudnn-frontend has no name for all come back as NOT_SET, one of them kept: such a config
+  // is marked by a NOT_SET knob, and a tag with more knobs than the pairs is marked the same way.
+  const auto tagged = static_cast<std::size_t>(std::count(c.name.begin(), c.name.end(), '='));
+  if (!c.name.empty() && tagged != c.knobs.size() && c.exact()) c.knobs.emplace_back(0, -1);
+  std::sort(c.knobs.begin(), c.knobs.end());
   return c;
 }
 

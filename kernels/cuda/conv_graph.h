@@ -39,12 +39,22 @@ struct GraphConvDesc {
   std::size_t workspace_limit = 0;
 };
 
-/// A chosen engine configuration: cuDNN's global engine index and its knob choices (backend knob type, value).
+/// A chosen engine configuration: cuDNN's global engine index, its knob choices as cudnn-frontend names them
+/// (fe::KnobType_t, value) and cuDNN's tag. The tag ("eng47_k2=2_k6=2_k13=1_k14=0_k22=2", backend knob numbers) is
+/// the exact identity: cudnn-frontend maps backend knob types it has no name for (LDGB = 6, LDGC = 22, ...) to
+/// NOT_SET (0) and keeps one of them, so two configs that differ only there have equal knob lists (issue 11: a
+/// cached start-up found eng47 with k6=3 for a timed choice of k6=2 and computed the stem's FP16 fprop otherwise).
 struct EngineConfig {
   std::int64_t engine = -1;
   std::vector<std::pair<std::int64_t, std::int64_t>> knobs;
-  std::string name;  ///< cuDNN's tag, e.g. "eng62_k2=1_k13=1"
+  std::string name;  ///< cuDNN's tag, e.g. "eng62_k2=1_k13=1"; empty where cuDNN gave none
   bool valid() const { return engine >= 0; }
+  /// The knob list names every knob (none NOT_SET), so create_execution_plan can rebuild exactly this config.
+  bool exact() const {
+    for (const auto& k : knobs)
+      if (k.first == 0) return false;
+    return true;
+  }
 };
 
 class GraphConv {
@@ -61,11 +71,13 @@ class GraphConv {
   int query(cudnnHandle_t handle, std::string* why);
   /// Builds candidate i's execution plan; false (with `why`) when the engine refuses the graph or the limits.
   bool build(int i, std::string* why);
-  /// After query(): the candidate with exactly this engine and these knobs, or -1.
+  /// After query(): the candidate that is exactly this config (by cuDNN's tag where the config has one, else by an
+  /// exact knob list), or -1.
   int find(const EngineConfig& config) const;
   /// Replays a cached choice without the heuristics: a plan for exactly this engine and these knobs (cuDNN's
-  /// create_execution_plan). Returns its index (for execute and workspace), or -1 with `why`. Some engine
-  /// configurations do not replay this way; ConvOp first looks for the choice among the heuristics' candidates.
+  /// create_execution_plan). Returns its index (for execute and workspace), or -1 with `why`. A config that is not
+  /// exact() is refused (its knobs cannot be named to cudnn-frontend); ConvOp first looks for the choice among the
+  /// heuristics' candidates.
   int replay(cudnnHandle_t handle, const EngineConfig& config, std::string* why);
   int candidates() const;
   EngineConfig config(int i) const;

@@ -184,15 +184,17 @@ TEST_P(GpuConvEngines, EveryDeterministicCandidateRepeatsItsBits) {
 }
 
 // A timed start-up runs the plan it timed (built from the heuristics' list and run several times on the layer's
-// tensors); a start-up from the engine cache builds the same (engine, knobs) afresh: found again in a new list, or
-// rebuilt from the engine id and knobs alone. All three must give the same bytes (2026-12-04: in failing AMP
-// trainings the stem's fprop on engine eng47 gave one of two outputs from the same hashed inputs, the timed run one
-// and the cached run the other; docs/benchmarks.md).
+// tensors); a start-up from the engine cache builds the same config afresh: found again in a new list (by cuDNN's
+// tag), or rebuilt from the engine id and knobs where cudnn-frontend can name every knob. Each must be that config and
+// give the same bytes. (2026-12-04/05: cudnn-frontend names no backend knob LDGB/LDGC, so eng47_k2=2_k6=2_k13=1_k14=0
+// _k22=2 and its k6=3 sibling had equal knob lists; found again by knobs, the cached start-up ran the sibling and
+// computed the stem's FP16 fprop otherwise: the AMP reproducibility failure of docs/benchmarks.md.)
 TEST_P(GpuConvEngines, ATimedPlanAndItsCachedRebuildsGiveTheSameBits) {
   RN_SKIP_WITHOUT_GPU();
   Stream stream;
   DnnHandles& h = handles();
   std::vector<std::string> differing;
+  int inexact = 0;
   const int checked = for_each_candidate(GetParam(), stream, [&](CaseTensors& c, ConvPass p, GraphConv& g, int i) {
     const DeviceBuffer& out = output_of(c, p);
     // One run of plan j of `plan` on fresh inputs, the output NaN first and the workspace zeroed, as in a training.
@@ -209,20 +211,31 @@ TEST_P(GpuConvEngines, ATimedPlanAndItsCachedRebuildsGiveTheSameBits) {
       return read_bytes(out.get(), out.bytes());
     };
     const EngineConfig config = g.config(i);
+    std::string bad;
+    if (g.find(config) != i) bad += fmt::format(" (the list finds candidate {} for it)", g.find(config));
     const std::vector<std::uint8_t> timed = run(g, i, 5);
     std::string why;
     GraphConv again(c.desc(p));  // the cached choice found again in a new list
     const int j = again.query(h.cudnn(), &why) > 0 ? again.find(config) : -1;
     const bool found = j >= 0 && again.build(j, &why);
-    GraphConv rebuilt(c.desc(p));  // ... or rebuilt from its engine id and knobs
-    const int r = rebuilt.replay(h.cudnn(), config, &why);
-    std::string bad;
     if (!found) bad += " (not found again)";
+    if (found && again.config(j).name != config.name) bad += " (found again as " + again.config(j).name + ")";
     if (found && run(again, j, 0) != timed) bad += " found-again";
-    if (r >= 0 && run(rebuilt, r, 0) != timed) bad += " rebuilt";
-    if (r < 0) bad += " (no rebuild: " + why + ")";
+    if (config.exact()) {
+      GraphConv rebuilt(c.desc(p));  // ... or rebuilt from its engine id and knobs
+      const int r = rebuilt.replay(h.cudnn(), config, &why);
+      if (r < 0) bad += " (no rebuild: " + why + ")";
+      if (r >= 0 && rebuilt.config(r).name != config.name) bad += " (rebuilt as " + rebuilt.config(r).name + ")";
+      if (r >= 0 && run(rebuilt, r, 0) != timed) bad += " rebuilt";
+    } else {
+      ++inexact;  // cudnn-frontend cannot name all of its knobs: the cache finds it again by its tag only
+      GraphConv rebuilt(c.desc(p));
+      EXPECT_LT(rebuilt.replay(h.cudnn(), config, &why), 0) << config.name;
+    }
     if (!bad.empty()) differing.push_back(fmt::format("{} {} {}:{}", c.k.name, pass_label(p), config.name, bad));
   });
+  std::printf("[ engines ] %d of %d configs have knobs cudnn-frontend cannot name (found again by tag only)\n",
+              inexact, checked);
   report(differing, checked, "timed plans against their cached rebuilds");
 }
 

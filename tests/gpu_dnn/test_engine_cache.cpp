@@ -83,6 +83,26 @@ TEST(EngineCache, TextRoundTrip) {
   EXPECT_EQ(b.serialize(), a.serialize());
 }
 
+// cudnn-frontend reports backend knob types it has no name for (LDGB, LDGC, ...) as NOT_SET (0): such a config is
+// not exact (no create_execution_plan rebuild; the cache finds it again by cuDNN's tag), and stays so through the file.
+TEST(EngineCache, AConfigWithAnUnnamedKnobStaysInexactThroughTheFile) {
+  EngineChoice c = graph_choice(47, 0.05f);
+  EXPECT_TRUE(c.graph.exact());
+  c.graph.knobs = {{0, 2}, {2, 2}, {6, 1}, {7, 0}};  // eng47_k2=2_k6=2_k13=1_k14=0_k22=2 as cudnn-frontend 1.32 lists it
+  c.graph.name = "eng47_k2=2_k6=2_k13=1_k14=0_k22=2";
+  EXPECT_FALSE(c.graph.exact());
+  EngineCache a;
+  a.put("stem fwd", c);
+  EngineCache b;
+  std::string error;
+  ASSERT_TRUE(b.merge(a.serialize(), &error)) << error;
+  const auto g = b.find("stem fwd");
+  ASSERT_TRUE(g.has_value());
+  EXPECT_FALSE(g->graph.exact());
+  EXPECT_EQ(g->graph.name, c.graph.name);
+  EXPECT_EQ(g->graph.knobs, c.graph.knobs);
+}
+
 TEST(EngineCache, MalformedTextIsRefusedWithTheLineAndNothingLoaded) {
   EngineCache a;
   a.put("k1", graph_choice(1, 1.0f));
