@@ -226,6 +226,55 @@ TEST(FileConventions, CheckpointsCarryValidationMetricsAndKeepBest) {
   EXPECT_NE(out.find("--keep-best needs --checkpoint-dir"), std::string::npos) << out;
 }
 
+// --keep-best with step checkpoints (--checkpoint-every 5, 3 steps an epoch): every validated epoch end is a
+// candidate for best.h5, also those that write no step checkpoint (steps 3, 6, 9), and latest.h5 stays the last
+// step checkpoint's.
+TEST(FileConventions, KeepBestConsidersEveryEpochEndWithStepCheckpoints) {
+  fs::remove_all(work_dir() / "ckb");
+  fs::remove(work_dir() / "kb2.jsonl");
+  std::string out;
+  ASSERT_EQ(run("train --device cpu --classes 3 --data " + dataset() +
+                    " --epochs 4 --batch 64 --lr 0.05 --checkpoint-dir ckb --checkpoint-every 5 --keep 2"
+                    " --keep-best val_top1 --metrics kb2.jsonl",
+                &out),
+            0)
+      << out;
+  std::ifstream m(work_dir() / "kb2.jsonl");
+  std::vector<std::string> rows;
+  for (std::string l; std::getline(m, l);) rows.push_back(l);
+  ASSERT_EQ(rows.size(), 4u);
+  // The epochs whose val_top1 beat every earlier one (the first always does) each wrote best.h5, and said so.
+  std::vector<std::int64_t> expected;
+  double best = -1;
+  std::size_t best_row = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (json_number(rows[i], "val_top1") > best) {
+      best = json_number(rows[i], "val_top1");
+      best_row = i;
+      expected.push_back(static_cast<std::int64_t>(json_number(rows[i], "step")));
+    }
+  }
+  ASSERT_EQ(expected.front(), 3);
+  std::vector<std::int64_t> logged;
+  const std::string tag = "best val_top1 so far (";
+  for (std::size_t at = out.find(tag); at != std::string::npos; at = out.find(tag, at + 1)) {
+    const std::size_t s = out.find(", step ", at);
+    ASSERT_NE(s, std::string::npos) << out;
+    logged.push_back(std::stoll(out.substr(s + 7)));
+  }
+  EXPECT_EQ(logged, expected) << out;
+  const auto b = renaissance::io::read_checkpoint((work_dir() / "ckb" / "best.h5").string());
+  EXPECT_NEAR(b.state.val_top1, best, 1e-12);
+  EXPECT_EQ(b.state.step, static_cast<std::int64_t>(json_number(rows[best_row], "step")));
+  // The step files are those of --checkpoint-every and the run's end (5, 10, 12; --keep 2), not of the best epochs.
+  std::vector<std::string> step_files;
+  for (const auto& e : fs::directory_iterator(work_dir() / "ckb"))
+    if (e.path().filename().string().rfind("ckpt-step", 0) == 0) step_files.push_back(e.path().filename().string());
+  std::sort(step_files.begin(), step_files.end());
+  EXPECT_EQ(step_files, (std::vector<std::string>{"ckpt-step00000010.h5", "ckpt-step00000012.h5"}));
+  EXPECT_EQ(renaissance::io::read_checkpoint((work_dir() / "ckb" / "latest.h5").string()).state.step, 12);
+}
+
 TEST(FileConventions, FilesOfEarlierFormatsStillRead) {
   const fs::path corpus = fs::path(RENAISSANCE_SOURCE_DIR) / "tests" / "fuzz" / "corpus";
   for (const char* f : {"tiny_weights.h5", "tiny_weights_v2.h5"}) {

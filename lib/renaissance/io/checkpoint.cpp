@@ -659,6 +659,17 @@ std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckp
   return file.string();
 }
 
+double best_checkpoint_top1(const std::string& dir) {
+  const fs::path best = fs::path(dir) / kBestCheckpoint;
+  std::error_code ec;
+  if (!fs::exists(best, ec)) return -1;
+  try {
+    return read_checkpoint(best.string()).state.val_top1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt) {
   if (ckpt.state.val_top1 < 0) return {};
   const fs::path best = fs::path(dir) / kBestCheckpoint;

@@ -111,6 +111,9 @@ inline constexpr const char* kBestCheckpoint = "best.h5";
 /// Writes `dir`/best.h5 when `ckpt` has validation metrics and its val_top1 beats the one best.h5 holds (or there is
 /// none, or it cannot be read). Returns the path written, or empty.
 std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt);
+/// The val_top1 recorded in `dir`/best.h5; -1 when there is none, or it cannot be read (save_best_checkpoint then
+/// replaces it).
+double best_checkpoint_top1(const std::string& dir);
 
 /// The newest valid checkpoint in `dir`: latest.h5 when it resolves to a file that validates, else the newest
 /// ckpt-*.h5 that validates. Each skipped file is reported through `warn` (with the reason). Empty when the

@@ -281,6 +281,8 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       if (!o.checkpoint_dir.empty() &&
           (I.preempted || m_step >= total_steps || o.checkpoint_each_epoch || I.checkpoint_due(m_step)))
         I.write_checkpoint_in_dir(m_step, std::vector<float>(plan::kResultSlots * I.comm_world(), 0.0f), observer);
+      else if (o.checkpoint_keep_best && o.validate)
+        I.keep_best_in_dir(m_step);
       if (I.preempted) return history;
     }
   }

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -236,6 +237,12 @@ struct Trainer::Impl {
   io::Checkpoint make_checkpoint(std::int64_t step, const std::vector<float>& metrics) const;
   /// Collective: rank 0 writes a checkpoint into opt.checkpoint_dir; every rank learns whether it succeeded.
   void write_checkpoint_in_dir(std::int64_t step, const std::vector<float>& metrics, const TrainObserver& observer);
+  /// --keep-best, rank 0: the val_top1 of D/best.h5 as far as this run knows it (NaN: not read yet; -1: none).
+  double best_top1 = std::numeric_limits<double>::quiet_NaN();
+  /// Collective (--keep-best): at the end of a validated epoch that wrote no checkpoint (--checkpoint-every N off
+  /// the epoch's end), rank 0 saves the epoch's checkpoint as D/best.h5 when its val_top1 beats the best so far;
+  /// latest.h5 and the step files are left alone. Every rank learns whether it succeeded.
+  void keep_best_in_dir(std::int64_t step);
   /// The mean loss of the last training step's batch (this rank).
   double step_loss() const;
   /// Uploads this rank's row of stopped_metrics into the accumulators (another world size: rank 0 the total).
