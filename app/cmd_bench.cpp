@@ -221,19 +221,28 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--steps", c->steps, "Timed steps")->capture_default_str();
   cmd->add_flag("--amp", c->amp, "FP16 storage, fused layers, dynamic loss scaling");
-  cmd->add_option("--graphs", c->graphs, "on: replay captured graphs; off: launch node by node")->capture_default_str();
+  cmd->add_option("--graphs", c->graphs, "on: replay captured graphs; off: launch node by node")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--fused-kernels", c->fused_kernels,
                   "on: one pass for BN-apply + add + ReLU (GPU: fused layers of --amp; CPU: also between plain layers); off: one kernel per part")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--fold-residual-sums", c->fold_residual_sums,
                   "--amp: on: a residual block's second data gradient writes its own buffer (beta = 0) and the "
                   "previous block's end ReLU backward sums both; off: that data gradient adds into the gradient")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--streams", c->streams,
                   "GPU: on: weight gradients on a second compute stream beside data gradients; off: one stream")
-      ->capture_default_str();
-  cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
-  cmd->add_option("--optimizer", c->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--device", c->device, "cpu|cuda|auto")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--optimizer", c->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "momentum", "nesterov", "adam", "adamw", "lars"}));
   cmd->add_flag("--json", c->json, "Print the result as JSON");
   cmd->add_flag("--profile", c->profile,
                 "After the benchmark, time every kernel of un-captured steps: tables per subgraph and per kernel");

@@ -294,7 +294,9 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--batch", opt->cfg.batch, "Batch size")->capture_default_str();
   cmd->add_flag("--amp", opt->cfg.amp, "Mixed precision (FP16 activations, fused layers)");
   cmd->add_flag("--no-fuse", opt->no_fuse, "With --amp: keep blocks as plain layers");
-  cmd->add_option("--optimizer", opt->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")->capture_default_str();
+  cmd->add_option("--optimizer", opt->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "momentum", "nesterov", "adam", "adamw", "lars"}));
   cmd->add_flag("--ema", opt->cfg.ema, "Keep an exponential moving average of the weights");
   cmd->add_option("--dataset-size", opt->cfg.dataset_size, "Training samples (sizes the last partial batch)")
       ->capture_default_str();
@@ -310,7 +312,8 @@ void register_plan_command(CLI::App& app) {
                 "the plain parts it keeps");
   cmd->add_option("--fused-kernels", opt->fused_kernels,
                   "on: plan fused passes; off: fused layers keep their plain parts")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
   cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {

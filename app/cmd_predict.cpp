@@ -141,13 +141,17 @@ void register_predict_command(CLI::App& app) {
   cmd->add_option("--data", c->data, "HDF5 dataset")->capture_default_str();
   cmd->add_option("--weights", c->weights, "Weights file written by `renaissance train --save`")->required();
   cmd->add_option("--out", c->out, "Output HDF5: /logits float32 [count, classes], /labels int32 [count]")->required();
-  cmd->add_option("--split", c->split, "train|val")->capture_default_str();
+  cmd->add_option("--split", c->split, "train|val")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"train", "val"}));
   cmd->add_option("--first", c->first, "First sample")->capture_default_str();
   cmd->add_option("--count", c->count, "Number of samples")->capture_default_str();
   cmd->add_option("--batch", c->batch, "Inference batch size")->capture_default_str();
   cmd->add_flag("--amp", c->amp, "FP16 inference (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Use the EMA weights");
-  cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
+  cmd->add_option("--device", c->device, "cpu|cuda|auto")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->callback([c] { run_predict(*c); });
 }
 

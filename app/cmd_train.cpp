@@ -32,6 +32,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 
 namespace renaissance::app {
@@ -346,11 +347,15 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--epochs", c->t.epochs, "Epochs")->capture_default_str();
   cmd->add_option("--batch", c->t.batch, "Global batch size")->capture_default_str();
   cmd->add_option("--val-batch", c->t.val_batch, "Validation batch size (0: --batch)");
-  cmd->add_option("--optimizer", c->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")->capture_default_str();
+  cmd->add_option("--optimizer", c->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "momentum", "nesterov", "adam", "adamw", "lars"}));
   cmd->add_option("--lr", c->t.lr, "Peak learning rate")->capture_default_str();
   cmd->add_option("--momentum", c->t.momentum, "Momentum (SGD family, LARS)")->capture_default_str();
   cmd->add_option("--weight-decay", c->t.weight_decay, "Weight decay (not on BN/bias)")->capture_default_str();
-  cmd->add_option("--schedule", c->schedule, "constant|step|cosine|onecycle")->capture_default_str();
+  cmd->add_option("--schedule", c->schedule, "constant|step|cosine|onecycle")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}));
   cmd->add_option("--warmup-epochs", c->t.warmup_epochs, "Linear warm-up (constant/step/cosine)");
   cmd->add_option("--step-epochs", c->t.step_epochs, "step schedule: decay every N epochs");
   cmd->add_option("--label-smoothing", c->t.label_smoothing, "Label smoothing")->capture_default_str();
@@ -359,7 +364,9 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--ema-decay", c->t.ema_decay, "EMA decay (step t uses min(decay, (1+t)/(10+t)))")
       ->capture_default_str();
   cmd->add_flag("--amp", c->t.amp, "FP16 storage with FP32 masters and dynamic loss scaling");
-  cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
+  cmd->add_option("--device", c->device, "cpu|cuda|auto")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_option("--max-steps", c->t.max_steps, "Stop after N optimizer steps");
   cmd->add_option("--metrics", c->metrics, "Write one JSON object per epoch to this JSONL file");
   cmd->add_option("--crop-padding", c->t.augmentation.crop_padding, "Random crop with this zero padding (0: off)")
@@ -371,9 +378,27 @@ void register_train_command(CLI::App& app) {
                   "images of the model's size)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "random-resized", "center"}));
-  cmd->add_option("--crop-scale", c->crop_scale, "random-resized: area fraction MIN,MAX")->capture_default_str();
+  // A malformed range is a usage error (exit 2), like any other malformed value.
+  auto range_check = [](const char* option, double max) {
+    return CLI::Validator(
+        [option, max](std::string& v) {
+          try {
+            const auto [lo, hi] = parse_range(v, option);
+            if (!(lo > 0 && lo <= hi && hi <= max))
+              return fmt::format("'{}': need 0 < MIN <= MAX{}", v, max == 1 ? " <= 1" : "");
+          } catch (const std::exception&) {
+            return fmt::format("'{}' is not MIN,MAX (e.g. 0.08,1 or 3/4,4/3)", v);
+          }
+          return std::string();
+        },
+        "MIN,MAX");
+  };
+  cmd->add_option("--crop-scale", c->crop_scale, "random-resized: area fraction MIN,MAX")
+      ->capture_default_str()
+      ->check(range_check("--crop-scale", 1.0));
   cmd->add_option("--crop-ratio", c->crop_ratio, "random-resized: aspect ratio MIN,MAX (w/h, log-uniform)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(range_check("--crop-ratio", std::numeric_limits<double>::infinity()));
   cmd->add_option("--val-resize", c->t.augmentation.val_resize,
                   "Validation of images not of the model's size: short side to this, then the centre crop "
                   "(0: size/0.875)")
@@ -421,7 +446,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--fused-kernels", c->fused_kernels,
                   "on: the compiler's fused passes (BN+ReLU, BN+add+ReLU, ReLU+BN backward; `plan --nodes` lists "
                   "them); off: every fused layer runs its plain parts")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_flag("--sync-bn", c->t.sync_bn,
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks)");
   cmd->callback([c, cmd] {
@@ -444,7 +470,9 @@ void register_eval_command(CLI::App& app) {
   cmd->add_flag("--amp", c->amp, "Evaluate in FP16 (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Evaluate the EMA weights");
   cmd->add_flag("--json", c->json, "Print the result as JSON");
-  cmd->add_option("--device", c->device, "cpu|cuda|auto")->capture_default_str();
+  cmd->add_option("--device", c->device, "cpu|cuda|auto")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->callback([c, cmd] {
     c->model_given = cmd->get_option("--model")->count() > 0 || cmd->get_option("--model-file")->count() > 0;
     run_eval(*c);

@@ -221,9 +221,9 @@ TEST(CliPlan, NodesPrintsTheFusedPasses) {
   EXPECT_EQ(off.out.find("BN_RELU"), std::string::npos);
   for (const std::string cmd : {"plan --model fmnist_cnn", "train --device cpu --model fmnist_cnn --max-steps 1"}) {
     const Result bad = run(cmd + " --fused-kernels maybe");
-    EXPECT_NE(bad.code, 0) << cmd;
-    EXPECT_LT(bad.code, 128) << cmd;
-    expect_contains(bad.err, "--fused-kernels must be on or off");
+    EXPECT_EQ(bad.code, 2) << cmd;  // a usage error
+    expect_contains(bad.err, "renaissance: error:");
+    expect_contains(bad.err, "--fused-kernels: maybe not in {on,off}");
   }
 }
 
@@ -272,6 +272,32 @@ TEST(CliUsage, LogLinesGoToStderrThroughTheNamedLogger) {
   ASSERT_EQ(r.code, 0) << r.err;
   expect_contains(r.err, "[renaissance] [info] best val_top1 so far");
   EXPECT_EQ(r.out.find("[info]"), std::string::npos) << r.out;
+}
+
+// A value outside an option's set, or a malformed range, is a usage error too: exit 2, the option and the value named,
+// before any work (no data imported, no model built).
+TEST(CliUsage, MalformedValuesExitTwoNamingTheOption) {
+  struct Case {
+    std::string args, expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"train --device gpuu", "--device: gpuu not in {cpu,cuda,auto}"},
+           {"bench --device gpuu", "--device: gpuu not in"},
+           {"predict --split tset --weights w.h5", "--split: tset not in {train,val}"},
+           {"train --schedule cosin", "--schedule: cosin not in"},
+           {"train --optimizer adamm", "--optimizer: adamm not in"},
+           {"plan --model fmnist_cnn --optimizer adamm", "--optimizer: adamm not in"},
+           {"bench --graphs maybe", "--graphs: maybe not in {on,off}"},
+           {"bench --streams 1", "--streams: 1 not in {on,off}"},
+           {"train --crop-scale abc", "--crop-scale: 'abc' is not MIN,MAX"},
+           {"train --crop-scale 0.5,2", "--crop-scale: '0.5,2': need 0 < MIN <= MAX <= 1"},
+           {"train --crop-ratio 2,1", "--crop-ratio: '2,1': need 0 < MIN <= MAX"},
+       }) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    expect_contains(r.err, "renaissance: error:");
+    expect_contains(r.err, c.expect);
+  }
 }
 
 TEST(CliUsage, OtherUsageErrorsExitTwoWithoutAGuess) {
