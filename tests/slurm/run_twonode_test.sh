@@ -85,7 +85,7 @@ submit() {
   MODEL_FILE=$model DATA=$WORK/ds.h5 EPOCHS=${EPOCHS:-2} BATCH=8 RENAISSANCE=$CLI CKPT_DIR=$WORK/ck-$name \
     EXTRA_ARGS="--device cpu $*" \
     sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 --time=00:10:00 \
-    --chdir="$WORK" --output="$WORK/$name.out" --open-mode=append "${sb[@]}" "$SOURCE_DIR/jobs/train-multinode.sbatch"
+    --chdir="$WORK" --output="$WORK/$name.out" "${sb[@]}" "$SOURCE_DIR/jobs/train-multinode.sbatch"
 }
 state() { scontrol show job "$1" 2>/dev/null | grep -oE '(JobState|Restarts|ExitCode|Reason)=[^ ]+' | tr '\n' ' '; }
 wait_until() {  # wait_until SECONDS CONDITION...

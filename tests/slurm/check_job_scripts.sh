@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The conventions every job script keeps (issue 17), checked without Slurm: bash syntax; `#SBATCH --open-mode=append`
+# (a requeued job's log keeps the lines before the preemption); the thread counts exported from the job's cores per
+# task (RENAISSANCE_CPU_THREADS, OMP_NUM_THREADS, SRUN_CPUS_PER_TASK); every srun passes them on with -c. The Slurm tests
+# run train-cpu.sbatch and train-multinode.sbatch for real; this covers every script, the GPU ones included.
+#   tests/slurm/check_job_scripts.sh JOBS_DIR        exit 0: all keep them; 1: each miss is named
+set -uo pipefail
+dir=${1:?usage: check_job_scripts.sh JOBS_DIR}
+fail=0
+n=0
+miss() { echo "FAIL $1: $2"; fail=1; }
+for f in "$dir"/*.sbatch; do
+  [[ -e $f ]] || continue
+  n=$((n + 1))
+  name=$(basename "$f")
+  bash -n "$f" || miss "$name" "bash -n: syntax error"
+  grep -qE '^#SBATCH[[:space:]]+--open-mode=append([[:space:]]|$)' "$f" || miss "$name" "no '#SBATCH --open-mode=append'"
+  for v in RENAISSANCE_CPU_THREADS OMP_NUM_THREADS SRUN_CPUS_PER_TASK; do
+    grep -qE "^export $v=.*SLURM_CPUS_PER_TASK" "$f" || miss "$name" "$v is not exported from SLURM_CPUS_PER_TASK"
+  done
+  sruns=$(grep -cE '^[[:space:]]*srun[[:space:]]' "$f")
+  ((sruns > 0)) || miss "$name" "no srun"
+  while IFS= read -r line; do
+    [[ $line =~ [[:space:]](-c|--cpus-per-task)[[:space:]=] ]] || miss "$name" "srun without -c: $line"
+  done < <(grep -E '^[[:space:]]*srun[[:space:]]' "$f")
+done
+((n > 0)) || { echo "FAIL: no *.sbatch in $dir"; exit 1; }
+((fail == 0)) && echo "OK: $n job scripts keep the conventions"
+exit $fail
