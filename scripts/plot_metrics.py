@@ -56,35 +56,15 @@ def series(rows, key, scale=1.0):
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", nargs="+", help="metrics JSONL files (train --metrics)")
-    ap.add_argument("--loss-log", action="append", default=[],
-                    help="per-step loss JSONL (train --loss-log), one per run in the order of the metrics files")
-    ap.add_argument("--title", help="the figure's title")
-    ap.add_argument("--out", default="metrics.png")
-    args = ap.parse_args()
-    if len(args.loss_log) > len(args.files):
-        sys.exit(f"plot_metrics: {len(args.loss_log)} --loss-log files for {len(args.files)} runs")
-    runs = [load_jsonl(p, ("epoch", "step", "train_loss"), "`renaissance train --metrics`") for p in args.files]
-    steps = [load_jsonl(p, ("step", "loss"), "`renaissance train --loss-log`") for p in args.loss_log]
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-    except ImportError:
-        print("plot_metrics: matplotlib is not installed (apt-get install python3-matplotlib)", file=sys.stderr)
-        sys.exit(77)
-
-    labels = [os.path.splitext(os.path.basename(p))[0] for p in args.files]
+def make_figure(plt, MaxNLocator, runs, steps, labels, title_arg=None):
+    """The figure: loss, accuracy and learning-rate panels; runs[i] (metrics rows) named labels[i], steps[i] its
+    per-step loss log where given. tests/runtime/check_plot_metrics.py inspects what this returns."""
     run_ids = []
     for rows in runs:
         rid = rows[-1].get("run_id")
         if rid and rid not in run_ids:
             run_ids.append(rid)
-    title = args.title or (", ".join(run_ids) if run_ids else ", ".join(labels))
+    title = title_arg or (", ".join(run_ids) if run_ids else ", ".join(labels))
 
     fig, (ax_loss, ax_acc, ax_lr) = plt.subplots(1, 3, figsize=(15, 4.4))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -115,6 +95,33 @@ def main():
             ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+", help="metrics JSONL files (train --metrics)")
+    ap.add_argument("--loss-log", action="append", default=[],
+                    help="per-step loss JSONL (train --loss-log), one per run in the order of the metrics files")
+    ap.add_argument("--title", help="the figure's title")
+    ap.add_argument("--out", default="metrics.png")
+    args = ap.parse_args()
+    if len(args.loss_log) > len(args.files):
+        sys.exit(f"plot_metrics: {len(args.loss_log)} --loss-log files for {len(args.files)} runs")
+    runs = [load_jsonl(p, ("epoch", "step", "train_loss"), "`renaissance train --metrics`") for p in args.files]
+    steps = [load_jsonl(p, ("step", "loss"), "`renaissance train --loss-log`") for p in args.loss_log]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError:
+        print("plot_metrics: matplotlib is not installed (apt-get install python3-matplotlib)", file=sys.stderr)
+        sys.exit(77)
+
+    labels = [os.path.splitext(os.path.basename(p))[0] for p in args.files]
+    fig = make_figure(plt, MaxNLocator, runs, steps, labels, args.title)
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
 
