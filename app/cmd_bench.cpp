@@ -36,6 +36,7 @@ struct BenchCli {
   bool amp = false;
   std::string graphs = "on";
   std::string fused_kernels = "on";
+  std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else off
   std::string fold_residual_sums = "on";
   std::string streams = "on";
   std::string device = "auto";
@@ -95,6 +96,7 @@ void run_bench(const BenchCli& c) {
   RN_CHECK(c.graphs == "on" || c.graphs == "off", "--graphs must be on or off, got '{}'", c.graphs);
   RN_CHECK(c.fused_kernels == "on" || c.fused_kernels == "off", "--fused-kernels must be on or off, got '{}'",
            c.fused_kernels);
+  if (!c.cpu_winograd.empty()) runtime::set_cpu_winograd(c.cpu_winograd == "on");
   RN_CHECK(c.streams == "on" || c.streams == "off", "--streams must be on or off, got '{}'", c.streams);
   RN_CHECK(c.fold_residual_sums == "on" || c.fold_residual_sums == "off",
            "--fold-residual-sums must be on or off, got '{}'", c.fold_residual_sums);
@@ -154,6 +156,7 @@ void run_bench(const BenchCli& c) {
     j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
     j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", c.streams == "on");
     j.kv("fold_residual_sums", c.fold_residual_sums == "on");
+    if (t.backend == runtime::Backend::CPU) j.kv("cpu_winograd", runtime::cpu_winograd());
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
     j.kv("ranks", r.ranks).kv("images_per_s_per_rank", per_rank);
     j.kv("arena_bytes", r.arena_bytes).kv("captures", r.captures).kv("host_peak_bytes", host_peak);
@@ -175,10 +178,11 @@ void run_bench(const BenchCli& c) {
     std::puts(j.str().c_str());
     return;
   }
-  std::printf("%s  batch %lld  %lldx%lld  %s  amp %s  graphs %s  (%lld warm-up + %lld timed steps)\n", bp.name.c_str(),
-              static_cast<long long>(c.batch), static_cast<long long>(bp.in_h), static_cast<long long>(bp.in_w),
-              runtime::backend_name(t.backend), c.amp ? "on" : "off", c.graphs.c_str(),
-              static_cast<long long>(c.warmup), static_cast<long long>(c.steps));
+  std::printf("%s  batch %lld  %lldx%lld  %s%s  amp %s  graphs %s  (%lld warm-up + %lld timed steps)\n",
+              bp.name.c_str(), static_cast<long long>(c.batch), static_cast<long long>(bp.in_h),
+              static_cast<long long>(bp.in_w), runtime::backend_name(t.backend),
+              t.backend == runtime::Backend::CPU && runtime::cpu_winograd() ? " (Winograd)" : "", c.amp ? "on" : "off",
+              c.graphs.c_str(), static_cast<long long>(c.warmup), static_cast<long long>(c.steps));
   if (r.ranks > 1)
     std::printf("  %lld ranks x batch %lld: %.1f images/s per rank\n", static_cast<long long>(r.ranks),
                 static_cast<long long>(c.batch / r.ranks), per_rank);
@@ -227,6 +231,9 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--fused-kernels", c->fused_kernels,
                   "on: one pass for BN-apply + add + ReLU (GPU: fused layers of --amp; CPU: also between plain layers); off: one kernel per part")
       ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--cpu-winograd", c->cpu_winograd,
+                  "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512, a larger rounding error; default: RENAISSANCE_CPU_WINOGRAD, else off)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--fold-residual-sums", c->fold_residual_sums,
                   "--amp: on: a residual block's second data gradient writes its own buffer (beta = 0) and the "

@@ -57,6 +57,7 @@ struct TrainCli {
   std::string data_cache = "auto";
   std::string decode = "auto";
   std::string fused_kernels = "on";
+  std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else off
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
   double comm_timeout = 0;
@@ -166,6 +167,7 @@ void run_train(TrainCli& c) {
   c.t.validate = !c.no_validate;
   RN_CHECK(c.fused_kernels == "on" || c.fused_kernels == "off", "--fused-kernels must be on or off, got '{}'",
            c.fused_kernels);
+  if (!c.cpu_winograd.empty()) runtime::set_cpu_winograd(c.cpu_winograd == "on");
   c.t.fuse_kernels = c.fused_kernels == "on";
   RN_CHECK(c.t.epochs >= 1, "--epochs must be >= 1, got {}", c.t.epochs);
   RN_CHECK(c.t.batch >= 1, "--batch must be >= 1, got {}", c.t.batch);
@@ -191,7 +193,9 @@ void run_train(TrainCli& c) {
                     : "");
   // On the CPU: the kernel threads of each rank (its affinity mask, or RENAISSANCE_CPU_THREADS), for Slurm logs.
   const std::string threads =
-      c.t.backend == runtime::Backend::CPU ? fmt::format(", {} CPU threads", runtime::cpu_threads()) : std::string();
+      c.t.backend == runtime::Backend::CPU
+          ? fmt::format(", {} CPU threads{}", runtime::cpu_threads(), runtime::cpu_winograd() ? ", Winograd" : "")
+          : std::string();
   const std::string bound =
       c.t.max_steps > 0 ? fmt::format(" (at most {} steps: --max-steps)", c.t.max_steps) : std::string();
   if (root)
@@ -447,6 +451,9 @@ void register_train_command(CLI::App& app) {
                   "on: the compiler's fused passes (BN+ReLU, BN+add+ReLU, ReLU+BN backward; `plan --nodes` lists "
                   "them); off: every fused layer runs its plain parts")
       ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--cpu-winograd", c->cpu_winograd,
+                  "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512, a larger rounding error; default: RENAISSANCE_CPU_WINOGRAD, else off)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_flag("--sync-bn", c->t.sync_bn,
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks)");

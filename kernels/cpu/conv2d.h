@@ -35,6 +35,14 @@ bool xnnpack_available();
 /// Built with oneDNN (RENAISSANCE_ONEDNN) and its CPU engine works on this machine.
 bool onednn_available();
 
+/// oneDNN's Winograd F(4x4, 3x3) kernels for the 3×3 stride-1 pad-1 layers of 16k channels (AVX-512 only; the forward
+/// and dx on maps of at least 7×7, the weight gradient on any): a quarter of the multiplications, at a larger
+/// rounding error than the direct kernels (up to ~3e-5 against ~1e-6 relative, docs/kernels-cpu.md "Winograd"), so
+/// off by default, like the GPU's strict FP32, which admits no Winograd engine. Read when a plan is made; the
+/// initial value is RENAISSANCE_CPU_WINOGRAD (on/1), else off; `train`/`bench --cpu-winograd on|off` set it.
+void set_conv2d_winograd(bool on);
+bool conv2d_winograd();
+
 /// Output shape: OH = (H + 2·pad_h − kernel_h) / stride_h + 1 (likewise OW), C = out_channels.
 /// Throws Error when the parameters do not fit the input.
 Shape conv2d_output_shape(const Shape& x, std::int64_t out_channels, const Conv2dParams& p);
@@ -58,8 +66,11 @@ void conv2d_backward_filter(const float* x, const Shape& xs, const float* dy, co
 
 /// How a oneDNN pass meets its tensors, fixed when its plan is made (docs/kernels-cpu.md, "Weight formats").
 struct OnednnLayout {
-  /// "nhwc" (the runtime's tensors as they are), or "nChw16c" for 16 channels on both sides (the same bytes).
+  /// "nhwc" (the runtime's tensors as they are), "nChw16c" for 16 channels on both sides (the same bytes), or
+  /// "nhwc>nChw16c" (Winograd on other channel counts: each batch piece reordered in scratch).
   std::string activations;
+  /// oneDNN's Winograd F(4x4, 3x3) kernels (3×3 stride-1 layers of 16k channels on AVX-512; docs/kernels-cpu.md).
+  bool winograd = false;
   /// The weights as the arena holds them, in oneDNN's notation: OHWI is "ohwi" ("gohwi" grouped).
   std::string arena_weights;
   /// The weights as the primitive reads (forward, dx) or writes (dW) them, e.g. "OIhw16o16i".

@@ -1,7 +1,9 @@
 // Convolution passes through oneDNN's training primitives (Conv2dPlan with Conv2dAlgo::Onednn).
 //
 // Memory formats are chosen once, when the plan is made (OnednnLayout reports them): x, y, dx and dy are the
-// runtime's NHWC tensors as they are (oneDNN's NHWC kernels, so no activation is ever reordered); the weights stay
+// runtime's NHWC tensors as they are (oneDNN's NHWC kernels; nChw16c, the same bytes, for 16 channels), except with
+// Winograd (set_conv2d_winograd, off by default), whose kernels take only nChw16c: other channel counts are then
+// reordered per batch piece through the running thread's scratch (in cache: ~32 samples a piece); the weights stay
 // OHWI in the arena (the optimizer, checkpoints and the GPU read them so) and each call runs one reorder of them —
 // once per call, before the batch pieces, never per piece — into the blocked format the primitive asked for ("any" at
 // creation), or, for the weight gradient, back from it (with a sum post-op when accumulating). That reorder is kept on
@@ -14,8 +16,9 @@
 // pointers in memory objects and executes.
 //
 // Threads: each primitive is created and run with oneDNN limited to the calling thread, on batch pieces whose size
-// depends only on the shape; the thread pool hands the pieces out, and the weight gradient adds the pieces'
-// partial sums in piece order. Results are therefore the same for any thread count (oneDNN's own threading splits
+// depends only on the shape (Winograd's forward and dx pieces also on the thread count, which changes none of their
+// bits: each output tile's arithmetic is the same in any piece); the thread pool hands the pieces out, and the weight
+// gradient adds the pieces' partial sums in piece order. Results are therefore the same for any thread count (oneDNN's own threading splits
 // reductions by thread count) and the pool balances the pieces dynamically. oneDNN's OpenMP runtime (Debian's and
 // Spack's builds) takes its thread count from the calling thread's omp_get_max_threads(); it is set to 1 around
 // every oneDNN call, through the OpenMP runtime oneDNN itself loaded (looked up with dlsym: no link-time OpenMP
@@ -26,6 +29,10 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #ifdef RENAISSANCE_HAVE_ONEDNN
 #include <kernels/cpu/scratch.h>
 #include <kernels/cpu/thread_pool.h>
@@ -34,14 +41,25 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
 namespace renaissance::cpu {
+
+namespace {
+std::atomic<bool>& winograd_setting() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("RENAISSANCE_CPU_WINOGRAD");
+    return v && (std::strcmp(v, "on") == 0 || std::strcmp(v, "1") == 0);
+  }()};
+  return on;
+}
+}  // namespace
+
+void set_conv2d_winograd(bool on) { winograd_setting().store(on); }
+bool conv2d_winograd() { return winograd_setting().load(); }
 
 #ifdef RENAISSANCE_HAVE_ONEDNN
 
@@ -136,15 +154,39 @@ constexpr std::int64_t kMinPositionsPerPiece = 256;
 constexpr std::int64_t kWgradPieces = 16;
 constexpr std::int64_t kWgradFlopsPerWeightPerPiece = 512;
 constexpr std::int64_t kWgradPartialBytes = 64ll << 20;
+// Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3, AVX-512 only) for 3×3 stride-1 pad-1 layers of 16k channels on both
+// sides: a quarter of the multiplications, error still ~1e-6 of the output's magnitude (docs/kernels-cpu.md,
+// "Winograd"). It runs on nChw16c activations: the same bytes as NHWC for 16 channels, otherwise reordered per piece
+// in this thread's scratch. It needs pieces of about 32 samples to pay (one core, 28×28×16→16 forward: 0.47 ms per
+// 16 samples, 0.73 per 32; the direct kernel 0.51 and 1.02), and loses on 4×4 maps in the forward and dx (0.35 vs
+// 0.23 ms per 8 samples of 4×4×128), where it is kept for the weight gradient only.
+constexpr std::int64_t kWinoPiece = 32;
+constexpr std::int64_t kWinoMinPositions = 49;  // forward and dx: maps of at least 7×7
+
+bool winograd_eligible(const Shape& xs, const Shape& ys, const Conv2dParams& p, Conv2dPass pass) {
+  return conv2d_winograd() && p.kernel_h == 3 && p.kernel_w == 3 && p.stride_h == 1 && p.stride_w == 1 &&
+         p.pad_h == 1 && p.pad_w == 1 && p.groups == 1 && xs.c % 16 == 0 && ys.c % 16 == 0 && xs.h == ys.h &&
+         xs.w == ys.w && (pass == Conv2dPass::BackwardFilter || ys.h * ys.w >= kWinoMinPositions);
+}
 
 }  // namespace
+
+/// One activation tensor (x/dx or y/dy) of a piece as the primitive meets it: NHWC as in the arena, or nChw16c for
+/// Winograd, which for other than 16 channels is reordered per piece through this thread's scratch.
+struct ActSide {
+  bool reorder = false;
+  memory::desc user, prim;  // NHWC; the primitive's
+  dnnl::reorder to_prim, from_prim, from_prim_acc;  // from_prim_acc: user += (sum post-op)
+  std::size_t floats = 0;   // of `prim`
+};
 
 // One primitive per piece size (the common one and, when it differs, the last piece's).
 struct ConvPrim {
   std::int64_t mb = 0;
   dnnl::primitive prim;
-  memory::desc act_in, act_out;  // the pass's NHWC input/output for mb samples (src/dst, diff_dst/diff_src, ...)
+  memory::desc act_in, act_out;  // the pass's input/output for mb samples as the primitive takes them
   std::size_t scratch_bytes = 0;
+  ActSide x, y;  // x/dx and y/dy
 };
 
 struct Conv2dPlan::Onednn::Impl {
@@ -152,6 +194,7 @@ struct Conv2dPlan::Onednn::Impl {
   Shape xs, ys;
   bool bias = false;
   bool blocked16 = false;  ///< 16 channels in and out: the activations described as nChw16c (the same bytes)
+  bool wino = false;       ///< Winograd (nChw16c activations; reordered per piece where the channels are not 16)
   Pieces pieces;
   ConvPrim full, tail;  // tail.mb == 0: every piece has the common size
   memory::desc w_user, w_prim, b_md;
@@ -184,19 +227,41 @@ memory::desc weights_desc(const Shape& xs, const Shape& ys, const Conv2dParams& 
   return memory::desc({g, og, cg, p.kernel_h, p.kernel_w}, Dt::f32, user ? Tag::gohwi : Tag::any);
 }
 
+ActSide make_side(std::int64_t mb, const Shape& s, bool wino) {
+  ActSide a;
+  a.user = activations(mb, s, false);
+  a.prim = activations(mb, s, wino);
+  a.floats = a.prim.get_size() / 4;
+  a.reorder = wino && s.c != 16;
+  if (a.reorder) {
+    const dnnl::engine& eng = cpu_engine();
+    a.to_prim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, a.user, eng, a.prim));
+    a.from_prim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, a.prim, eng, a.user));
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    dnnl::primitive_attr acc;
+    acc.set_post_ops(ops);
+    a.from_prim_acc = dnnl::reorder(dnnl::reorder::primitive_desc(eng, a.prim, eng, a.user, acc));
+  }
+  return a;
+}
+
 ConvPrim make_prim(Impl& m, const Conv2dParams& p, std::int64_t mb) {
   const dnnl::engine& eng = cpu_engine();
-  const memory::desc x = activations(mb, m.xs, m.blocked16), y = activations(mb, m.ys, m.blocked16);
+  const bool blocked = m.blocked16 || m.wino;
+  const memory::desc x = activations(mb, m.xs, blocked), y = activations(mb, m.ys, blocked);
   const memory::desc w = weights_desc(m.xs, m.ys, p, false);
   const memory::dims strides{p.stride_h, p.stride_w}, pad{p.pad_h, p.pad_w};
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const auto algo = dnnl::algorithm::convolution_direct;
+  const auto algo = m.wino ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
   const dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, algo, x, w,
                                            m.bias ? m.b_md : memory::desc(), y, strides, pad, pad);
   const dnnl::convolution_forward::primitive_desc fpd(fd, attr, eng);
   ConvPrim c;
   c.mb = mb;
+  c.x = make_side(mb, m.xs, m.wino);
+  c.y = make_side(mb, m.ys, m.wino);
   memory::desc w_prim;
   switch (m.pass) {
     case Conv2dPass::Forward:
@@ -300,6 +365,23 @@ void run_reorder(const Impl& m, bool accumulate, const void* src, void* dst) {
   (accumulate ? m.w_reorder_accumulate : m.w_reorder).execute(thread_stream(), args);
 }
 
+/// A piece's input activation as the primitive takes it: `user` itself (NHWC, or nChw16c of 16 channels), or its
+/// nChw16c copy in this thread's scratch `slot`.
+const float* side_in(const ActSide& a, const float* user, detail::ScratchSlot slot) {
+  if (!a.reorder) return user;
+  float* blk = detail::scratch(slot, a.floats);
+  a.to_prim.execute(thread_stream(), {{DNNL_ARG_FROM, memory(a.user, cpu_engine(), const_cast<float*>(user))},
+                                      {DNNL_ARG_TO, memory(a.prim, cpu_engine(), blk)}});
+  return blk;
+}
+
+/// A piece's output written by the primitive at `blk` back into `user` (NHWC; += when accumulating).
+void side_out(const ActSide& a, const float* blk, float* user, bool accumulate) {
+  (accumulate ? a.from_prim_acc : a.from_prim)
+      .execute(thread_stream(), {{DNNL_ARG_FROM, memory(a.prim, cpu_engine(), const_cast<float*>(blk))},
+                                 {DNNL_ARG_TO, memory(a.user, cpu_engine(), user)}});
+}
+
 /// Runs `piece(i, prim)` for every piece on the thread pool, oneDNN limited to each running thread.
 template <class F>
 void for_each_piece(const Impl& m, std::int64_t count, F&& piece) {
@@ -329,29 +411,51 @@ Conv2dPlan::Onednn::Onednn(const Shape& xs, const Shape& ys, const Conv2dParams&
                                                kWgradPartialBytes / std::max<std::int64_t>(wbytes, 1)),
                                       2, kWgradPieces);
   }
-  m->pieces = Pieces(xs.n, std::min(target, xs.n));
+  const Pieces direct_pieces(xs.n, std::min(target, xs.n));
+  // Winograd pieces: ~32 samples (see kWinoPiece). The weight gradient's partial sums make its piece count part of
+  // the result, so that count depends on the batch alone; the forward's and dx's bits do not depend on the piece
+  // size (checked: Conv2dOnednn.WinogradMatchesTheDirectKernels), so those use at least one piece per thread.
+  const std::int64_t wino_target =
+      pass == Conv2dPass::BackwardFilter
+          ? (xs.n + kWinoPiece - 1) / kWinoPiece
+          : std::max<std::int64_t>((xs.n + kWinoPiece - 1) / kWinoPiece, std::min<std::int64_t>(xs.n, num_threads()));
   // 16 channels on both sides: oneDNN's blocked kernels beat its NHWC ones on the forward and dx (28×28×16→16,
   // one core: 181-183 vs 153-161 GFLOP/s forward) and need no reorder, since nChw16c of 16 channels is NHWC; not
   // for the weight gradient (182 vs 200). Any other channel count would mix formats, where oneDNN has only `ref`.
-  m->blocked16 = xs.c == 16 && ys.c == 16 && p.groups == 1 && pass != Conv2dPass::BackwardFilter;
+  const bool blocked16 = xs.c == 16 && ys.c == 16 && p.groups == 1 && pass != Conv2dPass::BackwardFilter;
   auto make_all = [&] {
     m->full = ConvPrim{};
     m->tail = ConvPrim{};
+    m->pieces = m->wino ? Pieces(xs.n, std::min(wino_target, xs.n)) : direct_pieces;
     m->full = make_prim(*m, p, m->pieces.size);
     if (m->pieces.tail != m->pieces.size) m->tail = make_prim(*m, p, m->pieces.tail);
   };
   try {
-    bool fallback = false;
-    try {
-      make_all();
-      fallback = m->blocked16 && m->impl.rfind("ref", 0) == 0;  // no blocked kernel here after all
-    } catch (const dnnl::error&) {
-      if (!m->blocked16) throw;
-      fallback = true;
+    // Winograd where it applies and oneDNN has its kernel here (AVX-512), else the direct kernels: blocked for 16
+    // channels, else NHWC.
+    m->wino = winograd_eligible(xs, ys, p, pass);
+    if (m->wino) {
+      try {
+        make_all();
+        m->wino = m->impl.find("wino") != std::string::npos;
+      } catch (const dnnl::error&) {
+        m->wino = false;
+      }
     }
-    if (fallback) {
-      m->blocked16 = false;
-      make_all();
+    if (!m->wino) {
+      m->blocked16 = blocked16;
+      bool fallback = false;
+      try {
+        make_all();
+        fallback = m->blocked16 && m->impl.rfind("ref", 0) == 0;  // no blocked kernel here after all
+      } catch (const dnnl::error&) {
+        if (!m->blocked16) throw;
+        fallback = true;
+      }
+      if (fallback) {
+        m->blocked16 = false;
+        make_all();
+      }
     }
     make_reorders(*m);
   } catch (const dnnl::error& e) {
@@ -363,7 +467,10 @@ Conv2dPlan::Onednn::Onednn(const Shape& xs, const Shape& ys, const Conv2dParams&
             dnnl_message(e));
   }
   m->w_prim_floats = static_cast<std::int64_t>((m->w_prim.get_size() + 3) / 4);
-  m->layout.activations = m->blocked16 ? "nChw16c" : "nhwc";
+  m->layout.activations = m->wino ? (m->full.x.reorder || m->full.y.reorder ? "nhwc>nChw16c" : "nChw16c")
+                          : m->blocked16 ? "nChw16c"
+                                         : "nhwc";
+  m->layout.winograd = m->wino;
   m->layout.arena_weights = format_name(m->w_user);
   m->layout.weights = format_name(m->w_prim);
   m->layout.weight_reorder = true;  // every call runs m->w_reorder (there is no fast kernel on the arena's OHWI)
@@ -384,12 +491,16 @@ void Conv2dPlan::Onednn::forward(const float* x, const float* w, const float* bi
   const auto& eng = cpu_engine();
   for_each_piece(*m, m->pieces.count, [&](std::int64_t i, const ConvPrim& c) {
     const std::int64_t n0 = m->pieces.begin(i);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.act_in, eng, const_cast<float*>(x + n0 * xper))},
+    const float* src = side_in(c.x, x + n0 * xper, detail::ScratchSlot::DnnActX);
+    float* out = y + n0 * yper;
+    float* dst = c.y.reorder ? detail::scratch(detail::ScratchSlot::DnnActY, c.y.floats) : out;
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(c.act_in, eng, const_cast<float*>(src))},
                                          {DNNL_ARG_WEIGHTS, memory(m->w_prim, eng, wp)},
-                                         {DNNL_ARG_DST, memory(c.act_out, eng, y + n0 * yper)},
+                                         {DNNL_ARG_DST, memory(c.act_out, eng, dst)},
                                          {DNNL_ARG_SCRATCHPAD, scratchpad(c.scratch_bytes)}};
     if (m->bias) args.emplace(DNNL_ARG_BIAS, memory(m->b_md, eng, const_cast<float*>(bias)));
     c.prim.execute(thread_stream(), args);
+    if (c.y.reorder) side_out(c.y, dst, out, false);
   });
 }
 
@@ -402,12 +513,17 @@ void data_piece(const Impl& m, std::int64_t i, const ConvPrim& c, const float* d
   const std::int64_t xper = m.xs.per_sample(), yper = m.ys.per_sample();
   const std::int64_t n0 = m.pieces.begin(i), elems = c.mb * xper;
   float* out = dx + n0 * xper;
-  float* dst = accumulate ? detail::scratch(detail::ScratchSlot::DnnTemp, static_cast<std::size_t>(elems)) : out;
-  c.prim.execute(thread_stream(), {{DNNL_ARG_DIFF_DST, memory(c.act_in, eng, const_cast<float*>(dy + n0 * yper))},
+  const float* src = side_in(c.y, dy + n0 * yper, detail::ScratchSlot::DnnActY);
+  float* dst = c.x.reorder ? detail::scratch(detail::ScratchSlot::DnnActX, c.x.floats)
+               : accumulate ? detail::scratch(detail::ScratchSlot::DnnTemp, static_cast<std::size_t>(elems))
+                            : out;
+  c.prim.execute(thread_stream(), {{DNNL_ARG_DIFF_DST, memory(c.act_in, eng, const_cast<float*>(src))},
                                    {DNNL_ARG_WEIGHTS, memory(m.w_prim, eng, const_cast<float*>(wp))},
                                    {DNNL_ARG_DIFF_SRC, memory(c.act_out, eng, dst)},
                                    {DNNL_ARG_SCRATCHPAD, scratchpad(c.scratch_bytes)}});
-  if (accumulate) {
+  if (c.x.reorder) {
+    side_out(c.x, dst, out, accumulate);
+  } else if (accumulate) {
     RN_IVDEP for (std::int64_t k = 0; k < elems; ++k) out[k] += dst[k];
   }
 }
@@ -417,8 +533,10 @@ void filter_piece(const Impl& m, std::int64_t i, const ConvPrim& c, const float*
   const auto& eng = cpu_engine();
   const std::int64_t xper = m.xs.per_sample(), yper = m.ys.per_sample();
   const std::int64_t n0 = m.pieces.begin(i);
-  c.prim.execute(thread_stream(), {{DNNL_ARG_SRC, memory(c.act_in, eng, const_cast<float*>(x + n0 * xper))},
-                                   {DNNL_ARG_DIFF_DST, memory(c.act_out, eng, const_cast<float*>(dy + n0 * yper))},
+  const float* src = side_in(c.x, x + n0 * xper, detail::ScratchSlot::DnnActX);
+  const float* ddst = side_in(c.y, dy + n0 * yper, detail::ScratchSlot::DnnActY);
+  c.prim.execute(thread_stream(), {{DNNL_ARG_SRC, memory(c.act_in, eng, const_cast<float*>(src))},
+                                   {DNNL_ARG_DIFF_DST, memory(c.act_out, eng, const_cast<float*>(ddst))},
                                    {DNNL_ARG_DIFF_WEIGHTS, memory(m.w_prim, eng, part + i * m.w_prim_floats)},
                                    {DNNL_ARG_SCRATCHPAD, scratchpad(c.scratch_bytes)}});
 }

@@ -54,6 +54,8 @@ enum class ScratchSlot : int {
   DnnScratchpad,  // oneDNN: a primitive's scratchpad (each running thread's)
   DnnTemp,        // oneDNN: an accumulating dx piece before it is added
   DnnPartial,     // oneDNN: the weight gradient's per-piece partial sums (the calling thread's)
+  DnnActX,        // oneDNN Winograd: a piece's x or dx in nChw16c (each running thread's)
+  DnnActY,        // oneDNN Winograd: a piece's y or dy in nChw16c (each running thread's)
   Count
 };
 

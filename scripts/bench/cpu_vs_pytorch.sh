@@ -3,7 +3,8 @@
 # scripts/bench/pytorch_cpu_fmnist.py (same net, recipe, batch 128, channels_last) take turns, one epoch of
 # Fashion-MNIST each, PAIRS times per model; the training img/s of each run and the ratio of the medians.
 #   scripts/bench/cpu_vs_pytorch.sh [build-dir] [out-dir]     (env: PAIRS=2, MODELS="fmnist_cnn resnet18_fmnist_narrow",
-#                                                               THREADS=the affinity mask's CPU count, DATA)
+#                                                               THREADS=the affinity mask's CPU count, DATA,
+#                                                               WINOGRAD="off" or "off on": ours once per setting)
 # Run it on a quiet machine: both sides use every core, and other load moves the figures more than the kernels do.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -16,6 +17,7 @@ PAIRS=${PAIRS:-2}
 MODELS=${MODELS:-"fmnist_cnn resnet18_fmnist_narrow"}
 THREADS=${THREADS:-$(nproc)}
 DATA=${DATA:-data/fashion-mnist.h5}
+WINOGRAD=${WINOGRAD:-off}
 [[ -x $RN ]] || { echo "cpu_vs_pytorch: no $RN (build first)" >&2; exit 2; }
 [[ -f $DATA ]] || "$RN" data import fashion-mnist --out "$DATA" >/dev/null || exit 1
 J="$OUT_DIR/runs.jsonl"
@@ -24,25 +26,31 @@ ips() { "$PY" -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]
 for model in $MODELS; do
   if [[ $model == fmnist_cnn ]]; then ours=(--model fmnist_cnn); else ours=(--model-file "models/$model.yaml"); fi
   for p in $(seq 1 "$PAIRS"); do
-    m="$OUT_DIR/ours-$model-$p.jsonl"
-    RENAISSANCE_CPU_THREADS=$THREADS "$RN" train "${ours[@]}" --data "$DATA" --epochs 1 --batch 128 --device cpu \
-      --no-validate --metrics "$m" >"$OUT_DIR/ours-$model-$p.log" 2>&1 || { echo "ours $model failed" >&2; tail "$OUT_DIR/ours-$model-$p.log"; exit 1; }
-    echo "{\"framework\": \"renaissance\", \"model\": \"$model\", \"pair\": $p, \"images_per_s\": $(ips "$m")}" >>"$J"
+    for wino in $WINOGRAD; do
+      fw=renaissance
+      [[ $wino == on ]] && fw="renaissance --cpu-winograd on"
+      m="$OUT_DIR/ours-$model-$p-w$wino.jsonl"
+      RENAISSANCE_CPU_THREADS=$THREADS "$RN" train "${ours[@]}" --data "$DATA" --epochs 1 --batch 128 --device cpu \
+        --no-validate --cpu-winograd "$wino" --metrics "$m" >"$OUT_DIR/ours-$model-$p-w$wino.log" 2>&1 ||
+        { echo "ours $model failed" >&2; tail "$OUT_DIR/ours-$model-$p-w$wino.log"; exit 1; }
+      echo "{\"framework\": \"$fw\", \"model\": \"$model\", \"pair\": $p, \"images_per_s\": $(ips "$m")}" >>"$J"
+    done
     t="$OUT_DIR/torch-$model-$p.jsonl"
     "$PY" scripts/bench/pytorch_cpu_fmnist.py --model "$model" --data "$DATA" --epochs 1 --threads "$THREADS" \
       --channels-last --no-validate >"$t" 2>"$OUT_DIR/torch-$model-$p.log" || { echo "pytorch $model failed" >&2; tail "$OUT_DIR/torch-$model-$p.log"; exit 1; }
     echo "{\"framework\": \"pytorch\", \"model\": \"$model\", \"pair\": $p, \"images_per_s\": $(ips "$t")}" >>"$J"
-    tail -2 "$J"
+    tail -n $(($(wc -w <<<"$WINOGRAD") + 1)) "$J"
   done
 done
 "$PY" - "$J" <<'PY' | tee "$OUT_DIR/table.md"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| model | Renaissance img/s (each run) | PyTorch img/s (each run) | ratio of medians |")
-print("|---|---|---|---|")
+print("| model | ours | Renaissance img/s (each run) | PyTorch img/s (each run) | ratio of medians |")
+print("|---|---|---|---|---|")
 for m in dict.fromkeys(r["model"] for r in rows):
-    a = [r["images_per_s"] for r in rows if r["model"] == m and r["framework"] == "renaissance"]
     b = [r["images_per_s"] for r in rows if r["model"] == m and r["framework"] == "pytorch"]
-    print(f"| {m} | {', '.join(f'{x:,.0f}' for x in a)} | {', '.join(f'{x:,.0f}' for x in b)} | "
-          f"**{statistics.median(a) / statistics.median(b):.2f}×** |")
+    for fw in dict.fromkeys(r["framework"] for r in rows if r["framework"] != "pytorch"):
+        a = [r["images_per_s"] for r in rows if r["model"] == m and r["framework"] == fw]
+        print(f"| {m} | {fw} | {', '.join(f'{x:,.0f}' for x in a)} | {', '.join(f'{x:,.0f}' for x in b)} | "
+              f"**{statistics.median(a) / statistics.median(b):.2f}×** |")
 PY

@@ -33,6 +33,19 @@ inline Vec random_vec(std::size_t n, std::uint32_t seed, float lo = -1.0f, float
 
 inline DVec to_double(const Vec& v) { return DVec(v.begin(), v.end()); }
 
+/// The Winograd setting (set_conv2d_winograd) for a scope: tests of the direct kernels' layouts and tolerances pin
+/// it off, whatever RENAISSANCE_CPU_WINOGRAD says.
+class WinogradSetting {
+ public:
+  explicit WinogradSetting(bool on) : m_was(conv2d_winograd()) { set_conv2d_winograd(on); }
+  ~WinogradSetting() { set_conv2d_winograd(m_was); }
+  WinogradSetting(const WinogradSetting&) = delete;
+  WinogradSetting& operator=(const WinogradSetting&) = delete;
+
+ private:
+  bool m_was;
+};
+
 inline Vec to_float(const DVec& v) {
   Vec f(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) f[i] = static_cast<float>(v[i]);

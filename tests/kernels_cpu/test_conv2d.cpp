@@ -3,6 +3,7 @@
 // boundary and batch-piece split.
 #include <kernels/cpu/conv2d.h>
 #include <kernels/cpu/gemm.h>
+#include <kernels/cpu/thread_pool.h>
 #include <renaissance/core/error.h>
 
 #include "kernel_test_util.h"
@@ -221,6 +222,7 @@ TEST(Conv2dLarge, ForwardAndBackwardMatchReference) {
 // the weights change between calls (a training step), and reports what it runs.
 TEST(Conv2dOnednn, BatchPiecesAndReusedPlansMatchReference) {
   if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  const WinogradSetting direct(false);
   for (const ConvCase& cs : {ConvCase{{37, 6, 5, 8}, 16, {3, 3, 1, 1, 1, 1, 1}, true, "3x3_n37"},
                              ConvCase{{37, 7, 7, 16}, 24, {3, 3, 2, 2, 1, 1, 1}, false, "3x3_s2_n37"},
                              ConvCase{{37, 5, 5, 8}, 8, {3, 3, 1, 1, 1, 1, 8}, true, "depthwise_n37"},
@@ -248,6 +250,76 @@ TEST(Conv2dOnednn, BatchPiecesAndReusedPlansMatchReference) {
       expect_close(dw, rdw, 2e-5, tag + " dw");
       expect_close(db, rdb, 2e-5, tag + " db");
       for (auto& v : d.w) v *= -0.75f;  // the same buffers, new weights
+    }
+  }
+}
+
+// Winograd (--cpu-winograd on; oneDNN's jit_wino_4x3 on AVX-512): every pass of the shapes it takes against the double
+// reference, within its larger rounding error (|err| / (1 + |ref|) measured up to 1.2e-5 forward and dx, 1.1e-4 dW
+// at batch 128, where the direct kernels stay within the other tests' 1e-5 and 2e-5 at batch 37); accumulating dx; 16 channels (the same bytes as NHWC) and others (reordered per piece); a short last
+// piece. The forward's and dx's bits do not depend on the piece size, which follows the thread count (1 vs 8 threads:
+// 4 vs 8 pieces of 128 samples); the weight gradient's pieces follow the batch alone. The direct kernels are unchanged
+// with it off.
+TEST(Conv2dOnednn, WinogradMatchesTheReferenceWhateverTheThreadCount) {
+  if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  const WinogradSetting restore_setting(conv2d_winograd());
+  struct RestoreThreads {
+    int threads = num_threads();
+    ~RestoreThreads() { set_num_threads(threads); }
+  } restore_threads;
+  const Conv2dParams k3{3, 3, 1, 1, 1, 1, 1};
+  set_conv2d_winograd(false);
+  EXPECT_EQ(Conv2dPlan({8, 14, 14, 32}, {8, 14, 14, 32}, k3, Conv2dPass::Forward).describe().find("wino"),
+            std::string::npos);
+  set_conv2d_winograd(true);
+  if (Conv2dPlan({8, 14, 14, 32}, {8, 14, 14, 32}, k3, Conv2dPass::Forward).describe().find("wino") ==
+      std::string::npos)
+    GTEST_SKIP() << "oneDNN has no Winograd kernel on this CPU (it needs AVX-512)";
+  struct Case {
+    ConvCase cs;
+    bool wino_fwd;  // forward and dx (maps of at least 7x7); the weight gradient takes it on every map
+  };
+  for (const Case& c : {Case{{{37, 28, 28, 16}, 16, k3, false, "28x28x16_n37"}, true},
+                        Case{{{128, 14, 14, 32}, 32, k3, false, "14x14x32_n128"}, true},
+                        Case{{{33, 7, 7, 64}, 64, k3, true, "7x7x64_n33_bias"}, true},
+                        Case{{{40, 4, 4, 128}, 128, k3, false, "4x4x128_n40"}, false}}) {
+    const ConvCase& cs = c.cs;
+    const ConvData d = make_data(cs, 131);
+    const Vec dy = random_vec(static_cast<std::size_t>(d.ys.elems()), 132);
+    const Vec dx0 = random_vec(d.x.size(), 133);
+    const DVec bd = to_double(d.b);
+    const DVec ry = conv_ref(to_double(d.x), d.xs, to_double(d.w), cs.bias ? &bd : nullptr, d.ys, cs.p);
+    DVec rdx, rdw, rdb;
+    conv_backward_ref(to_double(d.x), d.xs, to_double(d.w), to_double(dy), d.ys, cs.p, rdx, rdw, rdb);
+    DVec rdx_acc = rdx;
+    for (std::size_t i = 0; i < rdx_acc.size(); ++i) rdx_acc[i] += dx0[i];
+    std::map<std::string, Vec> first;
+    for (int threads : {1, 8}) {
+      set_num_threads(threads);
+      const Conv2dPlan fwd(d.xs, d.ys, cs.p, Conv2dPass::Forward, cs.bias, Conv2dAlgo::Onednn);
+      const Conv2dPlan bwd(d.xs, d.ys, cs.p, Conv2dPass::BackwardData, false, Conv2dAlgo::Onednn);
+      const Conv2dPlan wgt(d.xs, d.ys, cs.p, Conv2dPass::BackwardFilter, false, Conv2dAlgo::Onednn);
+      const std::string tag = std::string(cs.name) + ", " + std::to_string(threads) + " threads";
+      EXPECT_EQ(fwd.onednn_layout()->winograd, c.wino_fwd) << tag << ": " << fwd.describe();
+      EXPECT_EQ(bwd.onednn_layout()->winograd, c.wino_fwd) << tag << ": " << bwd.describe();
+      EXPECT_TRUE(wgt.onednn_layout()->winograd) << tag << ": " << wgt.describe();
+      EXPECT_EQ(wgt.onednn_layout()->activations, cs.xs.c == 16 ? "nChw16c" : "nhwc>nChw16c") << tag;
+      Vec y(static_cast<std::size_t>(d.ys.elems())), dx(d.x.size()), dxa = dx0, dw(d.w.size()), db(d.b.size());
+      fwd.forward(d.x.data(), d.w.data(), cs.bias ? d.b.data() : nullptr, y.data());
+      bwd.backward_data(dy.data(), d.w.data(), dx.data(), false);
+      bwd.backward_data(dy.data(), d.w.data(), dxa.data(), true);
+      wgt.backward_filter(d.x.data(), dy.data(), dw.data(), db.data(), false);
+      expect_close(y, ry, 5e-5, tag + " forward");
+      expect_close(dx, rdx, 5e-5, tag + " dx");
+      expect_close(dxa, rdx_acc, 5e-5, tag + " dx accumulated");
+      expect_close(dw, rdw, 3e-4, tag + " dw");  // 128 x 14 x 14 products a weight: 1.1e-4 measured
+      expect_close(db, rdb, 5e-5, tag + " db");  // not Winograd: the direct sum of 25,088 values
+      const std::map<std::string, Vec> got{{"y", y}, {"dx", dx}, {"dx+", dxa}, {"dw", dw}, {"db", db}};
+      if (first.empty()) {
+        first = got;
+        continue;
+      }
+      for (const auto& [name, v] : got) expect_bits_equal(v, first.at(name), tag + " " + name + " (vs 1 thread)");
     }
   }
 }
@@ -296,6 +368,7 @@ std::int64_t padded_to_blocks(std::int64_t n, const std::string& format, char di
 }
 
 TEST(Conv2dOnednn, CpuModelLayersReorderOnlyTheWeightsOncePerCall) {
+  const WinogradSetting direct(false);
   if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
   struct Layer {
     Shape xs;

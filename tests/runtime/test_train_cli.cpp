@@ -311,3 +311,29 @@ TEST(TrainCli, CpuThreadsFollowTheAffinityMask) {
   const std::string three = out_of("RENAISSANCE_CPU_THREADS=3 taskset -c 0 " + std::string(RENAISSANCE_CLI) + args);
   EXPECT_NE(three.find(", 3 CPU threads\n"), std::string::npos) << three;
 }
+
+// --cpu-winograd on|off (default: RENAISSANCE_CPU_WINOGRAD, else off) reaches the kernels and says so: the train log's
+// header line, bench's --json; the option overrides the environment.
+TEST(TrainCli, CpuWinogradIsOffByDefaultAndSetByTheOptionOrTheEnvironment) {
+  auto out_of = [](const std::string& cmd) {
+    std::string s;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::array<char, 4096> buf{};
+    while (p && std::fgets(buf.data(), buf.size(), p)) s += buf.data();
+    if (p) ::pclose(p);
+    return s;
+  };
+  const std::string train = std::string(RENAISSANCE_CLI) + " train --device cpu --data " + synthetic(28, 1) +
+                            " --epochs 1 --batch 64 --max-steps 1 --no-validate";
+  EXPECT_EQ(out_of("env -u RENAISSANCE_CPU_WINOGRAD " + train + " 2>&1").find("Winograd"), std::string::npos);
+  EXPECT_NE(out_of("env -u RENAISSANCE_CPU_WINOGRAD " + train + " --cpu-winograd on 2>&1").find(" CPU threads, Winograd\n"),
+            std::string::npos);
+  EXPECT_NE(out_of("RENAISSANCE_CPU_WINOGRAD=on " + train + " 2>&1").find(", Winograd\n"), std::string::npos);
+  EXPECT_EQ(out_of("RENAISSANCE_CPU_WINOGRAD=on " + train + " --cpu-winograd off 2>&1").find("Winograd"),
+            std::string::npos);
+  const std::string bench = std::string(RENAISSANCE_CLI) +
+                            " bench --model fmnist_cnn --device cpu --batch 16 --warmup 1 --steps 1 --json";
+  EXPECT_NE(out_of("env -u RENAISSANCE_CPU_WINOGRAD " + bench + " 2>/dev/null").find("\"cpu_winograd\":false"),
+            std::string::npos);
+  EXPECT_NE(out_of(bench + " --cpu-winograd on 2>/dev/null").find("\"cpu_winograd\":true"), std::string::npos);
+}

@@ -8,6 +8,7 @@
 #include <renaissance/runtime/arena_keeper.h>
 #include <renaissance/runtime/trainer.h>
 
+#include <kernels/cpu/conv2d.h>
 #include <kernels/cpu/thread_pool.h>
 
 #include <gtest/gtest.h>
@@ -115,6 +116,34 @@ TEST(Trainer, OneAndTwoCpuThreadsTrainToTheSameBits) {
   EXPECT_TRUE(bit_equal(one.state_values(), two.state_values()));
   ASSERT_EQ(h1.size(), h2.size());
   EXPECT_EQ(h1.back().val_loss, h2.back().val_loss);
+}
+
+// --cpu-winograd on: fmnist_cnn's 14x14x32->64 and 7x7x64->64 layers run oneDNN's Winograd kernels where the CPU has
+// them (AVX-512). Their forward and dx pieces follow the thread count (1 vs 4 threads: 2 vs 4 pieces of 64 samples),
+// their weight-gradient pieces the batch alone, so the run's bits still do not depend on the thread count; and they
+// train like the direct kernels (other bits, a close loss).
+TEST(Trainer, WinogradTrainsToTheSameBitsWithAnyThreadCount) {
+  const std::string data = synthetic(300, 100);
+  const int before = cpu::num_threads();
+  const bool was = cpu::conv2d_winograd();
+  cpu::set_conv2d_winograd(false);
+  runtime::Trainer direct(bp::zoo_model("fmnist_cnn"), small_options(data));
+  const auto hd = direct.run();
+  cpu::set_conv2d_winograd(true);
+  cpu::set_num_threads(1);
+  runtime::Trainer one(bp::zoo_model("fmnist_cnn"), small_options(data));
+  const auto h1 = one.run();
+  cpu::set_num_threads(4);
+  runtime::Trainer four(bp::zoo_model("fmnist_cnn"), small_options(data));
+  const auto h4 = four.run();
+  cpu::set_num_threads(before);
+  cpu::set_conv2d_winograd(was);
+  EXPECT_TRUE(bit_equal(one.state_values(), four.state_values()));
+  ASSERT_EQ(h1.size(), h4.size());
+  EXPECT_EQ(h1.back().val_loss, h4.back().val_loss);
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512: oneDNN has no Winograd kernel here";
+  EXPECT_FALSE(bit_equal(one.state_values(), direct.state_values())) << "the Winograd kernels did not run";
+  EXPECT_NEAR(h1.back().val_loss, hd.back().val_loss, 1e-3 * std::abs(hd.back().val_loss));
 }
 
 TEST(Trainer, DifferentSeedGivesDifferentWeights) {

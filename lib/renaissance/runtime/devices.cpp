@@ -1,5 +1,6 @@
 #include <renaissance/runtime/devices.h>
 
+#include <kernels/cpu/conv2d.h>
 #include <kernels/cpu/thread_pool.h>
 
 #ifdef RENAISSANCE_HAVE_CUDA
@@ -26,5 +27,7 @@ void cuda_device_memory(std::int64_t* free_bytes, std::int64_t* total_bytes) { *
 #endif
 
 int cpu_threads() { return cpu::num_threads(); }
+void set_cpu_winograd(bool on) { cpu::set_conv2d_winograd(on); }
+bool cpu_winograd() { return cpu::conv2d_winograd(); }
 
 }  // namespace renaissance::runtime

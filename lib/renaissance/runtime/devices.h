@@ -16,5 +16,8 @@ std::string cuda_device_description(int index);
 void cuda_device_memory(std::int64_t* free_bytes, std::int64_t* total_bytes);
 /// Threads of the CPU backend's kernel pool (the affinity mask, or RENAISSANCE_CPU_THREADS).
 int cpu_threads();
+/// The CPU backend's Winograd convolutions (cpu::set_conv2d_winograd): for plans made after the call.
+void set_cpu_winograd(bool on);
+bool cpu_winograd();
 
 }  // namespace renaissance::runtime
