@@ -292,20 +292,24 @@ TEST(TrainCli, ProgressBarOnATerminalCoversTheWholeRun) {
   EXPECT_EQ(text.find("epoch 1/3"), std::string::npos) << text;
 }
 
+namespace {
+/// What a shell command prints on stdout (the command redirects stderr where it wants it).
+std::string out_of(const std::string& cmd) {
+  std::string s;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (p && std::fgets(buf.data(), buf.size(), p)) s += buf.data();
+  if (p) ::pclose(p);
+  return s;
+}
+}  // namespace
+
 // Thread count of the CPU kernels: the process's affinity mask (taskset -c 0: one CPU, one thread), unless
 // RENAISSANCE_CPU_THREADS says otherwise.
 TEST(TrainCli, CpuThreadsFollowTheAffinityMask) {
   if (std::system("command -v taskset >/dev/null 2>&1") != 0) GTEST_SKIP() << "no taskset";
   const std::string args = std::string(" train --device cpu --data ") + synthetic(28, 1) +
                            " --epochs 1 --batch 64 --max-steps 1 --no-validate 2>&1";
-  auto out_of = [](const std::string& cmd) {
-    std::string s;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf{};
-    while (p && std::fgets(buf.data(), buf.size(), p)) s += buf.data();
-    if (p) ::pclose(p);
-    return s;
-  };
   const std::string one = out_of("env -u RENAISSANCE_CPU_THREADS taskset -c 0 " + std::string(RENAISSANCE_CLI) + args);
   EXPECT_NE(one.find(", 1 CPU threads\n"), std::string::npos) << one;
   const std::string three = out_of("RENAISSANCE_CPU_THREADS=3 taskset -c 0 " + std::string(RENAISSANCE_CLI) + args);
@@ -315,14 +319,6 @@ TEST(TrainCli, CpuThreadsFollowTheAffinityMask) {
 // --cpu-winograd on|off (default: RENAISSANCE_CPU_WINOGRAD, else off) reaches the kernels and says so: the train log's
 // header line, bench's --json; the option overrides the environment.
 TEST(TrainCli, CpuWinogradIsOffByDefaultAndSetByTheOptionOrTheEnvironment) {
-  auto out_of = [](const std::string& cmd) {
-    std::string s;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf{};
-    while (p && std::fgets(buf.data(), buf.size(), p)) s += buf.data();
-    if (p) ::pclose(p);
-    return s;
-  };
   const std::string train = std::string(RENAISSANCE_CLI) + " train --device cpu --data " + synthetic(28, 1) +
                             " --epochs 1 --batch 64 --max-steps 1 --no-validate";
   EXPECT_EQ(out_of("env -u RENAISSANCE_CPU_WINOGRAD " + train + " 2>&1").find("Winograd"), std::string::npos);

@@ -165,44 +165,11 @@ io::Checkpoint Trainer::Impl::make_checkpoint(std::int64_t step, const std::vect
   return ck;
 }
 
-void Trainer::Impl::keep_best_in_dir(std::int64_t step) {
+void Trainer::Impl::on_rank0_agreed(const std::string& what, const std::function<void()>& write) {
   std::exception_ptr error;
   if (comm_rank() == 0) {
     try {
-      if (std::isnan(best_top1)) best_top1 = io::best_checkpoint_top1(opt.checkpoint_dir);
-      if (last_epoch_metrics.val_top1 > best_top1) {
-        const io::Checkpoint ck = make_checkpoint(step, std::vector<float>(plan::kResultSlots * comm_world(), 0.0f));
-        const std::string best = io::save_best_checkpoint(opt.checkpoint_dir, ck);
-        if (!best.empty()) {
-          best_top1 = ck.state.val_top1;
-          spdlog::info("best val_top1 so far ({:.4f}, step {}): {}", ck.state.val_top1, step, best);
-        }
-      }
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  const std::int64_t failed = env.comm ? env.comm->agree_max(error ? 1 : 0) : (error ? 1 : 0);
-  if (error) std::rethrow_exception(error);
-  if (failed)
-    throw Error(fmt::format("rank 0 could not write the best checkpoint of step {} (see its error)", step),
-                opt.checkpoint_dir);
-}
-
-void Trainer::Impl::write_checkpoint_in_dir(std::int64_t step, const std::vector<float>& metrics,
-                                            const TrainObserver& observer) {
-  std::exception_ptr error;
-  if (comm_rank() == 0) {
-    try {
-      const io::Checkpoint ck = make_checkpoint(step, metrics);
-      last_checkpoint = io::save_checkpoint_in_dir(opt.checkpoint_dir, ck, opt.checkpoint_keep);
-      if (opt.checkpoint_keep_best) {
-        const std::string best = io::save_best_checkpoint(opt.checkpoint_dir, ck);
-        if (!best.empty()) {
-          best_top1 = ck.state.val_top1;
-          spdlog::info("best val_top1 so far ({:.4f}, step {}): {}", ck.state.val_top1, step, best);
-        }
-      }
+      write();
     } catch (...) {
       error = std::current_exception();
     }
@@ -210,9 +177,31 @@ void Trainer::Impl::write_checkpoint_in_dir(std::int64_t step, const std::vector
   // Every rank waits for the write and learns its outcome: none trains on or exits while rank 0 writes.
   const std::int64_t failed = env.comm ? env.comm->agree_max(error ? 1 : 0) : (error ? 1 : 0);
   if (error) std::rethrow_exception(error);
-  if (failed)
-    throw Error(fmt::format("rank 0 could not write the checkpoint of step {} (see its error)", step),
-                opt.checkpoint_dir);
+  if (failed) throw Error(fmt::format("rank 0 could not write {} (see its error)", what), opt.checkpoint_dir);
+}
+
+void Trainer::Impl::save_best_in_dir(const io::Checkpoint& ck, std::int64_t step) {
+  const std::string best = io::save_best_checkpoint(opt.checkpoint_dir, ck);
+  if (best.empty()) return;
+  best_top1 = ck.state.val_top1;
+  spdlog::info("best val_top1 so far ({:.4f}, step {}): {}", ck.state.val_top1, step, best);
+}
+
+void Trainer::Impl::keep_best_in_dir(std::int64_t step) {
+  on_rank0_agreed(fmt::format("the best checkpoint of step {}", step), [&] {
+    if (std::isnan(best_top1)) best_top1 = io::best_checkpoint_top1(opt.checkpoint_dir);
+    if (last_epoch_metrics.val_top1 > best_top1)
+      save_best_in_dir(make_checkpoint(step, std::vector<float>(plan::kResultSlots * comm_world(), 0.0f)), step);
+  });
+}
+
+void Trainer::Impl::write_checkpoint_in_dir(std::int64_t step, const std::vector<float>& metrics,
+                                            const TrainObserver& observer) {
+  on_rank0_agreed(fmt::format("the checkpoint of step {}", step), [&] {
+    const io::Checkpoint ck = make_checkpoint(step, metrics);
+    last_checkpoint = io::save_checkpoint_in_dir(opt.checkpoint_dir, ck, opt.checkpoint_keep);
+    if (opt.checkpoint_keep_best) save_best_in_dir(ck, step);
+  });
   if (comm_rank() == 0 && observer.on_checkpoint) observer.on_checkpoint(last_checkpoint, step);
 }
 

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -243,6 +244,11 @@ struct Trainer::Impl {
   /// the epoch's end), rank 0 saves the epoch's checkpoint as D/best.h5 when its val_top1 beats the best so far;
   /// latest.h5 and the step files are left alone. Every rank learns whether it succeeded.
   void keep_best_in_dir(std::int64_t step);
+  /// Collective: `write` runs on rank 0; every rank learns whether it succeeded (rank 0 rethrows its error, the others
+  /// throw naming `what`).
+  void on_rank0_agreed(const std::string& what, const std::function<void()>& write);
+  /// Rank 0: `ck` as D/best.h5 when it beats the one there (logged), best_top1 updated.
+  void save_best_in_dir(const io::Checkpoint& ck, std::int64_t step);
   /// The mean loss of the last training step's batch (this rank).
   double step_loss() const;
   /// Uploads this rank's row of stopped_metrics into the accumulators (another world size: rank 0 the total).
