@@ -3,6 +3,7 @@
 #include "json_writer.h"
 
 #include <renaissance/core/error.h>
+#include <renaissance/core/paths.h>
 #include <renaissance/io/checkpoint.h>
 
 #include <fmt/format.h>
@@ -83,6 +84,8 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
   }
   if (m_resume_option && m_resume_option->count() > 0 && resume.empty()) resume = "auto";  // a bare --resume
   RN_CHECK(resume != "auto" || !dir.empty(), "--resume auto needs --checkpoint-dir (where to look)");
+  // Checked again by the preflight; here so that a wrong path stops the run before the default data set is imported.
+  if (!resume.empty() && resume != "auto") require_input_file(resume, "--resume");
   if (!dir.empty()) {
     install_preemption_handlers();
     t.stop_request = &g_stop_request;

@@ -171,11 +171,12 @@ void run_train(TrainCli& c) {
   c.t.fuse_kernels = c.fused_kernels == "on";
   RN_CHECK(c.t.epochs >= 1, "--epochs must be >= 1, got {}", c.t.epochs);
   RN_CHECK(c.t.batch >= 1, "--batch must be >= 1, got {}", c.t.batch);
+  // The model and the checkpoint options first: a bad one stops the run before the default data set is imported.
+  const blueprint::BluePrint bp = c.model.load();
+  c.ckpt.apply(c.t);
   if (root) ensure_default_data(c.data);
   barrier(comm.get());  // the other ranks read what rank 0 imported
   c.t.data_path = c.data;
-  const blueprint::BluePrint bp = c.model.load();
-  c.ckpt.apply(c.t);
   const std::string run_dir = !c.t.checkpoint_dir.empty() ? c.t.checkpoint_dir
                               : !c.save.empty()           ? std::filesystem::path(c.save).parent_path().string()
                                                           : std::string();

@@ -37,6 +37,17 @@ TEST(HardeningMessages, AStdOfZeroOrNanInTheDatasetIsNamedAsSuch) {
   }
 }
 
+// A --resume path that is not there stops `train` before any work: the default data set (imported on first use into
+// ./data) is not imported first.
+TEST(HardeningMessages, AMissingResumeFileStopsTheRunBeforeTheDefaultImport) {
+  const fs::path d = temp_dir() / "resume_missing";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  const CliResult r = run_shell("cd '" + d.string() + "' && exec " + cli() + " train --resume nothing-here.h5");
+  EXPECT_CLEAN_ERROR(r, "nothing-here.h5", "--resume: no such file");
+  EXPECT_FALSE(fs::exists(d / "data")) << "the default data set was imported before the --resume check";
+}
+
 TEST(HardeningMessages, ADirectoryGivenAsAFileIsNamed) {
   const fs::path d = temp_dir();
   const std::string dir = d.string(), data = tiny_data();
