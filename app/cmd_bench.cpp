@@ -93,13 +93,7 @@ void json_profile_rows(JsonWriter& j, const std::string& key, const std::vector<
 }
 
 void run_bench(const BenchCli& c) {
-  RN_CHECK(c.graphs == "on" || c.graphs == "off", "--graphs must be on or off, got '{}'", c.graphs);
-  RN_CHECK(c.fused_kernels == "on" || c.fused_kernels == "off", "--fused-kernels must be on or off, got '{}'",
-           c.fused_kernels);
   if (!c.cpu_winograd.empty()) runtime::set_cpu_winograd(c.cpu_winograd == "on");
-  RN_CHECK(c.streams == "on" || c.streams == "off", "--streams must be on or off, got '{}'", c.streams);
-  RN_CHECK(c.fold_residual_sums == "on" || c.fold_residual_sums == "off",
-           "--fold-residual-sums must be on or off, got '{}'", c.fold_residual_sums);
   RN_CHECK(c.profile_steps >= 1, "--profile-steps must be at least 1, got {}", c.profile_steps);
   blueprint::BluePrint bp = c.model.load();
   if (c.model.resolution > 0) bp.in_h = bp.in_w = c.model.resolution;
@@ -233,7 +227,8 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--cpu-winograd", c->cpu_winograd,
-                  "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512, a larger rounding error; default: RENAISSANCE_CPU_WINOGRAD, else off)")
+                  "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512, a "
+                  "larger rounding error; default: RENAISSANCE_CPU_WINOGRAD, else off)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--fold-residual-sums", c->fold_residual_sums,
                   "--amp: on: a residual block's second data gradient writes its own buffer (beta = 0) and the "

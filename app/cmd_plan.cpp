@@ -338,8 +338,6 @@ void register_plan_command(CLI::App& app) {
     }
     opt->cfg.optimizer = plan::optimizer_from_name(opt->optimizer);
     opt->cfg.reuse_memory = !opt->no_reuse;
-    RN_CHECK(opt->fused_kernels == "on" || opt->fused_kernels == "off", "--fused-kernels must be on or off, got '{}'",
-             opt->fused_kernels);
     opt->cfg.fuse_kernels = opt->fused_kernels == "on";
     const auto t1 = Clock::now();
     const plan::CompiledPlan compiled = plan::Compiler::compile(arch, opt->cfg);

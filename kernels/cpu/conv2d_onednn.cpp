@@ -18,8 +18,8 @@
 // Threads: each primitive is created and run with oneDNN limited to the calling thread, on batch pieces whose size
 // depends only on the shape (Winograd's forward and dx pieces also on the thread count, which changes none of their
 // bits: each output tile's arithmetic is the same in any piece); the thread pool hands the pieces out, and the weight
-// gradient adds the pieces' partial sums in piece order. Results are therefore the same for any thread count (oneDNN's own threading splits
-// reductions by thread count) and the pool balances the pieces dynamically. oneDNN's OpenMP runtime (Debian's and
+// gradient adds the pieces' partial sums in piece order. Results are therefore the same for any thread count
+// (oneDNN's own threading splits reductions by thread count) and the pool balances the pieces dynamically. oneDNN's OpenMP runtime (Debian's and
 // Spack's builds) takes its thread count from the calling thread's omp_get_max_threads(); it is set to 1 around
 // every oneDNN call, through the OpenMP runtime oneDNN itself loaded (looked up with dlsym: no link-time OpenMP
 // dependency, never a second runtime).
@@ -414,7 +414,8 @@ Conv2dPlan::Onednn::Onednn(const Shape& xs, const Shape& ys, const Conv2dParams&
   const Pieces direct_pieces(xs.n, std::min(target, xs.n));
   // Winograd pieces: ~32 samples (see kWinoPiece). The weight gradient's partial sums make its piece count part of
   // the result, so that count depends on the batch alone; the forward's and dx's bits do not depend on the piece
-  // size (checked: Conv2dOnednn.WinogradMatchesTheDirectKernels), so those use at least one piece per thread.
+  // size (checked: Conv2dOnednn.WinogradMatchesTheReferenceWhateverTheThreadCount), so those use at least one piece
+  // per thread.
   const std::int64_t wino_target =
       pass == Conv2dPass::BackwardFilter
           ? (xs.n + kWinoPiece - 1) / kWinoPiece

@@ -220,7 +220,6 @@ EngineConfig GraphConv::config(int i) const {
   std::unordered_map<fe::KnobType_t, std::int64_t> knobs;
   if (m->graph.get_engine_and_knobs_at_index(i, c.engine, knobs).is_bad()) c.engine = -1;
   for (const auto& [type, value] : knobs) c.knobs.emplace_back(static_cast<std::int64_t>(type), value);
-  std::sort(c.knobs.begin(), c.knobs.end());
   if (m->graph.get_plan_name_at_index(i, c.name).is_bad()) c.name.clear();
   // Backend knob types cudnn-frontend has no name for all come back as NOT_SET, one of them kept: such a config
   // is marked by a NOT_SET knob, and a tag with more knobs than the pairs is marked the same way.
