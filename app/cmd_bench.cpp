@@ -150,7 +150,8 @@ void run_bench(const BenchCli& c) {
     j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
     j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", c.streams == "on");
     j.kv("fold_residual_sums", c.fold_residual_sums == "on");
-    if (t.backend == runtime::Backend::CPU) j.kv("cpu_winograd", runtime::cpu_winograd());
+    if (t.backend == runtime::Backend::CPU)
+      j.kv("cpu_winograd", runtime::cpu_winograd()).kv("cpu_vector_isa", runtime::cpu_vector_isa());
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
     j.kv("ranks", r.ranks).kv("images_per_s_per_rank", per_rank);
     j.kv("arena_bytes", r.arena_bytes).kv("captures", r.captures).kv("host_peak_bytes", host_peak);

@@ -117,7 +117,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/lib/renaissance/
   PATTERN "trainer_impl.h" EXCLUDE)  # the trainer's sources' own header
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels/cpu/
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kernels/cpu
-  FILES_MATCHING PATTERN "*.h")
+  FILES_MATCHING PATTERN "*.h" PATTERN "*_api.inc")  # *_api.inc: the kernel declarations batchnorm.h etc. include
 if(RENAISSANCE_HAVE_CUDA)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels/cuda/
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kernels/cuda

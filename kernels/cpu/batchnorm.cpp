@@ -12,7 +12,10 @@
 #include <cmath>
 #include <vector>
 
-namespace renaissance::cpu {
+// Compiled once per instruction-set level (isa.h): everything below is in namespace RN_ISA_NS.
+#include <kernels/cpu/isa_target.h>
+
+namespace renaissance::cpu::RN_ISA_NS {
 
 namespace {
 
@@ -341,4 +344,4 @@ void batchnorm_relu_backward(const float* x, const float* dy, const Shape& s, co
   });
 }
 
-}  // namespace renaissance::cpu
+}  // namespace renaissance::cpu::RN_ISA_NS

@@ -7,7 +7,10 @@
 
 #include <cmath>
 
-namespace renaissance::cpu {
+// Compiled once per instruction-set level (isa.h): everything below is in namespace RN_ISA_NS.
+#include <kernels/cpu/isa_target.h>
+
+namespace renaissance::cpu::RN_ISA_NS {
 
 namespace {
 constexpr std::int64_t kGrain = 1 << 15;
@@ -116,4 +119,4 @@ void channel_pad_backward(const float* dy, std::int64_t rows, std::int64_t c_out
   });
 }
 
-}  // namespace renaissance::cpu
+}  // namespace renaissance::cpu::RN_ISA_NS

@@ -1,6 +1,7 @@
 #include <renaissance/runtime/devices.h>
 
 #include <kernels/cpu/conv2d.h>
+#include <kernels/cpu/isa.h>
 #include <kernels/cpu/thread_pool.h>
 
 #ifdef RENAISSANCE_HAVE_CUDA
@@ -29,5 +30,6 @@ void cuda_device_memory(std::int64_t* free_bytes, std::int64_t* total_bytes) { *
 int cpu_threads() { return cpu::num_threads(); }
 void set_cpu_winograd(bool on) { cpu::set_conv2d_winograd(on); }
 bool cpu_winograd() { return cpu::conv2d_winograd(); }
+const char* cpu_vector_isa() { return cpu::vector_isa_name(cpu::vector_isa()); }
 
 }  // namespace renaissance::runtime

@@ -19,5 +19,8 @@ int cpu_threads();
 /// The CPU backend's Winograd convolutions (cpu::set_conv2d_winograd): for plans made after the call.
 void set_cpu_winograd(bool on);
 bool cpu_winograd();
+/// The instruction-set level of the CPU backend's element-wise kernels: "avx512", "avx2" or "generic"
+/// (cpu::vector_isa: the best this build and CPU have, or RENAISSANCE_CPU_ISA's).
+const char* cpu_vector_isa();
 
 }  // namespace renaissance::runtime
