@@ -57,7 +57,7 @@ struct TrainCli {
   std::string data_cache = "auto";
   std::string decode = "auto";
   std::string fused_kernels = "on";
-  std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else off
+  std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else on
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
   double comm_timeout = 0;
@@ -451,7 +451,7 @@ void register_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--cpu-winograd", c->cpu_winograd,
                   "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512, a "
-                  "larger rounding error; default: RENAISSANCE_CPU_WINOGRAD, else off)")
+                  "larger rounding error; off: the direct kernels only; default: RENAISSANCE_CPU_WINOGRAD, else on)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_flag("--sync-bn", c->t.sync_bn,
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks)");

@@ -37,11 +37,15 @@ bool onednn_available();
 
 /// oneDNN's Winograd F(4x4, 3x3) kernels for the 3×3 stride-1 pad-1 layers of 16k channels (AVX-512 only; the forward
 /// and dx on maps of at least 7×7, the weight gradient on any): a quarter of the multiplications, at a larger
-/// rounding error than the direct kernels (up to ~3e-5 against ~1e-6 relative, docs/kernels-cpu.md "Winograd"), so
-/// off by default, like the GPU's strict FP32, which admits no Winograd engine. Read when a plan is made; the
-/// initial value is RENAISSANCE_CPU_WINOGRAD (on/1), else off; `train`/`bench --cpu-winograd on|off` set it.
+/// rounding error than the direct kernels (forward and dx within ~1e-5, dW ~1e-4 of 1 + |ref| against ~1e-5 and 2e-5;
+/// ~1-2e-6 of the largest output against ~2-4e-7: docs/kernels-cpu.md "Winograd"). On by default where
+/// conv2d_winograd_available(), the faster choice there; off is the strict setting (the direct kernels everywhere,
+/// like the GPU's default FP32, which admits no Winograd engine). Read when a plan is made; the initial value is on
+/// unless RENAISSANCE_CPU_WINOGRAD is off/0; `train`/`bench --cpu-winograd on|off` set it.
 void set_conv2d_winograd(bool on);
 bool conv2d_winograd();
+/// Whether plans can take the Winograd kernels here: built with oneDNN and its CPU ISA is AVX-512 (avx512_core).
+bool conv2d_winograd_available();
 
 /// Output shape: OH = (H + 2·pad_h − kernel_h) / stride_h + 1 (likewise OW), C = out_channels.
 /// Throws Error when the parameters do not fit the input.

@@ -52,7 +52,7 @@ namespace {
 std::atomic<bool>& winograd_setting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("RENAISSANCE_CPU_WINOGRAD");
-    return v && (std::strcmp(v, "on") == 0 || std::strcmp(v, "1") == 0);
+    return !(v && (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0));
   }()};
   return on;
 }
@@ -609,6 +609,17 @@ bool onednn_available() {
   return ok;
 }
 
+bool conv2d_winograd_available() {
+  // jit_wino_4x3 needs avx512_core; oneDNN's effective ISA is the CPU's, capped by DNNL_MAX_CPU_ISA.
+  static const bool yes = [] {
+    if (!onednn_available()) return false;
+    const auto isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
+           isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return yes;
+}
+
 #else  // built without oneDNN
 
 struct Conv2dPlan::Onednn::Impl {};
@@ -633,6 +644,7 @@ void Conv2dPlan::Onednn::backward_filter_and_data(const float*, const float*, fl
                                                   float*, bool) const {}
 
 bool onednn_available() { return false; }
+bool conv2d_winograd_available() { return false; }
 
 #endif
 
