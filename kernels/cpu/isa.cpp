@@ -12,12 +12,10 @@ namespace {
 bool cpu_runs(VectorIsa isa) {
   if (isa == VectorIsa::Generic) return true;
 #if defined(RN_HAVE_ISA_VARIANTS) && defined(__GNUC__) && defined(__x86_64__)
+  // The very levels the variants are compiled for (isa_target.h: arch=x86-64-v3 / x86-64-v4; GCC >= 12 names them).
   __builtin_cpu_init();
-  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2") &&
-                  __builtin_cpu_supports("f16c") && __builtin_cpu_supports("movbe");
-  if (isa == VectorIsa::Avx2) return v3;
-  return v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd");
+  if (isa == VectorIsa::Avx2) return __builtin_cpu_supports("x86-64-v3");
+  return __builtin_cpu_supports("x86-64-v4");
 #else
   return false;
 #endif

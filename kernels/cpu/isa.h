@@ -1,7 +1,7 @@
 // Instruction-set variants of the CPU's element-wise kernels (batch norm, activations, residual sums).
 //
 // batchnorm.cpp and elementwise.cpp are compiled once per level (CMake: the baseline x86-64/any target, and on
-// x86-64 with GCC also `arch=x86-64-v3` and `arch=x86-64-v4`, each into its own namespace isa_<level>), and the
+// x86-64 with GCC ≥ 12 also `arch=x86-64-v3` and `arch=x86-64-v4`, each into its own namespace isa_<level>), and the
 // public functions of batchnorm.h / elementwise.h call the best level this CPU runs (isa_dispatch.cpp). The loops
 // are the same source and -ffp-contract=off holds in every variant, so every level gives the same bits; only the
 // vector width changes (measured in docs/kernels-cpu.md, checked by KernelIsa.EveryLevelGivesTheSameBits).
