@@ -164,8 +164,8 @@ constexpr std::int64_t kWinoPiece = 32;
 constexpr std::int64_t kWinoMinPositions = 49;  // forward and dx: maps of at least 7×7
 
 bool winograd_eligible(const Shape& xs, const Shape& ys, const Conv2dParams& p, Conv2dPass pass) {
-  return conv2d_winograd() && p.kernel_h == 3 && p.kernel_w == 3 && p.stride_h == 1 && p.stride_w == 1 &&
-         p.pad_h == 1 && p.pad_w == 1 && p.groups == 1 && xs.c % 16 == 0 && ys.c % 16 == 0 && xs.h == ys.h &&
+  return conv2d_winograd() && conv2d_winograd_available() && p.kernel_h == 3 && p.kernel_w == 3 && p.stride_h == 1 &&
+         p.stride_w == 1 && p.pad_h == 1 && p.pad_w == 1 && p.groups == 1 && xs.c % 16 == 0 && ys.c % 16 == 0 && xs.h == ys.h &&
          xs.w == ys.w && (pass == Conv2dPass::BackwardFilter || ys.h * ys.w >= kWinoMinPositions);
 }
 
