@@ -19,10 +19,10 @@
 // depends only on the shape (Winograd's forward and dx pieces also on the thread count, which changes none of their
 // bits: each output tile's arithmetic is the same in any piece); the thread pool hands the pieces out, and the weight
 // gradient adds the pieces' partial sums in piece order. Results are therefore the same for any thread count
-// (oneDNN's own threading splits reductions by thread count) and the pool balances the pieces dynamically. oneDNN's OpenMP runtime (Debian's and
-// Spack's builds) takes its thread count from the calling thread's omp_get_max_threads(); it is set to 1 around
-// every oneDNN call, through the OpenMP runtime oneDNN itself loaded (looked up with dlsym: no link-time OpenMP
-// dependency, never a second runtime).
+// (oneDNN's own threading splits reductions by thread count) and the pool balances the pieces dynamically. oneDNN's
+// OpenMP runtime (Debian's and Spack's builds) takes its thread count from the calling thread's omp_get_max_threads();
+// it is set to 1 around every oneDNN call, through the OpenMP runtime oneDNN itself loaded (looked up with dlsym: no
+// link-time OpenMP dependency, never a second runtime).
 #include <kernels/cpu/conv2d_onednn.h>
 
 #include <renaissance/core/error.h>
@@ -165,8 +165,8 @@ constexpr std::int64_t kWinoMinPositions = 49;  // forward and dx: maps of at le
 
 bool winograd_eligible(const Shape& xs, const Shape& ys, const Conv2dParams& p, Conv2dPass pass) {
   return conv2d_winograd() && conv2d_winograd_available() && p.kernel_h == 3 && p.kernel_w == 3 && p.stride_h == 1 &&
-         p.stride_w == 1 && p.pad_h == 1 && p.pad_w == 1 && p.groups == 1 && xs.c % 16 == 0 && ys.c % 16 == 0 && xs.h == ys.h &&
-         xs.w == ys.w && (pass == Conv2dPass::BackwardFilter || ys.h * ys.w >= kWinoMinPositions);
+         p.stride_w == 1 && p.pad_h == 1 && p.pad_w == 1 && p.groups == 1 && xs.c % 16 == 0 && ys.c % 16 == 0 &&
+         xs.h == ys.h && xs.w == ys.w && (pass == Conv2dPass::BackwardFilter || ys.h * ys.w >= kWinoMinPositions);
 }
 
 }  // namespace
