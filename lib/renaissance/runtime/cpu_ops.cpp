@@ -464,8 +464,12 @@ FusedProgram plan_fused(const std::vector<ResolvedNode>& sub, bool fuse, const F
         continue;
       }
     }
+    // The two run as one pass, so the ReLU's dy is still read while the BN's dx is written: the plan lets dx reuse
+    // the bytes of dy (dy's life ends at the ReLU, dx's begins at the BN), which a pass over both may only do in
+    // place, element for element, never shifted.
     if (fuse && k == OpKind::RELU_BWD && op(i + 1) == OpKind::BN_BWD && !at(i).node->accumulate &&
         at(i + 1).in.size() > 5 && same(at(i + 1).in[1], at(i).out[0]) && !overlaps(at(i).in[1], at(i + 1).in[0]) &&
+        (!overlaps(at(i).in[1], at(i + 1).out[0]) || same(at(i).in[1], at(i + 1).out[0])) &&
         !read_later(sub, at(i).out[0], i + 2, &at(i + 1)) && checks.fold_relu_backward(at(i), at(i + 1))) {
       FusedStep s;
       s.kind = FusedStep::kBnReluBwd;
