@@ -38,6 +38,7 @@ struct BenchCli {
   std::string fused_kernels = "on";
   std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else on
   std::string fold_residual_sums = "on";
+  std::string recompute = "off";
   std::string streams = "on";
   std::string device = "auto";
   std::string optimizer = "momentum";
@@ -116,6 +117,7 @@ void run_bench(const BenchCli& c) {
   t.validate = false;
   t.fuse_kernels = c.fused_kernels == "on";
   t.fold_residual_sums = c.fold_residual_sums == "on";
+  t.recompute_bn_relu = c.recompute == "bn-relu";
   t.concurrent_streams = c.streams == "on";
   c.gpu.apply(t, "");
   runtime::BenchResult r;
@@ -149,7 +151,7 @@ void run_bench(const BenchCli& c) {
     j.begin_object().kv("model", bp.name).kv("device", runtime::backend_name(t.backend)).kv("batch", c.batch);
     j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
     j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", c.streams == "on");
-    j.kv("fold_residual_sums", c.fold_residual_sums == "on");
+    j.kv("fold_residual_sums", c.fold_residual_sums == "on").kv("recompute", c.recompute);
     if (t.backend == runtime::Backend::CPU)
       j.kv("cpu_winograd", runtime::cpu_winograd()).kv("cpu_vector_isa", runtime::cpu_vector_isa());
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
@@ -236,6 +238,11 @@ void register_bench_command(CLI::App& app) {
                   "previous block's end ReLU backward sums both; off: that data gradient adds into the gradient")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--recompute", c->recompute,
+                  "bn-relu: BN -> ReLU outputs the backward reads are formed again there instead of kept (less "
+                  "memory, one element-wise pass each); off: keep them")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "bn-relu"}));
   cmd->add_option("--streams", c->streams,
                   "GPU: on: weight gradients on a second compute stream beside data gradients; off: one stream")
       ->capture_default_str()

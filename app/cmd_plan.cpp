@@ -31,6 +31,7 @@ struct PlanOptions {
   bool graph = false;
   bool nodes = false;
   std::string fused_kernels = "on";
+  std::string recompute = "off";
   bool yaml = false;
   bool json = false;
 };
@@ -314,6 +315,11 @@ void register_plan_command(CLI::App& app) {
                   "on: plan fused passes; off: fused layers keep their plain parts")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--recompute", opt->recompute,
+                  "bn-relu: form each BN -> ReLU output the backward reads again there instead of keeping it (less "
+                  "memory, one more element-wise pass each); off: keep them")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "bn-relu"}));
   cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
   cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {
@@ -339,6 +345,7 @@ void register_plan_command(CLI::App& app) {
     opt->cfg.optimizer = plan::optimizer_from_name(opt->optimizer);
     opt->cfg.reuse_memory = !opt->no_reuse;
     opt->cfg.fuse_kernels = opt->fused_kernels == "on";
+    opt->cfg.recompute_bn_relu = opt->recompute == "bn-relu";
     const auto t1 = Clock::now();
     const plan::CompiledPlan compiled = plan::Compiler::compile(arch, opt->cfg);
     const double build_s = std::chrono::duration<double>(t1 - t0).count();

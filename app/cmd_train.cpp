@@ -57,6 +57,7 @@ struct TrainCli {
   std::string data_cache = "auto";
   std::string decode = "auto";
   std::string fused_kernels = "on";
+  std::string recompute = "off";
   std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else on
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
@@ -165,6 +166,7 @@ void run_train(TrainCli& c) {
   c.t.validate = !c.no_validate;
   if (!c.cpu_winograd.empty()) runtime::set_cpu_winograd(c.cpu_winograd == "on");
   c.t.fuse_kernels = c.fused_kernels == "on";
+  c.t.recompute_bn_relu = c.recompute == "bn-relu";
   RN_CHECK(c.t.epochs >= 1, "--epochs must be >= 1, got {}", c.t.epochs);
   RN_CHECK(c.t.batch >= 1, "--batch must be >= 1, got {}", c.t.batch);
   // The model and the checkpoint options first: a bad one stops the run before the default data set is imported.
@@ -449,6 +451,12 @@ void register_train_command(CLI::App& app) {
                   "them); off: every fused layer runs its plain parts")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--recompute", c->recompute,
+                  "bn-relu: each BN -> ReLU output the backward reads is formed again there from the BN's input and "
+                  "saved statistics instead of kept from the forward (less memory at the peak, one element-wise pass "
+                  "each, the same results bit for bit); off: keep them")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "bn-relu"}));
   cmd->add_option("--cpu-winograd", c->cpu_winograd,
                   "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512, a "
                   "larger rounding error; off: the direct kernels only; default: RENAISSANCE_CPU_WINOGRAD, else on)")

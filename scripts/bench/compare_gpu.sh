@@ -5,7 +5,8 @@
 # CASES: model:batch:pytorch-modes ...; NO_GRAPHS_OFF=1 skips ours with --graphs off; OURS_EXTRA: more runs of
 # ours per case beside graphs on/off:
 #   nondet (--deterministic off), legacy (--conv-api legacy: the convolutions on cuDNN's legacy API),
-#   noown (--own-kernels off: cuDNN only, no own depthwise kernels).
+#   noown (--own-kernels off: cuDNN only, no own depthwise kernels),
+#   recompute (--recompute bn-relu: BN -> ReLU outputs formed again in the backward instead of kept).
 # Ours runs with its default engine cache (~/.cache/renaissance/engines.txt): the first run of a shape times the
 # engines, later runs reuse them; its start-up figures are in the JSON lines.
 set -uo pipefail
@@ -27,6 +28,7 @@ for c in $CASES; do
       nondet) runs+=("--graphs on --deterministic off") ;;
       legacy) runs+=("--graphs on --conv-api legacy") ;;
       noown) runs+=("--graphs on --own-kernels off") ;;
+      recompute) runs+=("--graphs on --recompute bn-relu") ;;
     esac
   done
   for flags in "${runs[@]}"; do
@@ -48,17 +50,19 @@ out = sys.argv[1]
 # Only the JSON lines (before lib/renaissance/core/log.h, log lines reached stdout on the GPU machine's spdlog 1.12).
 ours = [json.loads(l) for l in open(os.path.join(out, "ours.jsonl")) if l.strip().startswith("{")]
 pt = [json.loads(l) for l in open(os.path.join(out, "pytorch.jsonl")) if l.strip().startswith("{")]
-rows = ["| model | batch | ours img/s (graphs) | no graphs | --deterministic off | --conv-api legacy | --own-kernels off | eager img/s | compile img/s | max-autotune img/s | ours/eager | ours/compile | ours/max-autotune | arena GiB | eager peak GiB | compile peak GiB | max-autotune peak GiB | ours start-up s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-def pick(model, graphs=True, det=True, api="auto", own=True):
+rows = ["| model | batch | ours img/s (graphs) | no graphs | --deterministic off | --conv-api legacy | --own-kernels off | --recompute bn-relu | eager img/s | compile img/s | max-autotune img/s | ours/eager | ours/compile | ours/max-autotune | arena GiB | arena GiB, --recompute bn-relu | eager peak GiB | compile peak GiB | max-autotune peak GiB | ours start-up s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def pick(model, graphs=True, det=True, api="auto", own=True, rec="off"):
     return next((o for o in ours if o["model"] == model and o["graphs"] == graphs and o.get("deterministic", True) == det
-                 and o.get("conv_api", "auto") == api and o.get("own_kernels", True) == own), None)
+                 and o.get("conv_api", "auto") == api and o.get("own_kernels", True) == own
+                 and o.get("recompute", "off") == rec), None)
 for model in dict.fromkeys(o["model"] for o in ours):
     og = pick(model)
     on = pick(model, graphs=False)
     ond = pick(model, det=False)
     ol = pick(model, api="legacy")
     oo = pick(model, own=False)
+    orc = pick(model, rec="bn-relu")
     e = next((p for p in pt if p["model"] == model and p["mode"] == "eager"), None)
     c = next((p for p in pt if p["model"] == model and p["mode"] == "compile"), None)
     x = next((p for p in pt if p["model"] == model and p["mode"] == "compile-max"), None)
@@ -67,9 +71,9 @@ for model in dict.fromkeys(o["model"] for o in ours):
     r = lambda a, b: f"{a['images_per_s'] / b['images_per_s']:.2f}" if a and b else "n/a"
     s = lambda d: f"{d['startup_s']:.1f}" if d and "startup_s" in d else "n/a"
     rows.append(f"| {model} | {og['batch'] if og else '?'} | {f(og, 'images_per_s')} | {f(on, 'images_per_s')} | "
-                f"{f(ond, 'images_per_s')} | {f(ol, 'images_per_s')} | {f(oo, 'images_per_s')} | "
+                f"{f(ond, 'images_per_s')} | {f(ol, 'images_per_s')} | {f(oo, 'images_per_s')} | {f(orc, 'images_per_s')} | "
                 f"{f(e, 'images_per_s')} | {f(c, 'images_per_s')} | {f(x, 'images_per_s')} | {r(og, e)} | {r(og, c)} | "
-                f"{r(og, x)} | {g(og, 'arena_bytes')} | {g(e, 'peak_allocated_bytes')} | {g(c, 'peak_allocated_bytes')} | "
+                f"{r(og, x)} | {g(og, 'arena_bytes')} | {g(orc, 'arena_bytes')} | {g(e, 'peak_allocated_bytes')} | {g(c, 'peak_allocated_bytes')} | "
                 f"{g(x, 'peak_allocated_bytes')} | {s(og)} |")
 open(os.path.join(out, "table.md"), "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))

@@ -10,6 +10,8 @@
 #          --conv-api legacy, into profile.log.
 # repro: the issue-11 reproducer on synthetic 28x28 data: two `train` runs sharing an engine cache, two that time
 #        from scratch (--engine-cache off); how many saved tensors differ, into misc.log.
+# recompute: mobilenet_v2 and resnet50 (32x32, synthetic, AMP) trained with --recompute off and bn-relu: how many
+#        saved tensors differ (0 expected), into misc.log.
 # CTEST_ARGS: more ctest arguments for `tests` (e.g. -E interop); TESTS_TIMEOUT (s, default: what DEADLINE leaves).
 # TARGETS: build only these targets (default: everything). The GPU machine needs .deps/cudnn-frontend carried.
 # NVJPEG=1: configure with -DRENAISSANCE_NVJPEG=ON (carry .deps/nvjpeg; with .deps/debs holding the libturbojpeg0 and
@@ -93,6 +95,31 @@ for a, b in (("shared/s1", "shared/s2"), ("c1", "c2")):
     print(f"repro {a} vs {b}: {diff} of {len(x)} tensors differ")
 PY
       tail -2 "$OUT/misc.log"; rm -rf "$d" ;;
+    recompute)
+      # --recompute bn-relu must train to the same bits as off: mobilenet_v2 (inverted residuals) and resnet50
+      # (bottlenecks) at 32x32 on a synthetic set, AMP, two epochs each way, sharing the engine cache.
+      d=$(mktemp -d)
+      "$RN" data synthetic --out "$d/syn.h5" --train 2048 --val 256 --shape 32,32,3 --classes 10 --seed 5 >/dev/null
+      for m in mobilenet_v2 resnet50; do
+        for r in off bn-relu; do
+          "$RN" train --model $m --resolution 32 --amp --epochs 2 --batch 128 --device cuda --data "$d/syn.h5" \
+            --recompute $r --save "$d/$m-$r.h5" >>"$OUT/misc.log" 2>&1 || echo "recompute $m $r: exit $?" >>"$OUT/misc.log"
+        done
+      done
+      python3 - "$d" <<'PY' >>"$OUT/misc.log" 2>&1
+import sys, h5py
+d = sys.argv[1]
+def tensors(p):
+    out = {}
+    with h5py.File(p) as f:
+        f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
+    return out
+for m in ("mobilenet_v2", "resnet50"):
+    x, y = tensors(f"{d}/{m}-off.h5"), tensors(f"{d}/{m}-bn-relu.h5")
+    diff = sum(1 for k in x if k not in y or x[k].tobytes() != y[k].tobytes())
+    print(f"recompute {m}: {diff} of {len(x)} saved tensors differ between --recompute off and bn-relu")
+PY
+      say "recompute done"; grep "^recompute" "$OUT/misc.log"; rm -rf "$d" ;;
     fmnist)
       "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fm.h5 >/dev/null || exit 1
       timeout "${FMNIST_TIMEOUT:-300}" "$RN" train --data data/fm.h5 --device cuda ${FMNIST_ARGS:---model resnet18_fmnist --amp --epochs 20 --batch 256 --crop-padding 2} \

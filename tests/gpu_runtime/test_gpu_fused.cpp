@@ -122,6 +122,43 @@ TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {
   EXPECT_GT(calls(q, "RELU_FWD"), 0);
 }
 
+TEST_F(GpuFused, RecomputedBnReluTrainsToTheSameBitsAsKept) {
+  // --recompute bn-relu (plan/recompute.h): the backward forms the BN -> ReLU outputs it reads again with the forward's
+  // own apply kernel (batchnorm_apply_fused), so training and evaluation give the same bits as keeping them; the
+  // profile shows the recompute passes (AMP: one per inner ReLU of the deep layers) and the plan holds fewer bytes.
+  // AMP with the fused passes and with the plain parts (BN_APPLY, then RELU_FWD), FP32 plain layers; graphs on and off.
+  const std::string data = synthetic(160, 16, 3);
+  struct Case {
+    const char* name;
+    bool amp, fuse_kernels, graphs;
+  };
+  for (const Case c : {Case{"amp, fused", true, true, true}, Case{"amp, parts", true, false, true},
+                       Case{"amp, fused, node by node", true, true, false}, Case{"fp32", false, true, true}}) {
+    SCOPED_TRACE(c.name);
+    auto o = options(data, c.fuse_kernels);
+    o.amp = o.fuse = c.amp;
+    runtime::Trainer kept(every_fused_kind(), o);
+    o.recompute_bn_relu = true;
+    runtime::Trainer again(every_fused_kind(), o);
+    EXPECT_LT(again.plan().memory[0].pool_peak_live_bytes(), kept.plan().memory[0].pool_peak_live_bytes());
+    kept.benchmark(0, 3, c.graphs);
+    again.benchmark(0, 3, c.graphs);
+    const auto a = again.state_values(), b = kept.state_values();
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "weights, BN statistics, optimizer state";
+    const auto ea = again.evaluate(), eb = kept.evaluate();
+    EXPECT_EQ(ea.val_loss, eb.val_loss);
+  }
+  auto o = options(data, true);
+  o.recompute_bn_relu = true;
+  runtime::Trainer again(every_fused_kind(), o);
+  const auto p = again.profile(1, 2);
+  double recompute = 0;
+  for (const auto& r : p.kernels)
+    if (r.label == "FUSED:bn+relu recompute") recompute = r.calls_per_step;
+  EXPECT_EQ(recompute, 2 * 1 + 2 * 2 + 2 * 2);  // basic blocks 1, bottlenecks 2, inverted residuals 2 each
+}
+
 TEST_F(GpuFused, ConcurrentStreamsEqualOneStreamBitForBit) {
   // Weight gradients on the second compute stream beside the data gradients change the schedule, not the numbers:
   // AMP with fused layers (the pairs inside FUSED_BWD nodes) and FP32 without (top-level pairs), graphs on and off.

@@ -28,6 +28,7 @@ struct Cfg {
   bool freeze_first = false;
   std::int64_t resolution = 0;  ///< 0 = the model's
   bool reuse = true;            ///< liveness-based reuse of the activation pool
+  bool recompute = false;       ///< TrainConfig::recompute_bn_relu
 };
 
 inline rb::BluePrint load_model(const std::string& name) {
@@ -55,6 +56,7 @@ inline rp::TrainConfig train_config(const Cfg& c) {
   t.amp = c.amp;
   t.freeze_first_layer = c.freeze_first;
   t.reuse_memory = c.reuse;
+  t.recompute_bn_relu = c.recompute;
   return t;
 }
 

@@ -35,7 +35,7 @@ bp::BluePrint every_fused_kind() {
   return m;
 }
 
-rp::CompiledPlan compile_every_kind(bool fuse_kernels) {
+rp::CompiledPlan compile_every_kind(bool fuse_kernels, bool recompute = false) {
   rp::BuildOptions o;
   o.amp = o.fuse = true;
   rp::TrainConfig t;
@@ -44,6 +44,7 @@ rp::CompiledPlan compile_every_kind(bool fuse_kernels) {
   t.val_size = 16;
   t.amp = true;
   t.fuse_kernels = fuse_kernels;
+  t.recompute_bn_relu = recompute;
   return rp::Compiler::compile(rp::ArchPlan::build(every_fused_kind(), o), t);
 }
 
@@ -249,6 +250,73 @@ TEST(Fusion, SerialisationCarriesThePasses) {
     }
   bad.hash = 0;
   EXPECT_THROW(rp::deserialize(rp::serialize(bad)), renaissance::Error);
+}
+
+TEST(Fusion, RecomputedBnReluIsOnePassBeforeItsFirstBackwardReader) {
+  // --recompute bn-relu (plan/recompute.h): each inner BN -> ReLU of the deep layers (1 per basic block, 2 per
+  // bottleneck and per inverted residual: 10; the first layer's CBR has buckets of its own and is kept) is formed
+  // again in the backward as one BN_RELU_RECOMPUTE pass, and the backward reads only that copy.
+  const rp::CompiledPlan kept = compile_every_kind(true);
+  const rp::CompiledPlan p = compile_every_kind(true, true);
+  const rp::MemoryPlan& mp = p.memory[0];
+  auto owner = [&](renaissance::TensorId id) {
+    const auto it = mp.aliases().find(id);
+    return it == mp.aliases().end() ? id : it->second;
+  };
+  const std::vector<Node>& deep = p.train.bucket(GraphId::DEEP_FWD_BWD);
+  auto train = count(deep);
+  EXPECT_EQ(train[FusedKind::BN_RELU_RECOMPUTE], 10);
+  train.erase(FusedKind::BN_RELU_RECOMPUTE);
+  EXPECT_EQ(train, count(kept.train.bucket(GraphId::DEEP_FWD_BWD))) << "the other passes are unchanged";
+  EXPECT_EQ(count(p.inference.bucket(GraphId::INF_MAIN_A)), count(kept.inference.bucket(GraphId::INF_MAIN_A)));
+  std::size_t backward_begin = 0;
+  while (backward_begin < deep.size() && deep[backward_begin].op != OpKind::FUSED_BWD) ++backward_begin;
+  int checked = 0;
+  for (std::size_t i = backward_begin; i < deep.size(); ++i) {
+    const Node& n = deep[i];
+    for (const FusedPass& f : n.fusions) {
+      if (f.kind != FusedKind::BN_RELU_RECOMPUTE) continue;
+      const Node& apply = n.sub[static_cast<std::size_t>(f.bn)];
+      const Node& relu = n.sub[static_cast<std::size_t>(f.relu)];
+      ASSERT_EQ(apply.op, OpKind::BN_APPLY);
+      ASSERT_EQ(relu.op, OpKind::RELU_FWD);
+      const renaissance::TensorId copy = apply.outputs[0];
+      EXPECT_EQ(relu.inputs[0], copy);
+      EXPECT_EQ(relu.outputs[0], copy);
+      EXPECT_NE(mp.tensor(copy).name.find(".recomputed"), std::string::npos);
+      EXPECT_EQ(find(f.outputs, "y")->id, copy);
+      EXPECT_EQ(find(f.inputs, "batch_mean")->id, apply.inputs[3]);
+      // the forward BN this copies: same input and statistics
+      const Node* bn = nullptr;
+      for (std::size_t j = 0; j < backward_begin && !bn; ++j)
+        for (const Node& s : deep[j].sub)
+          if (s.op == OpKind::BN_FWD_TRAIN && s.inputs[0] == apply.inputs[0]) bn = &s;
+      ASSERT_NE(bn, nullptr);
+      EXPECT_EQ(apply.inputs[3], bn->outputs[1]);
+      EXPECT_EQ(apply.inputs[4], bn->outputs[3]);
+      // no backward node reads the value the forward formed; the copy is first written by this pass
+      const renaissance::TensorId kept_value = owner(bn->outputs[0]);
+      const std::vector<Node> backward(deep.begin() + static_cast<std::ptrdiff_t>(backward_begin), deep.end());
+      visit(backward, [&](const Node& s) {
+        for (renaissance::TensorId t : s.inputs) EXPECT_NE(owner(t), kept_value) << rp::op_kind_name(s.op);
+      });
+      // the forward's value is dead before the backward begins, the copy's life is within the backward
+      const rp::Lifetime& fwd = mp.lifetimes().at(kept_value);
+      const rp::Lifetime& bwd = mp.lifetimes().at(copy);
+      ASSERT_FALSE(fwd.empty());
+      ASSERT_EQ(bwd.size(), 1u);
+      EXPECT_LT(fwd.front().last, bwd.front().first);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 10);
+  EXPECT_LT(mp.pool_peak_live_bytes(), kept.memory[0].pool_peak_live_bytes());
+  // serialised with the plan; off and on are different plans
+  const rp::CompiledPlan q = rp::deserialize(rp::serialize(p));
+  EXPECT_EQ(q.train, p.train);
+  EXPECT_TRUE(q.config.recompute_bn_relu);
+  EXPECT_EQ(q.hash, p.hash);
+  EXPECT_NE(p.hash, kept.hash);
 }
 
 TEST(Fusion, ResNet50PassesAndTheirBytes) {

@@ -267,6 +267,54 @@ TEST(Trainer, FusedPlanEqualsThePlainPlan) {
   EXPECT_NEAR(hf.back().train_loss, hp.back().train_loss, 1e-2 * std::max(1.0, std::abs(hp.back().train_loss)));
 }
 
+// --recompute bn-relu (plan/recompute.h): the BN -> ReLU outputs the backward reads are formed again there from the
+// BN's input and the forward's statistics, with the forward's own formula, so training gives the same bits as keeping
+// them; only the memory plan differs (the value dies with its last forward reader, its copy lives in the backward).
+// AMP with every fused kind (the BN_RELU_RECOMPUTE pass), AMP with the plain parts, and the FP32 plain-layer plan
+// (where the CPU fuses groups of plain nodes by address: a recompute plan moves the gradient buffers, and once made
+// that fusion read a ReLU gradient that a BN's data gradient overwrote, shifted, from another thread).
+TEST(Trainer, RecomputedBnReluTrainsToTheSameBitsAsKept) {
+  bp::ZooOptions z;
+  z.num_classes = 10;
+  z.resolution = 32;
+  const bp::BluePrint tiny = tiny_residual_model(), mobilenet = bp::zoo_model("mobilenet_v2", z);
+  struct Case {
+    const char* name;
+    const bp::BluePrint* model;
+    bool amp, fuse, fuse_kernels;
+  };
+  // MobileNetV2 at 32x32 in FP32 is the plan whose gradient buffers once overlapped, shifted, in a fused group.
+  for (const Case c : {Case{"amp, fused passes", &tiny, true, true, true}, Case{"amp, plain parts", &tiny, true, true, false},
+                       Case{"fp32 plain layers", &tiny, false, false, true},
+                       Case{"mobilenet_v2 fp32 plain layers", &mobilenet, false, false, true}}) {
+    SCOPED_TRACE(c.name);
+    const bp::BluePrint& m = *c.model;
+    const std::string data = synthetic(256, 64, m.in_h, 3, 10);
+    auto o = small_options(data);
+    o.amp = c.amp;
+    o.fuse = c.fuse;
+    o.fuse_kernels = c.fuse_kernels;
+    o.max_steps = 4;
+    o.validate = false;
+    runtime::Trainer kept(m, o);
+    o.recompute_bn_relu = true;
+    runtime::Trainer again(m, o);
+    // The plan recomputes something, and it costs fewer pool bytes at the peak.
+    int applies = 0;
+    for (const plan::Node& n : again.plan().train.bucket(plan::GraphId::DEEP_FWD_BWD)) {
+      applies += n.op == plan::OpKind::BN_APPLY;
+      for (const plan::Node& s : n.sub) applies += s.op == plan::OpKind::BN_APPLY;
+    }
+    EXPECT_GT(applies, 0);
+    EXPECT_LT(again.plan().memory[0].pool_peak_live_bytes(), kept.plan().memory[0].pool_peak_live_bytes());
+    const auto hk = kept.run();
+    const auto ha = again.run();
+    ASSERT_EQ(hk.size(), ha.size());
+    EXPECT_EQ(hk.back().train_loss, ha.back().train_loss);
+    EXPECT_TRUE(bit_equal(kept.state_values(), again.state_values()));
+  }
+}
+
 // A step reads no byte of the input buffers, features and gradient slots or temporaries before writing it, and
 // what start-up leaves in the arena does not reach the run (initialisation zeroes it): NaN bytes over those families
 // after initialisation, or another byte over the whole arena before it, change no loss and no weight. Every fused

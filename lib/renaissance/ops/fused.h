@@ -20,6 +20,8 @@ namespace renaissance::ops {
 ///   ADD_RELU_BWD     dx = relu'(y)·(dy + a): the ReLU backward at a residual block's end reads both addends of its
 ///                    gradient (a: the next block's data gradient, written on its own with beta = 0; the sum is
 ///                    rounded where the ACCUMULATE it replaces stores it, so the result is the parts' bit for bit)
+///   BN_RELU_RECOMPUTE y = relu(BN(x)) with the statistics the forward saved (BN_APPLY → RELU_FWD): a value the
+///                    backward reads, formed again instead of kept (TrainConfig::recompute_bn_relu, plan/recompute.h)
 #define RN_FUSED_KINDS(X)             \
   X(BN_STATS, "bn-stats")             \
   X(BN_RELU, "bn+relu")               \
@@ -28,7 +30,8 @@ namespace renaissance::ops {
   X(BN_BN_ADD, "bn+bn+add")           \
   X(BN_BN_ADD_RELU, "bn+bn+add+relu") \
   X(RELU_BN_BWD, "relu+bn backward")  \
-  X(ADD_RELU_BWD, "sum+relu backward")
+  X(ADD_RELU_BWD, "sum+relu backward") \
+  X(BN_RELU_RECOMPUTE, "bn+relu recompute")
 
 enum class FusedKind : std::uint8_t {
 #define RN_FK_ENUM(name, label) name,
@@ -59,7 +62,8 @@ inline const char* fused_kind_label(FusedKind k) {
   return "FUSED:?";
 }
 inline bool fused_has_relu(FusedKind k) {
-  return k == FusedKind::BN_RELU || k == FusedKind::BN_ADD_RELU || k == FusedKind::BN_BN_ADD_RELU;
+  return k == FusedKind::BN_RELU || k == FusedKind::BN_ADD_RELU || k == FusedKind::BN_BN_ADD_RELU ||
+         k == FusedKind::BN_RELU_RECOMPUTE;
 }
 inline bool fused_has_shortcut_bn(FusedKind k) { return k == FusedKind::BN_BN_ADD || k == FusedKind::BN_BN_ADD_RELU; }
 inline bool fused_is_apply(FusedKind k) {

@@ -57,12 +57,18 @@ struct TrainConfig {
   /// the faster convolution) and the sum moves into the node that consumes the gradient (an ACCUMULATE before the
   /// previous block's end ReLU backward, fused into ADD_RELU_BWD). Off: that dgrad adds into the gradient (beta = 1).
   bool fold_residual_sums = true;
+  /// Activation recomputation (plan/recompute.h, `--recompute bn-relu`): the output of each training BN → ReLU pair
+  /// that the backward pass reads (the next convolution's weight gradient, the ReLU's own backward) is not kept from
+  /// the forward pass; one BN-apply + ReLU pass re-forms it from the BN's input and saved statistics right before its
+  /// first backward reader, bit for bit. Trades one element-wise pass per such value for its bytes at the peak.
+  bool recompute_bn_relu = false;
   friend bool operator==(const TrainConfig& a, const TrainConfig& b) {
     return a.dataset_size == b.dataset_size && a.batch == b.batch && a.start_resolution == b.start_resolution &&
            a.end_resolution == b.end_resolution && a.val_size == b.val_size && a.val_batch == b.val_batch &&
            a.optimizer == b.optimizer && a.ema == b.ema && a.amp == b.amp &&
            a.freeze_first_layer == b.freeze_first_layer && a.reuse_memory == b.reuse_memory &&
-           a.fuse_kernels == b.fuse_kernels && a.fold_residual_sums == b.fold_residual_sums;
+           a.fuse_kernels == b.fuse_kernels && a.fold_residual_sums == b.fold_residual_sums &&
+           a.recompute_bn_relu == b.recompute_bn_relu;
   }
 };
 

@@ -3,6 +3,7 @@
 #include <renaissance/plan/compiler.h>
 #include <renaissance/plan/fusion.h>
 #include <renaissance/plan/liveness.h>
+#include <renaissance/plan/recompute.h>
 
 #include <fmt/format.h>
 
@@ -577,12 +578,15 @@ class CompileRun {
       add_all(T, gid, forward(0, b.first_end, data, false, false));
     }
     add_all(T, GraphId::DEEP_FWD_BWD, forward(b.first_end, lowered.size(), B.data_a, false, false));
+    const std::size_t deep_backward_begin = T.bucket(GraphId::DEEP_FWD_BWD).size();
     GradWalker walker(b, true);
     {
       std::vector<std::pair<int, Node>> nodes;
       walker.run(b.first_end, lowered.size(), B.data_a, &nodes);
       add_all(T, GraphId::DEEP_FWD_BWD, group(arch, std::move(nodes), OpKind::FUSED_BWD));
     }
+    // The first layer's forward and backward are buckets of their own: its values are kept.
+    if (cfg.recompute_bn_relu) plan_recompute_bn_relu(T, GraphId::DEEP_FWD_BWD, deep_backward_begin, out.memory);
     if (train_first)
       for (auto [gid, data] :
            {std::pair{GraphId::FIRST_LAYER_BWD_A, B.data_a}, std::pair{GraphId::FIRST_LAYER_BWD_B, B.data_b}}) {

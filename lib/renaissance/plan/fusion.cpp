@@ -135,6 +135,26 @@ std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const Memory
   for (int i = 0; i < n; ++i) {
     if (covered[static_cast<std::size_t>(i)]) continue;
     const OpKind k = op(i);
+    // A recomputed BN → ReLU output (plan/recompute.h): the apply with the saved statistics, the ReLU in place.
+    if (k == OpKind::BN_APPLY && !at(i).accumulate && relu_in_place(i + 1, at(i).outputs[0]) &&
+        owner_of(mp, at(i).inputs[0]) != owner_of(mp, at(i).outputs[0])) {
+      const Node& b = at(i);
+      FusedPass p;
+      p.kind = FusedKind::BN_RELU_RECOMPUTE;
+      p.at = p.bn = i;
+      p.relu = i + 1;
+      p.parts = {i, i + 1};
+      operand(p.inputs, "x", b.inputs[0]);
+      operand(p.inputs, "gamma", b.inputs[1]);
+      operand(p.inputs, "beta", b.inputs[2]);
+      operand(p.inputs, "batch_mean", b.inputs[3]);
+      operand(p.inputs, "invstd", b.inputs[4]);
+      operand(p.outputs, "y", b.outputs[0]);
+      out.push_back(std::move(p));
+      covered[static_cast<std::size_t>(i + 1)] = true;
+      ++i;
+      continue;
+    }
     if ((k == OpKind::BN_FWD_TRAIN || k == OpKind::BN_FWD_INFER) && !at(i).accumulate &&
         is_float_feature(mp, at(i).outputs[0]) && owner_of(mp, at(i).inputs[0]) != owner_of(mp, at(i).outputs[0])) {
       const TensorId y = at(i).outputs[0];

@@ -12,7 +12,7 @@ namespace renaissance::plan {
 
 namespace {
 
-constexpr char kMagic[8] = {'R', 'N', 'P', 'L', 'A', 'N', '0', '2'};
+constexpr char kMagic[8] = {'R', 'N', 'P', 'L', 'A', 'N', '0', '3'};
 
 class Writer {
  public:
@@ -329,6 +329,7 @@ void write_body(Writer& w, const CompiledPlan& p) {
   w.b(c.reuse_memory);
   w.b(c.fuse_kernels);
   w.b(c.fold_residual_sums);
+  w.b(c.recompute_bn_relu);
   w.i64(static_cast<std::int64_t>(p.specs.size()));
   for (const CompileSpec& s : p.specs) {
     w.b(s.amp_enabled);
@@ -392,6 +393,7 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
   c.reuse_memory = r.b();
   c.fuse_kernels = r.b();
   c.fold_residual_sums = r.b();
+  c.recompute_bn_relu = r.b();
   p.specs.resize(r.count(16));
   for (CompileSpec& s : p.specs) {
     s.amp_enabled = r.b();

@@ -408,20 +408,20 @@ FusedProgram plan_fused(const std::vector<ResolvedNode>& sub, bool fuse, const F
   };
   for (int i = 0; i < n; ++i) {
     const OpKind k = op(i);
-    if (fuse && (k == OpKind::BN_FWD_TRAIN || k == OpKind::BN_FWD_INFER) && !at(i).node->accumulate &&
-        is_float_feature(at(i).out[0]) && !overlaps(at(i).in[0], at(i).out[0])) {
+    if (fuse && (k == OpKind::BN_FWD_TRAIN || k == OpKind::BN_FWD_INFER || k == OpKind::BN_APPLY) &&
+        !at(i).node->accumulate && is_float_feature(at(i).out[0]) && !overlaps(at(i).in[0], at(i).out[0])) {
       const TensorView& y = at(i).out[0];
       if (relu_in_place(i + 1, y)) {
         FusedStep s;
         s.kind = FusedStep::kApply;
         s.node = i;
         s.relu = i + 1;
-        s.label = "FUSED:bn+relu";
+        s.label = k == OpKind::BN_APPLY ? ops::fused_kind_label(ops::FusedKind::BN_RELU_RECOMPUTE) : "FUSED:bn+relu";
         prog.steps.push_back(s);
         ++i;
         continue;
       }
-      if (op(i + 1) == OpKind::ADD2_FWD && !at(i + 1).node->accumulate && same(at(i + 1).out[0], y) &&
+      if (k != OpKind::BN_APPLY && op(i + 1) == OpKind::ADD2_FWD && !at(i + 1).node->accumulate && same(at(i + 1).out[0], y) &&
           (same(at(i + 1).in[0], y) || same(at(i + 1).in[1], y))) {
         const bool relu = relu_in_place(i + 2, y);  // none after an inverted residual's add
         FusedStep s;
@@ -572,6 +572,9 @@ cpu::BnApply bn_apply_of(const ResolvedNode& bn, const float* x, const std::vect
   if (bn.node->op == OpKind::BN_FWD_TRAIN) {
     a.mean = mean.data();
     a.invstd = bn.out[3].as<const float>();
+  } else if (bn.node->op == OpKind::BN_APPLY) {  // inputs: x, gamma, beta, batch mean, invstd (the forward's)
+    a.mean = bn.in[3].as<const float>();
+    a.invstd = bn.in[4].as<const float>();
   } else {  // inputs: x, gamma, beta, running mean, running var, hyper
     a.mean = bn.in[3].as<const float>();
     a.running_var = bn.in[4].as<const float>();
@@ -822,6 +825,15 @@ void register_compute(KernelTable& t) {
                   cpu::batchnorm_forward_train(x, r.in[0].shape, r.in[1].as<const float>(), r.in[2].as<const float>(),
                                                y.get(), save_mean.data(), r.out[3].as<float>(), bmean, bvar, 1.0f,
                                                h[plan::kHyperBnEps]);
+                }));
+  t.add_compute(OpKind::BN_APPLY, op([](const ResolvedNode& r, ExecEnv&) {
+                  // inputs: x, gamma, beta, batch mean, invstd; y = (x - mean)·(invstd·γ) + β, the training
+                  // forward's own formula and rounding (a recomputed value equals the forward's bit for bit)
+                  static const std::vector<float> kUnused;
+                  F32Out y(r.out[0], false);
+                  cpu::batchnorm_apply_fused(bn_apply_of(r, f32_in(r.in[0]), kUnused), r.in[0].shape,
+                                             cpu::BnShortcut::kNone, nullptr, nullptr, false,
+                                             r.out[0].dtype == DType::F16, y.get());
                 }));
   t.add_compute(OpKind::BN_FWD_INFER, op([](const ResolvedNode& r, ExecEnv&) {
                   const float* h = hyper_of(r.in[5]);

@@ -213,5 +213,8 @@ inline PrepareFn need_bn_workspace() {
 void run_fused(const ResolvedNode& r, ExecEnv& env);
 /// Matches a FUSED_* node's parts against the fused kernels and prepares the shortcut branch.
 void prepare_fused(ResolvedNode& r, ExecEnv& env);
+/// The normalisation a BN node applies (BN_FWD_TRAIN: its batch statistics; BN_APPLY: the forward's, as inputs;
+/// BN_FWD_INFER: the running statistics).
+cuda::BnApply bn_apply_of(const ResolvedNode& bn);
 
 }  // namespace renaissance::runtime::cuda_backend

@@ -131,7 +131,12 @@ void plan_branch(const ResolvedNode& r, FusedProgram& prog) {
   }
 }
 
+}  // namespace
+
 cuda::BnApply bn_apply_of(const ResolvedNode& bn) {
+  if (bn.node->op == OpKind::BN_APPLY)  // x, gamma, beta, the forward's batch mean and invstd
+    return cuda::BnApply{ref(bn.in[0]),          bn.in[1].as<const float>(), bn.in[2].as<const float>(),
+                         bn.in[3].as<const float>(), bn.in[4].as<const float>(), nullptr};
   if (bn.node->op == OpKind::BN_FWD_TRAIN)
     return cuda::BnApply{ref(bn.in[0]),
                          bn.in[1].as<const float>(),
@@ -147,6 +152,8 @@ cuda::BnApply bn_apply_of(const ResolvedNode& bn) {
                        hyper_slot(bn.in[5], plan::kHyperBnEps)};
 }
 
+namespace {
+
 void bn_statistics(const ResolvedNode& bn, ExecEnv& env) {
   cuda::SyncReduce sync;
   cuda::batchnorm_train_statistics(stream_of(env), ref(bn.in[0]), hyper_slot(bn.in[3], plan::kHyperBnEps),
@@ -160,8 +167,8 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
     case FusedStep::kPlain: KernelTable::for_backend(Backend::CUDA).compute(s.node->op)(s, env); return;
     case FusedStep::kStats: bn_statistics(s, env); return;
     case FusedStep::kApply: {
-      const bool train = s.node->op == OpKind::BN_FWD_TRAIN;
-      if (train) bn_statistics(s, env);
+      const bool train = s.node->op == OpKind::BN_FWD_TRAIN || s.node->op == OpKind::BN_APPLY;
+      if (s.node->op == OpKind::BN_FWD_TRAIN) bn_statistics(s, env);
       cuda::Shortcut kind = cuda::Shortcut::kNone;
       TensorView shortcut;
       cuda::BnApply second;

@@ -44,6 +44,10 @@ void register_compute(KernelTable& t) {
                                       static_cast<std::size_t>(env.workspace_bytes), sync_of(r.in[0], env, sync));
       },
       need_bn_workspace());
+  t.add_compute(OpKind::BN_APPLY, [](const ResolvedNode& r, ExecEnv& env) {  // a recomputed BN output
+    cuda::batchnorm_apply_fused(stream_of(env), false, bn_apply_of(r), cuda::Shortcut::kNone, cuda::TensorRef{},
+                                nullptr, false, ref(r.out[0]));
+  });
   t.add_compute(OpKind::BN_FWD_INFER, [](const ResolvedNode& r, ExecEnv& env) {
     cuda::batchnorm_forward_inference(stream_of(env), ref(r.in[0]), r.in[1].as<const float>(),
                                       r.in[2].as<const float>(), r.in[3].as<const float>(), r.in[4].as<const float>(),

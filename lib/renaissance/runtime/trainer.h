@@ -76,6 +76,9 @@ struct TrainOptions {
   /// plan::TrainConfig::fold_residual_sums: residual joins' second data gradient written on its own (beta = 0), the
   /// sum folded into the consumer's ReLU backward. Off: that dgrad accumulates (the order of the plain-layer plan).
   bool fold_residual_sums = true;
+  /// plan::TrainConfig::recompute_bn_relu (`--recompute bn-relu`): BN -> ReLU outputs the backward reads are formed
+  /// again there instead of kept through the peak (less memory, one element-wise pass each; the same bits).
+  bool recompute_bn_relu = false;
   /// GPU: weight gradients on a second compute stream beside the data gradients (ExecEnv::streams; one more
   /// workspace of workspace_mib). Off: one compute stream.
   bool concurrent_streams = true;

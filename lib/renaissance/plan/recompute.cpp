@@ -1,0 +1,170 @@
+// Activation recomputation: see recompute.h.
+#include <renaissance/core/error.h>
+#include <renaissance/plan/recompute.h>
+
+#include <algorithm>
+#include <optional>
+
+namespace renaissance::plan {
+
+namespace {
+
+/// Where a plain node stands in a bucket: top-level node `top`, and its part `part` of a fused node (-1: itself).
+struct Pos {
+  std::size_t top = 0;
+  int part = -1;
+};
+
+/// Every plain node of bucket[from, to), in order.
+std::vector<Pos> plain_nodes(const std::vector<Node>& bucket, std::size_t from, std::size_t to) {
+  std::vector<Pos> v;
+  for (std::size_t i = from; i < std::min(to, bucket.size()); ++i) {
+    if (bucket[i].sub.empty()) {
+      v.push_back({i, -1});
+      continue;
+    }
+    for (std::size_t k = 0; k < bucket[i].sub.size(); ++k) v.push_back({i, static_cast<int>(k)});
+  }
+  return v;
+}
+
+Node& at(std::vector<Node>& bucket, Pos p) {
+  Node& t = bucket[p.top];
+  return p.part < 0 ? t : t.sub[static_cast<std::size_t>(p.part)];
+}
+
+TensorId owner_of(const MemoryPlan& mp, TensorId id) {
+  if (id == kNoTensor) return kNoTensor;
+  const auto it = mp.aliases().find(id);
+  return it == mp.aliases().end() ? id : it->second;
+}
+
+/// A fused node's operands: the union of its parts' inputs and outputs, in part order (as the compiler groups them).
+void refresh_operands(Node& f) {
+  f.inputs.clear();
+  f.outputs.clear();
+  for (const Node& s : f.sub) {
+    for (TensorId t : s.inputs)
+      if (t != kNoTensor && std::find(f.inputs.begin(), f.inputs.end(), t) == f.inputs.end()) f.inputs.push_back(t);
+    for (TensorId t : s.outputs)
+      if (t != kNoTensor && std::find(f.outputs.begin(), f.outputs.end(), t) == f.outputs.end())
+        f.outputs.push_back(t);
+  }
+}
+
+struct Candidate {
+  Node bn, relu;  // the forward pair
+  TensorId value = kNoTensor;  // the ReLU's output
+};
+
+/// The next BN_FWD_TRAIN → in-place RELU_FWD pair of the forward whose output is worth recomputing, skipping the
+/// values (owners) in `done`.
+std::optional<Candidate> next_candidate(std::vector<Node>& bucket, std::size_t backward_begin, const MemoryPlan& mp,
+                                        const std::vector<TensorId>& done) {
+  const std::vector<Pos> all = plain_nodes(bucket, 0, bucket.size());
+  auto check = [&](const Node& b, const Node& r) -> std::optional<Candidate> {
+    if (b.type != NodeType::COMPUTE || r.type != NodeType::COMPUTE || b.op != OpKind::BN_FWD_TRAIN ||
+        r.op != OpKind::RELU_FWD || b.accumulate || r.accumulate || b.inputs.size() < 4 || b.outputs.size() < 4 ||
+        r.inputs.empty() || r.outputs.empty())
+      return std::nullopt;
+    const TensorId o = owner_of(mp, b.outputs[0]);
+    const Region region = mp.tensor(o).region;
+    if (owner_of(mp, r.inputs[0]) != o || owner_of(mp, r.outputs[0]) != o || owner_of(mp, b.inputs[0]) == o ||
+        (region != Region::F_FEATURE_FP16 && region != Region::F_FEATURE_FP32) ||
+        std::find(done.begin(), done.end(), o) != done.end())
+      return std::nullopt;
+    const DTensor& y = mp.tensor(r.outputs[0]);
+    const DTensor& x = mp.tensor(b.inputs[0]);
+    if (!(y.shape == x.shape) || y.dtype != x.dtype) return std::nullopt;
+    // Nothing but the pair writes the value's bytes; the backward reads them (as this shape and type) and holds the
+    // BN's backward (so the BN's input and statistics stay live there anyway).
+    bool written = false, read = false, odd = false, bn_bwd = false;
+    for (const Pos p : all) {
+      const Node& n = at(bucket, p);
+      if (&n == &b || &n == &r || n.type != NodeType::COMPUTE) continue;
+      for (TensorId t : n.outputs) written = written || owner_of(mp, t) == o;
+      if (p.top < backward_begin) continue;
+      for (TensorId t : n.inputs)
+        if (owner_of(mp, t) == o) {
+          read = true;
+          const DTensor& v = mp.tensor(t);
+          odd = odd || !(v.shape == y.shape) || v.dtype != y.dtype;
+        }
+      bn_bwd = bn_bwd || (n.op == OpKind::BN_BWD && !n.inputs.empty() && n.inputs[0] == b.inputs[0]);
+    }
+    if (written || !read || odd || !bn_bwd) return std::nullopt;
+    return Candidate{b, r, r.outputs[0]};
+  };
+  // Consecutive plain nodes of the forward: parts of one fused node, or top-level nodes (plain layers).
+  for (std::size_t k = 0; k + 1 < all.size() && all[k + 1].top < backward_begin; ++k) {
+    const Pos a = all[k], b = all[k + 1];
+    if (a.top != b.top && (a.part >= 0 || b.part >= 0)) continue;
+    if (auto c = check(at(bucket, a), at(bucket, b))) return c;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int plan_recompute_bn_relu(ComputationGraph& train, GraphId g, std::size_t backward_begin,
+                           std::vector<MemoryPlan>& plans) {
+  RN_CHECK(!plans.empty(), "internal: recomputation without memory plans");
+  std::vector<Node>& bucket = train.mutable_bucket(g);
+  const MemoryPlan& mp = plans[0];
+  std::vector<TensorId> done;
+  int count = 0;
+  while (auto c = next_candidate(bucket, backward_begin, mp, done)) {
+    const TensorId o = owner_of(mp, c->value);
+    done.push_back(o);
+    // The first backward reader.
+    const std::vector<Pos> bwd = plain_nodes(bucket, backward_begin, bucket.size());
+    std::size_t first = bwd.size();
+    for (std::size_t k = 0; k < bwd.size() && first == bwd.size(); ++k) {
+      const Node& n = at(bucket, bwd[k]);
+      for (TensorId t : n.inputs)
+        if (owner_of(mp, t) == o) first = k;
+    }
+    RN_CHECK(first < bwd.size(), "internal: recomputed value '{}' has no backward reader", mp.tensor(o).name);
+    // Its copy: a feature of its own in every variant (the largest slot of any variant).
+    const std::string name = mp.tensor(c->value).name + ".recomputed";
+    std::int64_t slot = 0;
+    for (const MemoryPlan& p : plans) {
+      const DTensor& v = p.tensor(c->value);
+      slot = std::max(slot, compute_slot_bytes(v.shape, v.dtype, p.tensor(o).region));
+    }
+    TensorId copy = kNoTensor;
+    for (MemoryPlan& p : plans) {
+      const DTensor& v = p.tensor(c->value);
+      const TensorId id = p.alloc_feature(name, v.shape, v.dtype, slot);
+      RN_CHECK(copy == kNoTensor || id == copy, "internal: tensor ids diverge between variants");
+      copy = id;
+    }
+    // Every backward read of the value reads the copy.
+    for (std::size_t k = first; k < bwd.size(); ++k)
+      for (TensorId& t : at(bucket, bwd[k]).inputs)
+        if (owner_of(mp, t) == o) t = copy;
+    // BN_APPLY (x, gamma, beta, batch mean, invstd) -> copy; RELU_FWD in place; before the first reader.
+    Node apply = c->bn;
+    apply.op = OpKind::BN_APPLY;
+    apply.inputs = {c->bn.inputs[0], c->bn.inputs[1], c->bn.inputs[2], c->bn.outputs[1], c->bn.outputs[3]};
+    apply.outputs = {copy};
+    Node relu = c->relu;
+    relu.inputs = {copy};
+    relu.outputs = {copy};
+    const Pos p = bwd[first];
+    if (p.part < 0) {
+      const auto it = bucket.begin() + static_cast<std::ptrdiff_t>(p.top);
+      bucket.insert(it, {apply, relu});
+    } else {
+      Node& f = bucket[p.top];
+      f.sub.insert(f.sub.begin() + p.part, {apply, relu});
+      refresh_operands(f);
+    }
+    for (Node& n : bucket)
+      if (!n.sub.empty()) refresh_operands(n);
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace renaissance::plan
