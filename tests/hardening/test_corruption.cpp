@@ -25,10 +25,61 @@ std::pair<std::string, std::uint64_t> a_tensor(const std::vector<renaissance::io
   return {};
 }
 
-std::string dataset(const fs::path& dir, std::int64_t train = 2000) {
-  const fs::path p = dir / "data.h5";
+std::string dataset(const fs::path& dir, std::int64_t train = 2000, const char* name = "data.h5") {
+  const fs::path p = dir / name;
   renaissance::io::make_synthetic(p.string(), train, 300, 28, 28, 1, 10, 7);  // chunks (blocks) of 256 samples
   return p.string();
+}
+
+/// Rewrites the byte count the chunk index records for the chunk of `link` (rank `rank`) whose first sample is
+/// `first`, as a corrupt or hostile file would. The index is a v1 B-tree, which has no checksum (HDF5 1.10 writes it
+/// even with checksummed object headers); a key is u32 chunk bytes, u32 filter mask, u64 offset per dimension and one
+/// for the element, followed by the child: the chunk's address.
+void claim_chunk_bytes(const fs::path& p, const std::string& link, int rank, hsize_t first, std::uint32_t bytes) {
+  const auto [addr, size] = chunk_at(p, link, first);
+  ASSERT_GT(size, 0u);
+  std::string key;
+  const auto le = [&](std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) key += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  le(size, 4);
+  le(0, 4);  // no filter skipped
+  le(first, 8);
+  for (int i = 0; i < rank; ++i) le(0, 8);
+  le(addr, 8);
+  const std::string file = read_text(p);
+  const auto at = file.find(key);
+  ASSERT_NE(at, std::string::npos) << "no B-tree key for the chunk at " << addr;
+  ASSERT_EQ(file.find(key, at + 1), std::string::npos) << "not unique";
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(at));
+  std::string b;
+  for (int i = 0; i < 4; ++i) b += static_cast<char>((bytes >> (8 * i)) & 0xff);
+  f.write(b.data(), 4);
+}
+
+/// Replaces `link` by a dataset of `type` and `dims` in chunks of `cdims` (Fletcher32, plus `filter` if not 0, as an
+/// optional filter, which HDF5 skips where it has no such filter) holding `data` (nothing written if null).
+void replace_chunked(const fs::path& p, const std::string& link, hid_t type, const std::vector<hsize_t>& dims,
+                     const std::vector<hsize_t>& cdims, H5Z_filter_t filter, const void* data) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << p;
+  ASSERT_GE(H5Ldelete(f, link.c_str(), H5P_DEFAULT), 0) << link;
+  std::vector<hsize_t> maxdims = dims;
+  maxdims[0] = H5S_UNLIMITED;
+  const hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxdims.data());
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  EXPECT_GE(H5Pset_chunk(dcpl, static_cast<int>(cdims.size()), cdims.data()), 0);
+  if (filter) EXPECT_GE(H5Pset_filter(dcpl, filter, H5Z_FLAG_OPTIONAL, 0, nullptr), 0);
+  EXPECT_GE(H5Pset_fletcher32(dcpl), 0);
+  const hid_t d = H5Dcreate2(f, link.c_str(), type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  EXPECT_GE(d, 0) << link;
+  if (data) EXPECT_GE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0);
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(sp);
+  H5Fclose(f);
 }
 
 }  // namespace
@@ -93,6 +144,41 @@ TEST(HardeningCorruption, AnExtentClaimingUnstoredSamplesIsRefusedAtOnce) {
   const CliResult train = run("train --data " + data + " --epochs 1 --batch 64", 60);
   EXPECT_CLEAN_ERROR(train, "samples [2048, 2304) were never written");
   EXPECT_EQ(train.out.find("epoch 1/"), std::string::npos) << "refused before training:\n" << train.out;
+}
+
+TEST(HardeningCorruption, AChunkIndexClaimingAHugeChunkIsRefusedBeforeHdf5ReadsIt) {
+  // Found by the CI run of fuzz_dataset: a chunk index claiming 4,244,701,188 stored bytes for a 64 KiB chunk of a
+  // 160 KB file, and H5Dread allocated them (HDF5 reads a filtered chunk whole before the filters run).
+  const fs::path d = temp_dir();
+  const std::string data = dataset(d);
+  claim_chunk_bytes(data, "/train/images", 4, 256, 0xFD000000u | 200708u);  // samples [256, 512): 200,704 B + 4
+  const CliResult inspect = run("data inspect " + data, 60);
+  EXPECT_CLEAN_ERROR(inspect, data + ": dataset '/train/images'", "stored bytes, more than the whole file has",
+                     "a corrupt chunk index");
+  const CliResult train = run("train --data " + data + " --epochs 1 --batch 64", 60);
+  EXPECT_CLEAN_ERROR(train, data + ": dataset '/train/images'", "a corrupt chunk index");
+  EXPECT_EQ(train.out.find("epoch 1/"), std::string::npos) << "refused before training:\n" << train.out;
+}
+
+TEST(HardeningCorruption, AHugeChunkShapeOrAForeignFilterIsRefusedAtOpen) {
+  const fs::path d = temp_dir();
+  // Chunks of 2^20 samples (822 MB; HDF5 allows up to 4 GiB, and allocates a whole chunk to read one sample of it).
+  const std::string huge = dataset(d, 2000, "huge.h5");
+  replace_chunked(huge, "/train/images", H5T_STD_U8LE, {2000, 28, 28, 1}, {hsize_t{1} << 20, 28, 28, 1}, 0, nullptr);
+  const CliResult a = run("data inspect " + huge, 60);
+  EXPECT_CLEAN_ERROR(a, huge + ": dataset '/train/images'", "has chunks of 1048576x28x28x1 (822083584 bytes)",
+                     "over the limit of 256 MiB");
+  // A filter no writer of ours uses (32000, h5py's LZF): HDF5 would look for a plugin to read it. Optional, so HDF5
+  // writes the labels without it and, without the check, reads them back as if it were not there.
+  const std::string lzf = dataset(d, 2000, "lzf.h5");
+  std::vector<std::int32_t> labels(300);
+  {
+    const renaissance::io::DatasetFile f(lzf);
+    f.read(renaissance::io::Split::val, 0, 300, nullptr, labels.data());
+  }
+  replace_chunked(lzf, "/val/labels", H5T_STD_I32LE, {300}, {300}, 32000, labels.data());
+  const CliResult b = run("data inspect " + lzf, 60);
+  EXPECT_CLEAN_ERROR(b, lzf + ": dataset '/val/labels'", "has id 32000, not one Renaissance reads");
 }
 
 TEST(HardeningCorruption, ADatasetTruncatedWhileARunReadsItStopsTheRun) {

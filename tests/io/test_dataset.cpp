@@ -194,6 +194,17 @@ TEST(DatasetWriter, RejectsBadLabelsAndEmptyTrain) {
   EXPECT_THAT(error_of([&] { DatasetWriter(dir.file("nodir/x.h5"), 1, 1, 1, 3); }), HasSubstr("does not exist"));
 }
 
+TEST(DatasetWriter, RefusesChunksReadersWouldRefuse) {
+  TempDir dir;
+  // 100 samples of 3 MiB: 300 MiB chunks, over the 256 MiB a reader accepts (HDF5 allocates whole chunks).
+  const std::string msg = error_of([&] { DatasetWriter(dir.file("big.h5"), 1024, 1024, 3, 2, {100, 0}); });
+  EXPECT_THAT(msg, HasSubstr(dir.file("big.h5")));
+  EXPECT_THAT(msg, HasSubstr("chunks of 100 samples of 3145728 bytes exceed 256 MiB"));
+  // One sample per chunk is always allowed, however large; so are 85 samples of 3 MiB (255 MiB).
+  EXPECT_NO_THROW(DatasetWriter(dir.file("one.h5"), 1024, 1024, 3, 2, {1, 0}));
+  EXPECT_NO_THROW(DatasetWriter(dir.file("ok.h5"), 1024, 1024, 3, 2, {85, 0}));
+}
+
 // ---- bad files -------------------------------------------------------------------------------------------------
 
 class BadFile : public ::testing::Test {

@@ -253,6 +253,7 @@ constexpr std::int64_t kJpegChunkBytes = 64 << 10;   // chunks of the JPEG bytes
 constexpr std::int64_t kJpegFlushBytes = 8 << 20;    // bytes gathered before one write
 constexpr std::int64_t kMaxJpegBytes = 64 << 20;     // one image's JPEG (a reader refuses a larger claim)
 constexpr std::int64_t kMaxJpegSide = 65535;         // JPEG's own limit
+constexpr std::int64_t kMaxChunkBytes = 256 << 20;   // one chunk, unless it holds one sample (a reader refuses more)
 }  // namespace
 
 struct DatasetWriter::Impl {
@@ -413,8 +414,9 @@ void DatasetWriter::Impl::create(std::string target, int classes, DatasetWriterO
   tmp_path = temporary_name(path);
 
   H5Handle fapl(make_file_access_plist(), H5Pclose);
-  // Format 2: checksummed metadata (superblock 3, object headers 2, a checksummed chunk index), so a corrupt header
-  // is a checksum error, never input HDF5's parsers trust.
+  // Format 2: checksummed metadata (superblock 2, object headers 2), so a corrupt header is a checksum error, never
+  // input HDF5's parsers trust. The chunk indexes stay v1 B-trees, which have no checksum (HDF5 1.10 writes the 1.8
+  // layout for the V18 lower bound): readers bound what they declare (check_layout).
   H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), path, "setting the format version bounds");
   // STRONG: closing the file closes every object, so finish() really releases it before the rename.
   H5_CHECK(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), path, "setting the close degree");
@@ -445,6 +447,10 @@ DatasetWriter::DatasetWriter(std::string path, std::int64_t height, std::int64_t
   m.create(std::move(path), num_classes, options);
   const std::int64_t chunk =
       options.chunk_samples > 0 ? options.chunk_samples : auto_chunk_samples(height * width * channels);
+  // Readers refuse larger chunks (check_layout); one sample per chunk is always allowed.
+  RN_CHECK_CTX(chunk == 1 || chunk <= kMaxChunkBytes / (height * width * channels), m.path,
+               "chunks of {} samples of {} bytes exceed {} MiB", chunk, height * width * channels,
+               kMaxChunkBytes >> 20);
   m.block = chunk;  // one content checksum per images chunk
   for (Split s : kAllSplits) {
     const int si = static_cast<int>(s);
@@ -854,12 +860,71 @@ struct DatasetFile::Impl {
 
 namespace {
 
+/// The storage a dataset's header declares, checked before HDF5 reads a byte of its data: HDF5 sizes its buffers by
+/// what the file says (the chunk shape; each stored chunk's byte count, read whole before the filters run), and the
+/// chunk index is a v1 B-tree, without checksums, even in format 2 and 3 files (HDF5 1.10 keeps the 1.8 layout for
+/// the V18 lower bound). A chunk index claiming a 4 GB chunk in a 160 KB file made H5Dread allocate 4 GB (found by
+/// the CI run of fuzz_dataset). Refused, naming the dataset:
+///  - a filter other than deflate, shuffle and Fletcher32 (what our writers and h5py's gzip use; HDF5 would look for
+///    a plugin for any other id);
+///  - chunks over kMaxChunkBytes, unless a chunk is at most one row (one sample: a reader holds that much anyway);
+///    our writers never make larger ones (images aim at ~1 MiB, labels 16 KiB, JPEG bytes 64 KiB);
+///  - stored bytes (every chunk's, as the chunk index counts them) beyond the size of the whole file, which no file
+///    written by anyone has: so no chunk read makes HDF5 allocate more than the file holds.
+void check_layout(hid_t ds, const std::string& path, const std::string& ctx) {
+  H5Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx, "reading the creation properties"), H5Pclose);
+  const int nf = H5_CHECK(H5Pget_nfilters(dcpl), ctx, "reading the filters");
+  for (int i = 0; i < nf; ++i) {
+    unsigned flags = 0, cd[8] = {0}, config = 0;
+    size_t ncd = 8;
+    char name[64] = {0};
+    const H5Z_filter_t f =
+        H5_CHECK(H5Pget_filter2(dcpl, i, &flags, &ncd, cd, sizeof(name), name, &config), ctx, "reading filter {}", i);
+    if (f != H5Z_FILTER_DEFLATE && f != H5Z_FILTER_SHUFFLE && f != H5Z_FILTER_FLETCHER32)
+      RN_IO_FAIL(ctx, "write the dataset with deflate (h5py: compression=\"gzip\"), shuffle and Fletcher32 only, or " +
+                          std::string(kRecreateHint),
+                 "filter {} of its pipeline has id {}, not one Renaissance reads (deflate, shuffle, Fletcher32)", i, f);
+  }
+  const bool chunked = H5Pget_layout(dcpl) == H5D_CHUNKED;
+  if (chunked) {
+    H5Handle type(H5_CHECK(H5Dget_type(ds), ctx, "reading the type"), H5Tclose);
+    H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "reading the dataspace"), H5Sclose);
+    const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space), ctx, "reading the rank");
+    hsize_t dims[H5S_MAX_RANK] = {0}, cdims[H5S_MAX_RANK] = {0};
+    H5_CHECK(H5Sget_simple_extent_dims(space, dims, nullptr), ctx, "reading the dimensions");
+    const int crank = H5_CHECK(H5Pget_chunk(dcpl, H5S_MAX_RANK, cdims), ctx, "reading the chunk shape");
+    if (crank != rank) RN_IO_FAIL(ctx, kRecreateHint, "has chunks of rank {} for rank {}", crank, rank);
+    // In long double: a header may claim any extent and chunk shape.
+    long double chunk = static_cast<long double>(H5Tget_size(type)), row = chunk;
+    std::string shape;
+    for (int i = 0; i < rank; ++i) {
+      chunk *= static_cast<long double>(cdims[i]);
+      if (i > 0) row *= static_cast<long double>(dims[i]);
+      shape += fmt::format("{}{}", i ? "x" : "", cdims[i]);
+    }
+    if (chunk > std::max(static_cast<long double>(kMaxChunkBytes), row))
+      RN_IO_FAIL(ctx, kRecreateHint,
+                 "has chunks of {} ({:.0f} bytes), over the limit of {} MiB (or one sample of {:.0f} bytes): a corrupt "
+                 "header?",
+                 shape, static_cast<double>(chunk), kMaxChunkBytes >> 20, static_cast<double>(row));
+  }
+  const hsize_t stored = H5Dget_storage_size(ds);  // chunked: the sum over the chunk index's records
+  H5Eclear2(H5E_DEFAULT);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && stored > static_cast<hsize_t>(st.st_size))
+    RN_IO_FAIL(ctx, kRecreateHint, "{} {} stored bytes, more than the whole file has ({} bytes): a corrupt {}",
+               chunked ? "its chunks claim" : "claims", stored, static_cast<std::int64_t>(st.st_size),
+               chunked ? "chunk index" : "header");
+}
+
 H5Handle open_dataset(hid_t file, const std::string& path, Split s, const char* name) {
   const std::string ctx = ds_ctx(path, s, name);
   const std::string link = fmt::format("/{}/{}", split_name(s), name);
   if (!H5_CHECK(H5Lexists(file, link.c_str(), H5P_DEFAULT), ctx, "looking for the dataset"))
     RN_IO_FAIL(fmt::format("{}: group '/{}'", path, split_name(s)), kRecreateHint, "missing dataset '{}'", link);
-  return own(H5_CHECK(H5Dopen2(file, link.c_str(), H5P_DEFAULT), ctx, "opening the dataset"), H5Dclose);
+  H5Handle ds = own(H5_CHECK(H5Dopen2(file, link.c_str(), H5P_DEFAULT), ctx, "opening the dataset"), H5Dclose);
+  check_layout(ds, path, ctx);
+  return ds;
 }
 
 /// Reopens a chunked dataset with a chunk cache sized for shuffled access. A shuffled epoch reads one sample of a
@@ -1060,6 +1125,7 @@ void open_blocks(DatasetFile::Impl& m, Split s, std::int64_t budget) {
     if (!H5_CHECK(H5Lexists(m.file, link.c_str(), H5P_DEFAULT), ctx, "looking for the dataset"))
       RN_IO_FAIL(ctx, kRecreateHint, "missing: a version 2 dataset stores a content checksum per block of samples");
     H5Handle ds(H5_CHECK(H5Dopen2(m.file, link.c_str(), H5P_DEFAULT), ctx, "opening the dataset"), H5Dclose);
+    check_layout(ds, m.path, ctx);
     H5Handle type(H5_CHECK(H5Dget_type(ds), ctx, "reading the type"), H5Tclose);
     if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 4 || H5Tget_sign(type) != H5T_SGN_NONE)
       RN_IO_FAIL(ctx, kRecreateHint, "checksums have type {}, expected uint32", describe_type(type));
