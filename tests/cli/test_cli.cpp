@@ -226,6 +226,35 @@ TEST(CliPlan, NodesPrintsTheFusedPasses) {
   }
 }
 
+TEST(CliPlan, RecomputeShrinksTheArenaAndShowsItsPasses) {
+  // --recompute bn-relu (plan/recompute.h): the same model in a smaller arena, the recompute passes in --nodes, the
+  // copies in --pool; bench reports the setting; a value outside {off,bn-relu} is a usage error.
+  auto arena = [](const Result& r) {
+    const auto at = r.out.find("\"arena_bytes\":");
+    EXPECT_NE(at, std::string::npos) << r.out.substr(0, 300);
+    return at == std::string::npos ? 0LL : std::stoll(r.out.substr(at + 14));
+  };
+  const Result kept = run("plan --model mobilenet_v2 --resolution 64 --batch 32 --amp --json");
+  const Result again = run("plan --model mobilenet_v2 --resolution 64 --batch 32 --amp --json --recompute bn-relu");
+  ASSERT_EQ(kept.code, 0) << kept.err;
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_LT(arena(again), arena(kept));
+  const Result nodes = run("plan --model mobilenet_v2 --resolution 64 --batch 32 --amp --nodes --pool --recompute bn-relu");
+  ASSERT_EQ(nodes.code, 0) << nodes.err;
+  expect_contains(nodes.out, "BN_RELU_RECOMPUTE (parts ");
+  expect_contains(nodes.out, "invresidualidentity1.expand_relu.y.recomputed");
+  const Result bench = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --amp --recompute bn-relu "
+                           "--json");
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  expect_contains(bench.out, "\"recompute\":\"bn-relu\"");
+  for (const std::string cmd : {"plan --model fmnist_cnn", "train --device cpu --model fmnist_cnn --max-steps 1",
+                                "bench --device cpu --model fmnist_cnn --steps 1"}) {
+    const Result bad = run(cmd + " --recompute all");
+    EXPECT_EQ(bad.code, 2) << cmd;
+    expect_contains(bad.err, "--recompute: all not in {off,bn-relu}");
+  }
+}
+
 // Usage errors: `renaissance: error:`, a "did you mean" for a near miss, exit 2; a bare `renaissance` prints help.
 TEST(CliUsage, BareCommandPrintsHelp) {
   const Result r = run("");
