@@ -229,8 +229,9 @@ void print_nodes(const plan::CompiledPlan& p) {
           ++counts[f.kind];
           std::string parts;
           for (std::int32_t q : f.parts) parts += fmt::format("{}{}", parts.empty() ? "" : ",", q);
-          fmt::print("    [{}] {} (parts {}) in {} -> out {}; saved {}\n", k, ops::fused_kind_name(f.kind), parts,
-                     operands(f.inputs), operands(f.outputs), operands(f.saved));
+          fmt::print("    [{}] {} (parts {}) in {} -> out {}; saved {}{}\n", k, ops::fused_kind_name(f.kind), parts,
+                     operands(f.inputs), operands(f.outputs), operands(f.saved),
+                     f.fallback_only ? " (for the plain parts only: not run with the passes)" : "");
         }
       }
     }

@@ -310,6 +310,20 @@ TEST(Fusion, RecomputedBnReluIsOnePassBeforeItsFirstBackwardReader) {
     }
   }
   EXPECT_EQ(checked, 10);
+  // each of these copies is read by the next convolution's weight gradient: all run with the passes
+  for (const Node& n : deep)
+    for (const FusedPass& f : n.fusions) EXPECT_FALSE(f.fallback_only);
+  {  // MobileNetV2's last 1x1 CBR feeds the pooling, whose backward reads nothing of it: its copy is for the plain
+     // ReLU backward alone, which RELU_BN_BWD replaces, so the backends skip that pass
+    Cfg c{"mobilenet_v2", true, true, OptimizerKind::MOMENTUM, false, 256, 60000, 10000, 0, false, 0, true, true};
+    const rp::CompiledPlan m = compile(c);
+    int run = 0, fallback = 0;
+    for (const Node& n : m.train.bucket(GraphId::DEEP_FWD_BWD))
+      for (const FusedPass& f : n.fusions)
+        if (f.kind == FusedKind::BN_RELU_RECOMPUTE) (f.fallback_only ? fallback : run) += 1;
+    EXPECT_EQ(run, 33);  // 16 inverted residuals x 2, and cbr2 (the depthwise CBR of the first block, t = 1)
+    EXPECT_EQ(fallback, 1);
+  }
   EXPECT_LT(mp.pool_peak_live_bytes(), kept.memory[0].pool_peak_live_bytes());
   // serialised with the plan; off and on are different plans
   const rp::CompiledPlan q = rp::deserialize(rp::serialize(p));

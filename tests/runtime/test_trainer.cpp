@@ -286,7 +286,9 @@ TEST(Trainer, RecomputedBnReluTrainsToTheSameBitsAsKept) {
   // MobileNetV2 at 32x32 in FP32 is the plan whose gradient buffers once overlapped, shifted, in a fused group.
   for (const Case c : {Case{"amp, fused passes", &tiny, true, true, true}, Case{"amp, plain parts", &tiny, true, true, false},
                        Case{"fp32 plain layers", &tiny, false, false, true},
-                       Case{"mobilenet_v2 fp32 plain layers", &mobilenet, false, false, true}}) {
+                       Case{"mobilenet_v2 fp32 plain layers", &mobilenet, false, false, true},
+                       Case{"mobilenet_v2 amp (its last CBR's copy is for the plain parts only)", &mobilenet, true, true,
+                            true}}) {
     SCOPED_TRACE(c.name);
     const bp::BluePrint& m = *c.model;
     const std::string data = synthetic(256, 64, m.in_h, 3, 10);

@@ -103,10 +103,14 @@ struct FusedPass {
   std::vector<std::int32_t> parts;
   std::int32_t bn = -1, relu = -1, add = -1, shortcut_bn = -1;
   std::vector<FusedOperand> inputs, outputs, saved;
+  /// BN_RELU_RECOMPUTE only: nothing the fused program runs reads its output (the one reader is a ReLU backward that
+  /// a RELU_BN_BWD pass replaces): the backends skip it when they run the passes and run its parts for the plain
+  /// fallback, whose ReLU backward reads the copy. The liveness analysis keeps its bytes either way.
+  bool fallback_only = false;
   friend bool operator==(const FusedPass& a, const FusedPass& b) {
     return a.kind == b.kind && a.at == b.at && a.parts == b.parts && a.bn == b.bn && a.relu == b.relu &&
            a.add == b.add && a.shortcut_bn == b.shortcut_bn && a.inputs == b.inputs && a.outputs == b.outputs &&
-           a.saved == b.saved;
+           a.saved == b.saved && a.fallback_only == b.fallback_only;
   }
 };
 

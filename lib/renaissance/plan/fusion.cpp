@@ -286,6 +286,38 @@ std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const Memory
   return out;
 }
 
+namespace {
+
+/// A recomputed value (BN_RELU_RECOMPUTE) that no step of the fused programs reads, only a plain part a pass
+/// replaces (the ReLU backward inside RELU_BN_BWD): the pass is for the plain fallback alone.
+void mark_fallback_only(std::vector<Node>& bucket, const MemoryPlan& mp) {
+  for (Node& n : bucket)
+    for (FusedPass& f : n.fusions) {
+      if (f.kind != FusedKind::BN_RELU_RECOMPUTE) continue;
+      const TensorId o = owner_of(mp, f.outputs.at(0).id);
+      bool read = false;
+      for (const Node& m : bucket) {
+        auto reads = [&](const std::vector<TensorId>& ids) {
+          return std::any_of(ids.begin(), ids.end(), [&](TensorId t) { return t != kNoTensor && owner_of(mp, t) == o; });
+        };
+        if (m.sub.empty()) {
+          read = read || (m.type == NodeType::COMPUTE && reads(m.inputs));
+          continue;
+        }
+        const std::vector<int> step = fused_step_of(m);
+        for (std::size_t k = 0; k < m.sub.size(); ++k)
+          if (step[k] == -1) read = read || reads(m.sub[k].inputs);
+        for (const FusedPass& q : m.fusions) {
+          if (&q == &f) continue;
+          for (const FusedOperand& op : q.inputs) read = read || owner_of(mp, op.id) == o;
+        }
+      }
+      f.fallback_only = !read;
+    }
+}
+
+}  // namespace
+
 void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse) {
   for (int gi = 0; gi < kGraphIds; ++gi) {
     std::vector<Node>& bucket = g.mutable_bucket(static_cast<GraphId>(gi));
@@ -296,6 +328,7 @@ void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse) {
                          (n.op == OpKind::FUSED_FWD || n.op == OpKind::FUSED_BWD || n.op == OpKind::FUSED_INFER);
       if (fuse && fused && !n.sub.empty()) n.fusions = decide_fusions(n.sub, mp, bucket, i);
     }
+    if (fuse) mark_fallback_only(bucket, mp);
   }
 }
 

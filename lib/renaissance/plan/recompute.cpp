@@ -55,6 +55,7 @@ void refresh_operands(Node& f) {
 struct Candidate {
   Node bn, relu;  // the forward pair
   TensorId value = kNoTensor;  // the ReLU's output
+  const Node* fused = nullptr;  // the fused node the pair is part of (nullptr: plain layers)
 };
 
 /// The next BN_FWD_TRAIN → in-place RELU_FWD pair of the forward whose output is worth recomputing, skipping the
@@ -62,7 +63,7 @@ struct Candidate {
 std::optional<Candidate> next_candidate(std::vector<Node>& bucket, std::size_t backward_begin, const MemoryPlan& mp,
                                         const std::vector<TensorId>& done) {
   const std::vector<Pos> all = plain_nodes(bucket, 0, bucket.size());
-  auto check = [&](const Node& b, const Node& r) -> std::optional<Candidate> {
+  auto check = [&](const Node& b, const Node& r, const Node* fused) -> std::optional<Candidate> {
     if (b.type != NodeType::COMPUTE || r.type != NodeType::COMPUTE || b.op != OpKind::BN_FWD_TRAIN ||
         r.op != OpKind::RELU_FWD || b.accumulate || r.accumulate || b.inputs.size() < 4 || b.outputs.size() < 4 ||
         r.inputs.empty() || r.outputs.empty())
@@ -93,13 +94,13 @@ std::optional<Candidate> next_candidate(std::vector<Node>& bucket, std::size_t b
       bn_bwd = bn_bwd || (n.op == OpKind::BN_BWD && !n.inputs.empty() && n.inputs[0] == b.inputs[0]);
     }
     if (written || !read || odd || !bn_bwd) return std::nullopt;
-    return Candidate{b, r, r.outputs[0]};
+    return Candidate{b, r, r.outputs[0], fused};
   };
   // Consecutive plain nodes of the forward: parts of one fused node, or top-level nodes (plain layers).
   for (std::size_t k = 0; k + 1 < all.size() && all[k + 1].top < backward_begin; ++k) {
     const Pos a = all[k], b = all[k + 1];
     if (a.top != b.top && (a.part >= 0 || b.part >= 0)) continue;
-    if (auto c = check(at(bucket, a), at(bucket, b))) return c;
+    if (auto c = check(at(bucket, a), at(bucket, b), a.part >= 0 ? &bucket[a.top] : nullptr)) return c;
   }
   return std::nullopt;
 }
@@ -152,7 +153,16 @@ int plan_recompute_bn_relu(ComputationGraph& train, GraphId g, std::size_t backw
     relu.inputs = {copy};
     relu.outputs = {copy};
     const Pos p = bwd[first];
-    if (p.part < 0) {
+    if (p.part < 0 && c->fused) {
+      // The reader is a plain layer's node: the pair gets a fused node of the BN's layer of its own, so the fusion
+      // phase plans it as one pass too.
+      Node f = compute_node(OpKind::FUSED_BWD, {}, {}, c->fused->params);
+      f.layer_kind = c->fused->layer_kind;
+      f.layer_index = c->fused->layer_index;
+      f.sub = {apply, relu};
+      refresh_operands(f);
+      bucket.insert(bucket.begin() + static_cast<std::ptrdiff_t>(p.top), std::move(f));
+    } else if (p.part < 0) {
       const auto it = bucket.begin() + static_cast<std::ptrdiff_t>(p.top);
       bucket.insert(it, {apply, relu});
     } else {

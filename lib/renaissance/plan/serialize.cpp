@@ -173,6 +173,7 @@ void write_node(Writer& w, const Node& n) {
     for (std::int32_t v : {f.at, f.bn, f.relu, f.add, f.shortcut_bn}) w.i32(v);
     w.i64(static_cast<std::int64_t>(f.parts.size()));
     for (std::int32_t v : f.parts) w.i32(v);
+    w.b(f.fallback_only);
     for (const auto* ops : {&f.inputs, &f.outputs, &f.saved}) {
       w.i64(static_cast<std::int64_t>(ops->size()));
       for (const FusedOperand& o : *ops) {
@@ -206,6 +207,7 @@ Node read_node(Reader& r, int depth = 0) {
     for (std::int32_t* v : {&f.at, &f.bn, &f.relu, &f.add, &f.shortcut_bn}) *v = r.i32();
     f.parts.resize(r.count());
     for (std::int32_t& v : f.parts) v = r.i32();
+    f.fallback_only = r.b();
     for (auto* ops : {&f.inputs, &f.outputs, &f.saved}) {
       ops->resize(r.count());
       for (FusedOperand& o : *ops) {

@@ -516,6 +516,7 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
       continue;
     }
     const plan::FusedPass& f = n.fusions[static_cast<std::size_t>(step[k])];
+    if (f.fallback_only) continue;  // a copy only the plain parts read
     FusedStep s;
     s.label = ops::fused_kind_label(f.kind);
     s.node = f.bn;
