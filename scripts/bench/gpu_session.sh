@@ -102,7 +102,7 @@ PY
       "$RN" data synthetic --out "$d/syn.h5" --train 2048 --val 256 --shape 32,32,3 --classes 10 --seed 5 >/dev/null
       for m in mobilenet_v2 resnet50; do
         for r in off bn-relu; do
-          "$RN" train --model $m --resolution 32 --amp --epochs 2 --batch 128 --device cuda --data "$d/syn.h5" \
+          "$RN" train --model $m --resolution 32 --classes 10 --amp --epochs 2 --batch 128 --device cuda --data "$d/syn.h5" \
             --recompute $r --save "$d/$m-$r.h5" >>"$OUT/misc.log" 2>&1 || echo "recompute $m $r: exit $?" >>"$OUT/misc.log"
         done
       done
