@@ -74,6 +74,7 @@ std::string options_yaml(const TrainOptions& o) {
   kv("loss-scale-interval", o.loss_scale_interval);
   kv("validate", o.validate);
   kv("deterministic", o.deterministic);
+  kv("recompute", std::string(o.recompute_bn_relu ? "bn-relu" : "off"));
   kv("checkpoint-every", o.checkpoint_every);
   kv("checkpoint-each-epoch", o.checkpoint_each_epoch);
   kv("keep", o.checkpoint_keep);
