@@ -323,6 +323,30 @@ TEST(Fusion, RecomputedBnReluIsOnePassBeforeItsFirstBackwardReader) {
         if (f.kind == FusedKind::BN_RELU_RECOMPUTE) (f.fallback_only ? fallback : run) += 1;
     EXPECT_EQ(run, 33);  // 16 inverted residuals x 2, and cbr2 (the depthwise CBR of the first block, t = 1)
     EXPECT_EQ(fallback, 1);
+    // its stem's output is read by the deep backward (cbr2's weight gradient): the first layer keeps it
+    EXPECT_EQ(m.memory[0].find("cbr1.relu.y.recomputed"), renaissance::kNoTensor);
+  }
+  {  // ResNet-50's stem output is read backward only by its own ReLU backward (the max pool's reads its argmax):
+     // copied in both first-layer backward buckets (one tensor), for the plain parts alone; 2 per bottleneck deep
+    Cfg c{"resnet50", true, true, OptimizerKind::MOMENTUM, false, 256, 60000, 10000, 0, false, 0, true, true};
+    const rp::CompiledPlan m = compile(c);
+    int deep = 0;
+    for (const Node& n : m.train.bucket(GraphId::DEEP_FWD_BWD))
+      for (const FusedPass& f : n.fusions) deep += f.kind == FusedKind::BN_RELU_RECOMPUTE && !f.fallback_only;
+    EXPECT_EQ(deep, 2 * 16);
+    const renaissance::TensorId stem = m.memory[0].find("cbr1.relu.y.recomputed");
+    ASSERT_NE(stem, renaissance::kNoTensor);
+    for (GraphId g : {GraphId::FIRST_LAYER_BWD_A, GraphId::FIRST_LAYER_BWD_B}) {
+      int passes = 0;
+      for (const Node& n : m.train.bucket(g))
+        for (const FusedPass& f : n.fusions)
+          if (f.kind == FusedKind::BN_RELU_RECOMPUTE) {
+            ++passes;
+            EXPECT_TRUE(f.fallback_only);
+            EXPECT_EQ(find(f.outputs, "y")->id, stem);
+          }
+      EXPECT_EQ(passes, 1) << rp::graph_id_name(g);
+    }
   }
   EXPECT_LT(mp.pool_peak_live_bytes(), kept.memory[0].pool_peak_live_bytes());
   // serialised with the plan; off and on are different plans

@@ -277,7 +277,8 @@ TEST(Trainer, RecomputedBnReluTrainsToTheSameBitsAsKept) {
   bp::ZooOptions z;
   z.num_classes = 10;
   z.resolution = 32;
-  const bp::BluePrint tiny = tiny_residual_model(), mobilenet = bp::zoo_model("mobilenet_v2", z);
+  const bp::BluePrint tiny = tiny_residual_model(), mobilenet = bp::zoo_model("mobilenet_v2", z),
+                      resnet50 = bp::zoo_model("resnet50", z);
   struct Case {
     const char* name;
     const bp::BluePrint* model;
@@ -288,7 +289,11 @@ TEST(Trainer, RecomputedBnReluTrainsToTheSameBitsAsKept) {
                        Case{"fp32 plain layers", &tiny, false, false, true},
                        Case{"mobilenet_v2 fp32 plain layers", &mobilenet, false, false, true},
                        Case{"mobilenet_v2 amp (its last CBR's copy is for the plain parts only)", &mobilenet, true, true,
-                            true}}) {
+                            true},
+                       // the stem's ReLU output, read backward only by its own ReLU backward (the max pool's reads
+                       // its argmax): copied in the first layer's buckets, for the plain parts alone
+                       Case{"resnet50 amp, fused passes", &resnet50, true, true, true},
+                       Case{"resnet50 amp, plain parts (they read the stem's copy)", &resnet50, true, true, false}}) {
     SCOPED_TRACE(c.name);
     const bp::BluePrint& m = *c.model;
     const std::string data = synthetic(256, 64, m.in_h, 3, 10);

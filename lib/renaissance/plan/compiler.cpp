@@ -585,8 +585,6 @@ class CompileRun {
       walker.run(b.first_end, lowered.size(), B.data_a, &nodes);
       add_all(T, GraphId::DEEP_FWD_BWD, group(arch, std::move(nodes), OpKind::FUSED_BWD));
     }
-    // The first layer's forward and backward are buckets of their own: its values are kept.
-    if (cfg.recompute_bn_relu) plan_recompute_bn_relu(T, GraphId::DEEP_FWD_BWD, deep_backward_begin, out.memory);
     if (train_first)
       for (auto [gid, data] :
            {std::pair{GraphId::FIRST_LAYER_BWD_A, B.data_a}, std::pair{GraphId::FIRST_LAYER_BWD_B, B.data_b}}) {
@@ -595,6 +593,7 @@ class CompileRun {
         w.run(0, b.first_end, data, &nodes);
         add_all(T, gid, group(arch, std::move(nodes), OpKind::FUSED_BWD));
       }
+    if (cfg.recompute_bn_relu) plan_recompute_bn_relu(T, deep_backward_begin, out.memory);
 
     T.add(GraphId::ZERO_GRAD, range_node(RangeOp::CLEAR, {}, {g_all}));
     if (amp) {

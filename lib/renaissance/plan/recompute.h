@@ -15,14 +15,14 @@
 
 namespace renaissance::plan {
 
-/// Rewrites bucket `g` of `train`, whose nodes [0, backward_begin) are the forward pass and the rest the backward.
-/// For each BN_FWD_TRAIN → in-place RELU_FWD pair of the forward pass (plain, or parts of one fused node) whose
-/// output the backward reads, whose bytes nothing else writes, and whose BN has its BN_BWD in the backward: a
-/// feature "<output>.recomputed" in every plan of `plans`, BN_APPLY + RELU_FWD writing it before the first backward
-/// reader (among that reader's siblings when it is part of a fused node), and every backward read of the output
-/// redirected to it. Run before the fusion phase (which makes the pair one BN_RELU_RECOMPUTE pass). Returns how
-/// many values it recomputes.
-int plan_recompute_bn_relu(ComputationGraph& train, GraphId g, std::size_t backward_begin,
-                           std::vector<MemoryPlan>& plans);
+/// Rewrites the train graph's DEEP_FWD_BWD bucket, whose nodes [0, deep_backward_begin) are the forward pass and the
+/// rest the backward, and the first layer's buckets (FIRST_LAYER_FWD_A/B forward, FIRST_LAYER_BWD_A/B backward).
+/// For each BN_FWD_TRAIN → in-place RELU_FWD pair of a forward (plain, or parts of one fused node) whose output that
+/// scope's backward reads, whose bytes nothing else writes, that no other backward reads, and whose BN has its
+/// BN_BWD there: a feature "<output>.recomputed" in every plan of `plans`, BN_APPLY + RELU_FWD writing it before the
+/// first backward reader (among that reader's siblings when it is part of a fused node; in a fused node of the BN's
+/// layer of its own when the reader is a plain layer's), and every backward read of the output redirected to it. Run
+/// before the fusion phase (which makes the pair one BN_RELU_RECOMPUTE pass). Returns how many values it recomputes.
+int plan_recompute_bn_relu(ComputationGraph& train, std::size_t deep_backward_begin, std::vector<MemoryPlan>& plans);
 
 }  // namespace renaissance::plan
