@@ -161,8 +161,10 @@ TEST_P(GpuConvEngines, EveryDeterministicCandidateRepeatsItsBits) {
   std::vector<std::string> differing;
   const int checked = for_each_candidate(GetParam(), stream, [&](CaseTensors& c, ConvPass p, GraphConv& g, int i) {
     DeviceBuffer ws(static_cast<std::size_t>(std::max<std::int64_t>(g.workspace(i), 256)));
-    // Inputs fresh for each candidate; the output is overwritten with NaN bytes before every run.
+    // Inputs fresh for each candidate (on the legacy stream: waited for, `stream` does not order against it); the
+    // output is overwritten with NaN bytes before every run.
     c.fill_inputs();
+    CUDA_CHECK(cudaDeviceSynchronize());
     const DeviceBuffer& out = output_of(c, p);
     std::vector<std::uint8_t> first;
     bool same = true;
@@ -198,14 +200,20 @@ TEST_P(GpuConvEngines, ATimedPlanAndItsCachedRebuildsGiveTheSameBits) {
   const int checked = for_each_candidate(GetParam(), stream, [&](CaseTensors& c, ConvPass p, GraphConv& g, int i) {
     const DeviceBuffer& out = output_of(c, p);
     // One run of plan j of `plan` on fresh inputs, the output NaN first and the workspace zeroed, as in a training.
+    // The fills run on the legacy default stream (cudaMemcpy from pageable memory may return before its DMA lands,
+    // cudaMemset is asynchronous): `stream` is non-blocking and does not wait for them, so the device is synchronised
+    // before the plan runs. (Without it, a memset of the output or the workspace could land during the run: under
+    // ctest -j4 33 of 92 FP32 plans "differed" from themselves on 2026-12-05.)
     auto run = [&](const GraphConv& plan, int j, int timing_runs) {
       DeviceBuffer ws(static_cast<std::size_t>(std::max<std::int64_t>(plan.workspace(j), 256)));
       c.fill_inputs();
+      CUDA_CHECK(cudaDeviceSynchronize());
       for (int r = 0; r < timing_runs; ++r) plan.execute(h.cudnn(), j, c.x.get(), c.w.get(), c.y.get(), ws.get());
       stream.sync();
       c.fill_inputs();
       CUDA_CHECK(cudaMemset(ws.get(), 0, ws.bytes()));
       CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));
+      CUDA_CHECK(cudaDeviceSynchronize());
       plan.execute(h.cudnn(), j, c.x.get(), c.w.get(), c.y.get(), ws.get());
       stream.sync();
       return read_bytes(out.get(), out.bytes());
