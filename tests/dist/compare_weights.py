@@ -4,7 +4,8 @@
     compare_weights.py A.h5 B.h5 --max-rel 1e-5      exit 0 when every tensor agrees within max-rel
     compare_weights.py A.h5 B.h5 --min-rel 1e-3      exit 0 when some tensor differs by at least min-rel
                                                        (the check that the comparison can fail)
-Relative difference of a tensor: max|a - b| / max(max|a|, 1e-12). Exit 77 when h5py is missing.
+Relative difference of a tensor: max|a - b| / max(max|a|, 1e-12). Also prints how many tensors differ at all
+("N of M tensors differ": bit-identity of two runs). Exit 77 when h5py is missing.
 """
 import argparse
 import sys
@@ -41,7 +42,7 @@ def main():
     if not ta:
         print("FAIL: no tensors")
         return 1
-    worst, worst_name = 0.0, ""
+    worst, worst_name, differing = 0.0, "", 0
     for name in sorted(ta):
         a, b = ta[name], tb[name]
         if a.shape != b.shape:
@@ -52,8 +53,10 @@ def main():
             return 1
         rel = float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(a))), 1e-12))
         print(f"{name:40s} {str(a.shape):20s} rel diff {rel:.3e}")
+        differing += bool(np.any(a != b))
         if rel > worst:
             worst, worst_name = rel, name
+    print(f"{differing} of {len(ta)} tensors differ")
     print(f"worst: {worst_name} {worst:.3e} over {len(ta)} tensors")
     if args.max_rel is not None and worst > args.max_rel:
         print(f"FAIL: {worst_name} differs by {worst:.3e} > {args.max_rel:g}")

@@ -860,6 +860,20 @@ struct DatasetFile::Impl {
 
 namespace {
 
+/// Calls fn(index, filter id, its first client value or -1) for each filter of a dataset's creation properties.
+template <typename Fn>
+void for_each_filter(hid_t dcpl, const std::string& ctx, Fn&& fn) {
+  const int nf = H5_CHECK(H5Pget_nfilters(dcpl), ctx, "reading the filters");
+  for (int i = 0; i < nf; ++i) {
+    unsigned flags = 0, cd[8] = {0}, config = 0;
+    size_t ncd = 8;
+    char name[64] = {0};
+    const H5Z_filter_t f =
+        H5_CHECK(H5Pget_filter2(dcpl, i, &flags, &ncd, cd, sizeof(name), name, &config), ctx, "reading filter {}", i);
+    fn(i, f, ncd > 0 ? static_cast<long>(cd[0]) : -1L);
+  }
+}
+
 /// The storage a dataset's header declares, checked before HDF5 reads a byte of its data: HDF5 sizes its buffers by
 /// what the file says (the chunk shape; each stored chunk's byte count, read whole before the filters run), and the
 /// chunk index is a v1 B-tree, without checksums, even in format 2 and 3 files (HDF5 1.10 keeps the 1.8 layout for
@@ -873,18 +887,12 @@ namespace {
 ///    written by anyone has: so no chunk read makes HDF5 allocate more than the file holds.
 void check_layout(hid_t ds, const std::string& path, const std::string& ctx) {
   H5Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx, "reading the creation properties"), H5Pclose);
-  const int nf = H5_CHECK(H5Pget_nfilters(dcpl), ctx, "reading the filters");
-  for (int i = 0; i < nf; ++i) {
-    unsigned flags = 0, cd[8] = {0}, config = 0;
-    size_t ncd = 8;
-    char name[64] = {0};
-    const H5Z_filter_t f =
-        H5_CHECK(H5Pget_filter2(dcpl, i, &flags, &ncd, cd, sizeof(name), name, &config), ctx, "reading filter {}", i);
+  for_each_filter(dcpl, ctx, [&](int i, H5Z_filter_t f, long) {
     if (f != H5Z_FILTER_DEFLATE && f != H5Z_FILTER_SHUFFLE && f != H5Z_FILTER_FLETCHER32)
       RN_IO_FAIL(ctx, "write the dataset with deflate (h5py: compression=\"gzip\"), shuffle and Fletcher32 only, or " +
                           std::string(kRecreateHint),
                  "filter {} of its pipeline has id {}, not one Renaissance reads (deflate, shuffle, Fletcher32)", i, f);
-  }
+  });
   const bool chunked = H5Pget_layout(dcpl) == H5D_CHUNKED;
   if (chunked) {
     H5Handle type(H5_CHECK(H5Dget_type(ds), ctx, "reading the type"), H5Tclose);
@@ -960,16 +968,10 @@ void read_storage(hid_t ds, SplitInfo& info, const std::string& ctx) {
     H5_CHECK(H5Pget_chunk(dcpl, 4, cdims), ctx, "reading the chunk shape");
     info.chunk_samples = static_cast<std::int64_t>(cdims[0]);
   }
-  const int nf = H5_CHECK(H5Pget_nfilters(dcpl), ctx, "reading the filters");
-  for (int i = 0; i < nf; ++i) {
-    unsigned flags = 0, cd[8] = {0}, config = 0;
-    size_t ncd = 8;
-    char name[64] = {0};
-    const H5Z_filter_t f =
-        H5_CHECK(H5Pget_filter2(dcpl, i, &flags, &ncd, cd, sizeof(name), name, &config), ctx, "reading filter {}", i);
-    if (f == H5Z_FILTER_DEFLATE) info.deflate_level = ncd > 0 ? static_cast<int>(cd[0]) : 1;
+  for_each_filter(dcpl, ctx, [&](int, H5Z_filter_t f, long first_value) {
+    if (f == H5Z_FILTER_DEFLATE) info.deflate_level = first_value >= 0 ? static_cast<int>(first_value) : 1;
     if (f == H5Z_FILTER_FLETCHER32) info.fletcher32 = true;
-  }
+  });
 }
 
 

@@ -308,13 +308,9 @@ std::vector<Node> group(const ArchPlan& arch, std::vector<std::pair<int, Node>> 
     for (; i < nodes.size() && nodes[i].first == owner; ++i) {
       Node& s = nodes[i].second;
       s.layer_index = owner;
-      for (TensorId t : s.inputs)
-        if (t != kNoTensor && std::find(f.inputs.begin(), f.inputs.end(), t) == f.inputs.end()) f.inputs.push_back(t);
-      for (TensorId t : s.outputs)
-        if (t != kNoTensor && std::find(f.outputs.begin(), f.outputs.end(), t) == f.outputs.end())
-          f.outputs.push_back(t);
       f.sub.push_back(std::move(s));
     }
+    set_fused_operands(f);
     out.push_back(std::move(f));
   }
   return out;

@@ -1,5 +1,7 @@
 #include <renaissance/plan/computation_graph.h>
 
+#include <algorithm>
+
 namespace renaissance::plan {
 
 namespace {
@@ -44,6 +46,19 @@ std::size_t ComputationGraph::node_count() const {
   std::size_t n = 0;
   for (const auto& b : m_buckets) n += b.size();
   return n;
+}
+
+void set_fused_operands(Node& fused) {
+  fused.inputs.clear();
+  fused.outputs.clear();
+  auto add = [](std::vector<TensorId>& to, const std::vector<TensorId>& ids) {
+    for (TensorId t : ids)
+      if (t != kNoTensor && std::find(to.begin(), to.end(), t) == to.end()) to.push_back(t);
+  };
+  for (const Node& s : fused.sub) {
+    add(fused.inputs, s.inputs);
+    add(fused.outputs, s.outputs);
+  }
 }
 
 Node compute_node(OpKind op, std::vector<TensorId> in, std::vector<TensorId> out, LayerParams params) {

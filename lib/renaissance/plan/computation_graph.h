@@ -153,6 +153,9 @@ class ComputationGraph {
   std::array<std::vector<Node>, kGraphIds> m_buckets;
 };
 
+/// A FUSED_* node's operands: the union of its parts' inputs and outputs, in part order (each id once).
+void set_fused_operands(Node& fused);
+
 // Node builders.
 Node compute_node(OpKind op, std::vector<TensorId> in, std::vector<TensorId> out, LayerParams params = NoParams{});
 Node range_node(RangeOp op, std::vector<RegionRange> in, std::vector<RegionRange> out,

@@ -12,10 +12,7 @@ namespace {
 
 using ops::FusedKind;
 
-TensorId owner_of(const MemoryPlan& mp, TensorId id) {
-  const auto it = mp.aliases().find(id);
-  return it == mp.aliases().end() ? id : it->second;
-}
+TensorId owner_of(const MemoryPlan& mp, TensorId id) { return mp.owner_of(id); }
 std::int64_t elements(const MemoryPlan& mp, TensorId id) { return mp.tensor(id).shape.elems(); }
 /// One tensor, or an in-place alias of it (a ReLU's output viewing its input's bytes) of the same shape and type.
 bool same(const MemoryPlan& mp, TensorId a, TensorId b) {

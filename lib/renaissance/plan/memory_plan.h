@@ -119,6 +119,11 @@ class MemoryPlan {
   std::vector<TensorId> region_tensors(Region r) const;
   /// Aliases: view id -> the owning tensor (a gradient slot, or the feature an in-place result overwrites).
   const std::map<TensorId, TensorId>& aliases() const { return m_alias_of; }
+  /// The tensor whose bytes `id` views: its owner if it is an alias, else itself (kNoTensor stays kNoTensor).
+  TensorId owner_of(TensorId id) const {
+    const auto it = m_alias_of.find(id);
+    return it == m_alias_of.end() ? id : it->second;
+  }
 
   friend bool operator==(const MemoryPlan& a, const MemoryPlan& b);
   friend bool operator!=(const MemoryPlan& a, const MemoryPlan& b) { return !(a == b); }
