@@ -36,7 +36,7 @@ struct BenchCli {
   bool amp = false;
   std::string graphs = "on";
   std::string fused_kernels = "on";
-  std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else on
+  std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else off
   std::string fold_residual_sums = "on";
   std::string recompute = "off";
   std::string streams = "on";
@@ -226,12 +226,13 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--fused-kernels", c->fused_kernels,
-                  "on: one pass for BN-apply + add + ReLU (GPU: fused layers of --amp; CPU: also between plain layers); off: one kernel per part")
+                  "on: the compiler's fused passes in fused layers (BN-apply + add + ReLU in one pass, FP32 and AMP); off: one kernel per part")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--cpu-winograd", c->cpu_winograd,
-                  "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512, a "
-                  "larger rounding error; off: the direct kernels only; default: RENAISSANCE_CPU_WINOGRAD, else on)")
+                  "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512; "
+                  "gradients ~1e-2 from the direct kernels' in training; off: the direct kernels only; default: "
+                  "RENAISSANCE_CPU_WINOGRAD, else off)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--fold-residual-sums", c->fold_residual_sums,
                   "--amp: on: a residual block's second data gradient writes its own buffer (beta = 0) and the "

@@ -295,7 +295,7 @@ void register_plan_command(CLI::App& app) {
   opt->model.add_to(*cmd);
   cmd->add_option("--batch", opt->cfg.batch, "Batch size")->capture_default_str();
   cmd->add_flag("--amp", opt->cfg.amp, "Mixed precision (FP16 activations, fused layers)");
-  cmd->add_flag("--no-fuse", opt->no_fuse, "With --amp: keep blocks as plain layers");
+  cmd->add_flag("--no-fuse", opt->no_fuse, "Keep residual blocks as plain layers (Conv+BN+ReLU stays one CBR layer)");
   cmd->add_option("--optimizer", opt->optimizer, "sgd|momentum|nesterov|adam|adamw|lars")
       ->capture_default_str()
       ->check(CLI::IsMember({"sgd", "momentum", "nesterov", "adam", "adamw", "lars"}));
@@ -327,7 +327,7 @@ void register_plan_command(CLI::App& app) {
     const blueprint::BluePrint bp = opt->model.load();
     plan::BuildOptions bo;
     bo.amp = opt->cfg.amp;
-    bo.fuse = opt->cfg.amp && !opt->no_fuse;
+    bo.fuse = !opt->no_fuse;
     bo.num_classes = opt->model.classes;
     bo.resolution = opt->model.resolution;
     plan::ArchPlan arch;

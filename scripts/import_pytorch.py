@@ -80,7 +80,7 @@ def main():
     src.add_argument("--like", help="a Renaissance weights/checkpoint file of the same model (gives the ArchPlan)")
     ap.add_argument("--classes", type=int, default=0)
     ap.add_argument("--resolution", type=int, default=0)
-    ap.add_argument("--amp", action="store_true", help="name the tensors for an --amp (fused) plan")
+    ap.add_argument("--amp", action="store_true", help="for an --amp run: the first conv padded to 8 input channels")
     ap.add_argument("--renaissance", help="path of the renaissance executable (default: build/app/renaissance)")
     ap.add_argument("--ema", action="store_true", help="also write the weights as the EMA copy (/ema)")
     args = ap.parse_args()

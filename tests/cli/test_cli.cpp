@@ -86,7 +86,11 @@ TEST(CliPlan, Resnet50Json) {
   expect_contains(r.out, "\"layers\"");
   expect_contains(r.out, "\"regions\"");
   expect_contains(r.out, "\"W_DEEP_CONV\"");
-  expect_contains(r.out, "\"kind\":\"Add2End\"");  // not fused without --amp
+  expect_contains(r.out, "\"kind\":\"BottleneckProjection\"");  // FP32 plans fuse the same layers as AMP
+  const Result plain = run("plan --model resnet50 --no-fuse --json");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  expect_contains(plain.out, "\"kind\":\"Add2End\"");  // --no-fuse keeps the blocks as plain layers
+  expect_contains(plain.out, "\"kind\":\"CBR\"");
   EXPECT_EQ(r.out.front(), '{');
   EXPECT_EQ(r.out.substr(r.out.find_last_not_of("\n"), 1), "}");
 }

@@ -123,7 +123,7 @@ TEST(BadModels, UnknownLayerInYaml) {
   const auto at = text.find("kind: MaxPool");
   ASSERT_NE(at, std::string::npos);
   text.replace(at, 13, "kind: MaxPoool");
-  expect_error([&] { rp::ArchPlan::from_yaml(text, "plan.yaml"); }, {"plan.yaml:", "layers[3]", "MaxPoool"});
+  expect_error([&] { rp::ArchPlan::from_yaml(text, "plan.yaml"); }, {"plan.yaml:", "layers[1]", "MaxPoool"});
 }
 
 TEST(BadModels, NegativeChannels) {
@@ -213,8 +213,9 @@ TEST(BadModels, ArchPlanFieldErrorsAreRenaissanceErrors) {
   }
   {  // a kind with the wrong type
     std::string t = text;
-    const auto at = t.find("kind: Conv");
-    t.replace(at, 10, "kind: [Conv]");
+    const auto at = t.find("kind: CBR");
+    ASSERT_NE(at, std::string::npos);
+    t.replace(at, 9, "kind: [CBR]");
     expect_error([&] { rp::ArchPlan::from_yaml(t, "kind.yaml"); }, {"kind.yaml", "layers[0]", "kind"});
   }
 }

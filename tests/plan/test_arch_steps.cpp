@@ -2,6 +2,7 @@
 #include "plan_test_util.h"
 
 #include <renaissance/core/dtensor.h>
+#include <renaissance/blueprint/zoo.h>
 #include <renaissance/plan/arch_plan.h>
 
 #include <algorithm>
@@ -97,12 +98,23 @@ TEST(ExpandTree, FlattensTreeWithMarkersAndRepeatNames) {
   EXPECT_EQ(f[8].kind, K::Add2Start);
 }
 
-TEST(ExpandTree, FuseWithoutAmpIsAnError) {
-  rp::BuildOptions o;
-  o.fuse = true;
-  const auto bp = model(rb::seq(rb::conv(8, 3), rb::gap_fc(2), rb::softmax_ce(2)));
-  expect_error([&] { steps::expand_tree(bp, o); }, {"fuse without AMP"});
-  expect_error([&] { rp::ArchPlan::build(bp, o); }, {"fuse without AMP"});
+TEST(ExpandTree, FuseWithoutAmpFusesTheSameLayers) {
+  // FP32 and AMP plans fuse the same layers (the compiler's fused passes run in either precision); only the AMP
+  // padding of the first convolution's input channels differs.
+  for (const char* name : {"resnet50", "resnet18_cifar", "mobilenet_v2", "fmnist_cnn"}) {
+    rp::BuildOptions fp32, amp;
+    fp32.fuse = amp.fuse = amp.amp = true;
+    const rp::ArchPlan a = rp::ArchPlan::build(rb::zoo_model(name), fp32);
+    const rp::ArchPlan b = rp::ArchPlan::build(rb::zoo_model(name), amp);
+    ASSERT_EQ(a.layers.size(), b.layers.size()) << name;
+    int fused = 0;
+    for (std::size_t i = 0; i < a.layers.size(); ++i) {
+      EXPECT_EQ(a.layers[i].kind, b.layers[i].kind) << name << " layer " << i;
+      EXPECT_EQ(a.layers[i].name, b.layers[i].name) << name << " layer " << i;
+      fused += rp::is_fused(a.layers[i].kind) ? 1 : 0;
+    }
+    EXPECT_GT(fused, 0) << name;
+  }
 }
 
 TEST(ExpandTree, BlockWithFuseMapsToFusedKinds) {
@@ -453,8 +465,9 @@ TEST(FuseCbr, ConvBn2dReluOnly) {
   EXPECT_EQ(v[6].in_shape, (Shape{1, 8, 8, 8}));
   EXPECT_EQ(v[6].out_shape, (Shape{1, 4, 4, 8}));
   EXPECT_TRUE(v[6].conv() == (rp::ConvParams{8, 3, 2, 1, 1}));
-  // Not applied without AMP by build()
-  EXPECT_EQ(rp::ArchPlan::build(bp, plain()).layers[0].kind, K::Conv);
+  // Applied by build() with and without AMP (FP32 plans run the same fused passes)
+  EXPECT_EQ(rp::ArchPlan::build(bp, plain()).layers[0].kind, K::CBR);
+  EXPECT_EQ(rp::ArchPlan::build(bp, amp_only()).layers[0].kind, K::CBR);
 }
 
 TEST(FuseGapFc, GapFollowedByFc) {

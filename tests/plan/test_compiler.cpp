@@ -109,7 +109,7 @@ TEST(Variants, CompiledPlanCarriesTheSixShapes) {
     EXPECT_EQ(p.specs[static_cast<std::size_t>(v)].batch_size, want[v][1]);
     EXPECT_EQ(m.tensor(p.baseline.data_a).shape, (Shape{want[v][1], want[v][0], want[v][0], 3}));
     // the stem conv's output follows the variant's batch and resolution
-    EXPECT_EQ(m.tensor(m.at("stem.y")).shape, (Shape{want[v][1], want[v][0], want[v][0], 16}));
+    EXPECT_EQ(m.tensor(m.at("stem.conv.y")).shape, (Shape{want[v][1], want[v][0], want[v][0], 16}));
     // res3 (stride 2 after res2's stride 2): 32 -> 8, 24 -> 6
     const TensorId gap = m.at(p.arch.layers[p.arch.layers.size() - 2].name + ".gap.y");
     EXPECT_EQ(m.tensor(gap).shape, (Shape{want[v][1], 1, 1, 64}));

@@ -415,13 +415,23 @@ TEST(Graph, FusedLayersAreFusedNodesOfPlainOps) {
   EXPECT_EQ(sub[OpKind::BN_FWD_TRAIN], 4);
   EXPECT_EQ(sub[OpKind::RELU_FWD], 3);
   EXPECT_EQ(sub[OpKind::ADD2_FWD], 1);
-  // the plain plan fuses only GAP + FC (step 10 is not AMP-only)
-  c.amp = c.fuse = false;
+  // FP32 fuses the same layers (the same fused nodes in FP32); without --fuse blocks stay plain, and only Conv+BN+ReLU
+  // (CBR) and GAP + FC are fused nodes
+  c.amp = false;
+  const rp::CompiledPlan fp32 = compile(c);
+  std::map<LayerKind, int> kinds_amp, kinds_fp32;
+  for (GraphId g : {GraphId::FIRST_LAYER_FWD_A, GraphId::DEEP_FWD_BWD}) {
+    visit(p.train.bucket(g), [&](const Node& n) { kinds_amp[n.layer_kind] += n.sub.empty() ? 0 : 1; });
+    visit(fp32.train.bucket(g), [&](const Node& n) { kinds_fp32[n.layer_kind] += n.sub.empty() ? 0 : 1; });
+  }
+  EXPECT_EQ(kinds_amp, kinds_fp32);
+  EXPECT_EQ(kinds_fp32[LayerKind::BottleneckProjection], 4 * 2);  // forward and backward of each
+  c.fuse = false;
   const rp::CompiledPlan plain = compile(c);
   for (GraphId g : {GraphId::FIRST_LAYER_FWD_A, GraphId::DEEP_FWD_BWD})
     visit(plain.train.bucket(g), [&](const Node& n) {
       if (!n.sub.empty()) {
-        EXPECT_EQ(n.layer_kind, LayerKind::GapFC);
+        EXPECT_TRUE(n.layer_kind == LayerKind::GapFC || n.layer_kind == LayerKind::CBR) << rp::layer_kind_name(n.layer_kind);
       }
     });
 }

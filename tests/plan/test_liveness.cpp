@@ -50,9 +50,13 @@ class ByteReplay {
   }
 
   std::vector<std::string> run() {
-    for (int round = 0; round < 2; ++round)
+    // Steps as the trainer replays them: each takes its batch from input buffer A or B and replays the buckets of
+    // that slot only (A, B, A: values carried from either into the next are covered).
+    for (int round = 0; round < 3; ++round)
       for (const rp::Phase& ph : rp::replay_phases())
-        for (GraphId g : ph.buckets)
+        for (std::size_t b = 0; b < ph.buckets.size(); ++b) {
+          const GraphId g = ph.buckets[b];
+          if (ph.slot_of(b) >= 0 && ph.slot_of(b) != round % 2) continue;
           for (const Node& top : (ph.inference ? m_p.inference : m_p.train).bucket(g)) {
             if (!m_fused || top.fusions.empty()) {
               if (top.sub.empty()) step(top, g);
@@ -76,6 +80,7 @@ class ByteReplay {
               if (!replaced) step(top.sub[k], g);
             }
           }
+        }
     return m_errors;
   }
   std::int64_t passes() const { return m_passes; }
@@ -134,8 +139,11 @@ std::pair<TensorId, TensorId> live_together(const MemoryPlan& m) {
     for (const DTensor* b : pool) {
       if (a == b || a->slot_bytes < b->slot_bytes) continue;
       const Lifetime &la = m.lifetimes().at(a->id), &lb = m.lifetimes().at(b->id);
-      if (la.size() != 1 || lb.empty() || la[0].last - la[0].first > 1000) continue;  // skip pinned ones
-      if (la[0].first < lb[0].first && lb[0].first + 2 <= la[0].last) return {a->id, b->id};
+      for (const auto& ia : la)
+        for (const auto& ib : lb) {
+          if (ia.last - ia.first > 1000) continue;  // skip pinned ones
+          if (ia.first < ib.first && ib.first + 2 <= ia.last) return {a->id, b->id};
+        }
     }
   return {renaissance::kNoTensor, renaissance::kNoTensor};
 }

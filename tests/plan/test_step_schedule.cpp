@@ -126,11 +126,21 @@ TEST(StepSchedule, SlotsPairUpAndTheSideStreamIsJoinedBeforeTheNanCheck) {
 TEST(StepSchedule, LivenessEqualsTheHandKeptOrder) {
   for (const Cfg& c : configs()) {
     const rp::CompiledPlan p = compile(c);
-    const rp::Liveness now = rp::compute_liveness(p.memory[0], p.train, p.inference, &p.schedule);
+    // The schedule's phases list the hand-kept buckets in the hand-kept order: without their slots, the same
+    // lifetimes.
+    std::vector<rp::Phase> flat = rp::liveness_phases(p.schedule);
+    for (rp::Phase& ph : flat) ph.slots.clear();
+    const rp::Liveness listed = rp::compute_liveness(p.memory[0], p.train, p.inference, flat);
     const rp::Liveness before = rp::compute_liveness(p.memory[0], p.train, p.inference, hand_kept_phases());
-    EXPECT_EQ(now.lifetimes, before.lifetimes) << c.model;
+    EXPECT_EQ(listed.lifetimes, before.lifetimes) << c.model;
+    EXPECT_EQ(listed.pinned, before.pinned) << c.model;
+    EXPECT_EQ(listed.points, before.points) << c.model;
+    EXPECT_GT(listed.lifetimes.size(), 0u);
+    // With the slots, an A bucket and its B twin share program points (a step replays one of them): fewer points,
+    // the same owners touched and pinned (test_liveness.cpp replays the placed bytes step by step).
+    const rp::Liveness now = rp::compute_liveness(p.memory[0], p.train, p.inference, &p.schedule);
     EXPECT_EQ(now.pinned, before.pinned) << c.model;
-    EXPECT_EQ(now.points, before.points) << c.model;
-    EXPECT_GT(now.lifetimes.size(), 0u);
+    EXPECT_LT(now.points, before.points) << c.model;
+    EXPECT_EQ(now.lifetimes.size(), before.lifetimes.size()) << c.model;
   }
 }

@@ -281,8 +281,8 @@ TEST(CheckpointResume, MidEpochResumeIsBitIdenticalToAnUninterruptedRun) {
   EXPECT_EQ(ck.state.epoch, 0);
   EXPECT_EQ(ck.state.position, 7);
   EXPECT_GT(ck.state.train_metrics[3], 0.0f);  // the partial epoch's samples
-  EXPECT_NE(ck.find("optimizer", "conv1.w.m"), nullptr);
-  EXPECT_NE(ck.find("ema", "conv1.w"), nullptr);
+  EXPECT_NE(ck.find("optimizer", "cbr1.conv.w.m"), nullptr);
+  EXPECT_NE(ck.find("ema", "cbr1.conv.w"), nullptr);
 
   o.max_steps = 14;
   runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o);
@@ -373,7 +373,7 @@ TEST(CheckpointPortability, AnotherBatchSizeAmpSettingOrWorldSizeLoadsWithAWarni
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("batch 32"), std::string::npos) << w[0];
   EXPECT_NE(w[0].find("batch 64"), std::string::npos) << w[0];
-  for (const char* t : {"conv1.w", "fc1.w", "bn2d1.running_mean", "conv2.w.m"})
+  for (const char* t : {"cbr1.conv.w", "fc1.w", "cbr1.bn.running_mean", "cbr2.conv.w.m"})
     EXPECT_TRUE(bit_equal(b.tensor_values(t), a.tensor_values(t))) << t;
   EXPECT_EQ(b.steps(), 5);
   b.run();  // trains on: 160 samples done → batch 2 of 5 at batch 64 (128 samples), 3 more steps
@@ -383,10 +383,10 @@ TEST(CheckpointPortability, AnotherBatchSizeAmpSettingOrWorldSizeLoadsWithAWarni
   o3.amp = true;  // the first conv's input channels are padded to 8 under AMP
   runtime::Trainer c(bp::zoo_model("fmnist_cnn"), o3);
   const auto wc = c.load_checkpoint(p);
-  ASSERT_EQ(wc.size(), 2u);  // AMP differs; the fused layers' names differ (matched by position)
+  ASSERT_EQ(wc.size(), 1u);  // AMP differs (FP32 and AMP plans fuse the same layers: the same names)
   EXPECT_NE(wc[0].find("AMP"), std::string::npos) << wc[0];
-  const std::string first_conv = c.plan().plan(plan::Variant::TRAIN_BASE).tensors().empty() ? "" : "cbr1.conv.w";
-  const auto src = a.tensor_values("conv1.w"), padded = c.tensor_values(first_conv);
+  const std::string first_conv = "cbr1.conv.w";
+  const auto src = a.tensor_values(first_conv), padded = c.tensor_values(first_conv);
   ASSERT_EQ(padded.size(), src.size() * 8);  // [32,3,3,1] → [32,3,3,8]
   for (std::size_t i = 0; i < src.size(); ++i) {
     EXPECT_EQ(padded[i * 8], src[i]);
@@ -397,8 +397,8 @@ TEST(CheckpointPortability, AnotherBatchSizeAmpSettingOrWorldSizeLoadsWithAWarni
   const std::string pc = dir.file("c.h5");
   c.save_checkpoint(pc);
   runtime::Trainer d(bp::zoo_model("fmnist_cnn"), o);
-  EXPECT_EQ(d.load_checkpoint(pc).size(), 2u);
-  const auto cw = c.tensor_values(first_conv), dw = d.tensor_values("conv1.w");
+  EXPECT_EQ(d.load_checkpoint(pc).size(), 1u);
+  const auto cw = c.tensor_values(first_conv), dw = d.tensor_values(first_conv);
   for (std::size_t i = 0; i < dw.size(); ++i) EXPECT_EQ(dw[i], cw[i * 8]);
 
   // As if written by 2 ranks (each rank's partial-epoch sums in its row): loads with a warning, and the metric
@@ -441,6 +441,50 @@ TEST(CheckpointPortability, AnotherDeterminismSettingLoadsWithAWarning) {
   EXPECT_TRUE(c.load_checkpoint(p).empty()) << "the same setting: no warning";
 }
 
+// Checkpoints written before FP32 plans fused Conv+BN+ReLU name those tensors after the plain layers (conv1.w,
+// bn2d1.gamma for cbr1.conv.w, cbr1.bn.gamma): the same model resumes from them by position, with a warning, bit for
+// bit.
+TEST(CheckpointPortability, PlainLayerNamesOfAnOlderFp32FileLoadByPosition) {
+  TempDir dir;
+  const std::string data = synthetic(dir);
+  auto o = options(data);
+  o.max_steps = 3;
+  o.validate = false;
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  a.run();
+  const std::string p = dir.file("new.h5");
+  a.save_checkpoint(p);
+  io::Checkpoint old = io::read_checkpoint(p);
+  int renamed = 0;
+  for (io::NamedTensor& t : old.tensors) {
+    // cbrK.conv.<leaf> -> convK.<leaf>, cbrK.bn.<leaf> -> bn2dK.<leaf> (the plain plan's names)
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{".conv.", ""}, {".bn.", "bn2d"}}) {
+      const auto at = t.name.find(from);
+      if (t.name.rfind("cbr", 0) != 0 || at == std::string::npos) continue;
+      const std::string k = t.name.substr(3, at - 3), leaf = t.name.substr(at + from.size());
+      t.name = (to.empty() ? "conv" : to) + k + "." + leaf;
+      ++renamed;
+    }
+  }
+  ASSERT_GT(renamed, 0);
+  ASSERT_NE(old.find("params", "conv1.w"), nullptr);
+  const std::string legacy = dir.file("legacy.h5");
+  io::write_checkpoint(legacy, old);
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o);
+  const auto w = b.load_checkpoint(legacy);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("matched by position"), std::string::npos) << w[0];
+  const io::Checkpoint ck = io::read_checkpoint(p);
+  for (const io::NamedTensor& t : ck.tensors)
+    if (t.group == "params" || t.group == "bn") EXPECT_TRUE(bit_equal(b.tensor_values(t.name), t.values)) << t.name;
+  // Another model with plain names is still refused, naming the tensor.
+  bp::BluePrint other = bp::zoo_model("fmnist_cnn");
+  other.name = "other";
+  runtime::Trainer c(other, o);
+  const std::string msg = message_of([&] { c.load_checkpoint(legacy); });
+  EXPECT_NE(msg.find("cbr1.conv.w"), std::string::npos) << msg;
+}
+
 TEST(CheckpointPortability, AnotherArchitectureFailsNamingTheFirstMismatchingTensor) {
   TempDir dir;
   const std::string data = synthetic(dir, 300, 16, 3);
@@ -462,7 +506,7 @@ TEST(CheckpointPortability, AnotherArchitectureFailsNamingTheFirstMismatchingTen
   const auto before = b.state_values();
   const std::string msg = message_of([&] { b.load_checkpoint(p); });
   EXPECT_NE(msg.find(p), std::string::npos) << msg;
-  EXPECT_NE(msg.find("conv2.w"), std::string::npos) << msg;  // the first tensor whose shape differs
+  EXPECT_NE(msg.find("cbr2.conv.w"), std::string::npos) << msg;  // the first tensor whose shape differs
   EXPECT_NE(msg.find("24x3x3x8"), std::string::npos) << msg;
   EXPECT_TRUE(bit_equal(b.state_values(), before));  // a failed load changes nothing
   bp::BluePrint deeper = m;

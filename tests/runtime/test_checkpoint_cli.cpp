@@ -239,7 +239,7 @@ TEST(CheckpointCli, CorruptOrTruncatedCheckpointsFailNamingTheFileAndTensor) {
   const CliRun ok = run("checkpoint inspect " + good.string());
   EXPECT_EQ(ok.code, 0) << ok.out;
   EXPECT_NE(ok.out.find("valid"), std::string::npos) << ok.out;
-  EXPECT_NE(ok.out.find("conv1.w.m"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("cbr1.conv.w.m"), std::string::npos) << ok.out;
   const CliRun js = run("checkpoint inspect --json " + good.string());
   EXPECT_EQ(js.code, 0) << js.out;
   EXPECT_NE(js.out.find("\"valid\":true"), std::string::npos) << js.out;

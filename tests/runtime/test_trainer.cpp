@@ -402,11 +402,11 @@ TEST(Trainer, NoStepReadsInputsFeaturesOrTemporariesBeforeWritingThem) {
 }
 
 TEST(Trainer, CpuFusedPassesEqualThePlainParts) {
-  // The CPU's fused element-wise passes against every part run on its own (fuse_kernels off): FP32 plans have no fused
-  // layers, but the compiler plans the ReLU and the residual sum in place between plain nodes, which the CPU fuses
-  // (BN → ReLU, BN → ADD2 → ReLU with a projection shortcut's BN apply deferred into it, ReLU backward folded into the
-  // BN backward); AMP plans fuse inside their fused layers. Same weights, statistics, optimizer state and validation
-  // loss bit for bit, and every fused pass must have run.
+  // The CPU's fused element-wise passes against every part run on its own (fuse_kernels off), in FP32 and AMP plans
+  // alike: the compiler's passes inside the fused layers (BN → ReLU, BN → ADD2 → ReLU with a projection shortcut's
+  // BN apply deferred into it, ReLU backward folded into the BN backward, the residual sum folded into the end ReLU's
+  // backward). Same weights, statistics, optimizer state and validation loss bit for bit, and every fused pass must
+  // have run.
   const std::string data = synthetic(256, 64, 16, 3, 10);
   bp::BluePrint m;
   m.name = "tiny_res_cpu_fused";
@@ -435,14 +435,14 @@ TEST(Trainer, CpuFusedPassesEqualThePlainParts) {
     for (const char* k :
          {"FUSED:bn+relu", "FUSED:relu+bn backward", "FUSED:bn+add+relu", "FUSED:bn+bn+add+relu", "FUSED:bn-stats"})
       EXPECT_TRUE(on.count(k)) << tag << ": " << k << " did not run";
-    // AMP: the projection block's shortcut dgrad writes its own buffer, summed in the identity block's end ReLU
-    // backward (plan ADD_RELU_BWD); FP32 plans have no fused layers, so no such pass.
-    EXPECT_EQ(on.count("FUSED:sum+relu backward"), amp ? 1u : 0u) << tag;
+    // The projection block's shortcut dgrad writes its own buffer, summed in the identity block's end ReLU backward
+    // (plan ADD_RELU_BWD).
+    EXPECT_EQ(on.count("FUSED:sum+relu backward"), 1u) << tag;
     for (const std::string& k : off) EXPECT_EQ(k.rfind("FUSED:", 0), std::string::npos) << tag << ": " << k;
   }
-  // Near misses the matcher must leave alone: a BN output read by a ReLU and by an identity shortcut (the ReLU is not
-  // in place, its gradient is not the BN output's whole gradient), and a ReLU after a residual sum whose main branch
-  // ends in a BN (the ReLU's input is not that BN's output).
+  // Near misses outside any fused layer, which nothing may fuse (the runtime matches no addresses): a BN output read by
+  // a ReLU and by an identity shortcut (the ReLU is not in place, its gradient is not the BN output's whole gradient),
+  // and a ReLU after a residual sum whose main branch ends in a BN (the ReLU's input is not that BN's output).
   bp::BluePrint tricky;
   tricky.name = "tricky_cpu_fused";
   tricky.in_h = tricky.in_w = 16;

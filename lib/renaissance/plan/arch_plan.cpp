@@ -426,8 +426,6 @@ std::int64_t layer_forward_macs(const ArchLayer& l) {
 namespace steps {
 
 Layers expand_tree(const bp::BluePrint& model, const BuildOptions& opts) {
-  RN_CHECK_CTX(!opts.fuse || opts.amp, model.name,
-               "fuse without AMP is an error: fused layers exist only for FP16 (hint: add --amp or drop --fuse)");
   RN_CHECK_CTX(model.in_c > 0 && model.in_h > 0 && model.in_w > 0, model.name,
                "input must be positive H, W, C, got {}x{}x{}", model.in_h, model.in_w, model.in_c);
   Expander e{opts, {}};
@@ -715,7 +713,7 @@ ArchPlan ArchPlan::build(const bp::BluePrint& model, const BuildOptions& opts) {
     steps::normalize_flatten(L, plan.input, plan.amp);                     // 5 (needs shapes)
     if (plan.fuse) steps::merge_blocks(L);                                 // 7
     steps::quadruple_fusion(L);                                            // 8
-    if (plan.amp) steps::fuse_cbr(L);                                      // 9
+    steps::fuse_cbr(L);                                                    // 9
     steps::fuse_gap_fc(L);                                                 // 10
     steps::mark_first_layer(L);
     steps::infer_shapes(L, plan.input);  // re-check every fused layer's shape rule

@@ -46,7 +46,7 @@ struct ArchLayer {
 
 struct BuildOptions {
   bool amp = false;
-  bool fuse = false;  ///< AMP only: blocks become fused layers; fuse without AMP is an error
+  bool fuse = false;  ///< residual blocks become fused layers (Conv+BN+ReLU always does: CBR)
   std::int64_t num_classes = 0;  ///< 0: from the model's softmax_ce
   std::int64_t resolution = 0;   ///< 0: the BluePrint's input size
 };
@@ -107,7 +107,7 @@ void infer_shapes(Layers& layers, const Shape& input);
 void merge_blocks(Layers& layers);
 /// 8. Quadruple fusion (Conv+BN+ReLU+MaxPool): deliberately none; kept as a named step.
 void quadruple_fusion(Layers& layers);
-/// 9. AMP only: Conv+Bn2d+ReLU → CBR.
+/// 9. Conv+Bn2d+ReLU → CBR (FP32 and AMP).
 void fuse_cbr(Layers& layers);
 /// 10a. GAP + FC → GapFC.
 void fuse_gap_fc(Layers& layers);

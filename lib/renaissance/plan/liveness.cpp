@@ -15,8 +15,10 @@ std::vector<Phase> liveness_phases(const StepSchedule& schedule) {
     for (StepPhase p : phases)
       for (const ScheduleEntry& e : schedule.entries)
         if (e.phase == p && (slot < 0 || e.slot == slot) &&
-            std::find(ph.buckets.begin(), ph.buckets.end(), e.graph) == ph.buckets.end())
+            std::find(ph.buckets.begin(), ph.buckets.end(), e.graph) == ph.buckets.end()) {
           ph.buckets.push_back(e.graph);
+          ph.slots.push_back(slot < 0 ? e.slot : std::int8_t{-1});
+        }
     return ph;
   };
   std::vector<Phase> v;
@@ -63,8 +65,13 @@ struct Walker {
   }
   void touch(TensorId o, std::int32_t p) {
     auto& f = first[static_cast<std::size_t>(o)];
-    if (f == kUntouched) f = p;
-    last[static_cast<std::size_t>(o)] = p;
+    auto& l = last[static_cast<std::size_t>(o)];
+    if (f == kUntouched) {
+      f = l = p;
+      return;
+    }
+    f = std::min(f, p);  // a fused pass touches its operands after its parts
+    l = std::max(l, p);
   }
   // Plain nodes in execution order: a value read before anything wrote it in this phase comes from an earlier
   // replay, so its owner cannot give its bytes away.
@@ -104,11 +111,18 @@ struct Walker {
     if (n.type == NodeType::COMPUTE) order_check(n);
   }
   // One program point per plain node, in order; see the header for the two exceptions. A fused node's parts keep
-  // their points (the plain fallback, --sync-bn and profiled runs, executes them), and each fused pass touches all
-  // of its operands at the point of the part it runs at: a pass that reads the shortcut's input at the block's end
-  // keeps that input alive until then, and a value it never forms still has bytes for the plain parts.
+  // their points (the plain fallback, --sync-bn and profiled runs, executes them), and each fused pass touches its
+  // operands too: a value it never forms still has bytes for the plain parts.
+  //  - A pass over consecutive parts [first, last] (BN+ReLU, ReLU+BN backward, ...) is the only thing that runs over
+  //    those points in the fused program: its inputs are touched at first and last, its outputs at last. So an output
+  //    may take the bytes of a value only the replaced parts read (the ReLU backward's saved output under the BN
+  //    backward's dx), as the plain parts alone allow; the fused pass never reads that value.
+  //  - Any other pass (a deferred shortcut BN apply reaching back to the shortcut's statistics) touches all of its
+  //    operands at the point of the part it runs at: a pass that reads the shortcut's input at the block's end keeps
+  //    that input alive until then.
   void visit(const std::vector<Node>& seq, std::int32_t& next, const std::vector<FusedPass>* passes = nullptr) {
     const Node* prev = nullptr;
+    std::vector<std::int32_t> point_of(seq.size(), -1);
     for (std::size_t k = 0; k < seq.size(); ++k) {
       const Node& n = seq[k];
       if (!n.sub.empty()) {
@@ -118,14 +132,30 @@ struct Walker {
       }
       const bool with_prev = prev && runs_beside(prev->op, n.op);
       const std::int32_t point = with_prev ? next - 1 : next++;
+      point_of[k] = point;
       touch_node(n, point);
-      if (passes)
-        for (const FusedPass& f : *passes)
-          if (f.at == static_cast<std::int32_t>(k))
-            for (const auto* ops : {&f.inputs, &f.outputs})
-              for (const FusedOperand& o : *ops)
-                if (const TensorId ow = owner(o.id); ow != kNoTensor) touch(ow, point);
       prev = &n;
+    }
+    if (!passes) return;
+    auto touch_all = [&](const std::vector<FusedOperand>& ops, std::int32_t point) {
+      for (const FusedOperand& o : ops)
+        if (const TensorId ow = owner(o.id); ow != kNoTensor) touch(ow, point);
+    };
+    auto valid = [&](std::int32_t k) { return k >= 0 && static_cast<std::size_t>(k) < seq.size(); };
+    for (const FusedPass& f : *passes) {
+      if (!valid(f.at) || f.parts.empty()) continue;
+      const auto [lo, hi] = std::minmax_element(f.parts.begin(), f.parts.end());
+      const bool span = valid(*lo) && valid(*hi) && static_cast<std::size_t>(*hi - *lo + 1) == f.parts.size();
+      if (span) {
+        const std::int32_t first = point_of[static_cast<std::size_t>(*lo)], last = point_of[static_cast<std::size_t>(*hi)];
+        touch_all(f.inputs, first);
+        touch_all(f.inputs, last);
+        touch_all(f.outputs, last);
+      } else {
+        const std::int32_t point = point_of[static_cast<std::size_t>(f.at)];
+        touch_all(f.inputs, point);
+        touch_all(f.outputs, point);
+      }
     }
   }
 };
@@ -149,9 +179,28 @@ Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, c
     std::fill(w.first.begin(), w.first.end(), kUntouched);
     std::fill(w.last.begin(), w.last.end(), kUntouched);
     std::fill(w.written.begin(), w.written.end(), false);
-    for (GraphId g : ph.buckets) {
+    // A twin (slot 1 right after slot 0) starts over at its twin's first point, with what was written before it:
+    // a step replays one of the two.
+    std::int32_t twin_begin = p, twin_end = p;
+    std::vector<bool> written_before_twin, written_by_twin;
+    for (std::size_t i = 0; i < ph.buckets.size(); ++i) {
+      const GraphId g = ph.buckets[i];
       listed[ph.inference ? 1 : 0].insert(g);
+      const bool second = i > 0 && ph.slot_of(i) == 1 && ph.slot_of(i - 1) == 0;
+      if (second) {
+        twin_end = p;
+        written_by_twin = w.written;
+        p = twin_begin;
+        w.written = written_before_twin;
+      } else {
+        twin_begin = p;
+        written_before_twin = w.written;
+      }
       w.visit(graph.bucket(g), p);
+      if (second) {
+        p = std::max(p, twin_end);
+        for (std::size_t k = 0; k < w.written.size(); ++k) w.written[k] = w.written[k] || written_by_twin[k];
+      }
     }
     for (std::size_t id = 0; id < w.first.size(); ++id)
       if (w.first[id] != kUntouched) life[static_cast<TensorId>(id)].push_back(LiveInterval{w.first[id], w.last[id]});

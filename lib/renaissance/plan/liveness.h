@@ -16,11 +16,17 @@ namespace renaissance::plan {
 struct Phase {
   bool inference = false;  ///< buckets of the inference graph (else of the train graph)
   std::vector<GraphId> buckets;
+  /// Per bucket: 0 or 1, replayed only for the batch in input buffer A or B (ScheduleEntry::slot); -1 (or no entry):
+  /// for every batch. A slot-1 bucket right after a slot-0 bucket is its twin: a step replays one of the two, so the
+  /// analysis walks both over the same program points.
+  std::vector<std::int8_t> slots;
+  int slot_of(std::size_t i) const { return i < slots.size() ? slots[i] : -1; }
 };
 /// The phases of a run, read from the step schedule (plan/step_schedule.h), each bucket once per phase: the train
-/// step and the epoch end (where the step picks one of two buckets, the A or B input buffer, both are listed, so a
-/// replayed step is a subsequence of the phase and a lifetime measured on the phase contains the real one); then each
-/// validation batch per input buffer (its INF_* bucket and its ACCUM_METRICS_VAL_*), and the validation bookkeeping.
+/// step and the epoch end (where the step picks one of two buckets, the A or B input buffer, both are listed with
+/// their slots: twins share program points, so a lifetime measured on the phase contains the real one of either
+/// replay); then each validation batch per input buffer (its INF_* bucket and its ACCUM_METRICS_VAL_*), and the
+/// validation bookkeeping.
 /// TRANSFER entries run on their own stream: they are in no phase, so what they touch is pinned.
 std::vector<Phase> liveness_phases(const StepSchedule& schedule);
 /// liveness_phases(build_step_schedule()).
@@ -29,8 +35,10 @@ const std::vector<Phase>& replay_phases();
 struct Liveness {
   /// Every owner of pool bytes (F_FEATURE_*, F_GRAD_SLOT_*) -> the program points where it or one of its aliases is
   /// touched, one closed interval per phase that touches it. Program points number the plain nodes in replay
-  /// order (a FUSED_* node's parts one by one; where the compiler planned a fused pass (Node::fusions), the point of
-  /// the part it runs at also touches every operand of the pass), except that a layer's weight-
+  /// order (a FUSED_* node's parts one by one; where the compiler planned a fused pass (Node::fusions), it touches
+  /// its operands too: over consecutive parts its inputs at its first and last part and its outputs at its last,
+  /// otherwise all at the part it runs at; a B bucket right after its A twin (Phase::slots) reuses the twin's
+  /// points), except that a layer's weight-
   /// gradient node and the data-gradient node after it share one point: they may run on two streams at once
   /// (DESIGN §11, lever 3), so neither may write bytes the other still reads.
   std::map<TensorId, Lifetime> lifetimes;

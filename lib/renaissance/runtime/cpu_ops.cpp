@@ -34,10 +34,8 @@ namespace renaissance::runtime {
 using plan::OpKind;
 using plan::RangeOp;
 using fused_match::extent;
-using fused_match::is_float_feature;
 using fused_match::overlaps;
 using fused_match::same;
-using fused_match::touched_by_others;
 
 namespace {
 
@@ -256,10 +254,9 @@ void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const
 //   CONV_BWD_FILTER → CONV_BWD_DATA of one layer (plan::runs_beside: the GPU runs them on two streams)
 //                                        one parallel section over both passes' batch pieces (same bits; profiled
 //                                        runs keep the two calls, as the GPU keeps one stream when profiling)
-// FP32 plans have no fused layers, but the compiler plans the same in-place ReLU and residual sums between plain
-// nodes: fuse_plain_graph (KernelTable::fuse_graph) wraps such a capture's node list in one group, matched at
-// prepare time by tensor address (plan_fused: not yet a compiler decision), and checks against the whole graph what
-// addresses inside one capture cannot show (the tensors a fused pass never writes have no reader in other captures).
+// Nothing is fused by matching addresses: FP32 and AMP plans alike carry fused layers (CBR, the residual blocks) whose
+// passes the compiler planned. Between plain nodes only the convolution backward pair is grouped (pair_plain_convs,
+// KernelTable::fuse_graph), its operands checked at prepare time as a safety check.
 // Every fused pass rounds where the parts store (binary16 for AMP plans), so results equal the plain parts bit for bit;
 // ExecEnv::fuse_kernels = false runs every part on its own.
 
@@ -282,80 +279,10 @@ struct FusedProgram {
   }
 };
 
-/// What the address checks cannot see from inside one node list: whether a tensor a fused pass leaves unwritten is
-/// read elsewhere, and whether a ReLU gradient's mask may be recomputed from the BN before it. Always true inside the
-/// plan's own fused layers (their parts are the whole composition).
-struct FusionChecks {
-  std::function<bool(const ResolvedNode& shortcut_bn)> defer_shortcut = [](const ResolvedNode&) { return true; };
-  std::function<bool(const ResolvedNode& relu_bwd, const ResolvedNode& bn_bwd)> fold_relu_backward =
-      [](const ResolvedNode&, const ResolvedNode&) { return true; };
-};
-
 bool is_compute(const ResolvedNode& r) { return r.node->type == plan::NodeType::COMPUTE; }
 bool is_fused_kind(const ResolvedNode& r) {
   return is_compute(r) && (r.node->op == OpKind::FUSED_FWD || r.node->op == OpKind::FUSED_BWD ||
                            r.node->op == OpKind::FUSED_INFER);
-}
-
-/// Is the value in `v` read by a sub-node from `from` on, before later nodes overwrite all of it? Tracks which bytes
-/// still hold the value: a read of bytes some node has overwritten since reads that node's result (the memory plan
-/// reuses dead bytes, often only partly), an accumulating write reads the value. `writer`, when not null, is the node
-/// just before `from` that consumes `v`: its outputs count as overwrites (a BN backward writing dx over the ReLU
-/// gradient it read).
-bool read_later(const std::vector<ResolvedNode>& sub, const TensorView& v, int from,
-                const ResolvedNode* writer = nullptr) {
-  using Span = std::pair<const std::byte*, const std::byte*>;
-  std::vector<Span> live{extent(v)};
-  auto touches = [&](const std::byte* b0, const std::byte* b1) {
-    return std::any_of(live.begin(), live.end(), [&](const Span& l) { return l.first < b1 && b0 < l.second; });
-  };
-  auto overwrite = [&](const std::byte* b0, const std::byte* b1) {
-    std::vector<Span> rest;
-    for (const Span& l : live) {
-      if (!(l.first < b1 && b0 < l.second)) {
-        rest.push_back(l);
-        continue;
-      }
-      if (l.first < b0) rest.emplace_back(l.first, b0);
-      if (b1 < l.second) rest.emplace_back(b1, l.second);
-    }
-    live.swap(rest);
-  };
-  // One node: its reads of live bytes (accumulating writes read too), then its writes; a fused node's parts in order
-  // (its own lists hold the intermediates it writes before reading them).
-  std::function<bool(const ResolvedNode&)> step = [&](const ResolvedNode& r) {
-    if (!r.sub.empty()) {
-      for (const ResolvedNode& p : r.sub)
-        if (step(p)) return true;
-      return false;
-    }
-    for (const TensorView& t : r.in) {
-      if (!t.ptr) continue;
-      const auto [t0, t1] = extent(t);
-      if (touches(t0, t1)) return true;
-    }
-    for (const RangeView& rg : r.in_ranges)
-      if (touches(rg.ptr, rg.ptr + rg.bytes)) return true;
-    for (const TensorView& t : r.out) {
-      if (!t.ptr) continue;
-      const auto [t0, t1] = extent(t);
-      if (r.node->accumulate && touches(t0, t1)) return true;
-      overwrite(t0, t1);
-    }
-    for (const RangeView& rg : r.out_ranges) overwrite(rg.ptr, rg.ptr + rg.bytes);
-    return false;
-  };
-  if (writer) {  // its reads are the fused pass's own
-    for (const TensorView& t : writer->out) {
-      if (!t.ptr) continue;
-      const auto [t0, t1] = extent(t);
-      if (writer->node->accumulate && touches(t0, t1)) return true;
-      overwrite(t0, t1);
-    }
-  }
-  for (std::size_t i = static_cast<std::size_t>(from); i < sub.size() && !live.empty(); ++i)
-    if (step(sub[i])) return true;
-  return false;
 }
 
 /// A layer's weight-gradient pass at i and its data-gradient pass at i + 1 (plan::runs_beside), neither writing what
@@ -387,105 +314,22 @@ FusedStep conv_pair_step(int i) {
   return s;
 }
 
-/// The address matcher for groups of plain nodes (fuse_plain_graph: FP32 plans, which have no fused layers).
-FusedProgram plan_fused(const std::vector<ResolvedNode>& sub, bool fuse, const FusionChecks& checks = {}) {
+/// A capture's plain nodes (outside the plan's fused layers) with each layer's weight- and data-gradient pair as one
+/// section: the plan puts them side by side (plan::runs_beside, the GPU's two streams); no element-wise fusion is
+/// decided here (that is the compiler's, plan/fusion.cpp).
+FusedProgram plan_conv_pairs(const std::vector<ResolvedNode>& sub) {
   FusedProgram prog;
-  const auto n = static_cast<int>(sub.size());
-  auto op = [&](int i) {
-    return i >= 0 && i < n && is_compute(sub[static_cast<std::size_t>(i)]) ? sub[static_cast<std::size_t>(i)].node->op
-                                                                           : OpKind::COUNT;
-  };
-  auto at = [&](int i) -> const ResolvedNode& { return sub[static_cast<std::size_t>(i)]; };
-  auto plain = [&](int i) {
-    FusedStep s;
-    s.node = i;
-    s.label = is_compute(at(i)) ? plan::op_kind_name(op(i)) : plan::range_op_name(at(i).node->range_op);
-    return s;
-  };
-  // In-place ReLU on y at i (forward).
-  auto relu_in_place = [&](int i, const TensorView& y) {
-    return op(i) == OpKind::RELU_FWD && !at(i).node->accumulate && same(at(i).in[0], y) && same(at(i).out[0], y);
-  };
-  for (int i = 0; i < n; ++i) {
-    const OpKind k = op(i);
-    if (fuse && (k == OpKind::BN_FWD_TRAIN || k == OpKind::BN_FWD_INFER || k == OpKind::BN_APPLY) &&
-        !at(i).node->accumulate && is_float_feature(at(i).out[0]) && !overlaps(at(i).in[0], at(i).out[0])) {
-      const TensorView& y = at(i).out[0];
-      if (relu_in_place(i + 1, y)) {
-        FusedStep s;
-        s.kind = FusedStep::kApply;
-        s.node = i;
-        s.relu = i + 1;
-        s.label = k == OpKind::BN_APPLY ? ops::fused_kind_label(ops::FusedKind::BN_RELU_RECOMPUTE) : "FUSED:bn+relu";
-        prog.steps.push_back(s);
-        ++i;
-        continue;
-      }
-      if (k != OpKind::BN_APPLY && op(i + 1) == OpKind::ADD2_FWD && !at(i + 1).node->accumulate && same(at(i + 1).out[0], y) &&
-          (same(at(i + 1).in[0], y) || same(at(i + 1).in[1], y))) {
-        const bool relu = relu_in_place(i + 2, y);  // none after an inverted residual's add
-        FusedStep s;
-        s.kind = FusedStep::kApply;
-        s.node = i;
-        s.add = i + 1;
-        s.relu = relu ? i + 2 : -1;
-        s.label = relu ? "FUSED:bn+add+relu" : "FUSED:bn+add";
-        const TensorView& sc = same(at(i + 1).in[0], y) ? at(i + 1).in[1] : at(i + 1).in[0];
-        // The shortcut is an earlier BN's output of the same kind, read by nothing but this ADD2, whose input
-        // nothing overwrites in between: defer that BN's apply into this pass.
-        for (int j = 0; j < i; ++j) {
-          if (op(j) != k || !same(at(j).out[0], sc) || at(j).node->accumulate || prog.steps.empty()) continue;
-          auto it = std::find_if(prog.steps.begin(), prog.steps.end(),
-                                 [&](const FusedStep& st) { return st.kind == FusedStep::kPlain && st.node == j; });
-          if (it == prog.steps.end()) continue;
-          if (overlaps(at(j).in[0], at(j).out[0]) || overlaps(at(j).in[0], y)) continue;
-          // Between its BN and the ADD2 nothing else reads it, nor after the ADD2 before its bytes are rewritten.
-          if (touched_by_others(sub, sc, {}, true, false, static_cast<std::size_t>(j) + 1, static_cast<std::size_t>(i) + 1) ||
-              read_later(sub, sc, i + 2, &at(i + 1)))
-            continue;
-          if (touched_by_others(sub, at(j).in[0], {}, false, true, static_cast<std::size_t>(j) + 1,
-                                static_cast<std::size_t>(i) + 2))
-            continue;
-          if (!checks.defer_shortcut(at(j))) continue;
-          if (k == OpKind::BN_FWD_TRAIN) {
-            it->kind = FusedStep::kStats;
-            it->label = "FUSED:bn-stats";
-            it->stats_slot = s.stats_slot = static_cast<int>(prog.means.size());
-            prog.means.emplace_back();
-          } else {
-            prog.steps.erase(it);  // inference: the apply needs nothing computed earlier
-          }
-          s.shortcut_bn = j;
-          s.label = relu ? "FUSED:bn+bn+add+relu" : "FUSED:bn+bn+add";
-          break;
-        }
-        prog.steps.push_back(s);
-        i += relu ? 2 : 1;
-        continue;
-      }
-    }
-    // The two run as one pass, so the ReLU's dy is still read while the BN's dx is written: the plan lets dx reuse
-    // the bytes of dy (dy's life ends at the ReLU, dx's begins at the BN), which a pass over both may only do in
-    // place, element for element, never shifted.
-    if (fuse && k == OpKind::RELU_BWD && op(i + 1) == OpKind::BN_BWD && !at(i).node->accumulate &&
-        at(i + 1).in.size() > 5 && same(at(i + 1).in[1], at(i).out[0]) && !overlaps(at(i).in[1], at(i + 1).in[0]) &&
-        (!overlaps(at(i).in[1], at(i + 1).out[0]) || same(at(i).in[1], at(i + 1).out[0])) &&
-        !read_later(sub, at(i).out[0], i + 2, &at(i + 1)) && checks.fold_relu_backward(at(i), at(i + 1))) {
-      FusedStep s;
-      s.kind = FusedStep::kBnReluBwd;
-      s.node = i + 1;
-      s.relu = i;
-      s.label = "FUSED:relu+bn backward";
-      prog.steps.push_back(s);
-      ++i;
-      continue;
-    }
-    if (fuse && conv_bwd_pair(sub, i)) {
+  for (int i = 0; i < static_cast<int>(sub.size()); ++i) {
+    if (conv_bwd_pair(sub, i)) {
       prog.steps.push_back(conv_pair_step(i));
       ++i;
       continue;
     }
-    prog.steps.push_back(plain(i));
+    FusedStep s;
+    s.node = i;
+    const ResolvedNode& r = sub[static_cast<std::size_t>(i)];
+    s.label = is_compute(r) ? plan::op_kind_name(r.node->op) : plan::range_op_name(r.node->range_op);
+    prog.steps.push_back(s);
   }
   return prog;
 }
@@ -695,77 +539,17 @@ void run_fused(const ResolvedNode& r, ExecEnv& env) {
 }
 
 void prepare_fused(ResolvedNode& r, ExecEnv& env) {
-  if (r.state) return;  // a group of plain nodes: fuse_plain_graph planned it with the whole graph in view
+  if (r.state) return;  // a group of plain nodes: pair_plain_convs planned it
   r.state = std::make_shared<FusedProgram>(program_of(r, env.fuse_kernels && !sync_bn(env)));
 }
 
-/// The plan-level checks for a group of plain nodes (FusionChecks), from the whole graph the capture comes from
-/// (`self`: its bucket). By tensor id, so by value: a tensor that reuses dead bytes is another id.
-FusionChecks plain_graph_checks(const plan::CompiledPlan& plan, const plan::ComputationGraph& graph, int self) {
-  struct Usage {
-    std::map<TensorId, int> reads, writes;
-  };
-  auto use = std::make_shared<std::vector<Usage>>(static_cast<std::size_t>(plan::kGraphIds));
-  // layer index → the buckets whose BN_FWD_TRAIN of that layer writes which output (A/B buckets repeat a layer)
-  auto bn_forward = std::make_shared<std::multimap<int, std::pair<int, TensorId>>>();
-  for (int g = 0; g < plan::kGraphIds; ++g) {
-    Usage& u = (*use)[static_cast<std::size_t>(g)];
-    std::function<void(const plan::Node&)> walk = [&](const plan::Node& n) {
-      if (n.type == plan::NodeType::COMPUTE) {
-        for (TensorId t : n.inputs) ++u.reads[t];
-        for (TensorId t : n.outputs) ++u.writes[t];
-        if (n.op == OpKind::BN_FWD_TRAIN && !n.outputs.empty()) bn_forward->emplace(n.layer_index, std::make_pair(g, n.outputs[0]));
-      }
-      for (const plan::Node& s : n.sub) walk(s);
-    };
-    for (const plan::Node& n : graph.bucket(static_cast<plan::GraphId>(g))) walk(n);
-  }
-  // In bucket g exactly one node reads t, and no other bucket reads t without writing it itself (A/B twins of a
-  // bucket, or the EMA weights' inference, produce their own values under the same ids).
-  auto read_once = [use](TensorId t, int g) {
-    const auto& mine = (*use)[static_cast<std::size_t>(g)].reads;
-    const auto it = mine.find(t);
-    if (it == mine.end() || it->second != 1) return false;
-    for (int h = 0; h < plan::kGraphIds; ++h)
-      if (h != g && (*use)[static_cast<std::size_t>(h)].reads.count(t) && !(*use)[static_cast<std::size_t>(h)].writes.count(t))
-        return false;
-    return true;
-  };
-  const auto* layers = &plan.arch.layers;
-  FusionChecks c;
-  // A deferred shortcut BN's output is never written: nothing but the ADD2 may read it.
-  c.defer_shortcut = [read_once, self](const ResolvedNode& bn) {
-    return self >= 0 && !bn.node->outputs.empty() && read_once(bn.node->outputs[0], self);
-  };
-  // The mask is the BN output's sign only when the ReLU is the layer right after the BN (no residual sum between),
-  // and the ReLU gradient is that BN output's whole gradient only when the ReLU is its one reader.
-  c.fold_relu_backward = [layers, bn_forward, read_once](const ResolvedNode& relu, const ResolvedNode& bn) {
-    const int lr = relu.node->layer_index, lb = bn.node->layer_index;
-    if (lb < 0 || lr != lb + 1 || static_cast<std::size_t>(lr) >= layers->size()) return false;
-    const plan::LayerKind kb = (*layers)[static_cast<std::size_t>(lb)].kind;
-    if ((*layers)[static_cast<std::size_t>(lr)].kind != plan::LayerKind::Relu ||
-        (kb != plan::LayerKind::Bn2d && kb != plan::LayerKind::Bn1d))
-      return false;
-    const auto [from, to] = bn_forward->equal_range(lb);
-    if (from == to) return false;
-    for (auto it = from; it != to; ++it)
-      if (!read_once(it->second.second, it->second.first)) return false;
-    return true;
-  };
-  return c;
-}
-
-/// KernelTable::fuse_graph of the CPU: when a capture's plain nodes hold fusable tails, the whole list becomes one
-/// group node (FUSED_FWD, owned by the ResolvedNode) whose program fuses them; otherwise the list stays as it is.
-void fuse_plain_graph(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns, const plan::CompiledPlan& plan,
-                      const plan::ComputationGraph& graph, ExecEnv& env) {
-  if (!env.fuse_kernels || sync_bn(env) || nodes.size() < 2) return;
-  int self = -1;  // the bucket these nodes were resolved from
-  for (int g = 0; g < plan::kGraphIds && self < 0; ++g) {
-    const auto& b = graph.bucket(static_cast<plan::GraphId>(g));
-    if (!b.empty() && nodes.front().node >= b.data() && nodes.front().node < b.data() + b.size()) self = g;
-  }
-  auto prog = std::make_shared<FusedProgram>(plan_fused(nodes, true, plain_graph_checks(plan, graph, self)));
+/// KernelTable::fuse_graph of the CPU: when a capture's plain nodes hold a convolution's two backward passes side by
+/// side, the whole list becomes one group node (FUSED_FWD, owned by the ResolvedNode) that runs each pair as one
+/// section; otherwise the list stays as it is.
+void pair_plain_convs(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns, const plan::CompiledPlan&,
+                      const plan::ComputationGraph&, ExecEnv& env) {
+  if (!env.fuse_kernels || nodes.size() < 2) return;
+  auto prog = std::make_shared<FusedProgram>(plan_conv_pairs(nodes));
   if (!prog->fused()) return;
   auto group = std::make_shared<plan::Node>();
   group->type = plan::NodeType::COMPUTE;
@@ -993,8 +777,8 @@ void register_compute(KernelTable& t) {
                   cpu::accumulate_metrics(logits, r.in[1].as<const std::int32_t>(), s.n, s.per_sample(), 0.0f, result,
                                           r.out[1].as<std::int32_t>());
                 }));
-  // Fused kinds (and the CPU's own groups of plain nodes, fuse_plain_graph): the parts in order, with the element-wise
-  // tails matched at prepare time running as fused passes.
+  // Fused kinds (and the CPU's own groups of plain nodes, pair_plain_convs): the parts in order, the compiler's fused
+  // passes in place of the parts they replace.
   for (OpKind k : {OpKind::FUSED_FWD, OpKind::FUSED_BWD, OpKind::FUSED_INFER}) t.add_compute(k, run_fused, prepare_fused);
 }
 
@@ -1143,7 +927,7 @@ void register_cpu_ops(KernelTable& t) {
   t.backend = Backend::CPU;
   register_compute(t);
   register_range(t);
-  t.set_fuse_graph(fuse_plain_graph);
+  t.set_fuse_graph(pair_plain_convs);
 }
 
 }  // namespace renaissance::runtime

@@ -97,9 +97,9 @@ struct ExecEnv {
   /// (TrainOptions::own_kernels).
   int own_kernels = 1;
   bool sync_bn = false;  ///< BN training statistics over all ranks' samples (--sync-bn; CPU and GPU ranks)
-  /// Fused layers run their element-wise work as fused kernels (BN-apply + residual add + ReLU in one pass, the ReLU
-  /// backward folded into the BN backward); the CPU also fuses those tails between plain nodes (FP32 plans). Off:
-  /// every part runs as its own kernel (for comparisons; the same bits).
+  /// Fused layers run their element-wise work as the compiler's fused passes (BN-apply + residual add + ReLU in one
+  /// pass, the ReLU backward folded into the BN backward), FP32 and AMP plans alike. Off: every part runs as its own
+  /// kernel (for comparisons; the same bits).
   bool fuse_kernels = true;
   OpTimer* timer = nullptr;           ///< set only while profiling, never during a capture
   ComputeStreams* streams = nullptr;  ///< GPU: the weight-gradient stream; null: everything in order on `stream`

@@ -31,7 +31,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   const double t_start = now_s();
   plan::BuildOptions bo;
   bo.amp = opts.amp;
-  bo.fuse = opts.amp && opts.fuse;
+  bo.fuse = opts.fuse;
   plan::TrainConfig cfg;
   // Data-parallel: each rank's plan is compiled for its share of every global batch (sharding.h).
   const int world = opts.comm ? opts.comm->world_size() : 1;

@@ -46,7 +46,7 @@ struct TrainOptions {
   bool ema = false;
   double ema_decay = 0.999;
   bool amp = false;
-  bool fuse = true;  ///< with amp
+  bool fuse = true;  ///< residual blocks as fused layers (plan::BuildOptions::fuse)
   std::uint64_t seed = 0;
   std::int64_t max_steps = -1;  ///< stop after this many optimizer steps (-1: all epochs)
   Augmentation augmentation;
@@ -70,8 +70,8 @@ struct TrainOptions {
   std::int64_t loss_scale_interval = 2000;
   bool validate = true;
   bool reuse_memory = true;  ///< plan features and gradients by liveness (plan::TrainConfig::reuse_memory)
-  /// Fused element-wise passes (ExecEnv::fuse_kernels): GPU, for fused layers; CPU, for fused layers and the same
-  /// tails between plain nodes. Off: every part runs on its own (same bits, for comparisons).
+  /// Fused element-wise passes (ExecEnv::fuse_kernels): the compiler's passes in fused layers, both backends. Off:
+  /// every part runs on its own (same bits, for comparisons).
   bool fuse_kernels = true;
   /// plan::TrainConfig::fold_residual_sums: residual joins' second data gradient written on its own (beta = 0), the
   /// sum folded into the consumer's ReLU backward. Off: that dgrad accumulates (the order of the plain-layer plan).

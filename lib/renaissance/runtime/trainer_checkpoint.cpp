@@ -233,8 +233,8 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
   const bool same_optimizer = !weights_only && s.optimizer == plan::optimizer_name(o.optimizer);
 
   // 1. Match every tensor before touching the arena (a failed load changes nothing); the first mismatch, in plan
-  //    order, is named. By name; across AMP settings, whose fused layers have other names (cbr1.conv.w for
-  //    conv1.w), by position within each group (the file keeps the writer's plan order) when that fits exactly.
+  //    order, is named. By name; where fused layers have other names (cbr1.conv.w for conv1.w: across AMP
+  //    settings or fusion), by position within each group (the file keeps the writer's plan order) when that fits exactly.
   struct Load {
     const DTensor* t;
     const io::NamedTensor* src;
@@ -303,12 +303,14 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
   };
   const std::string by_name = resolve(false);
   if (!by_name.empty()) {
-    // Only an AMP plan fuses layers (and renames their tensors): elsewhere a name mismatch is another model.
-    const bool fused_names = s.amp || o.amp;
+    // Fused layers rename their tensors (cbr1.conv.w for conv1.w): across AMP settings (an AMP plan pads the first
+    // conv), and for the same model written with other fusion (a file from before FP32 plans fused Conv+BN+ReLU).
+    // Elsewhere a name mismatch is another model.
+    const bool fused_names = s.amp || o.amp || s.model == model;
     RN_CHECK_CTX(fused_names && resolve(true).empty(), path, "{}", by_name);
     if (!weights_only && !loads.empty())
       warn(
-          fmt::format("tensor names differ (AMP fuses layers): matched by position within each group, e.g. /{}/{} "
+          fmt::format("tensor names differ (fused layers): matched by position within each group, e.g. /{}/{} "
                       "as {}",
                       loads.front().src->group, loads.front().src->name, loads.front().t->name));
   }
