@@ -58,7 +58,7 @@ struct TrainCli {
   std::string decode = "auto";
   std::string fused_kernels = "on";
   std::string recompute = "off";
-  std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else on
+  std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else off
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
   double comm_timeout = 0;
@@ -458,8 +458,9 @@ void register_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
   cmd->add_option("--cpu-winograd", c->cpu_winograd,
-                  "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512, a "
-                  "larger rounding error; off: the direct kernels only; default: RENAISSANCE_CPU_WINOGRAD, else on)")
+                  "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512; "
+                  "gradients ~1e-2 from the direct kernels' in training; off: the direct kernels only; default: "
+                  "RENAISSANCE_CPU_WINOGRAD, else off)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_flag("--sync-bn", c->t.sync_bn,
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks)");

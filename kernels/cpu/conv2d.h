@@ -37,11 +37,12 @@ bool onednn_available();
 
 /// oneDNN's Winograd F(4x4, 3x3) kernels for the 3×3 stride-1 pad-1 layers of 16k channels (AVX-512 only; the forward
 /// and dx on maps of at least 7×7, the weight gradient on any): a quarter of the multiplications, at a larger
-/// rounding error than the direct kernels (forward and dx within ~1e-5, dW ~1e-4 of 1 + |ref| against ~1e-5 and 2e-5;
-/// ~1-2e-6 of the largest output against ~2-4e-7: docs/kernels-cpu.md "Winograd"). On by default where
-/// conv2d_winograd_available(), the faster choice there; off is the strict setting (the direct kernels everywhere,
-/// like the GPU's default FP32, which admits no Winograd engine). Read when a plan is made; the initial value is on
-/// unless RENAISSANCE_CPU_WINOGRAD is off/0; `train`/`bench --cpu-winograd on|off` set it.
+/// rounding error than the direct kernels: ~1-2e-6 of the largest output on zero-mean random data, but in training,
+/// where its forward feeds a batch norm, step-1 gradients ~1e-2 of the largest from PyTorch's FP32 (the CPU golden
+/// tiny_resnet_fp32, against 4.9e-6 with the direct kernels: docs/kernels-cpu.md "Winograd"). Off by default (the
+/// strict setting, like the GPU's FP32, which admits no Winograd engine); on where speed matters more. Read when a
+/// plan is made; the initial value is off unless RENAISSANCE_CPU_WINOGRAD is on/1; `train`/`bench --cpu-winograd
+/// on|off` set it.
 void set_conv2d_winograd(bool on);
 bool conv2d_winograd();
 /// Whether plans can take the Winograd kernels here: built with oneDNN and its CPU ISA is AVX-512 (avx512_core).

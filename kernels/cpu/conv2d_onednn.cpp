@@ -52,7 +52,7 @@ namespace {
 std::atomic<bool>& winograd_setting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("RENAISSANCE_CPU_WINOGRAD");
-    return !(v && (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0));
+    return v && (std::strcmp(v, "on") == 0 || std::strcmp(v, "1") == 0);
   }()};
   return on;
 }
