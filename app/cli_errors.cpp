@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <exception>
+#include <string>
 
 namespace renaissance::app {
 
@@ -131,6 +134,35 @@ std::string usage_error_text(const CLI::App& app, const std::vector<std::string>
     what = fmt::format("unknown option{} {}", unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", "));
   hints.push_back(fmt::format("run '{} --help' for its options", path));
   return fmt::format("{}: error: {}: {}\n{}\n", prog, level->get_name(), what, fmt::join(hints, "\n"));
+}
+
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::size_t used = 0;
+        double value = 0.0;
+        try {
+          value = std::stod(text, &used);
+        } catch (const std::exception&) {
+          return "'" + text + "' is not a size (a number with an optional unit: B, KiB, MiB, GiB, TiB)";
+        }
+        std::string unit = text.substr(used);
+        for (char& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        double scale = 0.0;
+        if (unit.empty() || unit == "b") scale = 1.0;
+        else if (unit == "k" || unit == "kib") scale = 1024.0;
+        else if (unit == "m" || unit == "mib") scale = 1024.0 * 1024.0;
+        else if (unit == "g" || unit == "gib") scale = 1024.0 * 1024.0 * 1024.0;
+        else if (unit == "t" || unit == "tib") scale = 1024.0 * 1024.0 * 1024.0 * 1024.0;
+        else
+          return "'" + text + "': unknown unit '" + text.substr(used) + "' (B, KiB, MiB, GiB or TiB)";
+        const double bytes = std::floor(value * scale);
+        if (!(bytes >= 1.0) || bytes > 4.611686018427388e18)
+          return "'" + text + "' is not a size from 1 byte to 2^62 bytes";
+        text = std::to_string(static_cast<long long>(bytes));
+        return {};
+      },
+      "SIZE");
 }
 
 }  // namespace renaissance::app

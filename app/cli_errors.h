@@ -24,4 +24,9 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
 /// error `e`: "renaissance: error: <what>", then "did you mean ...?" lines and where to find the options.
 std::string usage_error_text(const CLI::App& app, const std::vector<std::string>& args, const CLI::ParseError& e);
 
+/// A size in bytes as users write it: a number (decimals allowed) with an optional binary unit, B, K/KiB, M/MiB,
+/// G/GiB or T/TiB (any case; 1 KiB = 1024 B): "5.75GiB", "900MiB", "1048576". Rewrites the value to whole bytes
+/// (rounded down); anything else, zero or more than 2^62 bytes is a usage error naming the option.
+CLI::Validator byte_size();
+
 }  // namespace renaissance::app

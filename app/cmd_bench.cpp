@@ -1,4 +1,5 @@
 // `renaissance bench`: training-step throughput on synthetic data (N warm-up + M timed steps).
+#include "cli_errors.h"
 #include "commands.h"
 #include "gpu_options.h"
 #include "json_writer.h"
@@ -39,6 +40,7 @@ struct BenchCli {
   std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else off
   std::string fold_residual_sums = "on";
   std::string recompute = "off";
+  std::int64_t recompute_budget = 0;
   std::string streams = "on";
   std::string device = "auto";
   std::string optimizer = "momentum";
@@ -118,18 +120,21 @@ void run_bench(const BenchCli& c) {
   t.fuse_kernels = c.fused_kernels == "on";
   t.fold_residual_sums = c.fold_residual_sums == "on";
   t.recompute_bn_relu = c.recompute == "bn-relu";
+  t.recompute_budget_bytes = c.recompute_budget;
   t.concurrent_streams = c.streams == "on";
   c.gpu.apply(t, "");
   runtime::BenchResult r;
   runtime::ProfileResult prof;
   runtime::StartupTimes startup;
   std::int64_t device_used = -1;
+  int recomputed = 0;  // values the plan recomputes (--recompute bn-relu, within --recompute-budget)
   const auto t_start = std::chrono::steady_clock::now();
   double startup_s = 0;
   {
     runtime::Trainer trainer(bp, t);
     startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     startup = trainer.startup();
+    if (t.recompute_bn_relu) recomputed = trainer.plan().config.recompute_limit;
     r = trainer.benchmark(c.warmup, c.steps, c.graphs == "on");
     // Everything is allocated at start-up, so what is in use now is the peak: arena, workspace, library state.
     if (t.backend == runtime::Backend::CUDA) {
@@ -152,6 +157,7 @@ void run_bench(const BenchCli& c) {
     j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
     j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", c.streams == "on");
     j.kv("fold_residual_sums", c.fold_residual_sums == "on").kv("recompute", c.recompute);
+    j.kv("recompute_budget_bytes", c.recompute_budget).kv("recomputed", recomputed);
     if (t.backend == runtime::Backend::CPU)
       j.kv("cpu_winograd", runtime::cpu_winograd()).kv("cpu_vector_isa", runtime::cpu_vector_isa());
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
@@ -244,6 +250,10 @@ void register_bench_command(CLI::App& app) {
                   "memory, one element-wise pass each); off: keep them")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
+  cmd->add_option("--recompute-budget", c->recompute_budget, "with --recompute bn-relu: recompute only as many BN -> ReLU outputs (in forward order) as bring the plan's "
+                  "arena within this size (e.g. 5.5GiB, 900MiB, bytes; 1 KiB = 1024 B), keeping the rest; default: "
+                  "recompute all")
+      ->transform(byte_size());
   cmd->add_option("--streams", c->streams,
                   "GPU: on: weight gradients on a second compute stream beside data gradients; off: one stream")
       ->capture_default_str()

@@ -1,4 +1,5 @@
 // `renaissance plan`: compile a model and show the fused layer table, the region map and the totals.
+#include "cli_errors.h"
 #include "commands.h"
 #include "json_writer.h"
 #include "model_options.h"
@@ -32,6 +33,7 @@ struct PlanOptions {
   bool nodes = false;
   std::string fused_kernels = "on";
   std::string recompute = "off";
+  std::int64_t recompute_budget = 0;
   bool yaml = false;
   bool json = false;
 };
@@ -79,6 +81,12 @@ void print_text(const plan::CompiledPlan& p) {
   fmt::print("Activation pool (F_*): {} ({} bytes); its tensors' slots sum to {}; most live at once {}; reuse {}\n",
              human_bytes(m.pool_range().bytes), m.pool_range().bytes, human_bytes(m.pool_slot_bytes()),
              human_bytes(m.pool_peak_live_bytes()), m.reuses_memory() ? "on" : "off");
+  if (p.config.recompute_bn_relu)
+    fmt::print("Recomputed: {} BN -> ReLU outputs{}\n", p.config.recompute_limit,
+               p.config.recompute_budget_bytes > 0
+                   ? fmt::format(" (the fewest that keep the arena within --recompute-budget {})",
+                                 human_bytes(p.config.recompute_budget_bytes))
+                   : std::string());
   fmt::print("Graphs: train {} nodes, inference {} nodes   Plan hash: {:016x}\n", p.train.node_count(),
              p.inference.node_count(), p.hash);
 }
@@ -249,6 +257,8 @@ void print_json(const plan::CompiledPlan& p, double build_s, double compile_s) {
   j.kv("model", a.model_name).kv("parameters", a.parameter_count());
   j.kv("gmacs", static_cast<double>(a.forward_macs()) / 1e9).kv("macs", a.forward_macs());
   j.kv("arena_bytes", p.arena_bytes()).kv("amp", a.amp).kv("fuse", a.fuse).kv("num_classes", a.num_classes);
+  j.kv("recomputed", p.config.recompute_bn_relu ? p.config.recompute_limit : 0)
+      .kv("recompute_budget_bytes", p.config.recompute_budget_bytes);
   j.kv("optimizer", plan::optimizer_name(p.config.optimizer)).kv("ema", p.config.ema);
   j.kv("hash", fmt::format("{:016x}", p.hash));
   const plan::MemoryPlan& m = p.memory[0];
@@ -321,6 +331,10 @@ void register_plan_command(CLI::App& app) {
                   "memory, one more element-wise pass each); off: keep them")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
+  cmd->add_option("--recompute-budget", opt->recompute_budget, "with --recompute bn-relu: recompute only as many BN -> ReLU outputs (in forward order) as bring the plan's "
+                  "arena within this size (e.g. 5.5GiB, 900MiB, bytes; 1 KiB = 1024 B), keeping the rest; default: "
+                  "recompute all")
+      ->transform(byte_size());
   cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
   cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {
@@ -347,6 +361,7 @@ void register_plan_command(CLI::App& app) {
     opt->cfg.reuse_memory = !opt->no_reuse;
     opt->cfg.fuse_kernels = opt->fused_kernels == "on";
     opt->cfg.recompute_bn_relu = opt->recompute == "bn-relu";
+    opt->cfg.recompute_budget_bytes = opt->recompute_budget;
     const auto t1 = Clock::now();
     const plan::CompiledPlan compiled = plan::Compiler::compile(arch, opt->cfg);
     const double build_s = std::chrono::duration<double>(t1 - t0).count();

@@ -1,5 +1,6 @@
 // `renaissance train`: train a model on an HDF5 dataset through the static plan.
 #include "checkpoint_options.h"
+#include "cli_errors.h"
 #include "commands.h"
 #include "gpu_options.h"
 #include "json_writer.h"
@@ -58,6 +59,7 @@ struct TrainCli {
   std::string decode = "auto";
   std::string fused_kernels = "on";
   std::string recompute = "off";
+  std::int64_t recompute_budget = 0;
   std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else off
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
@@ -167,6 +169,7 @@ void run_train(TrainCli& c) {
   if (!c.cpu_winograd.empty()) runtime::set_cpu_winograd(c.cpu_winograd == "on");
   c.t.fuse_kernels = c.fused_kernels == "on";
   c.t.recompute_bn_relu = c.recompute == "bn-relu";
+  c.t.recompute_budget_bytes = c.recompute_budget;
   RN_CHECK(c.t.epochs >= 1, "--epochs must be >= 1, got {}", c.t.epochs);
   RN_CHECK(c.t.batch >= 1, "--batch must be >= 1, got {}", c.t.batch);
   // The model and the checkpoint options first: a bad one stops the run before the default data set is imported.
@@ -457,6 +460,10 @@ void register_train_command(CLI::App& app) {
                   "each, the same results bit for bit); off: keep them")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
+  cmd->add_option("--recompute-budget", c->recompute_budget, "with --recompute bn-relu: recompute only as many BN -> ReLU outputs (in forward order) as bring the plan's "
+                  "arena within this size (e.g. 5.5GiB, 900MiB, bytes; 1 KiB = 1024 B), keeping the rest; default: "
+                  "recompute all")
+      ->transform(byte_size());
   cmd->add_option("--cpu-winograd", c->cpu_winograd,
                   "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512; "
                   "gradients ~1e-2 from the direct kernels' in training; off: the direct kernels only; default: "

@@ -256,7 +256,29 @@ TEST(CliPlan, RecomputeShrinksTheArenaAndShowsItsPasses) {
     const Result bad = run(cmd + " --recompute all");
     EXPECT_EQ(bad.code, 2) << cmd;
     expect_contains(bad.err, "--recompute: all not in {off,bn-relu}");
+    // --recompute-budget: a size with a binary unit; a bad size is a usage error naming it, a budget without
+    // recomputation an error before any work
+    const Result unit = run(cmd + " --recompute bn-relu --recompute-budget 5XB");
+    EXPECT_EQ(unit.code, 2) << cmd;
+    expect_contains(unit.err, "--recompute-budget: '5XB': unknown unit 'XB'");
+    const Result neg = run(cmd + " --recompute bn-relu --recompute-budget -1G");
+    EXPECT_EQ(neg.code, 2) << cmd;
+    const Result alone = run(cmd + " --recompute-budget 1GiB");
+    EXPECT_EQ(alone.code, 1) << cmd << alone.err;
+    expect_contains(alone.err, "needs recomputation on (--recompute bn-relu)");
   }
+  // Within a budget: the fewest recomputed values, reported; the arena within it.
+  const long long budget = (arena(kept) + arena(again)) / 2;
+  const Result part = run("plan --model mobilenet_v2 --resolution 64 --batch 32 --amp --json --recompute bn-relu "
+                          "--recompute-budget " + std::to_string(budget));
+  ASSERT_EQ(part.code, 0) << part.err;
+  EXPECT_LE(arena(part), budget);
+  EXPECT_GT(json_number(part.out, "recomputed"), 0.0);
+  EXPECT_LT(json_number(part.out, "recomputed"), json_number(again.out, "recomputed"));
+  const Result text = run("plan --model mobilenet_v2 --resolution 64 --batch 32 --amp --recompute bn-relu "
+                          "--recompute-budget 1.5MiB");
+  ASSERT_EQ(text.code, 0) << text.err;
+  expect_contains(text.out, "(the fewest that keep the arena within --recompute-budget 1.50 MiB)");
 }
 
 // Usage errors: `renaissance: error:`, a "did you mean" for a near miss, exit 2; a bare `renaissance` prints help.

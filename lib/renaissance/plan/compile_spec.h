@@ -52,7 +52,7 @@ struct TrainConfig {
   /// The compiler's fusion phase (plan/fusion.h): fused layers get fused passes. Off (`--fused-kernels off`): every
   /// fused layer runs its plain parts one by one.
   bool fuse_kernels = true;
-  /// Where a residual branch joins in the backward pass inside fused layers, the data gradient of the branch that
+  /// AMP plans: where a residual branch joins in the backward pass inside fused layers, the data gradient of the branch that
   /// comes second (a block's first conv, or its projection shortcut's conv) writes a buffer of its own (beta = 0,
   /// the faster convolution) and the sum moves into the node that consumes the gradient (an ACCUMULATE before the
   /// previous block's end ReLU backward, fused into ADD_RELU_BWD). Off: that dgrad adds into the gradient (beta = 1).
@@ -62,13 +62,22 @@ struct TrainConfig {
   /// the forward pass; one BN-apply + ReLU pass re-forms it from the BN's input and saved statistics right before its
   /// first backward reader, bit for bit. Trades one element-wise pass per such value for its bytes at the peak.
   bool recompute_bn_relu = false;
+  /// With recompute_bn_relu: the arena (bytes) to stay within by recomputing as few values as that takes, in forward
+  /// order (the largest activations come first in the networks it is for); 0: recompute every value it can. The
+  /// compiler searches for the count and records it in recompute_limit; a plan that cannot get within the budget
+  /// recomputes everything.
+  std::int64_t recompute_budget_bytes = 0;
+  /// With recompute_bn_relu: recompute the first this many values (forward order; the first layer's A/B twins count
+  /// once) and keep the rest; -1: all. compile() sets it to the number the plan recomputes.
+  std::int32_t recompute_limit = -1;
   friend bool operator==(const TrainConfig& a, const TrainConfig& b) {
     return a.dataset_size == b.dataset_size && a.batch == b.batch && a.start_resolution == b.start_resolution &&
            a.end_resolution == b.end_resolution && a.val_size == b.val_size && a.val_batch == b.val_batch &&
            a.optimizer == b.optimizer && a.ema == b.ema && a.amp == b.amp &&
            a.freeze_first_layer == b.freeze_first_layer && a.reuse_memory == b.reuse_memory &&
            a.fuse_kernels == b.fuse_kernels && a.fold_residual_sums == b.fold_residual_sums &&
-           a.recompute_bn_relu == b.recompute_bn_relu;
+           a.recompute_bn_relu == b.recompute_bn_relu && a.recompute_budget_bytes == b.recompute_budget_bytes &&
+           a.recompute_limit == b.recompute_limit;
   }
 };
 

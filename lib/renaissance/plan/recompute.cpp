@@ -123,12 +123,13 @@ std::vector<Candidate> candidates(const Scope& sc, const MemoryPlan& mp) {
   return out;
 }
 
-int recompute_scope(const Scope& sc, std::vector<MemoryPlan>& plans) {
+int recompute_scope(const Scope& sc, std::vector<MemoryPlan>& plans, int limit) {
   RN_CHECK(!plans.empty(), "internal: recomputation without memory plans");
   std::vector<Node>& bucket = sc.bwd;
   const MemoryPlan& mp = plans[0];
   int count = 0;
   for (const Candidate& c : candidates(sc, mp)) {
+    if (limit >= 0 && count >= limit) break;
     const TensorId o = mp.owner_of(c.value);
     // The first backward reader.
     const std::vector<Pos> bwd = plain_nodes(bucket, sc.bwd_begin, bucket.size());
@@ -199,16 +200,18 @@ int recompute_scope(const Scope& sc, std::vector<MemoryPlan>& plans) {
 
 }  // namespace
 
-int plan_recompute_bn_relu(ComputationGraph& train, std::size_t deep_backward_begin, std::vector<MemoryPlan>& plans) {
+int plan_recompute_bn_relu(ComputationGraph& train, std::size_t deep_backward_begin, std::vector<MemoryPlan>& plans,
+                           int limit) {
   std::vector<Node>& deep = train.mutable_bucket(GraphId::DEEP_FWD_BWD);
-  int count = recompute_scope(Scope{deep, deep_backward_begin, deep, deep_backward_begin, nullptr, 0}, plans);
+  int count = recompute_scope(Scope{deep, deep_backward_begin, deep, deep_backward_begin, nullptr, 0}, plans, limit);
+  const int left = limit < 0 ? -1 : std::max(0, limit - count);
   // The first layer: its forward and backward are buckets of their own, one pair per input buffer (the same tensors).
   for (auto [f, b] : {std::pair{GraphId::FIRST_LAYER_FWD_A, GraphId::FIRST_LAYER_BWD_A},
                       std::pair{GraphId::FIRST_LAYER_FWD_B, GraphId::FIRST_LAYER_BWD_B}}) {
     std::vector<Node>& fwd = train.mutable_bucket(f);
     std::vector<Node>& bwd = train.mutable_bucket(b);
     if (fwd.empty() || bwd.empty()) continue;
-    const int n = recompute_scope(Scope{fwd, fwd.size(), bwd, 0, &deep, deep_backward_begin}, plans);
+    const int n = recompute_scope(Scope{fwd, fwd.size(), bwd, 0, &deep, deep_backward_begin}, plans, left);
     if (f == GraphId::FIRST_LAYER_FWD_A) count += n;
   }
   return count;

@@ -22,7 +22,10 @@ namespace renaissance::plan {
 /// BN_BWD there: a feature "<output>.recomputed" in every plan of `plans`, BN_APPLY + RELU_FWD writing it before the
 /// first backward reader (among that reader's siblings when it is part of a fused node; in a fused node of the BN's
 /// layer of its own when the reader is a plain layer's), and every backward read of the output redirected to it. Run
-/// before the fusion phase (which makes the pair one BN_RELU_RECOMPUTE pass). Returns how many values it recomputes.
-int plan_recompute_bn_relu(ComputationGraph& train, std::size_t deep_backward_begin, std::vector<MemoryPlan>& plans);
+/// before the fusion phase (which makes the pair one BN_RELU_RECOMPUTE pass). `limit` >= 0: only the first `limit`
+/// values (the deep bucket's in forward order, then the first layer's, whose A/B twins count once). Returns how many
+/// values it recomputes.
+int plan_recompute_bn_relu(ComputationGraph& train, std::size_t deep_backward_begin, std::vector<MemoryPlan>& plans,
+                           int limit = -1);
 
 }  // namespace renaissance::plan

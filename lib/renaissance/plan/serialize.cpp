@@ -12,7 +12,7 @@ namespace renaissance::plan {
 
 namespace {
 
-constexpr char kMagic[8] = {'R', 'N', 'P', 'L', 'A', 'N', '0', '3'};
+constexpr char kMagic[8] = {'R', 'N', 'P', 'L', 'A', 'N', '0', '4'};
 
 class Writer {
  public:
@@ -332,6 +332,8 @@ void write_body(Writer& w, const CompiledPlan& p) {
   w.b(c.fuse_kernels);
   w.b(c.fold_residual_sums);
   w.b(c.recompute_bn_relu);
+  w.i64(c.recompute_budget_bytes);
+  w.i64(c.recompute_limit);
   w.i64(static_cast<std::int64_t>(p.specs.size()));
   for (const CompileSpec& s : p.specs) {
     w.b(s.amp_enabled);
@@ -396,6 +398,8 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
   c.fuse_kernels = r.b();
   c.fold_residual_sums = r.b();
   c.recompute_bn_relu = r.b();
+  c.recompute_budget_bytes = r.i64();
+  c.recompute_limit = static_cast<std::int32_t>(r.i64());
   p.specs.resize(r.count(16));
   for (CompileSpec& s : p.specs) {
     s.amp_enabled = r.b();

@@ -48,6 +48,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   cfg.fuse_kernels = opts.fuse_kernels;
   cfg.fold_residual_sums = opts.fold_residual_sums;
   cfg.recompute_bn_relu = opts.recompute_bn_relu;
+  cfg.recompute_budget_bytes = opts.recompute_budget_bytes;
   // DESIGN §9: rank 0 alone builds and compiles the plan and broadcasts it; each rank's inputs and options are
   // checked against rank 0's first (a difference is the same error on every rank, before any capture).
   m_plan = distribute_plan(opts.comm, bp, bo, cfg, describe_run_options(opts));

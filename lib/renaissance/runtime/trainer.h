@@ -73,12 +73,15 @@ struct TrainOptions {
   /// Fused element-wise passes (ExecEnv::fuse_kernels): the compiler's passes in fused layers, both backends. Off:
   /// every part runs on its own (same bits, for comparisons).
   bool fuse_kernels = true;
-  /// plan::TrainConfig::fold_residual_sums: residual joins' second data gradient written on its own (beta = 0), the
+  /// plan::TrainConfig::fold_residual_sums (AMP plans): residual joins' second data gradient written on its own (beta = 0), the
   /// sum folded into the consumer's ReLU backward. Off: that dgrad accumulates (the order of the plain-layer plan).
   bool fold_residual_sums = true;
   /// plan::TrainConfig::recompute_bn_relu (`--recompute bn-relu`): BN -> ReLU outputs the backward reads are formed
   /// again there instead of kept through the peak (less memory, one element-wise pass each; the same bits).
   bool recompute_bn_relu = false;
+  /// plan::TrainConfig::recompute_budget_bytes (`--recompute-budget`): with recompute_bn_relu, recompute only as
+  /// many values as bring the arena within this many bytes; 0: all.
+  std::int64_t recompute_budget_bytes = 0;
   /// GPU: weight gradients on a second compute stream beside the data gradients (ExecEnv::streams; one more
   /// workspace of workspace_mib). Off: one compute stream.
   bool concurrent_streams = true;
