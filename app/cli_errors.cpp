@@ -165,4 +165,13 @@ CLI::Validator byte_size() {
       "SIZE");
 }
 
+CLI::Option* add_recompute_budget_option(CLI::App& cmd, std::int64_t& bytes) {
+  return cmd
+      .add_option("--recompute-budget", bytes,
+                  "with --recompute bn-relu: recompute only as many BN -> ReLU outputs (in forward order) as bring the "
+                  "plan's arena within this size (e.g. 5.5GiB, 900MiB, bytes; 1 KiB = 1024 B), keeping the rest; "
+                  "default: recompute all")
+      ->transform(byte_size());
+}
+
 }  // namespace renaissance::app

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,8 @@ std::string usage_error_text(const CLI::App& app, const std::vector<std::string>
 /// G/GiB or T/TiB (any case; 1 KiB = 1024 B): "5.75GiB", "900MiB", "1048576". Rewrites the value to whole bytes
 /// (rounded down); anything else, zero or more than 2^62 bytes is a usage error naming the option.
 CLI::Validator byte_size();
+
+/// `--recompute-budget SIZE` (train, bench, plan) into `bytes` (0 when not given).
+CLI::Option* add_recompute_budget_option(CLI::App& cmd, std::int64_t& bytes);
 
 }  // namespace renaissance::app

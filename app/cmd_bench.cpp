@@ -250,10 +250,7 @@ void register_bench_command(CLI::App& app) {
                   "memory, one element-wise pass each); off: keep them")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
-  cmd->add_option("--recompute-budget", c->recompute_budget, "with --recompute bn-relu: recompute only as many BN -> ReLU outputs (in forward order) as bring the plan's "
-                  "arena within this size (e.g. 5.5GiB, 900MiB, bytes; 1 KiB = 1024 B), keeping the rest; default: "
-                  "recompute all")
-      ->transform(byte_size());
+  add_recompute_budget_option(*cmd, c->recompute_budget);
   cmd->add_option("--streams", c->streams,
                   "GPU: on: weight gradients on a second compute stream beside data gradients; off: one stream")
       ->capture_default_str()

@@ -331,10 +331,7 @@ void register_plan_command(CLI::App& app) {
                   "memory, one more element-wise pass each); off: keep them")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
-  cmd->add_option("--recompute-budget", opt->recompute_budget, "with --recompute bn-relu: recompute only as many BN -> ReLU outputs (in forward order) as bring the plan's "
-                  "arena within this size (e.g. 5.5GiB, 900MiB, bytes; 1 KiB = 1024 B), keeping the rest; default: "
-                  "recompute all")
-      ->transform(byte_size());
+  add_recompute_budget_option(*cmd, opt->recompute_budget);
   cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
   cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {

@@ -460,10 +460,7 @@ void register_train_command(CLI::App& app) {
                   "each, the same results bit for bit); off: keep them")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
-  cmd->add_option("--recompute-budget", c->recompute_budget, "with --recompute bn-relu: recompute only as many BN -> ReLU outputs (in forward order) as bring the plan's "
-                  "arena within this size (e.g. 5.5GiB, 900MiB, bytes; 1 KiB = 1024 B), keeping the rest; default: "
-                  "recompute all")
-      ->transform(byte_size());
+  add_recompute_budget_option(*cmd, c->recompute_budget);
   cmd->add_option("--cpu-winograd", c->cpu_winograd,
                   "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512; "
                   "gradients ~1e-2 from the direct kernels' in training; off: the direct kernels only; default: "

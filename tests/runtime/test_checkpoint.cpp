@@ -476,7 +476,9 @@ TEST(CheckpointPortability, PlainLayerNamesOfAnOlderFp32FileLoadByPosition) {
   EXPECT_NE(w[0].find("matched by position"), std::string::npos) << w[0];
   const io::Checkpoint ck = io::read_checkpoint(p);
   for (const io::NamedTensor& t : ck.tensors)
-    if (t.group == "params" || t.group == "bn") EXPECT_TRUE(bit_equal(b.tensor_values(t.name), t.values)) << t.name;
+    if (t.group == "params" || t.group == "bn") {
+      EXPECT_TRUE(bit_equal(b.tensor_values(t.name), t.values)) << t.name;
+    }
   // Another model with plain names is still refused, naming the tensor.
   bp::BluePrint other = bp::zoo_model("fmnist_cnn");
   other.name = "other";

@@ -192,7 +192,7 @@ Liveness compute_liveness(const MemoryPlan& mp, const ComputationGraph& train, c
         written_by_twin = w.written;
         p = twin_begin;
         w.written = written_before_twin;
-      } else {
+      } else if (ph.slot_of(i) == 0) {
         twin_begin = p;
         written_before_twin = w.written;
       }

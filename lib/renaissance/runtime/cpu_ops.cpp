@@ -305,6 +305,14 @@ bool conv_bwd_pair(const std::vector<ResolvedNode>& sub, int i) {
   }
   return safe;
 }
+/// Sub-node i run as it is.
+FusedStep plain_step(const std::vector<ResolvedNode>& sub, int i) {
+  FusedStep s;
+  s.node = i;
+  const ResolvedNode& r = sub[static_cast<std::size_t>(i)];
+  s.label = is_compute(r) ? plan::op_kind_name(r.node->op) : plan::range_op_name(r.node->range_op);
+  return s;
+}
 FusedStep conv_pair_step(int i) {
   FusedStep s;
   s.kind = FusedStep::kConvBwdPair;
@@ -325,11 +333,7 @@ FusedProgram plan_conv_pairs(const std::vector<ResolvedNode>& sub) {
       ++i;
       continue;
     }
-    FusedStep s;
-    s.node = i;
-    const ResolvedNode& r = sub[static_cast<std::size_t>(i)];
-    s.label = is_compute(r) ? plan::op_kind_name(r.node->op) : plan::range_op_name(r.node->range_op);
-    prog.steps.push_back(s);
+    prog.steps.push_back(plain_step(sub, i));
   }
   return prog;
 }
@@ -353,10 +357,7 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
         ++k;
         continue;
       }
-      FusedStep s;
-      s.node = i;
-      s.label = plan::op_kind_name(n.sub[k].op);
-      prog.steps.push_back(s);
+      prog.steps.push_back(plain_step(r.sub, i));
       continue;
     }
     const plan::FusedPass& f = n.fusions[static_cast<std::size_t>(step[k])];
@@ -546,8 +547,7 @@ void prepare_fused(ResolvedNode& r, ExecEnv& env) {
 /// KernelTable::fuse_graph of the CPU: when a capture's plain nodes hold a convolution's two backward passes side by
 /// side, the whole list becomes one group node (FUSED_FWD, owned by the ResolvedNode) that runs each pair as one
 /// section; otherwise the list stays as it is.
-void pair_plain_convs(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns, const plan::CompiledPlan&,
-                      const plan::ComputationGraph&, ExecEnv& env) {
+void pair_plain_convs(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns, ExecEnv& env) {
   if (!env.fuse_kernels || nodes.size() < 2) return;
   auto prog = std::make_shared<FusedProgram>(plan_conv_pairs(nodes));
   if (!prog->fused()) return;

@@ -316,7 +316,7 @@ const CapturedGraph& GraphAtlas::get(plan::Variant v, GraphId g, ExecEnv& env) {
   }
   auto it = m_unique.find(signature);
   if (it == m_unique.end()) {
-    if (m_table.fuse_graph()) m_table.fuse_graph()(nodes, fns, m_ctx.plan(), graph, env);
+    if (m_table.fuse_graph()) m_table.fuse_graph()(nodes, fns, env);
     for (ResolvedNode& r : nodes) m_table.prepare(r, env);
     auto cap = std::make_unique<CapturedGraph>(std::move(nodes), std::move(fns),
                                                fmt::format("{}/{}", plan::variant_name(v), plan::graph_id_name(g)),

@@ -13,11 +13,9 @@ namespace renaissance::runtime {
 using OpFn = std::function<void(const ResolvedNode&, ExecEnv&)>;
 /// Optional per-node setup before capture (never inside a captured region).
 using PrepareFn = std::function<void(ResolvedNode&, ExecEnv&)>;
-/// Optional per-backend rewrite of a capture's resolved node list before it is prepared (the CPU backend groups plain
-/// nodes whose element-wise tails it fuses, checked by address and against `graph`, the whole graph they come from).
-using FuseGraphFn =
-    std::function<void(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns, const plan::CompiledPlan& plan,
-                       const plan::ComputationGraph& graph, ExecEnv& env)>;
+/// Optional per-backend rewrite of a capture's resolved node list before it is prepared (the CPU backend runs a plain
+/// layer's weight- and data-gradient passes as one section).
+using FuseGraphFn = std::function<void(std::vector<ResolvedNode>& nodes, std::vector<const OpFn*>& fns, ExecEnv& env)>;
 
 class KernelTable {
  public:
