@@ -53,13 +53,46 @@ const char* status_name(nvjpegStatus_t s) {
                                                        static_cast<int>(rn_nvjpeg_st_), status_name(rn_nvjpeg_st_))); \
   } while (0)
 
+/// A fence for one nvJPEG state: an event recorded on the stream after each decode that used the state, waited
+/// for before the state is used again. nvJPEG stages through the state's pinned host buffer (GPU-hybrid: the
+/// Huffman-decoded coefficients its CPU phase writes there, copied to the device asynchronously on the stream);
+/// the next call on the state writes that buffer again from the host, so a call made while the stream has not yet
+/// copied the previous batch's coefficients changes that batch's pixels. On an H100 (2026-12-05) a progressive
+/// JPEG decoded by GPU-hybrid while the JPEG engines' batch was queued before it on the same stream came out 38
+/// levels off on average (GpuJpeg.TheDeviceCacheHoldsTheDecodedStore); the decode-ahead thread queued the next
+/// batch before the copy had run.
+struct Fence {
+  cudaEvent_t done = nullptr;
+  bool pending = false;
+  void create() { CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming)); }
+  void wait() {
+    if (pending) CUDA_CHECK(cudaEventSynchronize(done));
+    pending = false;
+  }
+  void record(cudaStream_t stream) {
+    CUDA_CHECK(cudaEventRecord(done, stream));
+    pending = true;
+  }
+  void destroy() noexcept {
+    if (done) cudaEventDestroy(done);
+    done = nullptr;
+    pending = false;
+  }
+};
+
 /// One backend's handle (owned by Handles) with the states its batched and single-image decodes keep (one thread's).
 struct Backend {
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t batched = nullptr;  ///< nvjpegDecodeBatched's state
   nvjpegJpegState_t single = nullptr;   ///< nvjpegDecode's state (the one-by-one retry)
+  Fence batched_done, single_done;      ///< the last decode on each state (above)
   int batch_size = -1;                  ///< what `batched` was initialised for (-1: needs initialising)
   void destroy() noexcept {
+    // The states' pinned buffers may still be read by a queued copy: let it finish first.
+    for (Fence* f : {&batched_done, &single_done}) {
+      if (f->pending) cudaEventSynchronize(f->done);
+      f->destroy();
+    }
     if (single) nvjpegJpegStateDestroy(single);
     if (batched) nvjpegJpegStateDestroy(batched);
     single = batched = nullptr;
@@ -93,6 +126,7 @@ struct JpegDecoder::Impl {
                const std::int32_t* widths, std::uint8_t* out, const std::int64_t* offsets, cudaStream_t stream) {
     const int k = static_cast<int>(idx.size());
     if (k == 0) return true;
+    b.batched_done.wait();  // the state's previous decode has been copied out of its pinned buffer (Fence)
     if (b.batch_size != k) {
       if (nvjpegDecodeBatchedInitialize(b.handle, b.batched, k, 1, format) != NVJPEG_STATUS_SUCCESS) {
         b.batch_size = -1;
@@ -112,8 +146,10 @@ struct JpegDecoder::Impl {
     if (nvjpegDecodeBatched(b.handle, b.batched, ptrs.data(), lens.data(), dests.data(), stream) !=
         NVJPEG_STATUS_SUCCESS) {
       b.batch_size = -1;
+      b.batched_done.record(stream);  // whatever the refused call queued
       return false;
     }
+    b.batched_done.record(stream);
     return true;
   }
 };
@@ -154,11 +190,15 @@ void JpegDecoder::init(std::shared_ptr<Handles> handles, int channels) {
   I.channels = channels;
   I.format = channels == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
   try {
-    if (m_handles->hw && nvjpegJpegStateCreate(m_handles->hw, &I.hw.batched) == NVJPEG_STATUS_SUCCESS)
+    if (m_handles->hw && nvjpegJpegStateCreate(m_handles->hw, &I.hw.batched) == NVJPEG_STATUS_SUCCESS) {
       I.hw.handle = m_handles->hw;
+      I.hw.batched_done.create();
+    }
     I.def.handle = m_handles->def;
     NVJPEG_CHECK(nvjpegJpegStateCreate(I.def.handle, &I.def.batched));
     NVJPEG_CHECK(nvjpegJpegStateCreate(I.def.handle, &I.def.single));
+    I.def.batched_done.create();
+    I.def.single_done.create();
     NVJPEG_CHECK(nvjpegJpegStreamCreate(I.hw.handle ? I.hw.handle : I.def.handle, &I.parsed));
   } catch (...) {
     if (I.parsed) nvjpegJpegStreamDestroy(I.parsed);
@@ -242,7 +282,9 @@ void JpegDecoder::decode(int n, const std::uint8_t* const* data, const std::size
   // The batch was refused (one bad image spoils it): one by one, to find out which.
   for (int i : to_def) {
     nvjpegImage_t d = I.dest(out, offsets[i], widths[i]);
+    I.def.single_done.wait();
     const nvjpegStatus_t st = nvjpegDecode(I.def.handle, I.def.single, data[i], sizes[i], I.format, &d, stream);
+    I.def.single_done.record(stream);
     if (st == NVJPEG_STATUS_SUCCESS)
       ++m_default_images;
     else
