@@ -13,7 +13,10 @@
 # recompute: mobilenet_v2 and resnet50 (32x32, synthetic, AMP) trained with --recompute off and bn-relu: how many
 #        saved tensors differ (0 expected), into misc.log.
 # CTEST_ARGS: more ctest arguments for `tests` (e.g. -E interop); TESTS_TIMEOUT (s, default: what DEADLINE leaves).
-# TESTS_FROM: a file of test names, one per line: `tests` runs only those (ctest --tests-from-file, CMake >= 3.29);
+# GTEST_BATCH (default test_gpu_dnn,test_gpu_kernels; empty: none): `tests` runs these GoogleTest binaries' gpu tests
+#   as GTEST_SHARDS (4) whole processes each (scripts/bench/gtest_batch.py: a test that fails there runs again alone;
+#   one process per test costs 2-8 s of CUDA start-up on the GPU machine), the other gpu tests through ctest.
+# TESTS_FROM: a file of test names, one per line: `tests` runs only those through ctest (no GTEST_BATCH then);
 #   TEST_JOBS: ctest -j (default 4).
 # TARGETS: build only these targets (default: everything). The GPU machine needs .deps/cudnn-frontend carried.
 # NVJPEG=1: configure with -DRENAISSANCE_NVJPEG=ON (carry .deps/nvjpeg; with .deps/debs holding the libturbojpeg0 and
@@ -21,7 +24,7 @@
 #   the source tree, which CMake requires of an exported target's include directories).
 # DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 STEPS=${STEPS-"tests bench fmnist"}
@@ -49,14 +52,28 @@ RN=build-gpu/app/renaissance
 for s in $STEPS; do
   case $s in
     tests)
+      OUT=$(cd "$OUT" && pwd)
+      from=${TESTS_FROM:+$(realpath "$TESTS_FROM")}
+      if [[ -z $from && -n ${GTEST_BATCH-test_gpu_dnn,test_gpu_kernels} ]]; then
+        # The kernel-level binaries as a few whole processes (gtest_batch.py), the rest through ctest.
+        from=$OUT/.ctest-rest.txt
+        timeout $((${DEADLINE:-570} - SECONDS)) python3 scripts/bench/gtest_batch.py --build build-gpu --label gpu \
+          --batch "${GTEST_BATCH-test_gpu_dnn,test_gpu_kernels}" --shards "${GTEST_SHARDS:-4}" --rest "$from" \
+          --log "$OUT/gtest-batch.log"
+        say "batched gpu tests exit $?"
+      fi
+      left=$((${DEADLINE:-570} - SECONDS)); ((left > 60)) || left=60
+      sel=()  # the names in $from as one anchored regex (ctest's --tests-from-file needs CMake >= 3.29)
+      [[ -n $from ]] && sel=(-R "$(python3 -c 'import re, sys
+print("^(" + "|".join(re.escape(n.strip()) for n in open(sys.argv[1]) if n.strip()) + ")$")' "$from")")
       # shellcheck disable=SC2086
-      OUT=$(cd "$OUT" && pwd); left=$((${DEADLINE:-570} - SECONDS)); ((left > 60)) || left=60
       (cd build-gpu && timeout "${TESTS_TIMEOUT:-$left}" ctest -L gpu --output-on-failure -j"${TEST_JOBS:-4}" \
-        ${TESTS_FROM:+--tests-from-file "$(cd .. && realpath "$TESTS_FROM")"} ${CTEST_ARGS:-} >"$OUT/ctest-gpu.log" 2>&1)
+        "${sel[@]}" ${CTEST_ARGS:-} >"$OUT/ctest-gpu.log" 2>&1)
       say "gpu tests exit $?: $(grep -E 'tests passed' "$OUT/ctest-gpu.log")"
-      grep -E '\*\*\*|Failed ' "$OUT/ctest-gpu.log" | head -20 ;;
+      grep -E '\*\*\*|Failed ' "$OUT/ctest-gpu.log" | head -20; rm -f "$OUT/.ctest-rest.txt" ;;
     bench)
-      MODES=${MODES:-eager} CASES=${CASES:-"resnet50:256:${MODES:-eager} fmnist_cnn:256:${MODES:-eager} resnet18_cifar:512:${MODES:-eager}"} \
+      m=${MODES:-eager}
+      MODES=$m CASES=${CASES:-"resnet50:256:$m fmnist_cnn:256:$m resnet18_cifar:512:$m"} \
         scripts/bench/compare_gpu.sh build-gpu "$OUT" >"$OUT/compare.log" 2>&1
       say "bench done"; cat "$OUT/table.md" 2>/dev/null; tail -5 "$OUT/ours.err" "$OUT/pytorch.err" 2>/dev/null ;;
     scaling)
@@ -80,10 +97,10 @@ for s in $STEPS; do
     repro)
       d=$(mktemp -d)
       "$RN" data synthetic --out "$d/syn.h5" --train 2560 --val 512 --shape 28,28,1 --classes 10 --seed 3 >/dev/null
-      args="--model resnet18_fmnist --amp --epochs 2 --batch 256 --crop-padding 2 --device cuda --data $d/syn.h5"
+      args=(--model resnet18_fmnist --amp --epochs 2 --batch 256 --crop-padding 2 --device cuda --data "$d/syn.h5")
       mkdir -p "$d/shared"
-      for r in s1 s2; do "$RN" train $args --save "$d/shared/$r.h5" >>"$OUT/misc.log" 2>&1; done
-      for r in c1 c2; do "$RN" train $args --engine-cache off --save "$d/$r.h5" >>"$OUT/misc.log" 2>&1; done
+      for r in s1 s2; do "$RN" train "${args[@]}" --save "$d/shared/$r.h5" >>"$OUT/misc.log" 2>&1; done
+      for r in c1 c2; do "$RN" train "${args[@]}" --engine-cache off --save "$d/$r.h5" >>"$OUT/misc.log" 2>&1; done
       for p in "shared/s1 shared/s2" "c1 c2"; do  # how many saved tensors differ (tests/dist/compare_weights.py)
         read -r a b <<<"$p"
         echo "repro $a vs $b: $(python3 tests/dist/compare_weights.py "$d/$a.h5" "$d/$b.h5" | grep 'tensors differ')" \
@@ -109,6 +126,7 @@ for s in $STEPS; do
       say "recompute done"; grep "^recompute" "$OUT/misc.log"; rm -rf "$d" ;;
     fmnist)
       "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fm.h5 >/dev/null || exit 1
+      # shellcheck disable=SC2086  # FMNIST_ARGS: options, split on purpose
       timeout "${FMNIST_TIMEOUT:-300}" "$RN" train --data data/fm.h5 --device cuda ${FMNIST_ARGS:---model resnet18_fmnist --amp --epochs 20 --batch 256 --crop-padding 2} \
         --metrics "$OUT/fmnist_gpu.jsonl" >"$OUT/fmnist_gpu.log" 2>&1
       say "fmnist exit $?"; tail -4 "$OUT/fmnist_gpu.log" ;;

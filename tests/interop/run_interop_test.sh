@@ -8,7 +8,7 @@
 # A model is a zoo name, optionally @RESOLUTION (3-channel zoo models get a synthetic 10-class dataset of that
 # size), or a YAML file under the source tree.
 #
-# Exit 77 (CTest: skipped) when PYTHON lacks torch, h5py, numpy or PyYAML.
+# Exit 77 (CTest: skipped) when PYTHON lacks torch, h5py, numpy or PyYAML, or with --device cuda where no GPU is visible.
 set -euo pipefail
 CLI=$1 PY=$2 WORK=$3
 shift 3
@@ -24,6 +24,10 @@ done
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if ! "$PY" -c "import torch, h5py, numpy, yaml" 2>/dev/null; then
   echo "SKIP: $PY cannot import torch, h5py, numpy and yaml (Debian: python3-torch python3-h5py python3-yaml)"
+  exit 77
+fi
+if [[ $DEVICE == cuda ]] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+  echo "SKIP: --device cuda, and no GPU is visible (nvidia-smi -L lists none)"
   exit 77
 fi
 RDEV=$DEVICE  # the same device on both sides
