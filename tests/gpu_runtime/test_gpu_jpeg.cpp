@@ -334,7 +334,7 @@ std::string write_store(const fs::path& dir, const std::vector<const Case*>& ks,
 // corrupt image is rethrown by next() for its own batch, naming the sample, after the batches before it were delivered.
 TEST_F(GpuJpeg, DecodeAheadEqualsTheSynchronousPath) {
   const std::vector<const Case*> rgb = rgb_cases();
-  const std::int64_t count = 23, batch = 4, out = 48, out_c = 8, sample = out * out * out_c * 2;
+  const std::int64_t count = 47, batch = 4, out = 48, out_c = 8, sample = out * out * out_c * 2;  // 47: prime (order)
   const std::string path = write_store(dir, rgb, count);
   const io::DatasetFile file(path);
   void* stream = cuda::stream_create();
@@ -492,14 +492,17 @@ TEST_F(GpuJpeg, DecodeAheadEqualsTheSynchronousPath) {
 }
 
 // The device cache of a JPEG store (--decode gpu with --data-cache): every image decoded once at start-up, in
-// batches of 4 (so 6, the last partial), each kept at its own size. Each cached image equals the same backend's
+// batches of 4 (so 12, the last partial), each kept at its own size. 47 images, so that many batches mix the JPEG
+// engines' images with a progressive one GPU-hybrid decodes after them on the same stream: with 23 (6 batches) one
+// such image came out ~38 levels off on an H100 on 2026-12-05, when a decode reused its nvJPEG state's pinned buffer
+// before the stream had copied it (kernels/cuda/jpeg_decode.cpp, Fence). Each cached image equals the same backend's
 // synchronous decode of it (the default backend bit for bit; the JPEG engines within 0.25 levels, as above) and
 // Pillow's within the decoders' tolerance; and the cache's captured gathers of a shuffled pass (random-resized crops,
 // flips, FP16 into 8 channels, a partial last batch) equal io::render_sample + normalize_images of the cached pixels
 // bit for bit, labels included.
 TEST_F(GpuJpeg, TheDeviceCacheHoldsTheDecodedStore) {
   const std::vector<const Case*> rgb = rgb_cases();
-  const std::int64_t count = 23, batch = 4, out = 48, out_c = 8, sample = out * out * out_c * 2;
+  const std::int64_t count = 47, batch = 4, out = 48, out_c = 8, sample = out * out * out_c * 2;  // 47: prime (order)
   const std::string path = write_store(dir, rgb, count);
   const io::DatasetFile file(path);
   const float mean[3] = {0.485f, 0.456f, 0.406f}, stddev[3] = {0.229f, 0.224f, 0.225f};
