@@ -120,7 +120,8 @@ TEST(Variants, ProgressiveResizeOfAFlattenModelIsAnError) {
   // fmnist_cnn flattens 7×7×64 into its fc: at 20×20 the fc would need other weights.
   Cfg c;
   c.start_res = 20;
-  expect_error([&] { compile(c); }, {"train_lowres", "differs from train_base"});
+  expect_error([&] { compile(c); },
+               {"layer 'fc1'", "train_lowres", "10x1x1x1600 here but 10x1x1x3136 in train_base", "--start-resolution"});
 }
 
 // ---- one layout for six variants ----------------------------------------------------------------------

@@ -369,10 +369,17 @@ std::vector<Compiler::VariantTensors> Compiler::derive_all_shapes(const std::vec
       RN_CHECK_CTX(a.params.size() == b.params.size() && a.tensors.size() == b.tensors.size(), ctx,
                    "tensor count differs from train_base ({}+{} vs {}+{})", a.params.size(), a.tensors.size(),
                    b.params.size(), b.tensors.size());
-      for (std::size_t t = 0; t < a.params.size(); ++t)
-        RN_CHECK_CTX(a.params[t].name == b.params[t].name && a.params[t].kind == b.params[t].kind &&
-                         a.params[t].shape == b.params[t].shape,
-                     ctx, "parameter '{}' differs from train_base", a.params[t].name);
+      for (std::size_t t = 0; t < a.params.size(); ++t) {
+        RN_CHECK_CTX(a.params[t].name == b.params[t].name && a.params[t].kind == b.params[t].kind, ctx,
+                     "parameter '{}' differs from train_base", a.params[t].name);
+        // A flatten before a fully connected layer: its weights' size follows the input size.
+        RN_CHECK_CTX(a.params[t].shape == b.params[t].shape, ctx,
+                     "parameter '{}' is {} here but {} in train_base: every variant shares one set of weights, so a "
+                     "layer whose parameters follow the input size (a fully connected layer after a flatten) allows "
+                     "no variant of another input size (progressive resize, --start-resolution, needs global pooling "
+                     "before the classifier)",
+                     a.params[t].name, b.params[t].shape.str(), a.params[t].shape.str());
+      }
       for (std::size_t t = 0; t < a.tensors.size(); ++t)
         RN_CHECK_CTX(a.tensors[t].name == b.tensors[t].name && a.tensors[t].region == b.tensors[t].region &&
                          a.tensors[t].dtype == b.tensors[t].dtype,
