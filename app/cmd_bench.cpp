@@ -95,6 +95,18 @@ void json_profile_rows(JsonWriter& j, const std::string& key, const std::vector<
   j.end_array();
 }
 
+/// A directory of this process's, removed with what is in it when the scope ends (an error included).
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(std::filesystem::path p) : path(std::move(p)) { std::filesystem::create_directories(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 void run_bench(const BenchCli& c) {
   if (!c.cpu_winograd.empty()) runtime::set_cpu_winograd(c.cpu_winograd == "on");
   RN_CHECK(c.profile_steps >= 1, "--profile-steps must be at least 1, got {}", c.profile_steps);
@@ -102,13 +114,7 @@ void run_bench(const BenchCli& c) {
   if (c.model.resolution > 0) bp.in_h = bp.in_w = c.model.resolution;
   plan::BuildOptions bo;
   const plan::ArchPlan probe = plan::ArchPlan::build(bp, bo);
-  // A synthetic dataset of one batch, in a private temporary directory.
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("renaissance-bench-{}", ::getpid());
-  std::filesystem::create_directories(dir);
-  const std::string data = (dir / "synthetic.h5").string();
-  io::make_synthetic(data, c.batch, 1, bp.in_h, bp.in_w, bp.in_c, static_cast<int>(probe.num_classes), 1);
   runtime::TrainOptions t;
-  t.data_path = data;
   t.batch = c.batch;
   t.amp = c.amp;
   t.backend = pick_backend(c.device);
@@ -123,6 +129,12 @@ void run_bench(const BenchCli& c) {
   t.recompute_budget_bytes = c.recompute_budget;
   t.concurrent_streams = c.streams == "on";
   c.gpu.apply(t, "");
+  // The plan against the memory first: a batch that cannot fit is refused before its synthetic data is written.
+  runtime::Trainer::check_memory(bp, t, c.batch, 1);
+  // A synthetic dataset of one batch, in a private temporary directory, removed however the run ends.
+  const TempDir dir(std::filesystem::temp_directory_path() / fmt::format("renaissance-bench-{}", ::getpid()));
+  t.data_path = (dir.path / "synthetic.h5").string();
+  io::make_synthetic(t.data_path, c.batch, 1, bp.in_h, bp.in_w, bp.in_c, static_cast<int>(probe.num_classes), 1);
   runtime::BenchResult r;
   runtime::ProfileResult prof;
   runtime::StartupTimes startup;
@@ -145,7 +157,6 @@ void run_bench(const BenchCli& c) {
     // After the timed steps, on their own: the profile runs node by node, so it never touches the figures above.
     if (c.profile) prof = trainer.profile(0, c.profile_steps);
   }
-  std::filesystem::remove_all(dir);
   if (!is_root_rank()) return;
   const double per_rank = r.images_per_s / static_cast<double>(r.ranks);
   struct rusage ru {};

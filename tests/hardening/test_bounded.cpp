@@ -118,3 +118,24 @@ TEST(HardeningBounded, AnAbsurdBatchIsRefusedInsteadOfWrappingAround) {
   const CliResult ok = run("plan --model resnet50 --batch 1000000 --dataset-size 1000000");
   EXPECT_EQ(ok.code, 0) << ok.out;  // big, but representable
 }
+
+TEST(HardeningBounded, AnArenaLargerThanTheHostIsRefusedBeforeAnyWork) {
+  // bench used to write its synthetic batch first (15 GB for ResNet-50 at batch 100,000) and then fail inside the
+  // allocation with "std::bad_alloc", leaving the file behind; now the plan is checked first, in well under a second.
+  const fs::path d = temp_dir();
+  const CliResult bench =
+      run_shell("TMPDIR=" + d.string() + " exec " + cli() + " bench --model resnet50 --batch 100000 --device cpu", 60);
+  EXPECT_CLEAN_ERROR(bench, "host memory", "model 'resnet50' (batch 100000, fp32)", "of host memory for its arena",
+                     "--batch");
+  EXPECT_LT(bench.seconds, 10.0);
+  EXPECT_TRUE(fs::is_empty(d)) << "bench left its temporary directory behind";
+  // (train makes the same check, Trainer::check_memory's, before it allocates; its plan is sized by the dataset,
+  // so a test of it would need a dataset larger than the test machine's memory allows.)
+}
+
+TEST(HardeningBounded, ABatchLargerThanTheSplitTrainsOnePartialBatch) {
+  // The loader sized its buffers by --batch: 2e9 samples of 28x28 were a 1.5 TB allocation and "std::bad_alloc".
+  const CliResult r = run("train --data " + tiny_data() + " --device cpu --batch 2000000000 --epochs 1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("done: 1 steps"), std::string::npos) << r.out;
+}

@@ -1,5 +1,6 @@
 // The GPU-memory guard's decision, without a GPU: a plan that fits passes, one that does not is refused with the
-// model, required vs available GiB and a hint; the margin is max(256 MiB, 2 % of the device).
+// model, required vs available GiB and a hint; the margin is max(256 MiB, 2 % of the device). The host-memory guard
+// (the CPU backend's arena) likewise, and what it reads of this machine.
 #include <renaissance/core/error.h>
 #include <renaissance/runtime/memory_guard.h>
 
@@ -54,6 +55,35 @@ TEST(MemoryGuard, CpuBuildOrNoDeviceNeverThrowsFromTheGuard) {
 #else
   GTEST_SKIP() << "a CUDA build asks the driver";
 #endif
+}
+
+TEST(HostMemoryGuard, ArenaWithinWhatIsAvailablePassesAndUnknownPasses) {
+  EXPECT_NO_THROW(runtime::check_host_memory("model 'fmnist_cnn' (batch 128, fp32)", 28 * MiB, 20 * GiB, 24 * GiB));
+  EXPECT_NO_THROW(runtime::check_host_memory("the arena", 20 * GiB, 20 * GiB, 24 * GiB));  // exactly: fits
+  EXPECT_NO_THROW(runtime::check_host_memory("the arena", 1000 * GiB, -1, -1));            // nothing known
+  EXPECT_THROW(runtime::check_host_memory("the arena", 20 * GiB + 1, 20 * GiB, 24 * GiB), Error);
+}
+
+TEST(HostMemoryGuard, AnArenaLargerThanTheHostIsRefusedWithNumbersAndHint) {
+  try {
+    runtime::check_host_memory("model 'resnet50' (batch 100000, fp32)", 8000 * GiB, 22 * GiB, 24 * GiB);
+    FAIL() << "an arena larger than the host's memory must be refused";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("model 'resnet50' (batch 100000, fp32)"), std::string::npos) << m;
+    EXPECT_NE(m.find("8000.00 GiB of host memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("only 22.00 GiB of 24.00 GiB are available"), std::string::npos) << m;
+    EXPECT_NE(m.find("--batch"), std::string::npos) << m;
+  }
+}
+
+TEST(HostMemoryGuard, ThisMachineReportsWhatItHas) {
+  // Linux always has /proc/meminfo: something available, no more than the total (MemTotal or a cgroup's limit).
+  std::int64_t total = 0;
+  const std::int64_t avail = runtime::host_available_bytes(&total);
+  ASSERT_GT(avail, 0);
+  ASSERT_GT(total, 0);
+  EXPECT_LE(avail, total);
 }
 
 }  // namespace

@@ -49,8 +49,10 @@ BatchLoader::BatchLoader(const DatasetFile& file, Split split, std::int64_t batc
       m_images[s] = buffers->images[s];
       m_labels[s] = buffers->labels[s];
     } else {
-      m_own_images[s].resize(static_cast<size_t>(batch_size * m_sample_bytes));
-      m_own_labels[s].resize(static_cast<size_t>(batch_size));
+      // No batch holds more samples than the order has (a --batch above the split's size: one partial batch).
+      const std::int64_t most = std::max<std::int64_t>(1, std::min<std::int64_t>(batch_size, m_order.size()));
+      m_own_images[s].resize(static_cast<size_t>(most * m_sample_bytes));
+      m_own_labels[s].resize(static_cast<size_t>(most));
       m_images[s] = m_own_images[s].data();
       m_labels[s] = m_own_labels[s].data();
     }

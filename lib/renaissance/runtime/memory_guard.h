@@ -30,6 +30,16 @@ void check_device_memory(const DeviceMemoryNeed& need, std::int64_t free_bytes, 
 /// calls check_device_memory. CPU-only builds: nothing.
 void guard_device_memory(DeviceMemoryNeed need);
 
+/// The host-memory guard (the CPU backend's arena lives in host memory): what this process can be given now, in
+/// bytes: MemAvailable from /proc/meminfo, and inside a cgroup (v2 or v1) with a memory limit at most that limit less
+/// what the cgroup uses. -1 where neither is known. *total (optional): MemTotal, or the cgroup's limit if smaller.
+std::int64_t host_available_bytes(std::int64_t* total = nullptr);
+/// Throws Error when `arena_bytes` exceeds `available` (< 0: unknown, passes): names `what`, the arena and what is
+/// available, and hints at a smaller --batch. The rest of the run (weights' copies, loader buffers) is small beside
+/// an arena that does not fit, so only the arena is compared.
+void check_host_memory(const std::string& what, std::int64_t arena_bytes, std::int64_t available, std::int64_t total);
+/// check_host_memory with host_available_bytes().
+void guard_host_memory(const std::string& what, std::int64_t arena_bytes);
 /// "12.34 GiB"
 std::string gib(std::int64_t bytes);
 

@@ -4,6 +4,56 @@
 
 namespace renaissance::runtime {
 
+namespace {
+/// What the plan is compiled with: one rank's share of the batch and the split (sharding.h) and the options.
+plan::TrainConfig train_config(const TrainOptions& opts, const ShardLayout& shard, std::int64_t val_samples) {
+  const int world = opts.comm ? opts.comm->world_size() : 1;
+  plan::TrainConfig cfg;
+  cfg.dataset_size = shard.rank_samples();
+  cfg.batch = shard.rank_batch;
+  cfg.val_size = std::max<std::int64_t>(val_samples, 1);
+  cfg.val_batch = opts.val_batch > 0 ? std::max<std::int64_t>(1, opts.val_batch / world) : 0;
+  cfg.optimizer = opts.optimizer;
+  cfg.ema = opts.ema;
+  cfg.amp = opts.amp;
+  cfg.start_resolution = opts.start_resolution;
+  cfg.reuse_memory = opts.reuse_memory;
+  cfg.fuse_kernels = opts.fuse_kernels;
+  cfg.fold_residual_sums = opts.fold_residual_sums;
+  cfg.recompute_bn_relu = opts.recompute_bn_relu;
+  cfg.recompute_budget_bytes = opts.recompute_budget_bytes;
+  return cfg;
+}
+
+plan::BuildOptions build_options(const TrainOptions& opts) {
+  plan::BuildOptions bo;
+  bo.amp = opts.amp;
+  bo.fuse = opts.fuse;
+  return bo;
+}
+
+ShardLayout shard_of(const TrainOptions& opts, std::int64_t train_samples) {
+  return shard_layout(train_samples, opts.batch, opts.comm ? opts.comm->world_size() : 1,
+                      opts.comm ? opts.comm->rank() : 0);
+}
+
+/// The arena against the memory it will live in, before it is allocated: a clear error, not a failed allocation.
+void guard_arena(const blueprint::BluePrint& bp, const TrainOptions& opts, std::int64_t arena_bytes) {
+  const std::string what = fmt::format("model '{}' (batch {}, {})", bp.name, opts.batch, opts.amp ? "amp" : "fp32");
+  if (opts.backend == Backend::CUDA)
+    guard_device_memory({what, arena_bytes, opts.workspace_mib << 20, 0});
+  else
+    guard_host_memory(what, arena_bytes);
+}
+}  // namespace
+
+void Trainer::check_memory(const blueprint::BluePrint& model, const TrainOptions& opts, std::int64_t train_samples,
+                           std::int64_t val_samples) {
+  const plan::CompiledPlan p = plan::Compiler::compile(plan::ArchPlan::build(model, build_options(opts)),
+                                                       train_config(opts, shard_of(opts, train_samples), val_samples));
+  guard_arena(model, opts, p.arena_bytes());
+}
+
 Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   // The dataset decides the input channels and size the plan is compiled for.
   io::DatasetFile probe(opts.data_path);
@@ -29,35 +79,16 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
         "for random crops)",
         opts.data_path, bp.in_h, bp.in_w);
   const double t_start = now_s();
-  plan::BuildOptions bo;
-  bo.amp = opts.amp;
-  bo.fuse = opts.fuse;
-  plan::TrainConfig cfg;
+  const plan::BuildOptions bo = build_options(opts);
   // Data-parallel: each rank's plan is compiled for its share of every global batch (sharding.h).
-  const int world = opts.comm ? opts.comm->world_size() : 1;
-  const ShardLayout shard = shard_layout(tr.count, opts.batch, world, opts.comm ? opts.comm->rank() : 0);
-  cfg.dataset_size = shard.rank_samples();
-  cfg.batch = shard.rank_batch;
-  cfg.val_size = std::max<std::int64_t>(va.count, 1);
-  cfg.val_batch = opts.val_batch > 0 ? std::max<std::int64_t>(1, opts.val_batch / world) : 0;
-  cfg.optimizer = opts.optimizer;
-  cfg.ema = opts.ema;
-  cfg.amp = opts.amp;
-  cfg.start_resolution = opts.start_resolution;
-  cfg.reuse_memory = opts.reuse_memory;
-  cfg.fuse_kernels = opts.fuse_kernels;
-  cfg.fold_residual_sums = opts.fold_residual_sums;
-  cfg.recompute_bn_relu = opts.recompute_bn_relu;
-  cfg.recompute_budget_bytes = opts.recompute_budget_bytes;
+  const plan::TrainConfig cfg = train_config(opts, shard_of(opts, tr.count), va.count);
   // DESIGN §9: rank 0 alone builds and compiles the plan and broadcasts it; each rank's inputs and options are
   // checked against rank 0's first (a difference is the same error on every rank, before any capture).
   m_plan = distribute_plan(opts.comm, bp, bo, cfg, describe_run_options(opts));
   RN_CHECK_CTX(m_plan->arch.num_classes == probe.num_classes(), opts.data_path,
                "the dataset has {} classes but model '{}' predicts {}", probe.num_classes(), bp.name,
                m_plan->arch.num_classes);
-  if (opts.backend == Backend::CUDA)  // before the arena and the workspace exist: a clear error, not a cudaMalloc one
-    guard_device_memory({fmt::format("model '{}' (batch {}, {})", bp.name, opts.batch, opts.amp ? "amp" : "fp32"),
-                         m_plan->arena_bytes(), opts.workspace_mib << 20, 0});
+  guard_arena(bp, opts, m_plan->arena_bytes());  // before the arena and the workspace exist
   const double t_compiled = now_s();
   m_impl = std::make_unique<Impl>(opts, *m_plan, std::move(probe));  // the file opened once
   Impl& I = *m_impl;

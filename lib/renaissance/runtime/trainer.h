@@ -178,6 +178,13 @@ class Trainer {
   Trainer(const blueprint::BluePrint& model, TrainOptions opts);
   ~Trainer();
 
+  /// Before any data exists: the arena of the plan a Trainer with these options compiles for a train split of
+  /// `train_samples` (a validation split of `val_samples`), checked against the memory it will live in (the GPU's
+  /// free memory on CUDA, the host's available memory on the CPU). `bench` calls it before it writes its synthetic
+  /// batch; the constructor makes the same check. Throws Error naming the model, the batch and the figures.
+  static void check_memory(const blueprint::BluePrint& model, const TrainOptions& opts, std::int64_t train_samples,
+                           std::int64_t val_samples);
+
   /// Trains for the configured epochs (or max_steps); returns one entry per epoch.
   std::vector<EpochMetrics> run(const TrainObserver& observer = {});
   /// Times `steps` training steps on one staged batch after `warmup` steps (graphs: captured replay; off: the
