@@ -30,7 +30,7 @@ struct PredictCli {
   std::string out;
   std::string split = "val";
   std::int64_t first = 0;
-  std::int64_t count = 256;
+  std::int64_t count = -1;  ///< -1: 256 samples, fewer where the split ends first
   std::int64_t batch = 256;
   bool amp = false;
   bool ema = false;
@@ -68,31 +68,34 @@ void write_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type
 }
 
 void run_predict(const PredictCli& c) {
-  RN_CHECK(c.count >= 1, "--count must be >= 1, got {}", c.count);
+  RN_CHECK(c.count == -1 || c.count >= 1, "--count must be >= 1, got {}", c.count);
   RN_CHECK(c.batch >= 1, "--batch must be >= 1, got {}", c.batch);
   RN_CHECK(c.first >= 0, "--first must be >= 0, got {}", c.first);
   const io::Split split = io::parse_split(c.split);
   // Before any work: --out must not be an input, and must be a file we can write.
   require_distinct_files({{"--data", c.data}, {"--weights", c.weights}}, {{"--out", c.out}});
   (void)resolve_output_file(c.out, "--out");
+  // Without --count: 256 samples from --first, or as many as the split has from there.
+  const std::int64_t count =
+      c.count > 0 ? c.count : std::clamp<std::int64_t>(io::DatasetFile(c.data).size(split) - c.first, 1, 256);
   runtime::TrainOptions t;
   t.data_path = c.data;
   t.backend = pick_backend(c.device);
-  t.batch = std::min(c.batch, c.count);
+  t.batch = std::min(c.batch, count);
   t.amp = c.amp;
   t.ema = c.ema;
   t.epochs = 1;
   const blueprint::BluePrint bp = c.model.load();
   runtime::Trainer trainer(bp, t);
   trainer.load_weights(c.weights);
-  const std::vector<float> logits = trainer.logits(split, c.first, c.count, c.ema);
+  const std::vector<float> logits = trainer.logits(split, c.first, count, c.ema);
   const std::int64_t classes = trainer.plan().arch.num_classes;
 
   // Labels alongside, so a reader can score the same samples without the dataset.
-  std::vector<std::int32_t> labels(static_cast<std::size_t>(c.count));
-  io::DatasetFile(c.data).read(split, c.first, c.count, nullptr, labels.data());
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
+  io::DatasetFile(c.data).read(split, c.first, count, nullptr, labels.data());
   std::int64_t correct = 0;
-  for (std::int64_t i = 0; i < c.count; ++i) {
+  for (std::int64_t i = 0; i < count; ++i) {
     const float* row = logits.data() + i * classes;
     correct += (std::max_element(row, row + classes) - row) == labels[static_cast<std::size_t>(i)];
   }
@@ -119,17 +122,17 @@ void run_predict(const PredictCli& c) {
     write_int_attr(file, "first", c.first, c.out);
     write_int_attr(file, "amp", c.amp, c.out);
     write_int_attr(file, "ema", c.ema, c.out);
-    const hsize_t ldims[2] = {static_cast<hsize_t>(c.count), static_cast<hsize_t>(classes)};
+    const hsize_t ldims[2] = {static_cast<hsize_t>(count), static_cast<hsize_t>(classes)};
     write_dataset(file, "logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, ldims, logits.data(), c.out);
-    const hsize_t n = static_cast<hsize_t>(c.count);
+    const hsize_t n = static_cast<hsize_t>(count);
     write_dataset(file, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, &n, labels.data(), c.out);
     bytes = mem.finish({});
   }
   io::write_file_atomically(c.out, bytes);
   std::printf("%s: logits of %s samples [%lld, %lld) (%s, %s%s) -> %s; top1 %.4f\n", bp.name.c_str(), c.split.c_str(),
-              static_cast<long long>(c.first), static_cast<long long>(c.first + c.count),
+              static_cast<long long>(c.first), static_cast<long long>(c.first + count),
               runtime::backend_name(t.backend), c.amp ? "fp16" : "fp32", c.ema ? ", EMA" : "", c.out.c_str(),
-              static_cast<double>(correct) / static_cast<double>(c.count));
+              static_cast<double>(correct) / static_cast<double>(count));
 }
 
 }  // namespace
@@ -145,7 +148,7 @@ void register_predict_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"train", "val"}));
   cmd->add_option("--first", c->first, "First sample")->capture_default_str();
-  cmd->add_option("--count", c->count, "Number of samples")->capture_default_str();
+  cmd->add_option("--count", c->count, "Number of samples (default: 256, or to the end of the split if it ends first)");
   cmd->add_option("--batch", c->batch, "Inference batch size")->capture_default_str();
   cmd->add_flag("--amp", c->amp, "FP16 inference (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Use the EMA weights");

@@ -91,3 +91,27 @@ TEST(HardeningPreflight, AnEmptyValSplitOrValLabelsOutOfRangeAreRefusedNamingThe
   expect_refused_before_training("train --data " + bad.string() + " --epochs 1 --batch 32",
                                  {bad.string() + ": dataset '/val/labels'", "label 12 at index 17 is outside [0, 10)"});
 }
+
+TEST(HardeningPreflight, PredictWithoutCountStopsWhereTheSplitEnds) {
+  // predict's default of 256 samples asked a 64-sample val split for samples [0, 256) and stopped with an error the
+  // user had not asked for; now the default stops at the split's end. An explicit --count beyond it is still an error.
+  const fs::path d = temp_dir();
+  const std::string w = (d / "w.h5").string(), out = (d / "logits.h5").string();
+  ASSERT_EQ(run(train("--max-steps 1 --device cpu --save " + w)).code, 0);
+  const CliResult r = run("predict --device cpu --data " + tiny_data() + " --weights " + w + " --out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(out.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << out;
+  const hid_t ds = H5Dopen2(f, "/logits", H5P_DEFAULT);
+  const hid_t sp = H5Dget_space(ds);
+  hsize_t dims[2] = {0, 0};
+  EXPECT_EQ(H5Sget_simple_extent_dims(sp, dims, nullptr), 2);
+  EXPECT_EQ(dims[0], 64u);  // tiny_data's val split
+  EXPECT_EQ(dims[1], 10u);
+  H5Sclose(sp);
+  H5Dclose(ds);
+  H5Fclose(f);
+  EXPECT_CLEAN_ERROR(run("predict --device cpu --data " + tiny_data() + " --weights " + w + " --count 65 --out " + out),
+                     "samples [0, 65) are outside the val split of 64 samples");
+}
