@@ -37,12 +37,12 @@ bool onednn_available();
 
 /// oneDNN's Winograd F(4x4, 3x3) kernels for the 3×3 stride-1 pad-1 layers of 16k channels (AVX-512 only; the forward
 /// and dx on maps of at least 7×7, the weight gradient on any): a quarter of the multiplications, at a larger
-/// rounding error than the direct kernels: ~1-2e-6 of the largest output on zero-mean random data, but in training,
-/// where its forward feeds a batch norm, step-1 gradients ~1e-2 of the largest from PyTorch's FP32 (the CPU golden
-/// tiny_resnet_fp32, against 4.9e-6 with the direct kernels: docs/kernels-cpu.md "Winograd"). Off by default (the
-/// strict setting, like the GPU's FP32, which admits no Winograd engine); on where speed matters more. Read when a
-/// plan is made; the initial value is off unless RENAISSANCE_CPU_WINOGRAD is on/1; `train`/`bench --cpu-winograd
-/// on|off` set it.
+/// rounding error than the direct kernels (the forward ~5-9e-6 of an output channel's spread on post-ReLU data,
+/// ~3x the direct kernels'; ~1-2e-6 of the largest output on zero-mean data). On by default: the CPU's speed setting.
+/// `off` is the strict one, oneDNN's direct kernels as PyTorch runs them, which the CPU goldens of
+/// tiny_resnet need: its step-1 gradients move by 6.6e-2 of the largest under any rounding other than PyTorch's,
+/// even noise of 1e-9 of the outputs (docs/kernels-cpu.md "Winograd"). Read when a plan is made; the initial value
+/// is on unless RENAISSANCE_CPU_WINOGRAD is off/0; `train`/`bench --cpu-winograd on|off` set it.
 void set_conv2d_winograd(bool on);
 bool conv2d_winograd();
 /// Whether plans can take the Winograd kernels here: built with oneDNN and its CPU ISA is AVX-512 (avx512_core).

@@ -2,7 +2,7 @@
 //
 // Memory formats are chosen once, when the plan is made (OnednnLayout reports them): x, y, dx and dy are the
 // runtime's NHWC tensors as they are (oneDNN's NHWC kernels; nChw16c, the same bytes, for 16 channels), except with
-// Winograd (set_conv2d_winograd, off by default), whose kernels take only nChw16c: other channel counts are then
+// Winograd (set_conv2d_winograd, on by default), whose kernels take only nChw16c: other channel counts are then
 // reordered per batch piece through the running thread's scratch (in cache: ~32 samples a piece); the weights stay
 // OHWI in the arena (the optimizer, checkpoints and the GPU read them so) and each call runs one reorder of them —
 // once per call, before the batch pieces, never per piece — into the blocked format the primitive asked for ("any" at
@@ -52,7 +52,7 @@ namespace {
 std::atomic<bool>& winograd_setting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("RENAISSANCE_CPU_WINOGRAD");
-    return v && (std::strcmp(v, "on") == 0 || std::strcmp(v, "1") == 0);
+    return !(v && (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0));
   }()};
   return on;
 }

@@ -323,27 +323,30 @@ TEST(TrainCli, CpuThreadsFollowTheAffinityMask) {
   EXPECT_TRUE(says_cpu_threads(three, 3)) << three;
 }
 
-// --cpu-winograd on|off (default: RENAISSANCE_CPU_WINOGRAD, else off) reaches the kernels and says so where this CPU has
+// --cpu-winograd on|off (default: RENAISSANCE_CPU_WINOGRAD, else on) reaches the kernels and says so where this CPU has
 // the kernels (AVX-512 with oneDNN; elsewhere no run says Winograd): the train log's header line, bench's --json; the
 // option overrides the environment.
-TEST(TrainCli, CpuWinogradIsOffByDefaultAndSetByTheOptionOrTheEnvironment) {
+TEST(TrainCli, CpuWinogradIsOnByDefaultAndSetByTheOptionOrTheEnvironment) {
   renaissance::runtime::set_cpu_winograd(true);
   const bool here = renaissance::runtime::cpu_winograd();  // the setting is on: whether this CPU runs the kernels
   const auto npos = std::string::npos;
   const std::string train = std::string(RENAISSANCE_CLI) + " train --device cpu --data " + synthetic(28, 1) +
                             " --epochs 1 --batch 64 --max-steps 1 --no-validate";
   const std::string by_default = out_of("env -u RENAISSANCE_CPU_WINOGRAD " + train + " 2>&1");
-  EXPECT_EQ(by_default.find("Winograd"), npos);  // off by default: its gradients are ~1e-2 off (tests/golden)
+  EXPECT_EQ(by_default.find(", Winograd\n") != npos, here) << by_default;  // on by default where the CPU has them
   EXPECT_EQ(out_of("env -u RENAISSANCE_CPU_WINOGRAD " + train + " --cpu-winograd on 2>&1").find(", Winograd\n") != npos,
             here);
   EXPECT_EQ(out_of("RENAISSANCE_CPU_WINOGRAD=off " + train + " 2>&1").find("Winograd"), npos);
   EXPECT_EQ(out_of("RENAISSANCE_CPU_WINOGRAD=on " + train + " 2>&1").find(", Winograd\n") != npos, here);
   EXPECT_EQ(out_of("RENAISSANCE_CPU_WINOGRAD=off " + train + " --cpu-winograd on 2>&1").find(", Winograd\n") != npos,
             here);
+  EXPECT_EQ(out_of("RENAISSANCE_CPU_WINOGRAD=on " + train + " --cpu-winograd off 2>&1").find("Winograd"), npos);
   EXPECT_EQ(out_of("env -u RENAISSANCE_CPU_WINOGRAD " + train + " --cpu-winograd off 2>&1").find("Winograd"), npos);
   const std::string bench = std::string(RENAISSANCE_CLI) +
                             " bench --model fmnist_cnn --device cpu --batch 16 --warmup 1 --steps 1 --json";
-  EXPECT_NE(out_of("env -u RENAISSANCE_CPU_WINOGRAD " + bench + " 2>/dev/null").find("\"cpu_winograd\":false"), npos);
+  EXPECT_NE(out_of("env -u RENAISSANCE_CPU_WINOGRAD " + bench + " 2>/dev/null")
+                .find(here ? "\"cpu_winograd\":true" : "\"cpu_winograd\":false"),
+            npos);
   EXPECT_NE(out_of(bench + " --cpu-winograd off 2>/dev/null").find("\"cpu_winograd\":false"), npos);
   if (!here) GTEST_SKIP() << "this CPU has no Winograd kernels (AVX-512 with oneDNN): checked that no run says so";
 }
