@@ -4,7 +4,7 @@
 # Fashion-MNIST each, PAIRS times per model; the training img/s of each run and the ratio of the medians.
 #   scripts/bench/cpu_vs_pytorch.sh [build-dir] [out-dir]     (env: PAIRS=2, MODELS="fmnist_cnn resnet18_fmnist_narrow",
 #                                                               THREADS=the affinity mask's CPU count, DATA,
-#                                                               WINOGRAD="off" (the default) or "on off": ours once
+#                                                               WINOGRAD="on" (the default) or "on off": ours once
 #                                                               per --cpu-winograd setting)
 # Run it on a quiet machine: both sides use every core, and other load moves the figures more than the kernels do.
 set -uo pipefail
@@ -18,7 +18,7 @@ PAIRS=${PAIRS:-2}
 MODELS=${MODELS:-"fmnist_cnn resnet18_fmnist_narrow"}
 THREADS=${THREADS:-$(nproc)}
 DATA=${DATA:-data/fashion-mnist.h5}
-WINOGRAD=${WINOGRAD:-off}
+WINOGRAD=${WINOGRAD:-on}
 [[ -x $RN ]] || { echo "cpu_vs_pytorch: no $RN (build first)" >&2; exit 2; }
 [[ -f $DATA ]] || "$RN" data import fashion-mnist --out "$DATA" >/dev/null || exit 1
 J="$OUT_DIR/runs.jsonl"
@@ -28,8 +28,8 @@ for model in $MODELS; do
   if [[ $model == fmnist_cnn ]]; then ours=(--model fmnist_cnn); else ours=(--model-file "models/$model.yaml"); fi
   for p in $(seq 1 "$PAIRS"); do
     for wino in $WINOGRAD; do
-      fw=renaissance
-      [[ $wino == on ]] && fw="renaissance --cpu-winograd on"
+      fw="renaissance (Winograd, the default)"
+      [[ $wino == off ]] && fw="renaissance --cpu-winograd off"
       m="$OUT_DIR/ours-$model-$p-w$wino.jsonl"
       RENAISSANCE_CPU_THREADS=$THREADS "$RN" train "${ours[@]}" --data "$DATA" --epochs 1 --batch 128 --device cpu \
         --no-validate --cpu-winograd "$wino" --metrics "$m" >"$OUT_DIR/ours-$model-$p-w$wino.log" 2>&1 ||
