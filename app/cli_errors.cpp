@@ -165,6 +165,19 @@ CLI::Validator byte_size() {
       "SIZE");
 }
 
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        const std::string max = "18446744073709551615";  // 2^64 - 1
+        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        const std::string t = digits ? text.substr(std::min(text.find_first_not_of('0'), text.size() - 1)) : text;
+        if (!digits || t.size() > max.size() || (t.size() == max.size() && t > max))
+          return "'" + text + "' is not a seed (an integer from 0 to 2^64 - 1)";
+        return {};
+      },
+      "UINT");
+}
+
 CLI::Option* add_recompute_budget_option(CLI::App& cmd, std::int64_t& bytes) {
   return cmd
       .add_option("--recompute-budget", bytes,

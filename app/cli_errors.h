@@ -29,6 +29,9 @@ std::string usage_error_text(const CLI::App& app, const std::vector<std::string>
 /// G/GiB or T/TiB (any case; 1 KiB = 1024 B): "5.75GiB", "900MiB", "1048576". Rewrites the value to whole bytes
 /// (rounded down); anything else, zero or more than 2^62 bytes is a usage error naming the option.
 CLI::Validator byte_size();
+/// A seed: decimal digits only, from 0 to 2^64 - 1. CLI11 turns "-1" or a number past 2^64 into 2^64 - 1 without a
+/// word; this refuses them with what was written.
+CLI::Validator seed_value();
 
 /// `--recompute-budget SIZE` (train, bench, plan) into `bytes` (0 when not given).
 CLI::Option* add_recompute_budget_option(CLI::App& cmd, std::int64_t& bytes);

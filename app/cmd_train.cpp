@@ -365,7 +365,9 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--warmup-epochs", c->t.warmup_epochs, "Linear warm-up (constant/step/cosine)");
   cmd->add_option("--step-epochs", c->t.step_epochs, "step schedule: decay every N epochs");
   cmd->add_option("--label-smoothing", c->t.label_smoothing, "Label smoothing")->capture_default_str();
-  cmd->add_option("--seed", c->t.seed, "Seed of initialisation, order and augmentation")->capture_default_str();
+  cmd->add_option("--seed", c->t.seed, "Seed of initialisation, order and augmentation")
+      ->capture_default_str()
+      ->check(seed_value());
   cmd->add_flag("--ema", c->t.ema, "Keep an EMA of the weights and validate on it too");
   cmd->add_option("--ema-decay", c->t.ema_decay, "EMA decay (step t uses min(decay, (1+t)/(10+t)))")
       ->capture_default_str();

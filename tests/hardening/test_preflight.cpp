@@ -50,6 +50,19 @@ TEST(HardeningPreflight, NumericOptionsOutOfRangeAreRefusedNamingOptionAndValue)
   const fs::path d = temp_dir();
   write_text(d / "run.yaml", "lr: -1\n");
   expect_refused_before_training(train("--config " + (d / "run.yaml").string()), {"--lr must be a finite number > 0, got '-1'"});
+  // A seed below 0 or past 2^64 - 1 was taken as 2^64 - 1 without a word (CLI11's conversion); a usage error now.
+  for (const std::string& seed : {"-1", "18446744073709551616", "99999999999999999999999", "1e3"}) {
+    const CliResult r = run(train("--seed " + seed));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("--seed: '" + seed + "' is not a seed (an integer from 0 to 2^64 - 1)"), std::string::npos)
+        << r.out;
+  }
+  write_text(d / "run.yaml", "seed: -1\n");
+  const CliResult by_config = run(train("--config " + (d / "run.yaml").string()));
+  EXPECT_NE(by_config.code, 0) << by_config.out;
+  EXPECT_NE(by_config.out.find("run.yaml:1: option 'seed': --seed: '-1' is not a seed"), std::string::npos)
+      << by_config.out;
+  EXPECT_EQ(run(train("--max-steps 1 --device cpu --seed 18446744073709551615")).code, 0);  // 2^64 - 1 itself is fine
 }
 
 TEST(HardeningPreflight, OutputDirectoriesMustExistAndBeWritable) {
