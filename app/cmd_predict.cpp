@@ -75,9 +75,10 @@ void run_predict(const PredictCli& c) {
   // Before any work: --out must not be an input, and must be a file we can write.
   require_distinct_files({{"--data", c.data}, {"--weights", c.weights}}, {{"--out", c.out}});
   (void)resolve_output_file(c.out, "--out");
+  const std::int64_t n = io::DatasetFile(c.data).size(split);
+  RN_CHECK_CTX(c.first < n, c.data, "--first {} is past the end of the {} split ({} samples)", c.first, c.split, n);
   // Without --count: 256 samples from --first, or as many as the split has from there.
-  const std::int64_t count =
-      c.count > 0 ? c.count : std::clamp<std::int64_t>(io::DatasetFile(c.data).size(split) - c.first, 1, 256);
+  const std::int64_t count = c.count > 0 ? c.count : std::min<std::int64_t>(n - c.first, 256);
   runtime::TrainOptions t;
   t.data_path = c.data;
   t.backend = pick_backend(c.device);

@@ -446,7 +446,7 @@ void register_train_command(CLI::App& app) {
                   "A one-line heartbeat (step, running loss, img/s, ETA) every N steps, for logs that are not a "
                   "terminal (Slurm); 0: none")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 53));  // (NonNegativeNumber printed a 309-digit bound)
   cmd->add_option("--tensorboard", c->tensorboard,
                   "Write TensorBoard event files into this directory (losses, accuracies, lr, loss scale, img/s, "
                   "the run's options)");
