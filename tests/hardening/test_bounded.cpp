@@ -139,3 +139,13 @@ TEST(HardeningBounded, ABatchLargerThanTheSplitTrainsOnePartialBatch) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("done: 1 steps"), std::string::npos) << r.out;
 }
+
+TEST(HardeningBounded, AnImageOfFourGiBOrMoreIsRefusedBeforeTheFileExists) {
+  // HDF5's own "number of elements in chunk must be < 4GB" used to be the message, after the file was created.
+  const fs::path d = temp_dir();
+  const fs::path out = d / "x.h5";
+  EXPECT_CLEAN_ERROR(run("data synthetic --out " + out.string() +
+                         " --train 10 --val 10 --shape 100000,100000,3 --classes 10"),
+                     out.string(), "one image of 100000x100000x3 is 27.9 GiB", "less than 4 GiB");
+  EXPECT_FALSE(fs::exists(out));
+}

@@ -444,6 +444,12 @@ DatasetWriter::DatasetWriter(std::string path, std::int64_t height, std::int64_t
   m.c = channels;
   RN_CHECK_CTX(height > 0 && width > 0 && channels > 0, path, "image shape {}x{}x{} must be positive", height, width,
                channels);
+  // HDF5 stores a sample in one chunk, and a chunk holds less than 4 GiB (checked before the file exists).
+  const long double sample_bytes = static_cast<long double>(height) * width * channels;
+  RN_CHECK_CTX(sample_bytes < 4294967296.0L, path,
+               "one image of {}x{}x{} is {:.1f} GiB; a raw store holds images of less than 4 GiB each (HDF5's chunk "
+               "limit)",
+               height, width, channels, static_cast<double>(sample_bytes / 1073741824.0L));
   m.create(std::move(path), num_classes, options);
   const std::int64_t chunk =
       options.chunk_samples > 0 ? options.chunk_samples : auto_chunk_samples(height * width * channels);
