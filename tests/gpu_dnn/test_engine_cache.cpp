@@ -7,9 +7,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace {
 
@@ -205,6 +207,52 @@ TEST(EngineCacheFile, ABadFileIsIgnoredWithAWarningNeverFatal) {
   const std::string j = renaissance::runtime::save_engine_cache((dir / "junk.txt").string());
   EXPECT_NE(j.find("not overwritten"), std::string::npos) << j;
   EXPECT_EQ(slurp(dir / "junk.txt"), before);
+  g.clear();
+  fs::remove_all(dir);
+}
+
+// The start-up lock (lock_engine_cache): one holder at a time (flock on PATH.lock, which also parts two descriptors of
+// one process), a bounded wait that says it ran out, a waiter that gets it once the holder lets go and says how long
+// it waited, and save_engine_cache under the held lock (it must not take the lock a second time: that would wait on
+// itself).
+TEST(EngineCacheFile, TheStartUpLockIsHeldByOneAndWaitedForWithABound) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rn_engine_cache_lock_{}", ::getpid());
+  fs::remove_all(dir);
+  const std::string file = (dir / "sub" / "engines.txt").string();
+  std::string log;
+  EXPECT_EQ(renaissance::runtime::lock_engine_cache("", 1.0, &log), nullptr) << "--engine-cache off: no lock";
+  auto held = renaissance::runtime::lock_engine_cache(file, 1.0, &log);
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(log, "") << "nobody else held it: nothing to say";
+  EXPECT_TRUE(fs::exists(file + ".lock"));
+  // A second start-up waits its bound out and goes on without the lock, saying so.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(renaissance::runtime::lock_engine_cache(file, 0.3, &log), nullptr);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 0.3);
+  EXPECT_NE(log.find("another start-up held it"), std::string::npos) << log;
+  // Saving under the held lock: the entries reach the file, and the call returns (no wait on our own lock).
+  EngineCache& g = EngineCache::global();
+  g.clear();
+  g.put("mine", graph_choice(3, 0.3f));
+  const std::string saved = renaissance::runtime::save_engine_cache(file, held.get());
+  EXPECT_NE(saved.find("1 new entries saved"), std::string::npos) << saved;
+  // A waiter gets the lock when the holder lets go, and says it waited.
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    held.reset();
+  });
+  auto next = renaissance::runtime::lock_engine_cache(file, 30.0, &log);
+  release.join();
+  ASSERT_NE(next, nullptr);
+  EXPECT_NE(log.find("waited"), std::string::npos) << log;
+  // ... and reads what the first saved: the second start-up takes the first's engines.
+  g.clear();
+  std::size_t n = 0;
+  renaissance::runtime::load_engine_cache(file, &n);
+  EXPECT_EQ(n, 1u);
+  EXPECT_EQ(g.find("mine")->graph.engine, 3);
+  next.reset();
   g.clear();
   fs::remove_all(dir);
 }

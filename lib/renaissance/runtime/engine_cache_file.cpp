@@ -8,11 +8,13 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <system_error>
 
@@ -98,7 +100,42 @@ EngineStats engine_stats() {
   return EngineStats{cuda::ConvOp::choose_seconds(), c.hits(), c.misses(), c.rejected(), c.first_rejection()};
 }
 
-std::string save_engine_cache(const std::string& path) {
+EngineCacheLock::~EngineCacheLock() {
+  if (m_fd >= 0) ::close(m_fd);  // closing the descriptor releases the flock
+}
+
+std::unique_ptr<EngineCacheLock> lock_engine_cache(const std::string& path, double wait_s, std::string* log) {
+  if (log) log->clear();
+  if (path.empty()) return nullptr;
+  std::error_code ec;
+  const fs::path p(path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  const int fd = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;  // an unwritable place: save_engine_cache will say so
+  const auto t0 = std::chrono::steady_clock::now();
+  auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      ::close(fd);
+      return nullptr;
+    }
+    if (waited() >= wait_s) {
+      ::close(fd);
+      if (log)
+        *log = fmt::format(
+            "warning: engine cache {}: another start-up held it for {:.0f} s; going on without waiting for its "
+            "engines (this run times its own, which may differ from that run's)",
+            path, waited());
+      return nullptr;
+    }
+    ::usleep(20000);
+  }
+  if (log && waited() >= 0.5)
+    *log = fmt::format("engine cache {}: waited {:.1f} s for another start-up to save its engines", path, waited());
+  return std::unique_ptr<EngineCacheLock>(new EngineCacheLock(path, fd));
+}
+
+std::string save_engine_cache(const std::string& path, const EngineCacheLock* held) {
   cuda::EngineCache& global = cuda::EngineCache::global();
   if (path.empty() || global.unsaved() == 0) return "";
   std::error_code ec;
@@ -106,7 +143,8 @@ std::string save_engine_cache(const std::string& path) {
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   if (fs::exists(p, ec) && !fs::is_regular_file(fs::symlink_status(p, ec)))
     return fmt::format("warning: engine cache {} is not a regular file: not written", path);
-  FileLock lock(path);
+  std::optional<FileLock> lock;
+  if (!held || held->path() != path) lock.emplace(path);
   // What the file holds now (another process may have added to it since we loaded it) wins over our entries.
   cuda::EngineCache merged;
   std::string text, error;
@@ -144,7 +182,12 @@ std::string load_engine_cache(const std::string&, std::size_t* entries) {
   if (entries) *entries = 0;
   return "";
 }
-std::string save_engine_cache(const std::string&) { return ""; }
+std::string save_engine_cache(const std::string&, const EngineCacheLock*) { return ""; }
+EngineCacheLock::~EngineCacheLock() = default;
+std::unique_ptr<EngineCacheLock> lock_engine_cache(const std::string&, double, std::string* log) {
+  if (log) log->clear();
+  return nullptr;
+}
 EngineStats engine_stats() { return {}; }
 
 #endif

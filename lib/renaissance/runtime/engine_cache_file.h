@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 namespace renaissance::runtime {
@@ -18,7 +19,31 @@ namespace renaissance::runtime {
 /// `*entries` gets the number of entries read. CPU-only builds: nothing.
 std::string load_engine_cache(const std::string& path, std::size_t* entries = nullptr);
 /// Saves the new choices of this process into `path` (nothing when there are none). Returns a line for the log.
-std::string save_engine_cache(const std::string& path);
+/// Takes PATH.lock for the write, unless `held` says this process holds it already (lock_engine_cache).
+class EngineCacheLock;
+std::string save_engine_cache(const std::string& path, const EngineCacheLock* held = nullptr);
+
+/// The start-up lock of a shared engine cache: held by one process from before it loads the file until it has saved
+/// the engines it timed, so that runs starting at the same time on an empty (or incomplete) cache do not each time
+/// their own engines, which may differ and then give other bits: the second waits, then reads the first's choices.
+/// For single-process runs (under mpirun/srun the ranks start together and may meet in collectives while one times,
+/// so they do not hold it). Waits at most `wait_s` seconds for another process (a start-up that hangs must not
+/// hang this one too); then goes on without it and `*log` says so. `*log` also says when it waited. nullptr when
+/// `path` is empty, the lock file cannot be made, or the wait ran out. CPU-only builds: nullptr.
+class EngineCacheLock {
+ public:
+  ~EngineCacheLock();
+  EngineCacheLock(const EngineCacheLock&) = delete;
+  EngineCacheLock& operator=(const EngineCacheLock&) = delete;
+  const std::string& path() const { return m_path; }
+
+ private:
+  friend std::unique_ptr<EngineCacheLock> lock_engine_cache(const std::string&, double, std::string*);
+  EngineCacheLock(std::string path, int fd) : m_path(std::move(path)), m_fd(fd) {}
+  std::string m_path;
+  int m_fd = -1;
+};
+std::unique_ptr<EngineCacheLock> lock_engine_cache(const std::string& path, double wait_s, std::string* log);
 /// Process-wide totals of the GPU convolutions' engine choice so far (start-up figures): seconds spent choosing,
 /// choices found in the cache, choices made (timed or from the heuristics). CPU-only builds: zeros.
 struct EngineStats {

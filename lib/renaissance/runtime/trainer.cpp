@@ -5,6 +5,9 @@
 namespace renaissance::runtime {
 
 namespace {
+/// How long a start-up waits for another one that holds the engine cache (a cold ResNet-50 start-up times for ~3 s).
+constexpr double kEngineCacheWaitS = 300;
+
 /// What the plan is compiled with: one rank's share of the batch and the split (sharding.h) and the options.
 plan::TrainConfig train_config(const TrainOptions& opts, const ShardLayout& shard, std::int64_t val_samples) {
   const int world = opts.comm ? opts.comm->world_size() : 1;
@@ -105,6 +108,14 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
     log0(
         "--deterministic off: non-deterministic cuDNN engines and cuBLASLt reductions are admitted where they are "
         "faster; runs with the same seed are not bit-identical");
+  // A single-process run holds the shared engine cache from before it loads it until it has saved what it timed:
+  // two runs starting together then time once, and both train with those engines (engine_cache_file.h).
+  std::unique_ptr<EngineCacheLock> cache_lock;
+  if (gpu && I.world == 1) {
+    std::string waited;
+    cache_lock = lock_engine_cache(opts.engine_cache, kEngineCacheWaitS, &waited);
+    log0(waited);
+  }
   if (gpu) log0(load_engine_cache(opts.engine_cache));
   const EngineStats e0 = engine_stats();
   const double t_capture = now_s();
@@ -122,7 +133,8 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
     if (e1.rejected > e0.rejected)
       log0(fmt::format("warning: {} cached engine choice(s) could not be used again and were chosen afresh (first: {})",
                        e1.rejected - e0.rejected, e1.first_rejection));
-    log0(save_engine_cache(opts.engine_cache));
+    log0(save_engine_cache(opts.engine_cache, cache_lock.get()));
+    cache_lock.reset();
     if (I.startup.engines_cached + I.startup.engines_chosen > 0)
       log0(
           fmt::format("convolution engines: {} from the cache, {} chosen in {:.1f} s, {} on the legacy API, {} on "
