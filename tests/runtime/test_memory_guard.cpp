@@ -77,6 +77,21 @@ TEST(HostMemoryGuard, AnArenaLargerThanTheHostIsRefusedWithNumbersAndHint) {
   }
 }
 
+TEST(HostMemoryGuard, TheRanksOnANodeShareItsMemory) {
+  // Four ranks of 6 GiB each fit 24 GiB but not 23: the message gives the sum, the count and one arena.
+  EXPECT_NO_THROW(runtime::check_host_memory("model 'resnet50' (batch 256, fp32)", 6 * GiB, 24 * GiB, 32 * GiB, 4));
+  try {
+    runtime::check_host_memory("model 'resnet50' (batch 256, fp32)", 6 * GiB, 23 * GiB, 32 * GiB, 4);
+    FAIL() << "four arenas of 6 GiB must not fit 23 GiB";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("24.00 GiB of host memory for the arenas of its 4 ranks on this node (6.00 GiB each)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("fewer ranks per node"), std::string::npos) << m;
+  }
+}
+
 TEST(HostMemoryGuard, ThisMachineReportsWhatItHas) {
   // Linux always has /proc/meminfo: something available, no more than the total (MemTotal or a cgroup's limit).
   std::int64_t total = 0;

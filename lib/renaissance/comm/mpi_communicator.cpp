@@ -1,4 +1,5 @@
 #include <renaissance/comm/mpi_communicator.h>
+#include <renaissance/comm/mpi_session.h>
 #include <renaissance/core/error.h>
 
 #include <algorithm>
@@ -21,6 +22,9 @@ struct Armed {
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) : m_comm(comm) {
   MPI_Comm_rank(comm, &m_rank);
   MPI_Comm_size(comm, &m_world);
+  // The node-local count MpiSession found (MPI_COMM_TYPE_SHARED) when this is its world, as it always is.
+  const MpiSession* session = MpiSession::current();
+  if (session && comm == session->world()) m_local_size = session->local_size();
   m_watchdog = std::make_unique<CommWatchdog>(m_rank, timeout_s);
 }
 

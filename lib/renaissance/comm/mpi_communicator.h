@@ -22,6 +22,7 @@ class MpiCommunicator : public Communicator {
 
   int world_size() const override { return m_world; }
   int rank() const override { return m_rank; }
+  int ranks_on_this_node() const override { return m_local_size; }
   void allreduce_sum(float* data, std::int64_t count) override;
   std::int64_t agree_max(std::int64_t value) override;
   void broadcast(std::vector<std::uint8_t>& bytes, int root = 0) override;
@@ -31,7 +32,7 @@ class MpiCommunicator : public Communicator {
   /// Runs an MPI call under the watchdog; an MPI error (MPI_ERRORS_RETURN) becomes an Error naming `what`.
   void checked(const char* what, int rc);
   MPI_Comm m_comm;
-  int m_rank = 0, m_world = 1;
+  int m_rank = 0, m_world = 1, m_local_size = 1;
   std::unique_ptr<CommWatchdog> m_watchdog;
 };
 

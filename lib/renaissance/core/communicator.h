@@ -18,6 +18,8 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int world_size() const { return 1; }
   virtual int rank() const { return 0; }
+  /// The ranks of this job on this rank's node (1 alone): they share its memory.
+  virtual int ranks_on_this_node() const { return 1; }
   virtual void allreduce_sum(float* data, std::int64_t count) { (void)data, (void)count; }
   /// Host-side agreement at a step boundary: the maximum of `value` over all ranks (blocking; e.g. "a rank
   /// received SIGUSR1, so every rank checkpoints and stops"). One rank: `value`.

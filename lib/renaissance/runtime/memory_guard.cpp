@@ -93,20 +93,29 @@ std::int64_t host_available_bytes(std::int64_t* total) {
   return avail;
 }
 
-void check_host_memory(const std::string& what, std::int64_t arena_bytes, std::int64_t available, std::int64_t total) {
-  RN_CHECK(arena_bytes >= 0, "internal: negative host memory request for {}", what);
-  if (available < 0 || arena_bytes <= available) return;
-  throw Error(fmt::format("{} needs {} of host memory for its arena but only {} of {} are available", what,
-                          gib(arena_bytes), gib(available), total > 0 ? gib(total) : std::string("?")),
+void check_host_memory(const std::string& what, std::int64_t arena_bytes, std::int64_t available, std::int64_t total,
+                       int ranks) {
+  RN_CHECK(arena_bytes >= 0 && ranks >= 1, "internal: host memory request of {} ranks of {} for {}", ranks,
+           arena_bytes, what);
+  const long double need = static_cast<long double>(arena_bytes) * ranks;
+  if (available < 0 || need <= available) return;
+  const std::string needs =
+      ranks == 1 ? fmt::format("{} of host memory for its arena", gib(arena_bytes))
+                 : fmt::format("{} of host memory for the arenas of its {} ranks on this node ({} each)",
+                               gib(static_cast<std::int64_t>(need)), ranks, gib(arena_bytes));
+  throw Error(fmt::format("{} needs {} but only {} of {} are available", what, needs, gib(available),
+                          total > 0 ? gib(total) : std::string("?")),
               "host memory",
-              "use a smaller --batch (the arena grows with it), or free memory; `renaissance plan --batch N` shows "
-              "the arena size");
+              ranks == 1 ? "use a smaller --batch (the arena grows with it), or free memory; `renaissance plan --batch "
+                           "N` shows the arena size"
+                         : "use a smaller --batch (each rank's arena grows with its share), fewer ranks per node, or "
+                           "free memory; `renaissance plan --batch N` shows one arena");
 }
 
-void guard_host_memory(const std::string& what, std::int64_t arena_bytes) {
+void guard_host_memory(const std::string& what, std::int64_t arena_bytes, int ranks) {
   std::int64_t total = -1;
   const std::int64_t avail = host_available_bytes(&total);
-  check_host_memory(what, arena_bytes, avail, total);
+  check_host_memory(what, arena_bytes, avail, total, ranks);
 }
 
 void guard_device_memory(DeviceMemoryNeed need) {

@@ -37,9 +37,11 @@ std::int64_t host_available_bytes(std::int64_t* total = nullptr);
 /// Throws Error when `arena_bytes` exceeds `available` (< 0: unknown, passes): names `what`, the arena and what is
 /// available, and hints at a smaller --batch. The rest of the run (weights' copies, loader buffers) is small beside
 /// an arena that does not fit, so only the arena is compared.
-void check_host_memory(const std::string& what, std::int64_t arena_bytes, std::int64_t available, std::int64_t total);
+/// `ranks`: the job's ranks on this node, each with an arena of `arena_bytes` (they share the node's memory).
+void check_host_memory(const std::string& what, std::int64_t arena_bytes, std::int64_t available, std::int64_t total,
+                       int ranks = 1);
 /// check_host_memory with host_available_bytes().
-void guard_host_memory(const std::string& what, std::int64_t arena_bytes);
+void guard_host_memory(const std::string& what, std::int64_t arena_bytes, int ranks = 1);
 /// "12.34 GiB"
 std::string gib(std::int64_t bytes);
 

@@ -46,7 +46,7 @@ void guard_arena(const blueprint::BluePrint& bp, const TrainOptions& opts, std::
   if (opts.backend == Backend::CUDA)
     guard_device_memory({what, arena_bytes, opts.workspace_mib << 20, 0});
   else
-    guard_host_memory(what, arena_bytes);
+    guard_host_memory(what, arena_bytes, opts.comm ? opts.comm->ranks_on_this_node() : 1);
 }
 }  // namespace
 
