@@ -15,7 +15,8 @@
 # CTEST_ARGS: more ctest arguments for `tests` (e.g. -E interop); TESTS_TIMEOUT (s, default: what DEADLINE leaves).
 # GTEST_BATCH (default test_gpu_dnn,test_gpu_kernels; empty: none): `tests` runs these GoogleTest binaries' gpu tests
 #   as GTEST_SHARDS (4) whole processes each (scripts/bench/gtest_batch.py: a test that fails there runs again alone;
-#   one process per test costs 2-8 s of CUDA start-up on the GPU machine), the other gpu tests through ctest.
+#   one process per test costs 2-8 s of CUDA start-up on the GPU machine), the other gpu tests through ctest, the
+#   interop test (the longest) apart from the start (ctest-interop.log).
 # TESTS_FROM: a file of test names, one per line: `tests` runs only those through ctest (no GTEST_BATCH then);
 #   TEST_JOBS: ctest -j (default 4).
 # TARGETS: build only these targets (default: everything). The GPU machine needs .deps/cudnn-frontend carried.
@@ -54,7 +55,12 @@ for s in $STEPS; do
     tests)
       OUT=$(cd "$OUT" && pwd)
       from=${TESTS_FROM:+$(realpath "$TESTS_FROM")}
+      ipid=
       if [[ -z $from && -n ${GTEST_BATCH-test_gpu_dnn,test_gpu_kernels} ]]; then
+        # The longest test (five models against PyTorch, ~300 s on the H200) from the start, beside everything else.
+        (cd build-gpu && timeout $((${DEADLINE:-570} - SECONDS)) ctest -L gpu -R '^interop[.]' --output-on-failure \
+          >"$OUT/ctest-interop.log" 2>&1) &
+        ipid=$!
         # The kernel-level binaries as a few whole processes (gtest_batch.py), the rest through ctest.
         from=$OUT/.ctest-rest.txt
         timeout $((${DEADLINE:-570} - SECONDS)) python3 scripts/bench/gtest_batch.py --build build-gpu --label gpu \
@@ -65,12 +71,18 @@ for s in $STEPS; do
       left=$((${DEADLINE:-570} - SECONDS)); ((left > 60)) || left=60
       sel=()  # the names in $from as one anchored regex (ctest's --tests-from-file needs CMake >= 3.29)
       [[ -n $from ]] && sel=(-R "$(python3 -c 'import re, sys
-print("^(" + "|".join(re.escape(n.strip()) for n in open(sys.argv[1]) if n.strip()) + ")$")' "$from")")
+skip = sys.argv[2] == "1"  # the interop test runs apart (above)
+print("^(" + "|".join(re.escape(n.strip()) for n in open(sys.argv[1])
+                      if n.strip() and not (skip and n.startswith("interop."))) + ")$")' "$from" "${ipid:+1}")")
       # shellcheck disable=SC2086
       (cd build-gpu && timeout "${TESTS_TIMEOUT:-$left}" ctest -L gpu --output-on-failure -j"${TEST_JOBS:-4}" \
         "${sel[@]}" ${CTEST_ARGS:-} >"$OUT/ctest-gpu.log" 2>&1)
       say "gpu tests exit $?: $(grep -E 'tests passed' "$OUT/ctest-gpu.log")"
-      grep -E '\*\*\*|Failed ' "$OUT/ctest-gpu.log" | head -20; rm -f "$OUT/.ctest-rest.txt" ;;
+      grep -E '\*\*\*|Failed ' "$OUT/ctest-gpu.log" | head -20; rm -f "$OUT/.ctest-rest.txt"
+      if [[ -n $ipid ]]; then
+        wait "$ipid"
+        say "interop test exit $?: $(grep -E 'tests passed|INTEROP (OK|FAILED)' "$OUT/ctest-interop.log" | tail -2)"
+      fi ;;
     bench)
       m=${MODES:-eager}
       MODES=$m CASES=${CASES:-"resnet50:256:$m fmnist_cnn:256:$m resnet18_cifar:512:$m"} \
