@@ -54,13 +54,13 @@ const char* status_name(nvjpegStatus_t s) {
   } while (0)
 
 /// A fence for one nvJPEG state: an event recorded on the stream after each decode that used the state, waited
-/// for before the state is used again. nvJPEG stages through the state's pinned host buffer (GPU-hybrid: the
-/// Huffman-decoded coefficients its CPU phase writes there, copied to the device asynchronously on the stream);
-/// the next call on the state writes that buffer again from the host, so a call made while the stream has not yet
-/// copied the previous batch's coefficients changes that batch's pixels. On an H100 (2026-12-05) a progressive
-/// JPEG decoded by GPU-hybrid while the JPEG engines' batch was queued before it on the same stream came out 38
-/// levels off on average (GpuJpeg.TheDeviceCacheHoldsTheDecodedStore); the decode-ahead thread queued the next
-/// batch before the copy had run.
+/// for before the state is used again (a decode, or an initialisation for another batch size). nvJPEG stages through
+/// the state's pinned host buffer (GPU-hybrid: the Huffman-decoded coefficients its CPU phase writes there, copied to
+/// the device asynchronously on the stream), and the decode-ahead thread calls again before the stream has run the
+/// previous batch. On an H100 (2026-12-05), under load from other test processes, a progressive JPEG decoded by
+/// GPU-hybrid after the JPEG engines' batch on the same stream came out 38 levels off on average
+/// (GpuJpeg.TheDeviceCacheHoldsTheDecodedStore). That this was the cause is not established: alone, neither the test
+/// nor scripts/bench/nvjpeg_fence_probe.sh reproduced it, with or without the fence (docs/input-pipeline.md).
 struct Fence {
   cudaEvent_t done = nullptr;
   bool pending = false;
