@@ -494,8 +494,8 @@ TEST_F(GpuJpeg, DecodeAheadEqualsTheSynchronousPath) {
 // The device cache of a JPEG store (--decode gpu with --data-cache): every image decoded once at start-up, in
 // batches of 4 (so 12, the last partial), each kept at its own size. 47 images, so that many batches mix the JPEG
 // engines' images with a progressive one GPU-hybrid decodes after them on the same stream: with 23 (6 batches) one
-// such image came out ~38 levels off on an H100 on 2026-12-05, when a decode reused its nvJPEG state's pinned buffer
-// before the stream had copied it (kernels/cuda/jpeg_decode.cpp, Fence). Each cached image equals the same backend's
+// such image came out ~38 levels off on an H100 on 2026-12-05, beside other test processes; the cause is not
+// established (kernels/cuda/jpeg_decode.cpp, Fence; docs/input-pipeline.md). Each cached image equals the same backend's
 // synchronous decode of it (the default backend bit for bit; the JPEG engines within 0.25 levels, as above) and
 // Pillow's within the decoders' tolerance; and the cache's captured gathers of a shuffled pass (random-resized crops,
 // flips, FP16 into 8 channels, a partial last batch) equal io::render_sample + normalize_images of the cached pixels
