@@ -240,6 +240,24 @@ def bad_inputs(good):
     root = tree("val_only_class", lambda r: shutil.copytree(os.path.join(r, "val", "n00000000"),
                                                             os.path.join(r, "val", "n99999999")))
     expect_error(["folder", root, "--out", out], os.path.join(root, "val", "n99999999"), "val class not in train", out)
+    # A link to a folder that contains it: std::filesystem followed it until the path was too long (3 images of a
+    # class became 129 samples); a link elsewhere is followed, as torchvision's os.walk(followlinks=True) does.
+    root = tree("link_cycle", lambda r: os.symlink("..", os.path.join(r, cls, "again")))
+    expect_error(["folder", root, "--out", out], os.path.join(root, cls, "again"), "a link to a folder holding it", out)
+    root = tree("link_out", lambda r: os.symlink(os.path.join(r, "val", "n00000000"), os.path.join(r, cls, "more")))
+    r = imp("folder", root, "--out", out)
+    if r.returncode != 0:
+        fail(f"a link to another folder: exit {r.returncode}\n{r.stderr}")
+    else:
+        with h5py.File(out, "r") as f:
+            linked = len(os.listdir(os.path.join(root, "val", "n00000000")))
+            n2 = int((f["train/labels"][...] == 2).sum())
+        want = len(os.listdir(os.path.join(root, cls))) - 1 + linked  # the link itself is not an image
+        if n2 != want:
+            fail(f"a link to another folder: class 2 has {n2} train images, expected {want}")
+        else:
+            print(f"  a link to another folder: followed, class 2 has {n2} train images")
+        os.remove(out)
     root = tree("no_train", lambda r: shutil.rmtree(os.path.join(r, "train")))
     expect_error(["folder", root, "--out", out], os.path.join(root, "train"), "missing train folder", out)
     expect_error(["folder", root + "-nonexistent", "--out", out], root + "-nonexistent", "missing folder", out)

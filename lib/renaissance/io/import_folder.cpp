@@ -46,6 +46,18 @@ std::vector<std::string> class_files(const fs::path& dir, std::int64_t& other) {
   for (; it != end; it.increment(ec)) {
     if (ec) RN_IO_FAIL(dir.string(), "check its permissions", "cannot list the class folder: {}", ec.message());
     std::error_code fec;
+    // Linked folders are followed (as torchvision's os.walk(followlinks=True) does), but one that contains the link
+    // would repeat its images until the path is too long: 3 images became 129 samples, all of one class.
+    if (it->is_symlink(fec) && it->is_directory(fec)) {
+      std::error_code cec;
+      const fs::path target = fs::canonical(it->path(), cec);
+      const fs::path here = cec ? fs::path() : fs::canonical(it->path().parent_path(), cec);
+      const fs::path rel = cec ? fs::path("..") : here.lexically_relative(target);
+      if (!rel.empty() && *rel.begin() != "..")
+        RN_IO_FAIL(it->path().string(), "remove the link, or point it outside the folder that holds it",
+                   "a link to the folder {} that contains it: importing would repeat its images without end",
+                   target.string());
+    }
     if (!it->is_regular_file(fec)) continue;
     if (!image_extension(it->path())) {
       ++other;
