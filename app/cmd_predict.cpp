@@ -75,7 +75,8 @@ void run_predict(const PredictCli& c) {
   // Before any work: --out must not be an input, and must be a file we can write.
   require_distinct_files({{"--data", c.data}, {"--weights", c.weights}}, {{"--out", c.out}});
   (void)resolve_output_file(c.out, "--out");
-  const std::int64_t n = io::DatasetFile(c.data).size(split);
+  const io::DatasetFile data(c.data);  // its size now; its labels, normalisation and class names for the output
+  const std::int64_t n = data.size(split);
   RN_CHECK_CTX(c.first < n, c.data, "--first {} is past the end of the {} split ({} samples)", c.first, c.split, n);
   // Without --count: 256 samples from --first, or as many as the split has from there.
   const std::int64_t count = c.count > 0 ? c.count : std::min<std::int64_t>(n - c.first, 256);
@@ -94,7 +95,7 @@ void run_predict(const PredictCli& c) {
 
   // Labels alongside, so a reader can score the same samples without the dataset.
   std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
-  io::DatasetFile(c.data).read(split, c.first, count, nullptr, labels.data());
+  data.read(split, c.first, count, nullptr, labels.data());
   std::int64_t correct = 0;
   for (std::int64_t i = 0; i < count; ++i) {
     const float* row = logits.data() + i * classes;
@@ -112,12 +113,10 @@ void run_predict(const PredictCli& c) {
     write_string_attr(file, "model", bp.name, c.out);
     write_string_attr(file, "weights", absolute(c.weights), c.out);
     write_string_attr(file, "data", absolute(c.data), c.out);
-    {  // the dataset's normalisation and class names, as in weights files (a reader needs no dataset)
-      const io::DatasetFile d(c.data);
-      io::write_f32_array_attr(file, "mean", d.mean(), c.out);
-      io::write_f32_array_attr(file, "std", d.stddev(), c.out);
-      if (!d.class_names().empty()) io::write_string_array_attr(file, "class_names", d.class_names(), c.out);
-    }
+    // The dataset's normalisation and class names, as in weights files (a reader needs no dataset).
+    io::write_f32_array_attr(file, "mean", data.mean(), c.out);
+    io::write_f32_array_attr(file, "std", data.stddev(), c.out);
+    if (!data.class_names().empty()) io::write_string_array_attr(file, "class_names", data.class_names(), c.out);
     write_string_attr(file, "split", c.split, c.out);
     write_string_attr(file, "device", runtime::backend_name(t.backend), c.out);
     write_int_attr(file, "first", c.first, c.out);

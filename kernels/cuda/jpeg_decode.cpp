@@ -73,7 +73,9 @@ struct Fence {
     CUDA_CHECK(cudaEventRecord(done, stream));
     pending = true;
   }
+  /// After the last decode it fences has run (a queued copy may still read the state's pinned buffer).
   void destroy() noexcept {
+    if (pending) cudaEventSynchronize(done);
     if (done) cudaEventDestroy(done);
     done = nullptr;
     pending = false;
@@ -88,11 +90,8 @@ struct Backend {
   Fence batched_done, single_done;      ///< the last decode on each state (above)
   int batch_size = -1;                  ///< what `batched` was initialised for (-1: needs initialising)
   void destroy() noexcept {
-    // The states' pinned buffers may still be read by a queued copy: let it finish first.
-    for (Fence* f : {&batched_done, &single_done}) {
-      if (f->pending) cudaEventSynchronize(f->done);
-      f->destroy();
-    }
+    batched_done.destroy();
+    single_done.destroy();
     if (single) nvjpegJpegStateDestroy(single);
     if (batched) nvjpegJpegStateDestroy(batched);
     single = batched = nullptr;

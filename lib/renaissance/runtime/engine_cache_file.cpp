@@ -14,7 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
+#include <limits>
 #include <sstream>
 #include <system_error>
 
@@ -53,24 +53,6 @@ bool read_file(const std::string& path, std::string* text, std::string* error) {
   *text = ss.str();
   return true;
 }
-
-/// An advisory lock on PATH.lock for the life of the object (flock: released when the descriptor closes, also when
-/// the process dies).
-struct FileLock {
-  int fd = -1;
-  explicit FileLock(const std::string& path) {
-    fd = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0 && ::flock(fd, LOCK_EX) != 0) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ~FileLock() {
-    if (fd >= 0) ::close(fd);
-  }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-};
 
 }  // namespace
 
@@ -143,8 +125,9 @@ std::string save_engine_cache(const std::string& path, const EngineCacheLock* he
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   if (fs::exists(p, ec) && !fs::is_regular_file(fs::symlink_status(p, ec)))
     return fmt::format("warning: engine cache {} is not a regular file: not written", path);
-  std::optional<FileLock> lock;
-  if (!held || held->path() != path) lock.emplace(path);
+  // The write under PATH.lock (waiting as long as it takes), unless this process holds it already.
+  std::unique_ptr<EngineCacheLock> lock;
+  if (!held || held->path() != path) lock = lock_engine_cache(path, std::numeric_limits<double>::infinity(), nullptr);
   // What the file holds now (another process may have added to it since we loaded it) wins over our entries.
   cuda::EngineCache merged;
   std::string text, error;
