@@ -41,6 +41,11 @@ goldens: float64; AMP goldens: FP32 without autocast) and the distance between t
 spread_logits_init, spread_grad, spread_losses, spread_update, spread_bn, spread_logits_final (max |a − b| / max |b|
 over the tensors of that kind; losses: max relative). Two implementations of the same arithmetic can differ by about
 that much, so the C++ test never demands less than a multiple of it where ten steps of training amplify differences.
+FP32 goldens also record sensitivity_grad: the worst distance of step 1's gradients from the float64 run's over
+SENSITIVITY_RUNS runs whose every convolution output carries uniform noise of ±SENSITIVITY_NOISE of its largest |value|
+(an absolute error the size of FP32's rounding of the largest value, as a convolution engine with other tiling and
+summation order makes: a pre-ReLU value that close to zero flips its ReLU's mask, a max-pool tie goes the other way,
+and the batch sums of the gradients cancel). The GPU replays hold step 1's gradients to at least that.
 
 Needs numpy, h5py, PyYAML, torch and the renaissance executable (`renaissance plan --yaml`: the ArchPlan, whose layer
 and tensor names the files use; --renaissance PATH, default build/app/renaissance or build-gpu/app/renaissance).
@@ -239,6 +244,29 @@ def train(model, layers, x, y, args, amp):
     return r
 
 
+SENSITIVITY_NOISE = 1e-7  # of a convolution output's largest |value|: about FP32's rounding of the largest value
+SENSITIVITY_RUNS = 4
+
+
+def step1_grads(model, layers, x, y, seed):
+    """Step 1's gradients (float64 arrays) of a copy of `model` whose every convolution output carries uniform noise
+    of ±SENSITIVITY_NOISE × its largest |value| (seeded)."""
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+
+    def perturb(_mod, _inp, out):
+        u = torch.rand(out.shape, generator=g, dtype=out.dtype).to(out.device) * 2 - 1
+        return out + u * (SENSITIVITY_NOISE * out.detach().abs().max())
+
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.Conv2d):
+            mod.register_forward_hook(perturb)
+    m.train()
+    m.zero_grad(set_to_none=False)
+    F.cross_entropy(m(x), y).backward()
+    return renaissance_tensors(m, layers, "grad")
+
+
 def spread(a, b):
     """max |a − b| / max |b| over arrays (or dicts of arrays, the worst tensor)."""
     if isinstance(a, dict):
@@ -279,6 +307,7 @@ def run_case(case, args):
                    "arch_plan": arch_text, "step": "0", "plan_hash": "imported",
                    "source": f"scripts/golden_pytorch.py seed {args.seed}"})
     precise = copy.deepcopy(model)  # the second run: float64 (FP32 goldens) or FP32 (AMP goldens)
+    perturbed = copy.deepcopy(model)  # FP32 goldens: step 1 again with noisy convolution outputs
 
     x = rm.normalize(images, mean, std).to(device)
     y = torch.from_numpy(labels.astype(np.int64)).to(device)
@@ -288,6 +317,11 @@ def run_case(case, args):
     else:
         p = train(precise.to(device, torch.float64), layers, x.double(), y, args, False)
     updates = {k: v - init[k] for k, v in r["final"].items() if k[0] == "params"}
+    sensitivity = {}
+    if not args.amp:
+        sensitivity["sensitivity_grad"] = max(
+            spread(step1_grads(perturbed.to(device), layers, x, y, s), p["grads"])
+            for s in range(SENSITIVITY_RUNS))
     spreads = {
         "spread_logits_init": spread(r["logits_init"], p["logits_init"]),
         "spread_grad": spread(r["grads"], p["grads"]),
@@ -319,6 +353,7 @@ def run_case(case, args):
         "spread_reference": "fp32" if args.amp else "float64",
     }
     attrs.update({k: np.float64(v) for k, v in spreads.items()})
+    attrs.update({k: np.float64(v) for k, v in sensitivity.items()})
     path = os.path.join(out_dir, "golden.h5")
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
@@ -343,7 +378,8 @@ def run_case(case, args):
     size = sum(os.path.getsize(os.path.join(out_dir, n)) for n in ("data.h5", "init.h5", "golden.h5"))
     print(f"{tag}: {len(r['grads'])} gradients, losses {r['losses'][0]:.6f} -> {r['losses'][-1]:.6f}, "
           f"{size / 1024:.0f} KiB in {out_dir} (torch {attrs['torch_version']}, {attrs['device']}); spread against "
-          f"{attrs['spread_reference']}: " + ", ".join(f"{k[7:]} {v:.1e}" for k, v in spreads.items()))
+          f"{attrs['spread_reference']}: " + ", ".join(f"{k[7:]} {v:.1e}" for k, v in spreads.items()) +
+          "".join(f"; {k} {v:.1e}" for k, v in sensitivity.items()))
 
 
 def main():

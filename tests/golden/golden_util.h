@@ -96,6 +96,8 @@ class GoldenFile {
     return true;
   }
 
+  bool has_attribute(const char* name) const { return H5Aexists(m_file, name) > 0; }
+
   std::string text(const char* name) const {
     const std::string ctx = fmt::format("{}: attribute {}", m_path, name);
     io::H5Handle a(H5_CHECK(H5Aopen(m_file, name, H5P_DEFAULT), ctx, "opening"), H5Aclose);

@@ -132,6 +132,14 @@ Tolerances tolerances(const GoldenFile& g, bool amp) {
     widen(t.logits, "spread_logits_init", false);
     widen(t.grad, "spread_grad", false);
   }
+#ifdef RN_GOLDEN_CUDA
+  // FP32 on the GPU: step 1's gradients to at least their measured sensitivity (golden_pytorch.py: noise of 1e-7 of
+  // each convolution output's largest |value| moved tiny_resnet's by 6.3e-3 of the largest, fmnist_cnn's by 1.2e-2,
+  // a max-pool tie going the other way). cuDNN's engines sum in other orders and tilings than the CPU's: measured on
+  // an H100 (2026-12-05), the engines one timing chose put tiny_resnet_fp32's at 4.5e-3 with its logits within 1.6e-7.
+  // Training then amplifies nothing the comparisons after ten steps would not see.
+  if (!amp && g.has_attribute("sensitivity_grad")) t.grad.abs = std::max(t.grad.abs, g.number("sensitivity_grad"));
+#endif
   widen(t.loss, "spread_losses", true);
   widen(t.update, "spread_update", false);
   widen(t.bn, "spread_bn", false);
