@@ -177,6 +177,7 @@ void run_bench(const BenchCli& c) {
     j.kv("deterministic", t.deterministic).kv("conv_api", c.gpu.conv_api).kv("own_kernels", t.own_kernels != 0);
     j.kv("startup_s", startup_s).kv("startup_compile_s", startup.compile_s).kv("startup_engines_s", startup.engines_s);
     j.kv("startup_capture_s", startup.capture_s).kv("startup_init_s", startup.init_s);
+    j.kv("startup_device_s", startup.device_s).kv("startup_data_s", startup.data_s);
     j.kv("engines_cached", startup.engines_cached).kv("engines_chosen", startup.engines_chosen);
     j.kv("engines_legacy", startup.engines_legacy).kv("engines_own", startup.engines_own);
     if (device_used >= 0) j.kv("device_used_bytes", device_used);

@@ -45,6 +45,12 @@ class PhiloxStream {
     return m_block[static_cast<std::size_t>(m_used++)];
   }
   float uniform() { return Philox::to_unit(next_u32()); }
+  /// Continues from the first value of block `block` (4 values each: uniform() takes one, normal() two), as if the
+  /// values before it had been drawn: a stream is cut into pieces generated apart (in parallel) with the same values.
+  void seek(std::uint32_t block) {
+    m_counter = block;
+    m_used = 4;
+  }
   /// Uniform integer in [0, n) (n > 0), by multiply-shift (bias < 2^-32 · n).
   std::uint32_t below(std::uint32_t n) {
     return static_cast<std::uint32_t>((static_cast<std::uint64_t>(next_u32()) * n) >> 32);

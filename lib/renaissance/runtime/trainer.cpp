@@ -2,6 +2,11 @@
 #include <renaissance/io/image.h>
 #include <renaissance/runtime/trainer_impl.h>
 
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
 namespace renaissance::runtime {
 
 namespace {
@@ -57,7 +62,30 @@ void Trainer::check_memory(const blueprint::BluePrint& model, const TrainOptions
   guard_arena(model, opts, p.arena_bytes());
 }
 
+namespace {
+
+/// Seconds since this process started (Linux: /proc/self/stat's start time against /proc/uptime), or -1.
+double process_age_s() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string line;
+  double up = 0;
+  if (!std::getline(stat, line) || !(uptime >> up)) return -1;
+  const std::size_t paren = line.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos) return -1;
+  std::istringstream rest(line.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i < 22) continue;
+    const long ticks = sysconf(_SC_CLK_TCK);
+    return ticks > 0 ? up - std::stod(field) / static_cast<double>(ticks) : -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
 Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
+  const double t_begin = now_s();
   // The dataset decides the input channels and size the plan is compiled for.
   io::DatasetFile probe(opts.data_path);
   const io::SplitInfo& tr = probe.info(io::Split::train);
@@ -96,6 +124,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   m_impl = std::make_unique<Impl>(opts, *m_plan, std::move(probe));  // the file opened once
   Impl& I = *m_impl;
   I.startup.compile_s = t_compiled - t_start;
+  I.startup.device_s = now_s() - t_compiled;
   auto log0 = [&](const std::string& line) {
     if (line.empty() || I.rank != 0) return;
     if (line.rfind("warning: ", 0) == 0)
@@ -142,8 +171,10 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
                       I.startup.engines_cached, I.startup.engines_chosen, I.startup.engines_s, I.startup.engines_legacy,
                       I.startup.engines_own));
   }
+  const double t_data = now_s();
   const std::string decode_line = I.setup_jpeg();  // first: the cache of a JPEG store is decoded by it
   const std::string cache_line = I.setup_cache();
+  I.startup.data_s = now_s() - t_data;
   if (!(I.cache && I.cache->jpeg())) log0(decode_line);  // else the cache's line says how it was decoded
   if (I.jpeg) log0(hardware_queue_warning());
   log0(cache_line);
@@ -151,6 +182,14 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   if (opts.debug_arena_fill >= 0) I.ctx.fill_at(I.arena.base(), opts.debug_arena_fill & 0xFF, I.arena.bytes());
   I.init_weights();
   I.startup.init_s = now_s() - t_init;
+  I.startup.total_s = now_s() - t_begin;
+  const double age = process_age_s();
+  log0(fmt::format(
+      "start-up {:.2f} s{}: plan {:.2f} s, device and arena {:.2f} s, engines {:.2f} s, capture {:.2f} s, data {:.2f} "
+      "s, weights {:.2f} s",
+      I.startup.total_s, age >= 0 ? fmt::format(" ({:.2f} s since the process started)", age) : std::string(),
+      I.startup.compile_s, I.startup.device_s, I.startup.engines_s, I.startup.capture_s, I.startup.data_s,
+      I.startup.init_s));
   if (!opts.debug_poison_families.empty()) I.poison_families(opts.debug_poison_families);
   try {
     m_impl->model_yaml = blueprint::blueprint_to_yaml(model);  // recorded in checkpoints

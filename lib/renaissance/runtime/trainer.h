@@ -149,6 +149,9 @@ struct StartupTimes {
   std::int64_t engines_legacy = 0;  ///< convolution passes on the legacy API (fallback or --conv-api legacy)
   std::int64_t engines_own = 0;     ///< convolution passes on the own depthwise kernels (--own-kernels)
   double data_cache_s = 0;          ///< reading the dataset and uploading it into the device cache (--data-cache)
+  double device_s = 0;  ///< the device context, the arena, the library handles and the loader (after planning)
+  double data_s = 0;    ///< the input pipeline: the GPU JPEG decoder and the device cache (data_cache_s within it)
+  double total_s = 0;   ///< the whole constructor, the dataset's first checks included
 };
 
 struct BenchResult {
