@@ -134,6 +134,18 @@ std::int64_t GpuDataCache::sample_width(io::Split s, std::int64_t i) const {
   return m_jpeg ? sp.host_sources[static_cast<std::size_t>(3 * i + 2)] : m_w;
 }
 
+HostDataset read_host_dataset(const io::DatasetFile& data) {
+  HostDataset h;
+  for (io::Split s : {io::Split::train, io::Split::val}) {
+    const io::SplitInfo& info = data.info(s);
+    const auto i = static_cast<std::size_t>(s);
+    h.images[i].resize(static_cast<std::size_t>(info.count * info.height * info.width * info.channels));
+    h.labels[i].resize(static_cast<std::size_t>(info.count));
+    if (info.count > 0) data.read(s, 0, info.count, h.images[i].data(), h.labels[i].data());
+  }
+  return h;
+}
+
 #ifdef RENAISSANCE_HAVE_CUDA
 
 struct GpuDataCache::Graph {
@@ -156,7 +168,7 @@ void GpuDataCache::reserve_scratch(std::int64_t batch, std::int64_t out_w) {
   m_bytes += need;
 }
 
-GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes) {
+GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes, const HostDataset* host) {
   RN_CHECK_CTX(data.storage() == io::Storage::raw, data.path(),
                "internal: the raw-store cache of a JPEG store (the JPEG constructor decodes it)");
   const io::SplitInfo& tr = data.info(io::Split::train);
@@ -175,6 +187,19 @@ GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes) {
     sp->images = static_cast<std::uint8_t*>(cuda::device_alloc(n * image_bytes, "the device dataset cache's images"));
     m_bytes += n * image_bytes;
     allocate_split_tables(*sp);
+    if (host) {
+      const auto i = static_cast<std::size_t>(s);
+      RN_CHECK_CTX(static_cast<std::int64_t>(host->labels[i].size()) == sp->n &&
+                       static_cast<std::int64_t>(host->images[i].size()) == sp->n * image_bytes,
+                   data.path(), "internal: the host copy of the {} split has another size", io::split_name(s));
+      for (std::int64_t k = 0; k < sp->n; ++k) check_label(host->labels[i][static_cast<std::size_t>(k)], s, k, num_classes, data.path());
+      if (sp->n > 0) {
+        cuda::copy_h2d(sp->images, host->images[i].data(), sp->n * image_bytes);
+        cuda::copy_h2d(sp->labels, host->labels[i].data(), sp->n * 4);
+      }
+      (s == io::Split::train ? m_train : m_val) = std::move(sp);
+      continue;
+    }
     // Uploaded in pieces of about 256 MiB (one HDF5 hyperslab each), so the host holds no second copy of the set.
     const std::int64_t piece =
         std::max<std::int64_t>(1, (std::int64_t(256) << 20) / std::max<std::int64_t>(image_bytes, 1));
@@ -425,7 +450,7 @@ void GpuDataCache::launch(io::Split s, int slot, std::int64_t count, void* strea
 
 struct GpuDataCache::Graph {};
 GpuDataCache::Split::~Split() = default;
-GpuDataCache::GpuDataCache(const io::DatasetFile& data, int) {
+GpuDataCache::GpuDataCache(const io::DatasetFile& data, int, const HostDataset*) {
   RN_FAIL_CTX(data.path(), "the device dataset cache needs a build with CUDA");
 }
 GpuDataCache::GpuDataCache(const io::DatasetFile& data, int, GpuJpegInput&, io::LoaderPool*, int, std::int64_t) {

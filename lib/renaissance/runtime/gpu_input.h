@@ -65,10 +65,19 @@ DataCacheDecision decide_data_cache(const DataCacheRequest& r);
 void device_memory_now(std::int64_t* free_bytes, std::int64_t* total_bytes);
 
 /// The cache itself (GPU builds; constructing one in a CPU-only build is an error).
+/// A raw store's train and val images and labels in host memory (read_host_dataset), indexed by io::Split.
+struct HostDataset {
+  std::vector<std::uint8_t> images[2];
+  std::vector<std::int32_t> labels[2];
+};
+/// Reads both splits of a raw store whole (on any thread: DatasetFile's reads hold io::hdf5_lock).
+HostDataset read_host_dataset(const io::DatasetFile& data);
+
 class GpuDataCache {
  public:
   /// Reads both splits of `data` (a raw store) and uploads them; labels are checked against [0, num_classes).
-  GpuDataCache(const io::DatasetFile& data, int num_classes);
+  /// `host`: the splits already read (read_host_dataset), uploaded from there.
+  GpuDataCache(const io::DatasetFile& data, int num_classes, const HostDataset* host = nullptr);
   /// A JPEG store: reads both splits (on `pool`'s threads) and decodes every image once with `decoder`'s
   /// decode-ahead on `decoders` threads (images nvJPEG cannot decode: on the CPU, counted by the decoder), each kept
   /// at its own size (256-aligned), `decode_batch` images a decode; labels are checked as above. Every gather then

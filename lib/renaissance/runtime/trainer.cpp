@@ -146,6 +146,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
     log0(waited);
   }
   if (gpu) log0(load_engine_cache(opts.engine_cache));
+  I.start_cache_prefetch();  // reads the dataset while the engines are chosen and the subgraphs captured
   const EngineStats e0 = engine_stats();
   const double t_capture = now_s();
   I.capture_all();
@@ -541,6 +542,19 @@ std::vector<float> Trainer::logits(io::Split split, std::int64_t first, std::int
   return out;
 }
 
+void Trainer::Impl::start_cache_prefetch() {
+  if (opt.backend != Backend::CUDA || opt.data_cache == DataCacheMode::off || data.storage() != io::Storage::raw)
+    return;
+  std::int64_t bytes = 0;
+  for (io::Split s : io::kAllSplits) {
+    const io::SplitInfo& info = data.info(s);
+    bytes += info.count * (info.height * info.width * info.channels + 4);
+  }
+  const std::int64_t host_free = host_available_bytes();
+  if (bytes > kPrefetchMaxBytes || (host_free >= 0 && bytes > host_free / 4)) return;
+  cache_prefetch = std::async(std::launch::async, [this] { return read_host_dataset(data); });
+}
+
 std::string Trainer::Impl::setup_cache() {
   const io::SplitInfo& tr = data.info(io::Split::train);
   const io::SplitInfo& va = data.info(io::Split::val);
@@ -561,8 +575,11 @@ std::string Trainer::Impl::setup_cache() {
   }
   if (r.gpu) device_memory_now(&r.free_bytes, &r.total_bytes);
   const DataCacheDecision d = decide_data_cache(r);
-  if (!d.use)
+  if (!d.use) {
+    if (cache_prefetch.valid()) cache_prefetch.wait();  // its copy (or its error) is not needed: the loader reads
+    cache_prefetch = {};
     return opt.data_cache == DataCacheMode::off || !r.gpu ? std::string() : "data cache: off (" + d.reason + ")";
+  }
   const double t0 = now_s();
   std::string decoded;
   if (r.jpeg_on_gpu) {
@@ -574,6 +591,9 @@ std::string Trainer::Impl::setup_cache() {
                           jpeg->backend(), opt.gpu_decoders,
                           jpeg->cpu_fallbacks() ? fmt::format(", {} on the CPU", jpeg->cpu_fallbacks()) : "");
     jpeg.reset();
+  } else if (cache_prefetch.valid()) {
+    const HostDataset host = cache_prefetch.get();  // rethrows what reading the store threw
+    cache = std::make_unique<GpuDataCache>(data, static_cast<int>(plan.arch.num_classes), &host);
   } else {
     cache = std::make_unique<GpuDataCache>(data, static_cast<int>(plan.arch.num_classes));
   }

@@ -28,6 +28,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -152,6 +153,13 @@ struct Trainer::Impl {
   /// The device-resident dataset cache (gpu_input.h), when --data-cache lets the run use one: batches are gathered
   /// on the GPU instead of loaded, staged and copied.
   std::unique_ptr<GpuDataCache> cache;
+  /// A raw store read whole on another thread while the engines are chosen and the step captured, for the cache
+  /// (start_cache_prefetch; setup_cache takes it). Declared after `data`, which it reads: destroyed (joined) first.
+  std::future<HostDataset> cache_prefetch;
+  /// Starts cache_prefetch when the cache may take the store: a GPU run, a raw store of at most kPrefetchMaxBytes
+  /// (the host holds a second copy of it until the upload) with that much host memory to spare, --data-cache not off.
+  void start_cache_prefetch();
+  static constexpr std::int64_t kPrefetchMaxBytes = std::int64_t{1} << 30;
   /// Decides on the cache, uploads the dataset (a JPEG store: decodes it with `jpeg`, then drops the decoder) and
   /// captures its gathers (start-up); returns a line for the log.
   std::string setup_cache();
