@@ -192,7 +192,8 @@ GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes, const H
       RN_CHECK_CTX(static_cast<std::int64_t>(host->labels[i].size()) == sp->n &&
                        static_cast<std::int64_t>(host->images[i].size()) == sp->n * image_bytes,
                    data.path(), "internal: the host copy of the {} split has another size", io::split_name(s));
-      for (std::int64_t k = 0; k < sp->n; ++k) check_label(host->labels[i][static_cast<std::size_t>(k)], s, k, num_classes, data.path());
+      for (std::int64_t k = 0; k < sp->n; ++k)
+        check_label(host->labels[i][static_cast<std::size_t>(k)], s, k, num_classes, data.path());
       if (sp->n > 0) {
         cuda::copy_h2d(sp->images, host->images[i].data(), sp->n * image_bytes);
         cuda::copy_h2d(sp->labels, host->labels[i].data(), sp->n * 4);

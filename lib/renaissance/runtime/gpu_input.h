@@ -64,7 +64,6 @@ DataCacheDecision decide_data_cache(const DataCacheRequest& r);
 /// The current device's free and total bytes (CPU-only builds: -1, -1).
 void device_memory_now(std::int64_t* free_bytes, std::int64_t* total_bytes);
 
-/// The cache itself (GPU builds; constructing one in a CPU-only build is an error).
 /// A raw store's train and val images and labels in host memory (read_host_dataset), indexed by io::Split.
 struct HostDataset {
   std::vector<std::uint8_t> images[2];
@@ -73,6 +72,7 @@ struct HostDataset {
 /// Reads both splits of a raw store whole (on any thread: DatasetFile's reads hold io::hdf5_lock).
 HostDataset read_host_dataset(const io::DatasetFile& data);
 
+/// The cache itself (GPU builds; constructing one in a CPU-only build is an error).
 class GpuDataCache {
  public:
   /// Reads both splits of `data` (a raw store) and uploads them; labels are checked against [0, num_classes).
