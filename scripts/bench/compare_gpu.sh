@@ -6,7 +6,8 @@
 # ours per case beside graphs on/off:
 #   nondet (--deterministic off), legacy (--conv-api legacy: the convolutions on cuDNN's legacy API),
 #   noown (--own-kernels off: cuDNN only, no own depthwise kernels),
-#   recompute (--recompute bn-relu: BN -> ReLU outputs formed again in the backward instead of kept).
+#   recompute (--recompute bn-relu: BN -> ReLU outputs formed again in the backward instead of kept),
+#   nostreams (--streams off: weight gradients on the main stream, no side streams).
 # Ours runs with its default engine cache (~/.cache/renaissance/engines.txt): the first run of a shape times the
 # engines, later runs reuse them; its start-up figures are in the JSON lines.
 set -uo pipefail
@@ -29,6 +30,7 @@ for c in $CASES; do
       legacy) runs+=("--graphs on --conv-api legacy") ;;
       noown) runs+=("--graphs on --own-kernels off") ;;
       recompute) runs+=("--graphs on --recompute bn-relu") ;;
+      nostreams) runs+=("--graphs on --streams off") ;;
     esac
   done
   for flags in "${runs[@]}"; do
@@ -50,12 +52,12 @@ out = sys.argv[1]
 # Only the JSON lines (before lib/renaissance/core/log.h, log lines reached stdout on the GPU machine's spdlog 1.12).
 ours = [json.loads(l) for l in open(os.path.join(out, "ours.jsonl")) if l.strip().startswith("{")]
 pt = [json.loads(l) for l in open(os.path.join(out, "pytorch.jsonl")) if l.strip().startswith("{")]
-rows = ["| model | batch | ours img/s (graphs) | no graphs | --deterministic off | --conv-api legacy | --own-kernels off | --recompute bn-relu | eager img/s | compile img/s | max-autotune img/s | ours/eager | ours/compile | ours/max-autotune | arena GiB | arena GiB, --recompute bn-relu | eager peak GiB | compile peak GiB | max-autotune peak GiB | ours start-up s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-def pick(model, graphs=True, det=True, api="auto", own=True, rec="off"):
+rows = ["| model | batch | ours img/s (graphs) | no graphs | --deterministic off | --conv-api legacy | --own-kernels off | --recompute bn-relu | --streams off | eager img/s | compile img/s | max-autotune img/s | ours/eager | ours/compile | ours/max-autotune | arena GiB | arena GiB, --recompute bn-relu | eager peak GiB | compile peak GiB | max-autotune peak GiB | ours start-up s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def pick(model, graphs=True, det=True, api="auto", own=True, rec="off", streams=True):
     return next((o for o in ours if o["model"] == model and o["graphs"] == graphs and o.get("deterministic", True) == det
                  and o.get("conv_api", "auto") == api and o.get("own_kernels", True) == own
-                 and o.get("recompute", "off") == rec), None)
+                 and o.get("recompute", "off") == rec and o.get("streams", True) == streams), None)
 for model in dict.fromkeys(o["model"] for o in ours):
     og = pick(model)
     on = pick(model, graphs=False)
@@ -63,6 +65,7 @@ for model in dict.fromkeys(o["model"] for o in ours):
     ol = pick(model, api="legacy")
     oo = pick(model, own=False)
     orc = pick(model, rec="bn-relu")
+    ons = pick(model, streams=False)
     e = next((p for p in pt if p["model"] == model and p["mode"] == "eager"), None)
     c = next((p for p in pt if p["model"] == model and p["mode"] == "compile"), None)
     x = next((p for p in pt if p["model"] == model and p["mode"] == "compile-max"), None)
@@ -71,7 +74,7 @@ for model in dict.fromkeys(o["model"] for o in ours):
     r = lambda a, b: f"{a['images_per_s'] / b['images_per_s']:.2f}" if a and b else "n/a"
     s = lambda d: f"{d['startup_s']:.1f}" if d and "startup_s" in d else "n/a"
     rows.append(f"| {model} | {og['batch'] if og else '?'} | {f(og, 'images_per_s')} | {f(on, 'images_per_s')} | "
-                f"{f(ond, 'images_per_s')} | {f(ol, 'images_per_s')} | {f(oo, 'images_per_s')} | {f(orc, 'images_per_s')} | "
+                f"{f(ond, 'images_per_s')} | {f(ol, 'images_per_s')} | {f(oo, 'images_per_s')} | {f(orc, 'images_per_s')} | {f(ons, 'images_per_s')} | "
                 f"{f(e, 'images_per_s')} | {f(c, 'images_per_s')} | {f(x, 'images_per_s')} | {r(og, e)} | {r(og, c)} | "
                 f"{r(og, x)} | {g(og, 'arena_bytes')} | {g(orc, 'arena_bytes')} | {g(e, 'peak_allocated_bytes')} | {g(c, 'peak_allocated_bytes')} | "
                 f"{g(x, 'peak_allocated_bytes')} | {s(og)} |")
