@@ -23,6 +23,9 @@
 # NVJPEG=1: configure with -DRENAISSANCE_NVJPEG=ON (carry .deps/nvjpeg; with .deps/debs holding the libturbojpeg0 and
 #   libturbojpeg0-dev .debs from `apt-get download`, they are unpacked into /tmp/rn-turbojpeg and found there: outside
 #   the source tree, which CMake requires of an exported target's include directories).
+# recipe: `renaissance train --config recipes/fmnist-resnet18.yaml` RECIPE_RUNS (3) times one after another (the first
+#   times the engines unless the cache has them), RECIPE_ARGS appended: wall time, the start-up line and the result of
+#   each into recipe.log (carry data/fashion-mnist.h5, or the idx.gz files in data/cache/fashion-mnist).
 # DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -136,6 +139,20 @@ print("^(" + "|".join(re.escape(n.strip()) for n in open(sys.argv[1])
           grep 'tensors differ')" >>"$OUT/misc.log"
       done
       say "recompute done"; grep "^recompute" "$OUT/misc.log"; rm -rf "$d" ;;
+    recipe)
+      if [[ ! -f data/fashion-mnist.h5 ]]; then
+        "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fashion-mnist.h5 >/dev/null || exit 1
+      fi
+      for r in $(seq "${RECIPE_RUNS:-3}"); do
+        t0=$(date +%s%N)
+        # shellcheck disable=SC2086  # RECIPE_ARGS: options, split on purpose
+        "$RN" train --config recipes/fmnist-resnet18.yaml ${RECIPE_ARGS:-} >"$OUT/recipe-$r.log" 2>&1
+        rc=$?
+        t1=$(date +%s%N)
+        echo "recipe run $r: exit $rc, wall $(((t1 - t0) / 1000000)) ms; $(grep -o 'start-up .*' "$OUT/recipe-$r.log" | head -1);" \
+          "$(tail -1 "$OUT/recipe-$r.log")" | tee -a "$OUT/recipe.log"
+      done
+      rm -f "$OUT"/recipe-[0-9]*.log ;;
     fmnist)
       "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fm.h5 >/dev/null || exit 1
       # shellcheck disable=SC2086  # FMNIST_ARGS: options, split on purpose
