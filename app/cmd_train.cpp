@@ -53,6 +53,7 @@ struct TrainCli {
   std::string config;
   std::string save;
   bool no_flip = false;
+  std::string tta = "off";
   bool no_validate = false;
   std::string crop = "none";
   std::string data_cache = "auto";
@@ -95,6 +96,7 @@ std::vector<std::pair<std::string, double>> epoch_scalars(const runtime::EpochMe
   if (validated) {
     v.insert(v.end(), {{"val/loss", m.val_loss}, {"val/top1", m.val_top1}, {"val/top5", m.val_top5}});
     if (m.ema_val_top1 >= 0) v.emplace_back("val/ema_top1", m.ema_val_top1);
+    if (m.tta_val_top1 >= 0) v.insert(v.end(), {{"val/tta_top1", m.tta_val_top1}, {"val/tta_loss", m.tta_val_loss}});
   }
   v.insert(v.end(), {{"opt/lr", m.lr},
                      {"opt/loss_scale", m.loss_scale},
@@ -109,6 +111,7 @@ std::string metrics_json(const runtime::EpochMetrics& m, bool validated, const s
   j.kv("train_top1", m.train_top1);
   if (validated) j.kv("val_loss", m.val_loss).kv("val_top1", m.val_top1).kv("val_top5", m.val_top5);
   if (m.ema_val_top1 >= 0) j.kv("ema_val_top1", m.ema_val_top1);
+  if (m.tta_val_top1 >= 0) j.kv("tta_val_top1", m.tta_val_top1).kv("tta_val_loss", m.tta_val_loss);
   j.kv("images_per_s", m.images_per_s).kv("seconds", m.seconds).kv("lr", m.lr).kv("loss_scale", m.loss_scale);
   j.kv("time", unix_time()).kv("run_id", run_id);  // seconds since 1970 (UTC) when the epoch ended; see make_run_id
   j.end_object();
@@ -154,6 +157,8 @@ void run_train(TrainCli& c) {
   c.t.optimizer = plan::optimizer_from_name(c.optimizer);
   c.t.schedule = runtime::schedule_from_name(c.schedule);
   c.t.augmentation.horizontal_flip = !c.no_flip;
+  c.t.tta_flip = c.tta == "flip";
+  RN_CHECK(!c.t.tta_flip || !c.no_validate, "--tta flip scores the validation: it needs validation (no --no-validate)");
   c.t.augmentation.crop = io::parse_crop_mode(c.crop);
   c.t.data_cache = runtime::parse_data_cache(c.data_cache);
   c.t.decode = runtime::parse_decode(c.decode);
@@ -281,7 +286,10 @@ void run_train(TrainCli& c) {
     return;
   }
   if (!root) return;
-  if (!history.empty() && c.t.validate)
+  if (!history.empty() && c.t.validate && history.back().tta_val_top1 >= 0)
+    std::printf("done: %lld steps, val_top1 %.4f, with flip test-time augmentation %.4f\n",
+                static_cast<long long>(trainer.steps()), history.back().val_top1, history.back().tta_val_top1);
+  else if (!history.empty() && c.t.validate)
     std::printf("done: %lld steps, val_top1 %.4f\n", static_cast<long long>(trainer.steps()), history.back().val_top1);
   else
     std::printf("done: %lld steps\n", static_cast<long long>(trainer.steps()));
@@ -380,6 +388,10 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--crop-padding", c->t.augmentation.crop_padding, "Random crop with this zero padding (0: off)")
       ->capture_default_str();
   cmd->add_flag("--no-flip", c->no_flip, "No random horizontal flips");
+  cmd->add_option("--tta", c->tta,
+                  "Test-time augmentation after the last epoch: flip scores each val image by the mean of its logits "
+                  "and its mirror image's (tta_val_top1, tta_val_loss in --metrics)")
+      ->check(CLI::IsMember({"off", "flip"}));
   cmd->add_option("--crop", c->crop,
                   "none: images as stored; random-resized: torchvision's RandomResizedCrop to the model's size; "
                   "center: the validation transform, Resize + CenterCrop (JPEG stores default to it; a copy for "

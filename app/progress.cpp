@@ -103,7 +103,8 @@ void Progress::heartbeat() {
 void Progress::epoch(const runtime::EpochMetrics& m) {
   if (m_bar_shown) std::fputs("\r\x1b[K", m_o.out);
   m_bar_shown = false;
-  const std::string ema = m.ema_val_top1 >= 0 ? fmt::format("  ema_top1 {:.4f}", m.ema_val_top1) : "";
+  std::string ema = m.ema_val_top1 >= 0 ? fmt::format("  ema_top1 {:.4f}", m.ema_val_top1) : "";
+  if (m.tta_val_top1 >= 0) ema += fmt::format("  tta_top1 {:.4f}", m.tta_val_top1);
   const std::string val = m_o.validate ? fmt::format("  val_loss {:.4f}  val_top1 {:.4f}  val_top5 {:.4f}{}",
                                                      m.val_loss, m.val_top1, m.val_top5, ema)
                                        : std::string("  (no validation)");

@@ -5,8 +5,11 @@
 #include <renaissance/runtime/devices.h>
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -205,6 +208,98 @@ TEST(TrainCli, EvalReproducesTheFinalValidation) {
   const CliRun wrong = run("eval --data " + data + " --weights " + w.string() + " --model resnet18_fmnist");
   EXPECT_NE(wrong.code, 0);
   EXPECT_NE(wrong.out.find("cbr1.conv.w"), std::string::npos) << wrong.out;
+}
+
+/// A float32 or int32 dataset of an HDF5 file, whole (`predict`'s /logits and /labels).
+template <typename T>
+std::vector<T> read_h5(const fs::path& file, const char* name) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_GE(f, 0) << file;
+  const hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  EXPECT_GE(d, 0) << file << " " << name;
+  const hid_t space = H5Dget_space(d);
+  std::vector<T> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space)));
+  EXPECT_GE(H5Dread(d, std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                    v.data()),
+            0);
+  H5Sclose(space);
+  H5Dclose(d);
+  H5Fclose(f);
+  return v;
+}
+
+// `--tta flip` against its definition computed independently: `renaissance predict` of the saved weights on the val
+// images and on a copy of the dataset whose val images this test mirrored itself (the train split, which sets the
+// normalisation, copied unchanged), the two logits averaged here: the same top-1 and cross-entropy.
+TEST(TrainCli, FlipTestTimeAugmentationScoresTheMeanOfTheImageAndItsMirror) {
+  namespace io = renaissance::io;
+  const fs::path dir = temp_dir() / "tta";
+  fs::create_directories(dir);
+  const std::string data = (dir / "syn.h5").string();
+  io::make_synthetic(data, 256, 100, 32, 32, 3, 10, 9);  // RGB: a pixel's 3 bytes move together
+  const fs::path w = dir / "w.h5", m = dir / "m.jsonl";
+  const std::string model = "--model-file " + std::string(RENAISSANCE_SOURCE_DIR) + "/models/tiny_resnet.yaml";
+  const CliRun t = run("train " + model + " --data " + data +
+                       " --device cpu --epochs 2 --batch 32 --val-batch 64 --lr 0.05 --tta flip --metrics " +
+                       m.string() + " --save " + w.string());
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("with flip test-time augmentation"), std::string::npos) << t.out;
+  const auto lines = lines_of(m);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(json_number(lines[0], "tta_val_top1"), -1e300) << "only the last epoch is scored with TTA: " << lines[0];
+  const double top1 = json_number(lines[1], "tta_val_top1"), loss = json_number(lines[1], "tta_val_loss");
+  ASSERT_GE(top1, 0) << lines[1];
+
+  // The mirrored copy: train as stored, each val image's columns reversed.
+  const std::string mirrored = (dir / "mirrored.h5").string();
+  {
+    const io::DatasetFile src(data);
+    const io::SplitInfo& info = src.info(io::Split::train);
+    io::DatasetWriter out(mirrored, info.height, info.width, info.channels, src.num_classes());
+    for (io::Split split : io::kAllSplits) {
+      const std::int64_t n = src.size(split), px = info.height * info.width * info.channels;
+      std::vector<std::uint8_t> img(static_cast<std::size_t>(n * px));
+      std::vector<std::int32_t> lab(static_cast<std::size_t>(n));
+      src.read(split, 0, n, img.data(), lab.data());
+      if (split == io::Split::val)
+        for (std::int64_t row = 0; row < n * info.height; ++row)
+          for (std::int64_t x = 0; x < info.width / 2; ++x)
+            for (std::int64_t c = 0; c < info.channels; ++c)
+              std::swap(img[static_cast<std::size_t>((row * info.width + x) * info.channels + c)],
+                        img[static_cast<std::size_t>((row * info.width + info.width - 1 - x) * info.channels + c)]);
+      out.append(split, img.data(), lab.data(), n);
+    }
+    out.finish();
+  }
+  const fs::path a = dir / "a.h5", b = dir / "b.h5";
+  for (const auto& [file, out] : {std::pair{data, a}, std::pair{mirrored, b}}) {
+    const CliRun p = run("predict " + model + " --device cpu --weights " + w.string() + " --data " + file +
+                         " --count 100 --batch 64 --out " + out.string());
+    ASSERT_EQ(p.code, 0) << p.out;
+  }
+  const std::vector<float> la = read_h5<float>(a, "logits"), lb = read_h5<float>(b, "logits");
+  const std::vector<std::int32_t> labels = read_h5<std::int32_t>(a, "labels");
+  ASSERT_EQ(la.size(), 1000u);
+  ASSERT_EQ(lb.size(), 1000u);
+  ASSERT_EQ(labels.size(), 100u);
+  double want_top1 = 0, want_loss = 0;
+  int differ = 0;  // images whose mirror changes the prediction: the test sees a difference if flips were ignored
+  for (std::size_t i = 0; i < 100; ++i) {
+    std::array<double, 10> z{};
+    for (std::size_t k = 0; k < 10; ++k) z[k] = 0.5 * (la[i * 10 + k] + lb[i * 10 + k]);
+    const auto best = static_cast<std::size_t>(std::max_element(z.begin(), z.end()) - z.begin());
+    const auto plain = std::max_element(la.begin() + static_cast<long>(i * 10), la.begin() + static_cast<long>(i * 10 + 10));
+    const auto mirror = std::max_element(lb.begin() + static_cast<long>(i * 10), lb.begin() + static_cast<long>(i * 10 + 10));
+    differ += (plain - la.begin()) % 10 != (mirror - lb.begin()) % 10;
+    double sum = 0;
+    for (double v : z) sum += std::exp(v - z[best]);
+    want_loss += z[best] + std::log(sum) - z[static_cast<std::size_t>(labels[i])];
+    want_top1 += best == static_cast<std::size_t>(labels[i]);
+  }
+  EXPECT_GT(differ, 0) << "no val image's prediction changed with its mirror: the comparison could not fail";
+  EXPECT_DOUBLE_EQ(top1, want_top1 / 100);
+  EXPECT_NEAR(loss, want_loss / 100, 1e-5 * std::abs(want_loss / 100));
+  fs::remove_all(dir);
 }
 
 }  // namespace

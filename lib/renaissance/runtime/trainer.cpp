@@ -354,6 +354,11 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       m.val_top1 = val.val_top1;
       m.val_top5 = val.val_top5;
       if (o.ema) m.ema_val_top1 = evaluate(true).val_top1;
+      if (o.tta_flip && !I.preempted && (epoch + 1 >= o.epochs || m_step >= total_steps)) {
+        const TtaResult tta = evaluate_flip_tta(false);
+        m.tta_val_top1 = tta.top1;
+        m.tta_val_loss = tta.loss;
+      }
     }
     m.seconds = now_s() - t0;
     history.push_back(m);
@@ -478,7 +483,40 @@ std::vector<float> Trainer::state_values() const {
 }
 // ---- logits for interoperability checks (renaissance predict) -------------------------------------------------
 
-std::vector<float> Trainer::logits(io::Split split, std::int64_t first, std::int64_t count, bool ema) {
+Trainer::TtaResult Trainer::evaluate_flip_tta(bool ema) {
+  Impl& I = *m_impl;
+  const std::int64_t n = I.data.size(io::Split::val);
+  RN_CHECK_CTX(n > 0, I.data.path(), "the val split is empty");
+  const std::int64_t classes = I.plan.arch.num_classes;
+  const std::vector<float> plain = logits(io::Split::val, 0, n, ema, false);
+  const std::vector<float> mirrored = logits(io::Split::val, 0, n, ema, true);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+  I.data.read(io::Split::val, 0, n, nullptr, labels.data());
+  TtaResult r;
+  std::vector<double> z(static_cast<std::size_t>(classes));
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t best = 0;
+    double top = -std::numeric_limits<double>::infinity();
+    for (std::int64_t k = 0; k < classes; ++k) {
+      const auto at = static_cast<std::size_t>(i * classes + k);
+      z[static_cast<std::size_t>(k)] = 0.5 * (static_cast<double>(plain[at]) + static_cast<double>(mirrored[at]));
+      if (z[static_cast<std::size_t>(k)] > top) {  // the first of equal maxima, as the step's metrics count
+        top = z[static_cast<std::size_t>(k)];
+        best = k;
+      }
+    }
+    double sum = 0;
+    for (const double v : z) sum += std::exp(v - top);
+    const std::int32_t y = labels[static_cast<std::size_t>(i)];
+    r.loss += top + std::log(sum) - z[static_cast<std::size_t>(y)];
+    r.top1 += best == y ? 1.0 : 0.0;
+  }
+  r.top1 /= static_cast<double>(n);
+  r.loss /= static_cast<double>(n);
+  return r;
+}
+
+std::vector<float> Trainer::logits(io::Split split, std::int64_t first, std::int64_t count, bool ema, bool hflip) {
   Impl& I = *m_impl;
   RN_CHECK(!ema || I.opt.ema, "logits of the EMA weights need a run with --ema");
   const std::int64_t n = I.data.size(split);
@@ -510,6 +548,14 @@ std::vector<float> Trainer::logits(io::Split split, std::int64_t first, std::int
     RN_CHECK(loaded.count == k, "internal: {} samples loaded for {}", loaded.count, k);
     std::memcpy(images.data(), loaded.images, static_cast<std::size_t>(k * sb));
     std::memcpy(labels.data(), loaded.labels, static_cast<std::size_t>(k) * sizeof(std::int32_t));
+    if (hflip) {  // each row's pixels (img_c bytes each) in reverse order
+      const std::int64_t w = vin.shape.w, c = I.img_c;
+      for (std::int64_t row = 0; row < k * vin.shape.h; ++row) {
+        std::uint8_t* p = images.data() + row * w * c;
+        for (std::int64_t x = 0; x < w / 2; ++x)
+          std::swap_ranges(p + x * c, p + (x + 1) * c, p + (w - 1 - x) * c);
+      }
+    }
     for (std::int64_t i = k; i < vb; ++i) {  // pad: inference treats samples independently (running BN stats)
       std::memcpy(images.data() + i * sb, images.data() + (k - 1) * sb, static_cast<std::size_t>(sb));
       labels[static_cast<std::size_t>(i)] = labels[static_cast<std::size_t>(k - 1)];

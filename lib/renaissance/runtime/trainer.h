@@ -45,6 +45,9 @@ struct TrainOptions {
   double label_smoothing = 0.1;
   bool ema = false;
   double ema_decay = 0.999;
+  /// Test-time augmentation at the end of training (`--tta flip`): the last epoch's validation also scores the
+  /// average of each image's logits and its horizontal mirror's (EpochMetrics::tta_val_*).
+  bool tta_flip = false;
   bool amp = false;
   bool fuse = true;  ///< residual blocks as fused layers (plan::BuildOptions::fuse)
   std::uint64_t seed = 0;
@@ -135,6 +138,9 @@ struct EpochMetrics {
   double train_loss = 0, train_top1 = 0;
   double val_loss = 0, val_top1 = 0, val_top5 = 0;
   double ema_val_top1 = -1;  ///< -1 without EMA
+  /// The last epoch with TrainOptions::tta_flip: top-1 and cross-entropy of the mean of the logits of each val image
+  /// and of its mirror image (evaluate_flip_tta); -1 otherwise.
+  double tta_val_top1 = -1, tta_val_loss = -1;
   double images_per_s = 0;   ///< training throughput of the epoch
   double seconds = 0;
   double lr = 0;  ///< at the last step of the epoch
@@ -227,8 +233,16 @@ class Trainer {
   void load_weights(const std::string& path);
   /// FP32 logits [count][classes] of samples [first, first + count) of `split`: the inference graph on the current
   /// weights (ema: the EMA weights), no augmentation, the dataset's normalisation. A last partial batch is padded
-  /// with copies of its last sample. For checks against other frameworks (`renaissance predict`).
-  std::vector<float> logits(io::Split split, std::int64_t first, std::int64_t count, bool ema = false);
+  /// with copies of its last sample. For checks against other frameworks (`renaissance predict`). hflip: of each
+  /// image mirrored left to right (as validation renders it, then mirrored), for test-time augmentation.
+  std::vector<float> logits(io::Split split, std::int64_t first, std::int64_t count, bool ema = false,
+                            bool hflip = false);
+  /// Flip test-time augmentation over the whole val split: each image's logits averaged with its mirror image's
+  /// (both through logits()), then top-1 and the mean cross-entropy (no label smoothing) in double precision.
+  struct TtaResult {
+    double top1 = 0, loss = 0;
+  };
+  TtaResult evaluate_flip_tta(bool ema = false);
 
   /// A checkpoint of the state after the last step (masters, BN statistics, optimizer moments, EMA, loss scale,
   /// the partial epoch's metric sums, step/epoch/position): a run resumed from it continues bit for bit. Not
