@@ -2,7 +2,7 @@
 # Fashion-MNIST recipe sweep on the GPU machine (issue 12's recipe, recipes/fmnist-resnet18.yaml): trains the recipe
 # with each ';'-separated set of extra arguments in VARIANTS for each seed in SEEDS, JOBS at a time on the one GPU
 # (the engine cache is filled by a first run alone, so every run uses the same engines), and prints one line per
-# run: variant, seed, final val_top1 (and ema_val_top1 with --ema), wall seconds. Needs build-gpu (gpu_session.sh)
+# run: variant, seed, final val_top1 (and ema_val_top1 with --ema, tta_val_top1 with --tta flip), wall seconds. Needs build-gpu (gpu_session.sh)
 # and Fashion-MNIST's idx.gz files in data/cache/fashion-mnist (carried).
 #   VARIANTS="--lr 0.3;--epochs 11" SEEDS="0 1 2" scripts/bench/fmnist_sweep.sh
 set -uo pipefail
@@ -23,6 +23,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 last = rows[-1]
 ema = f"  ema {last['ema_val_top1']:.4f}" if "ema_val_top1" in last else ""
+ema += f"  tta {last['tta_val_top1']:.4f}" if "tta_val_top1" in last else ""
 print(f"[{sys.argv[2].strip() or 'recipe'}] seed {sys.argv[3]}: val_top1 {last['val_top1']:.4f}{ema}  "
       f"epochs {len(rows)}  ~{sys.argv[4]} s (shared GPU)")
 PY
