@@ -6,7 +6,7 @@
 # and Fashion-MNIST's idx.gz files in data/cache/fashion-mnist (carried).
 #   VARIANTS="--lr 0.3;--epochs 11" SEEDS="0 1 2" scripts/bench/fmnist_sweep.sh
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 RN=build-gpu/app/renaissance
