@@ -310,6 +310,7 @@ struct EvalCli {
   bool ema = false;
   bool json = false;
   std::string device = "auto";
+  std::string tta = "off";
 };
 
 void run_eval(const EvalCli& c) {
@@ -334,6 +335,8 @@ void run_eval(const EvalCli& c) {
     trainer.load_checkpoint(c.checkpoint, /*weights_only=*/true);
   const std::string& source = c.checkpoint.empty() ? c.weights : c.checkpoint;
   const runtime::EpochMetrics m = trainer.evaluate(c.ema);
+  const bool tta = c.tta == "flip";
+  const runtime::Trainer::TtaResult flip = tta ? trainer.evaluate_flip_tta(c.ema) : runtime::Trainer::TtaResult{};
   if (!is_root_rank()) return;
   if (c.json) {
     JsonWriter j;
@@ -342,11 +345,15 @@ void run_eval(const EvalCli& c) {
         .kv("data", c.data)
         .kv(c.checkpoint.empty() ? "weights" : "checkpoint", source);
     j.kv("ema", c.ema);
-    j.kv("val_loss", m.val_loss).kv("val_top1", m.val_top1).kv("val_top5", m.val_top5).end_object();
+    j.kv("val_loss", m.val_loss).kv("val_top1", m.val_top1).kv("val_top5", m.val_top5);
+    if (tta) j.kv("tta_val_top1", flip.top1).kv("tta_val_loss", flip.loss);
+    j.end_object();
     std::puts(j.str().c_str());
   } else {
-    std::printf("%s on %s (val split) with %s%s: loss %.4f  top1 %.4f  top5 %.4f\n", bp.name.c_str(), c.data.c_str(),
-                source.c_str(), c.ema ? " (EMA)" : "", m.val_loss, m.val_top1, m.val_top5);
+    std::printf("%s on %s (val split) with %s%s: loss %.4f  top1 %.4f  top5 %.4f%s\n", bp.name.c_str(), c.data.c_str(),
+                source.c_str(), c.ema ? " (EMA)" : "", m.val_loss, m.val_top1, m.val_top5,
+                tta ? fmt::format("; flip test-time augmentation: loss {:.4f}  top1 {:.4f}", flip.loss, flip.top1).c_str()
+                    : "");
   }
 }
 
@@ -502,6 +509,9 @@ void register_eval_command(CLI::App& app) {
   cmd->add_flag("--amp", c->amp, "Evaluate in FP16 (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Evaluate the EMA weights");
   cmd->add_flag("--json", c->json, "Print the result as JSON");
+  cmd->add_option("--tta", c->tta, "flip: also score each image by the mean of its logits and its mirror image's")
+      ->check(CLI::IsMember({"off", "flip"}))
+      ->capture_default_str();
   cmd->add_option("--device", c->device, "cpu|cuda|auto")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));

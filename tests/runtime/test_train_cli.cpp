@@ -230,7 +230,8 @@ std::vector<T> read_h5(const fs::path& file, const char* name) {
 
 // `--tta flip` against its definition computed independently: `renaissance predict` of the saved weights on the val
 // images and on a copy of the dataset whose val images this test mirrored itself (the train split, which sets the
-// normalisation, copied unchanged), the two logits averaged here: the same top-1 and cross-entropy.
+// normalisation, copied unchanged), the two logits averaged here: the same top-1 and cross-entropy; `eval --tta flip`
+// of the saved weights too.
 TEST(TrainCli, FlipTestTimeAugmentationScoresTheMeanOfTheImageAndItsMirror) {
   namespace io = renaissance::io;
   const fs::path dir = temp_dir() / "tta";
@@ -299,6 +300,12 @@ TEST(TrainCli, FlipTestTimeAugmentationScoresTheMeanOfTheImageAndItsMirror) {
   EXPECT_GT(differ, 0) << "no val image's prediction changed with its mirror: the comparison could not fail";
   EXPECT_DOUBLE_EQ(top1, want_top1 / 100);
   EXPECT_NEAR(loss, want_loss / 100, 1e-5 * std::abs(want_loss / 100));
+  // `eval --tta flip` of the saved weights: the same figures.
+  const CliRun e = run("eval " + model + " --device cpu --weights " + w.string() + " --data " + data +
+                       " --batch 64 --tta flip --json");
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_DOUBLE_EQ(json_number(e.out, "tta_val_top1"), want_top1 / 100) << e.out;
+  EXPECT_NEAR(json_number(e.out, "tta_val_loss"), want_loss / 100, 1e-5 * std::abs(want_loss / 100)) << e.out;
   fs::remove_all(dir);
 }
 
