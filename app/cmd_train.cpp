@@ -286,13 +286,15 @@ void run_train(TrainCli& c) {
     return;
   }
   if (!root) return;
-  if (!history.empty() && c.t.validate && history.back().tta_val_top1 >= 0)
-    std::printf("done: %lld steps, val_top1 %.4f, with flip test-time augmentation %.4f\n",
-                static_cast<long long>(trainer.steps()), history.back().val_top1, history.back().tta_val_top1);
-  else if (!history.empty() && c.t.validate)
-    std::printf("done: %lld steps, val_top1 %.4f\n", static_cast<long long>(trainer.steps()), history.back().val_top1);
-  else
+  if (!history.empty() && c.t.validate) {
+    const runtime::EpochMetrics& last = history.back();
+    const std::string tta =
+        last.tta_val_top1 >= 0 ? fmt::format(", with flip test-time augmentation {:.4f}", last.tta_val_top1) : "";
+    std::printf("done: %lld steps, val_top1 %.4f%s\n", static_cast<long long>(trainer.steps()), last.val_top1,
+                tta.c_str());
+  } else {
     std::printf("done: %lld steps\n", static_cast<long long>(trainer.steps()));
+  }
   if (!c.save.empty()) {
     trainer.save_weights(c.save);
     std::printf("weights saved to %s\n", c.save.c_str());
@@ -350,10 +352,10 @@ void run_eval(const EvalCli& c) {
     j.end_object();
     std::puts(j.str().c_str());
   } else {
+    const std::string with_tta =
+        tta ? fmt::format("; flip test-time augmentation: loss {:.4f}  top1 {:.4f}", flip.loss, flip.top1) : "";
     std::printf("%s on %s (val split) with %s%s: loss %.4f  top1 %.4f  top5 %.4f%s\n", bp.name.c_str(), c.data.c_str(),
-                source.c_str(), c.ema ? " (EMA)" : "", m.val_loss, m.val_top1, m.val_top5,
-                tta ? fmt::format("; flip test-time augmentation: loss {:.4f}  top1 {:.4f}", flip.loss, flip.top1).c_str()
-                    : "");
+                source.c_str(), c.ema ? " (EMA)" : "", m.val_loss, m.val_top1, m.val_top5, with_tta.c_str());
   }
 }
 
@@ -398,7 +400,8 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--tta", c->tta,
                   "Test-time augmentation after the last epoch: flip scores each val image by the mean of its logits "
                   "and its mirror image's (tta_val_top1, tta_val_loss in --metrics)")
-      ->check(CLI::IsMember({"off", "flip"}));
+      ->check(CLI::IsMember({"off", "flip"}))
+      ->capture_default_str();
   cmd->add_option("--crop", c->crop,
                   "none: images as stored; random-resized: torchvision's RandomResizedCrop to the model's size; "
                   "center: the validation transform, Resize + CenterCrop (JPEG stores default to it; a copy for "

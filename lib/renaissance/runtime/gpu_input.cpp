@@ -187,32 +187,29 @@ GpuDataCache::GpuDataCache(const io::DatasetFile& data, int num_classes, const H
     sp->images = static_cast<std::uint8_t*>(cuda::device_alloc(n * image_bytes, "the device dataset cache's images"));
     m_bytes += n * image_bytes;
     allocate_split_tables(*sp);
+    // Samples [a, a + k) from host memory: their labels checked, then uploaded.
+    auto upload = [&](std::int64_t a, std::int64_t k, const std::uint8_t* images, const std::int32_t* labels) {
+      for (std::int64_t i = 0; i < k; ++i) check_label(labels[i], s, a + i, num_classes, data.path());
+      cuda::copy_h2d(sp->images + a * image_bytes, images, k * image_bytes);
+      cuda::copy_h2d(sp->labels + a, labels, k * 4);
+    };
     if (host) {
       const auto i = static_cast<std::size_t>(s);
       RN_CHECK_CTX(static_cast<std::int64_t>(host->labels[i].size()) == sp->n &&
                        static_cast<std::int64_t>(host->images[i].size()) == sp->n * image_bytes,
                    data.path(), "internal: the host copy of the {} split has another size", io::split_name(s));
-      for (std::int64_t k = 0; k < sp->n; ++k)
-        check_label(host->labels[i][static_cast<std::size_t>(k)], s, k, num_classes, data.path());
-      if (sp->n > 0) {
-        cuda::copy_h2d(sp->images, host->images[i].data(), sp->n * image_bytes);
-        cuda::copy_h2d(sp->labels, host->labels[i].data(), sp->n * 4);
+      if (sp->n > 0) upload(0, sp->n, host->images[i].data(), host->labels[i].data());
+    } else {
+      // Uploaded in pieces of about 256 MiB (one HDF5 hyperslab each), so the host holds no second copy of the set.
+      const std::int64_t piece =
+          std::max<std::int64_t>(1, (std::int64_t(256) << 20) / std::max<std::int64_t>(image_bytes, 1));
+      std::vector<std::uint8_t> images(static_cast<std::size_t>(std::min(piece, n) * image_bytes));
+      std::vector<std::int32_t> labels(static_cast<std::size_t>(std::min(piece, n)));
+      for (std::int64_t a = 0; a < sp->n; a += piece) {
+        const std::int64_t k = std::min(piece, sp->n - a);
+        data.read(s, a, k, images.data(), labels.data());
+        upload(a, k, images.data(), labels.data());
       }
-      (s == io::Split::train ? m_train : m_val) = std::move(sp);
-      continue;
-    }
-    // Uploaded in pieces of about 256 MiB (one HDF5 hyperslab each), so the host holds no second copy of the set.
-    const std::int64_t piece =
-        std::max<std::int64_t>(1, (std::int64_t(256) << 20) / std::max<std::int64_t>(image_bytes, 1));
-    std::vector<std::uint8_t> images(static_cast<std::size_t>(std::min(piece, n) * image_bytes));
-    std::vector<std::int32_t> labels(static_cast<std::size_t>(std::min(piece, n)));
-    for (std::int64_t a = 0; a < sp->n; a += piece) {
-      const std::int64_t k = std::min(piece, sp->n - a);
-      data.read(s, a, k, images.data(), labels.data());
-      for (std::int64_t i = 0; i < k; ++i)
-        check_label(labels[static_cast<std::size_t>(i)], s, a + i, num_classes, data.path());
-      cuda::copy_h2d(sp->images + a * image_bytes, images.data(), k * image_bytes);
-      cuda::copy_h2d(sp->labels + a, labels.data(), k * 4);
     }
     (s == io::Split::train ? m_train : m_val) = std::move(sp);
   }

@@ -72,14 +72,12 @@ double process_age_s() {
   if (!std::getline(stat, line) || !(uptime >> up)) return -1;
   const std::size_t paren = line.rfind(')');  // the command name may hold spaces
   if (paren == std::string::npos) return -1;
-  std::istringstream rest(line.substr(paren + 2));
+  std::istringstream rest(line.substr(paren + 2));  // from field 3 on
   std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i < 22) continue;
-    const long ticks = sysconf(_SC_CLK_TCK);
-    return ticks > 0 ? up - std::stod(field) / static_cast<double>(ticks) : -1;
-  }
-  return -1;
+  for (int i = 3; i <= 22; ++i)  // field 22: the start time, in clock ticks after boot
+    if (!(rest >> field)) return -1;
+  const long ticks = sysconf(_SC_CLK_TCK);
+  return ticks > 0 ? up - std::stod(field) / static_cast<double>(ticks) : -1;
 }
 
 }  // namespace
