@@ -12,8 +12,8 @@
 #include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -39,6 +39,7 @@ struct BenchCli {
   std::string fused_kernels = "on";
   std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else on
   std::string fold_residual_sums = "on";
+  std::string fuse_residual_bn_backward = "on";
   std::string recompute = "off";
   std::int64_t recompute_budget = 0;
   std::string streams = "on";
@@ -125,6 +126,7 @@ void run_bench(const BenchCli& c) {
   t.validate = false;
   t.fuse_kernels = c.fused_kernels == "on";
   t.fold_residual_sums = c.fold_residual_sums == "on";
+  t.fuse_residual_bn_backward = c.fuse_residual_bn_backward == "on";
   t.recompute_bn_relu = c.recompute == "bn-relu";
   t.recompute_budget_bytes = c.recompute_budget;
   t.concurrent_streams = c.streams == "on";
@@ -167,7 +169,9 @@ void run_bench(const BenchCli& c) {
     j.begin_object().kv("model", bp.name).kv("device", runtime::backend_name(t.backend)).kv("batch", c.batch);
     j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
     j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", c.streams == "on");
-    j.kv("fold_residual_sums", c.fold_residual_sums == "on").kv("recompute", c.recompute);
+    j.kv("fold_residual_sums", c.fold_residual_sums == "on")
+        .kv("fuse_residual_bn_backward", c.fuse_residual_bn_backward == "on")
+        .kv("recompute", c.recompute);
     j.kv("recompute_budget_bytes", c.recompute_budget).kv("recomputed", recomputed);
     if (t.backend == runtime::Backend::CPU)
       j.kv("cpu_winograd", runtime::cpu_winograd()).kv("cpu_vector_isa", runtime::cpu_vector_isa());
@@ -244,7 +248,8 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--fused-kernels", c->fused_kernels,
-                  "on: the compiler's fused passes in fused layers (BN-apply + add + ReLU in one pass, FP32 and AMP); off: one kernel per part")
+                  "on: the compiler's fused passes in fused layers (BN-apply + add + ReLU in one pass, FP32 and AMP); "
+                  "off: one kernel per part")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--cpu-winograd", c->cpu_winograd,
@@ -255,6 +260,11 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--fold-residual-sums", c->fold_residual_sums,
                   "--amp: on: a residual block's second data gradient writes its own buffer (beta = 0) and the "
                   "previous block's end ReLU backward sums both; off: that data gradient adds into the gradient")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--fuse-residual-bn-backward", c->fuse_residual_bn_backward,
+                  "--amp: on: that sum's ReLU backward runs inside the backward of the BN before the sum (one "
+                  "memory pass fewer per residual block end, same bits); off: a pass of its own")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--recompute", c->recompute,

@@ -10,6 +10,7 @@
 // Formulas and their evaluation order follow kernels/cpu/batchnorm.cpp (this file is built with -fmad=false).
 #include <kernels/cuda/batchnorm.h>
 
+#include <kernels/cuda/elementwise.h>
 #include <kernels/cuda/pointwise_common.cuh>
 
 #include <algorithm>
@@ -70,13 +71,24 @@ __device__ __forceinline__ float round_to(float v) {
   return detail::to_float(detail::from_float<T>(v));
 }
 
+/// The residual sum's ReLU backward formed inside a BN backward's statistics pass (plan ADD_RELU_BN_BWD): the pass
+/// reads y (the block's ReLU output), dy and the addend a, stores g = relu'(y)·round(dy + a) (elementwise.cu's
+/// relu_backward_sum, bit for bit) and uses g as the BN's gradient.
+template <typename T>
+struct SumRelu {
+  const T* y = nullptr;
+  const T* a = nullptr;
+  T* g = nullptr;
+};
+
 /// Forward: s1 = Σ (x − x[row 0]), s2 = Σ (x − x[row 0])². Backward: s1 = Σ dy, s2 = Σ dy·(x − mean), with dy masked
-/// by the recomputed ReLU mask when kMask. partials[(block_y·2 + k)·cs + c] = s_k over the block's rows.
-template <typename T, int V, bool kBwd, bool kMask = false, bool kGivenRef = false>
+/// by the recomputed ReLU mask when kMask, or dy the residual sum's ReLU gradient formed (and stored) here when kSum.
+/// partials[(block_y·2 + k)·cs + c] = s_k over the block's rows.
+template <typename T, int V, bool kBwd, bool kMask = false, bool kGivenRef = false, bool kSum = false>
 __global__ void __launch_bounds__(kThreads)
     bn_partials_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ mean,
                        std::int64_t rows, int cs, int c, int tx_n, std::int64_t rows_per_block,
-                       float* __restrict__ partials, ReluMask mask = {}) {
+                       float* __restrict__ partials, ReluMask mask = {}, SumRelu<T> sum = {}) {
   __shared__ float red[2][V][kThreads];
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % tx_n, ty = tid / tx_n, ty_n = kThreads / tx_n;
@@ -106,13 +118,17 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_block;
     const std::int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
     for (std::int64_t r = r0 + ty; r < r1; r += kUnroll * ty_n) {
-      Packed<T, V> xp[kUnroll], gp[kUnroll];
+      Packed<T, V> xp[kUnroll], gp[kUnroll], yp[kUnroll], ap[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::int64_t rr = r + u * ty_n;
         if (rr < r1) {
           xp[u] = load_packed<V>(x + rr * cs + c0);
           if constexpr (kBwd) gp[u] = load_packed<V>(dy + rr * cs + c0);
+          if constexpr (kSum) {
+            yp[u] = load_packed<V>(sum.y + rr * cs + c0);
+            ap[u] = load_packed<V>(sum.a + rr * cs + c0);
+          }
         }
       }
 #pragma unroll
@@ -121,6 +137,14 @@ __global__ void __launch_bounds__(kThreads)
         float xv[V], gv[V];
         unpack<V>(xp[u], xv);
         if constexpr (kBwd) unpack<V>(gp[u], gv);
+        if constexpr (kSum) {
+          float yv[V], av[V];
+          unpack<V>(yp[u], yv);
+          unpack<V>(ap[u], av);
+#pragma unroll
+          for (int j = 0; j < V; ++j) gv[j] = yv[j] > 0.0f ? round_to<T>(gv[j] + av[j]) : 0.0f;
+          store_vec<V>(sum.g + (r + u * ty_n) * cs + c0, gv);
+        }
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           if constexpr (kMask) {
@@ -592,11 +616,19 @@ void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const 
                         nullptr, false, y);
 }
 
-void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
-                             const float* save_mean, const float* save_invstd, const ReluMask* mask,
-                             const TensorRef& dx, bool accumulate_dx, float* dgamma, float* dbeta, void* workspace,
-                             std::size_t workspace_bytes, const SyncReduce* sync) {
-  const char* what = mask ? "batchnorm_relu_backward" : "batchnorm_backward";
+namespace {
+
+/// The residual sum's ReLU backward of batchnorm_add_relu_backward: the tensors it reads and g, which it writes.
+struct SumReluRefs {
+  TensorRef y, dy, addend, g;
+};
+
+/// batchnorm_relu_backward, and with `sum` batchnorm_add_relu_backward (dy is then sum->g, formed by the partials).
+void bn_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
+                 const float* save_mean, const float* save_invstd, const ReluMask* mask, const SumReluRefs* sum,
+                 const TensorRef& dx, bool accumulate_dx, float* dgamma, float* dbeta, void* workspace,
+                 std::size_t workspace_bytes, const SyncReduce* sync) {
+  const char* what = sum ? "batchnorm_add_relu_backward" : mask ? "batchnorm_relu_backward" : "batchnorm_backward";
   check_sync(sync, x.rows(), what);
   check_common(x, what);
   detail::check_float_tensor(dy, what, "dy");
@@ -608,7 +640,9 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
   RN_CHECK(gamma && save_mean && save_invstd, "{}: gamma, save_mean or save_invstd is null", what);
   RN_CHECK(!mask || (mask->invstd && mask->gamma && mask->beta), "{}: a ReLU-mask pointer is null", what);
   const std::int64_t rows = x.rows(), cs = x.c_stride, c = x.shape.c;
-  const bool vec = detail::vectorisable(x.dtype, cs, {x.ptr, dy.ptr, dx.ptr});
+  const bool vec = detail::vectorisable(x.dtype, cs,
+                                        {x.ptr, dy.ptr, dx.ptr, sum ? sum->y.ptr : nullptr, sum ? sum->dy.ptr : nullptr,
+                                         sum ? sum->addend.ptr : nullptr});
   const ReluMask m = mask ? *mask : ReluMask{};
   detail::dispatch_storage(x.dtype, vec, [&](auto type, auto width) {
     using T = typename decltype(type)::type;
@@ -623,7 +657,13 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
     const T* px = static_cast<const T*>(x.ptr);
     const T* pdy = static_cast<const T*>(dy.ptr);
     const int ics = static_cast<int>(cs), ic = static_cast<int>(c);
-    if (mask)
+    if (sum) {
+      const SumRelu<T> sr{static_cast<const T*>(sum->y.ptr), static_cast<const T*>(sum->addend.ptr),
+                          static_cast<T*>(sum->g.ptr)};
+      bn_partials_kernel<T, V, true, false, false, true>
+          <<<grid_of(t), kThreads, 0, stream>>>(px, static_cast<const T*>(sum->dy.ptr), save_mean, rows, ics, ic, t.tx,
+                                                t.rows_per_block, partials, ReluMask{}, sr);
+    } else if (mask)
       bn_partials_kernel<T, V, true, true><<<grid_of(t), kThreads, 0, stream>>>(px, pdy, save_mean, rows, ics, ic, t.tx,
                                                                               t.rows_per_block, partials, m);
     else
@@ -665,6 +705,43 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
     else
       mask ? launch(False{}, True{}) : launch(False{}, False{});
   });
+}
+
+}  // namespace
+
+void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
+                             const float* save_mean, const float* save_invstd, const ReluMask* mask,
+                             const TensorRef& dx, bool accumulate_dx, float* dgamma, float* dbeta, void* workspace,
+                             std::size_t workspace_bytes, const SyncReduce* sync) {
+  bn_backward(stream, x, dy, gamma, save_mean, save_invstd, mask, nullptr, dx, accumulate_dx, dgamma, dbeta, workspace,
+              workspace_bytes, sync);
+}
+
+void batchnorm_add_relu_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& addend,
+                                 const TensorRef& g, const TensorRef& x, const float* gamma, const float* save_mean,
+                                 const float* save_invstd, const TensorRef& dx, bool accumulate_dx, float* dgamma,
+                                 float* dbeta, void* workspace, std::size_t workspace_bytes, const SyncReduce* sync) {
+  const char* what = "batchnorm_add_relu_backward";
+  for (const TensorRef* t : {&y, &dy, &addend}) {
+    detail::check_float_tensor(*t, what, "input");
+    detail::check_same_layout(*t, g, what, "input", "g");
+  }
+  detail::check_float_tensor(g, what, "g");
+  detail::check_same_layout(x, g, what, "x", "g");
+  // The statistics pass covers the channels of vectors that start below C: where a vector (or a lone padding channel)
+  // lies wholly in the padding, g's padding would not be written there, so the two passes run apart.
+  const int w = x.dtype == DType::F32 ? 4 : 8;
+  const bool vec = detail::vectorisable(x.dtype, x.c_stride, {x.ptr, y.ptr, dy.ptr, addend.ptr, g.ptr, dx.ptr});
+  const std::int64_t v = vec ? w : 1;
+  if ((x.shape.c + v - 1) / v * v < x.c_stride) {
+    relu_backward_sum(stream, y, dy, addend, g);
+    bn_backward(stream, x, g, gamma, save_mean, save_invstd, nullptr, nullptr, dx, accumulate_dx, dgamma, dbeta,
+                workspace, workspace_bytes, sync);
+    return;
+  }
+  const SumReluRefs sum{y, dy, addend, g};
+  bn_backward(stream, x, g, gamma, save_mean, save_invstd, nullptr, &sum, dx, accumulate_dx, dgamma, dbeta, workspace,
+              workspace_bytes, sync);
 }
 
 void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,

@@ -76,8 +76,9 @@ void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const 
                                  const TensorRef& y);
 
 /// Backward of the training forward with x̂ = (x − mean)·invstd: dβ += Σ dy; dγ += Σ dy·x̂ (ALWAYS accumulated:
-/// ZERO_GRAD clears them once per step; either may be null); dx (=|+=) γ·invstd·(dy − Σdy/R − (x − mean)·Σdy·x̂·invstd/R)
-/// when dx is not null (TensorRef with ptr == nullptr: no data gradient). save_mean is the batch mean of the forward.
+/// ZERO_GRAD clears them once per step; either may be null); dx (=|+=) γ·invstd·(dy − Σdy/R − (x −
+/// mean)·Σdy·x̂·invstd/R) when dx is not null (TensorRef with ptr == nullptr: no data gradient). save_mean is the batch
+/// mean of the forward.
 void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
                         const float* save_mean, const float* save_invstd, const TensorRef& dx, bool accumulate_dx,
                         float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes,
@@ -97,5 +98,16 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
                              const float* save_mean, const float* save_invstd, const ReluMask* mask,
                              const TensorRef& dx, bool accumulate_dx, float* dgamma, float* dbeta, void* workspace,
                              std::size_t workspace_bytes, const SyncReduce* sync = nullptr);
+
+/// relu_backward_sum (elementwise.h) followed by batchnorm_backward of the BN whose output fed the residual sum
+/// (plan ADD_RELU_BN_BWD): g = relu'(y)·round(dy + addend) is formed and stored into g (the shortcut reads it too)
+/// by the BN backward's statistics pass, then read by its dx pass, instead of written by one pass and read back by
+/// another. Results equal the two calls' bit for bit. x, y, dy, addend, g and dx share one layout; g may not alias
+/// x, y, dy or addend.
+void batchnorm_add_relu_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& addend,
+                                 const TensorRef& g, const TensorRef& x, const float* gamma, const float* save_mean,
+                                 const float* save_invstd, const TensorRef& dx, bool accumulate_dx, float* dgamma,
+                                 float* dbeta, void* workspace, std::size_t workspace_bytes,
+                                 const SyncReduce* sync = nullptr);
 
 }  // namespace renaissance::cuda

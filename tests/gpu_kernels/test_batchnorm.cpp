@@ -172,7 +172,6 @@ TEST_F(BatchNormTest, RejectsSmallWorkspaceAndSingleRow) {
   EXPECT_THROW(batchnorm_forward_train(stream, x2.ref(), f, f, f, y2.ref(), f, f, f, ws.get(), 16), Error);
 }
 
-
 // ---- fused element-wise tails (DESIGN §11): one pass must equal the plain parts bit for bit ----------------------
 
 /// y = relu(round(round(BN(x)) + s')) from the CPU kernels, rounding to the storage type where the parts store.
@@ -334,6 +333,69 @@ TEST_F(BatchNormTest, ReluBackwardFoldedIntoTheBnBackwardEqualsThePlainParts) {
       expect_near(download<float>(dg_fused, c), dg_ref, 1e-5, "dgamma vs CPU " + name, true);
       expect_near(download<float>(db_fused, c), db_ref, 1e-5, "dbeta vs CPU " + name, true);
       if (with_dx) expect_near(dx_fused.download(), dx_ref, tol_for(l.dtype), "dx vs CPU " + name, true);
+    }
+  }
+}
+
+TEST_F(BatchNormTest, ResidualSumReluBackwardInsideTheBnBackwardEqualsThePlainParts) {
+  // plan ADD_RELU_BN_BWD: relu_backward_sum (g = relu'(y)·round(dy + a), stored) then batchnorm_backward of g, against
+  // batchnorm_add_relu_backward, which forms g inside the BN's statistics pass: g (padding included), dγ, dβ and dx
+  // bit for bit, with dx written and accumulated; layouts whose padding a vector does not cover take the two passes.
+  std::uint32_t seed = 2300;
+  const float eps = 1e-5f;
+  const DeviceBuffer eps_dev = upload(std::vector<float>{eps});
+  for (const Layout& l : bn_layouts()) {
+    for (bool acc : {false, true}) {
+      const std::string name = layout_name(l) + (acc ? " acc" : "");
+      const auto c = static_cast<std::size_t>(l.shape.c);
+      DevTensor x(l.shape, l.dtype, l.c_stride), y(l.shape, l.dtype, l.c_stride), dy(l.shape, l.dtype, l.c_stride);
+      DevTensor a(l.shape, l.dtype, l.c_stride), g_plain(l.shape, l.dtype, l.c_stride);
+      DevTensor g_fused(l.shape, l.dtype, l.c_stride), dx_plain(l.shape, l.dtype, l.c_stride);
+      DevTensor dx_fused(l.shape, l.dtype, l.c_stride);
+      const Vec xv = bn_input(l.shape, seed, l.dtype);
+      y.upload(quantized(random_vec(x.elems(), seed + 1, -1.0f, 1.0f), l.dtype));  // about half the mask is off
+      relu_forward(stream, y.ref(), y.ref());
+      dy.upload(quantized(random_vec(x.elems(), seed + 2, -1.0f, 1.0f), l.dtype));
+      a.upload(quantized(random_vec(x.elems(), seed + 3, -1.0f, 1.0f), l.dtype));
+      const Vec dx0 = quantized(random_vec(x.elems(), seed + 4, -1.0f, 1.0f), l.dtype);
+      const Vec gamma = random_vec(c, seed + 5, 0.5f, 1.5f), beta = random_vec(c, seed + 6, -0.5f, 0.5f);
+      const Vec dg0 = random_vec(c, seed + 7, -1.0f, 1.0f), db0 = random_vec(c, seed + 8, -1.0f, 1.0f);
+      seed += 10;
+      x.upload(xv);
+      g_plain.poison();
+      g_fused.poison();
+      for (DevTensor* d : {&dx_plain, &dx_fused}) {
+        if (acc)
+          d->upload(dx0);
+        else
+          d->poison();
+      }
+      const DeviceBuffer gm = upload(gamma), b = upload(beta);
+      DeviceBuffer mean(c * 4), var(c * 4), invstd(c * 4);
+      const DeviceBuffer dg_plain = upload(dg0), db_plain = upload(db0), dg_fused = upload(dg0), db_fused = upload(db0);
+      const std::size_t ws_bytes = batchnorm_workspace_bytes(x.ref());
+      DeviceBuffer ws(ws_bytes);
+      DevTensor scratch(l.shape, l.dtype, l.c_stride);
+      batchnorm_forward_train(stream, x.ref(), gm.as<float>(), b.as<float>(), eps_dev.as<float>(), scratch.ref(),
+                              mean.as<float>(), var.as<float>(), invstd.as<float>(), ws.get(), ws_bytes);
+      relu_backward_sum(stream, y.ref(), dy.ref(), a.ref(), g_plain.ref());
+      batchnorm_backward(stream, x.ref(), g_plain.ref(), gm.as<float>(), mean.as<float>(), invstd.as<float>(),
+                         dx_plain.ref(), acc, dg_plain.as<float>(), db_plain.as<float>(), ws.get(), ws_bytes);
+      batchnorm_add_relu_backward(stream, y.ref(), dy.ref(), a.ref(), g_fused.ref(), x.ref(), gm.as<float>(),
+                                  mean.as<float>(), invstd.as<float>(), dx_fused.ref(), acc, dg_fused.as<float>(),
+                                  db_fused.as<float>(), ws.get(), ws_bytes);
+      sync();
+      expect_bits_equal(g_fused.download_full(), g_plain.download_full(), "g " + name);
+      expect_bits_equal(download<float>(dg_fused, c), download<float>(dg_plain, c), "dgamma " + name);
+      expect_bits_equal(download<float>(db_fused, c), download<float>(db_plain, c), "dbeta " + name);
+      expect_bits_equal(dx_fused.download_full(), dx_plain.download_full(), "dx " + name);
+      dx_fused.expect_zero_padding("dx " + name);
+      // g against the CPU's relu_backward_sum (independent of both GPU paths).
+      const Vec yv = y.download(), dyv = dy.download(), av = a.download();
+      Vec gref(yv.size());
+      cpu::relu_backward_sum(yv.data(), dyv.data(), av.data(), gref.data(), static_cast<std::int64_t>(gref.size()),
+                             l.dtype == DType::F16);
+      expect_near(g_fused.download(), gref, 0.0, "g vs CPU " + name);
     }
   }
 }

@@ -109,8 +109,9 @@ TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {
   EXPECT_EQ(calls(p, "FUSED:bn+bn+add+relu"), 2);  // BasicBlockProjection, BottleneckProjection
   EXPECT_EQ(calls(p, "FUSED:relu+bn backward"), 1 + 2 * 1 + 2 * 2 + 2 * 2);
   // Blocks 2-5 start at a block's end ReLU: their second data gradient writes its own buffer (beta = 0) and that
-  // ReLU's backward sums both addends (plan ADD_RELU_BWD).
-  EXPECT_EQ(calls(p, "FUSED:sum+relu backward"), 4);
+  // ReLU's backward sums both addends, inside the backward of the BN before the sum (plan ADD_RELU_BN_BWD).
+  EXPECT_EQ(calls(p, "FUSED:sum+relu+bn backward"), 4);
+  EXPECT_EQ(calls(p, "FUSED:sum+relu backward"), 0);
   EXPECT_EQ(calls(p, "RELU_FWD"), 0);
   auto o = options(data, false);
   runtime::Trainer parts(every_fused_kind(), o);
@@ -118,6 +119,7 @@ TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {
   EXPECT_EQ(calls(q, "FUSED:bn+relu"), 0);
   EXPECT_EQ(calls(q, "FUSED:relu+bn backward"), 0);
   EXPECT_EQ(calls(q, "FUSED:sum+relu backward"), 0);
+  EXPECT_EQ(calls(q, "FUSED:sum+relu+bn backward"), 0);
   EXPECT_GT(calls(q, "ACCUMULATE"), 0);  // its plain parts
   EXPECT_GT(calls(q, "RELU_FWD"), 0);
 }

@@ -74,11 +74,11 @@ TEST(Fusion, EveryFusedKindGetsItsPasses) {
   // ReLUs folded into the BN backward; identity blocks: BN + add + ReLU; projection blocks: BN + BN + add + ReLU with
   // the shortcut's statistics on their own; the identity inverted residual: BN + add (no ReLU after its add). Four
   // blocks start where a block with an end ReLU stops (blocks 2-5): their second data gradient is summed in the
-  // previous block's end ReLU backward.
-  const std::map<FusedKind, int> want_train{{FusedKind::BN_RELU, 11},    {FusedKind::BN_ADD_RELU, 2},
-                                            {FusedKind::BN_ADD, 1},      {FusedKind::BN_BN_ADD_RELU, 2},
-                                            {FusedKind::BN_STATS, 2},    {FusedKind::RELU_BN_BWD, 11},
-                                            {FusedKind::ADD_RELU_BWD, 4}};
+  // previous block's end ReLU backward, which forms its gradient inside the backward of that block's last BN.
+  const std::map<FusedKind, int> want_train{{FusedKind::BN_RELU, 11},       {FusedKind::BN_ADD_RELU, 2},
+                                            {FusedKind::BN_ADD, 1},         {FusedKind::BN_BN_ADD_RELU, 2},
+                                            {FusedKind::BN_STATS, 2},       {FusedKind::RELU_BN_BWD, 11},
+                                            {FusedKind::ADD_RELU_BN_BWD, 4}};
   EXPECT_EQ(train, want_train);
   const std::map<FusedKind, int> want_inf{
       {FusedKind::BN_RELU, 11}, {FusedKind::BN_ADD_RELU, 2}, {FusedKind::BN_ADD, 1}, {FusedKind::BN_BN_ADD_RELU, 2}};
@@ -107,6 +107,25 @@ TEST(Fusion, OperandsAreTheTensorsOfTheReplacedParts) {
         const Node& bn = n.sub[static_cast<std::size_t>(f.bn)];
         EXPECT_NE(std::find(f.parts.begin(), f.parts.end(), f.at), f.parts.end());
         switch (f.kind) {
+          case FusedKind::ADD_RELU_BN_BWD: {
+            const Node& acc = n.sub[static_cast<std::size_t>(f.add)];
+            const Node& relu = n.sub[static_cast<std::size_t>(f.relu)];
+            ASSERT_EQ(acc.op, OpKind::ACCUMULATE);
+            ASSERT_EQ(relu.op, OpKind::RELU_BWD);
+            ASSERT_EQ(bn.op, OpKind::BN_BWD);
+            EXPECT_EQ(f.parts, (std::vector<std::int32_t>{f.add, f.relu, f.bn}));
+            EXPECT_EQ(find(f.inputs, "y")->id, relu.inputs[0]);
+            EXPECT_EQ(find(f.inputs, "dy")->id, relu.inputs[1]);
+            EXPECT_EQ(find(f.inputs, "addend")->id, acc.inputs[0]);
+            EXPECT_EQ(find(f.inputs, "x")->id, bn.inputs[0]);
+            EXPECT_EQ(find(f.inputs, "invstd")->id, bn.inputs[4]);
+            // the sum's gradient is the BN's, and stored (the shortcut reads it): an output
+            EXPECT_EQ(find(f.outputs, "dsum")->id, relu.outputs[0]);
+            EXPECT_EQ(p.memory.front().owner_of(bn.inputs[1]), p.memory.front().owner_of(relu.outputs[0]));
+            EXPECT_EQ(find(f.outputs, "dx")->id, bn.outputs[0]);
+            EXPECT_EQ(find(f.outputs, "dbeta")->id, bn.outputs[2]);
+            break;
+          }
           case FusedKind::RELU_BN_BWD: {
             const Node& relu = n.sub[static_cast<std::size_t>(f.relu)];
             ASSERT_EQ(bn.op, OpKind::BN_BWD);
@@ -202,8 +221,20 @@ TEST(Fusion, ResidualSumsMoveIntoTheConsumingReluBackward) {
   const rp::CompiledPlan add = rp::Compiler::compile(arch, t);
   EXPECT_EQ(accumulating_dgrads(add), 16);
   EXPECT_EQ(accumulating_dgrads(fold), 1);
-  EXPECT_EQ(count(fold.train.bucket(GraphId::DEEP_FWD_BWD))[FusedKind::ADD_RELU_BWD], 15);
+  // Each block's end ReLU backward is followed by its c3 BN's backward: the sum's gradient forms inside that.
+  EXPECT_EQ(count(fold.train.bucket(GraphId::DEEP_FWD_BWD))[FusedKind::ADD_RELU_BN_BWD], 15);
+  EXPECT_EQ(count(fold.train.bucket(GraphId::DEEP_FWD_BWD)).count(FusedKind::ADD_RELU_BWD), 0u);
   EXPECT_EQ(count(add.train.bucket(GraphId::DEEP_FWD_BWD)).count(FusedKind::ADD_RELU_BWD), 0u);
+  EXPECT_EQ(count(add.train.bucket(GraphId::DEEP_FWD_BWD)).count(FusedKind::ADD_RELU_BN_BWD), 0u);
+  // --fuse-residual-bn-backward off: the sums' ReLU backward in passes of their own, the BN backward plain after it.
+  t.fold_residual_sums = true;
+  t.fuse_residual_bn_backward = false;
+  const rp::CompiledPlan apart = rp::Compiler::compile(arch, t);
+  t.fuse_residual_bn_backward = true;
+  t.fold_residual_sums = false;
+  EXPECT_EQ(count(apart.train.bucket(GraphId::DEEP_FWD_BWD))[FusedKind::ADD_RELU_BWD], 15);
+  EXPECT_EQ(count(apart.train.bucket(GraphId::DEEP_FWD_BWD)).count(FusedKind::ADD_RELU_BN_BWD), 0u);
+  EXPECT_NE(apart.hash, fold.hash);
   EXPECT_NE(fold.hash, add.hash);
   // The pass: ACCUMULATE(addend -> dy) then RELU_BWD(y, dy -> dx), in the previous block's FUSED_BWD node; the addend
   // is what the next block's dgrad wrote (beta = 0), and the sum itself is no operand.
@@ -211,7 +242,7 @@ TEST(Fusion, ResidualSumsMoveIntoTheConsumingReluBackward) {
   const auto& bucket = fold.train.bucket(GraphId::DEEP_FWD_BWD);
   for (std::size_t i = 0; i < bucket.size(); ++i)
     for (const FusedPass& f : bucket[i].fusions) {
-      if (f.kind != FusedKind::ADD_RELU_BWD) continue;
+      if (f.kind != FusedKind::ADD_RELU_BWD && f.kind != FusedKind::ADD_RELU_BN_BWD) continue;
       ++seen;
       const Node& acc = bucket[i].sub[static_cast<std::size_t>(f.add)];
       const Node& relu = bucket[i].sub[static_cast<std::size_t>(f.relu)];
@@ -219,7 +250,7 @@ TEST(Fusion, ResidualSumsMoveIntoTheConsumingReluBackward) {
       ASSERT_EQ(relu.op, OpKind::RELU_BWD);
       EXPECT_EQ(find(f.inputs, "addend")->id, acc.inputs[0]);
       EXPECT_EQ(find(f.inputs, "dy")->id, relu.inputs[1]);
-      EXPECT_EQ(find(f.outputs, "dx")->id, relu.outputs[0]);
+      EXPECT_EQ(find(f.outputs, f.kind == FusedKind::ADD_RELU_BWD ? "dx" : "dsum")->id, relu.outputs[0]);
       ASSERT_GT(i, 0u);
       bool written = false;  // by a beta = 0 dgrad of the node before (the next block's backward)
       for (const Node& s : bucket[i - 1].sub)

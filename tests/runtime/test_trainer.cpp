@@ -446,8 +446,9 @@ TEST(Trainer, CpuFusedPassesEqualThePlainParts) {
          {"FUSED:bn+relu", "FUSED:relu+bn backward", "FUSED:bn+add+relu", "FUSED:bn+bn+add+relu", "FUSED:bn-stats"})
       EXPECT_TRUE(on.count(k)) << tag << ": " << k << " did not run";
     // AMP: the projection block's shortcut dgrad writes its own buffer, summed in the identity block's end ReLU
-    // backward (plan ADD_RELU_BWD); FP32 plans keep the sum in the dgrad (TrainConfig::fold_residual_sums).
-    EXPECT_EQ(on.count("FUSED:sum+relu backward"), amp ? 1u : 0u) << tag;
+    // backward (plan ADD_RELU_BWD), inside the backward of the BN before the sum (ADD_RELU_BN_BWD); FP32 plans keep
+    // the sum in the dgrad (TrainConfig::fold_residual_sums).
+    EXPECT_EQ(on.count("FUSED:sum+relu+bn backward"), amp ? 1u : 0u) << tag;
     for (const std::string& k : off) EXPECT_EQ(k.rfind("FUSED:", 0), std::string::npos) << tag << ": " << k;
   }
   // Near misses outside any fused layer, which nothing may fuse (the runtime matches no addresses): a BN output read by

@@ -22,16 +22,21 @@ namespace renaissance::ops {
 ///                    rounded where the ACCUMULATE it replaces stores it, so the result is the parts' bit for bit)
 ///   BN_RELU_RECOMPUTE y = relu(BN(x)) with the statistics the forward saved (BN_APPLY → RELU_FWD): a value the
 ///                    backward reads, formed again instead of kept (TrainConfig::recompute_bn_relu, plan/recompute.h)
-#define RN_FUSED_KINDS(X)             \
-  X(BN_STATS, "bn-stats")             \
-  X(BN_RELU, "bn+relu")               \
-  X(BN_ADD, "bn+add")                 \
-  X(BN_ADD_RELU, "bn+add+relu")       \
-  X(BN_BN_ADD, "bn+bn+add")           \
-  X(BN_BN_ADD_RELU, "bn+bn+add+relu") \
-  X(RELU_BN_BWD, "relu+bn backward")  \
-  X(ADD_RELU_BWD, "sum+relu backward") \
-  X(BN_RELU_RECOMPUTE, "bn+relu recompute")
+///   ADD_RELU_BN_BWD  ADD_RELU_BWD and the backward of the BN whose output fed the residual sum, with the sum's
+///                    gradient g = relu'(y)·round(dy + a) formed inside the BN backward's statistics pass (stored
+///                    there, since the shortcut reads it too) instead of written by one pass and read back by the
+///                    next: one memory pass fewer at every residual block's end, the parts' bits
+#define RN_FUSED_KINDS(X)                   \
+  X(BN_STATS, "bn-stats")                   \
+  X(BN_RELU, "bn+relu")                     \
+  X(BN_ADD, "bn+add")                       \
+  X(BN_ADD_RELU, "bn+add+relu")             \
+  X(BN_BN_ADD, "bn+bn+add")                 \
+  X(BN_BN_ADD_RELU, "bn+bn+add+relu")       \
+  X(RELU_BN_BWD, "relu+bn backward")        \
+  X(ADD_RELU_BWD, "sum+relu backward")      \
+  X(BN_RELU_RECOMPUTE, "bn+relu recompute") \
+  X(ADD_RELU_BN_BWD, "sum+relu+bn backward")
 
 enum class FusedKind : std::uint8_t {
 #define RN_FK_ENUM(name, label) name,
@@ -67,7 +72,8 @@ inline bool fused_has_relu(FusedKind k) {
 }
 inline bool fused_has_shortcut_bn(FusedKind k) { return k == FusedKind::BN_BN_ADD || k == FusedKind::BN_BN_ADD_RELU; }
 inline bool fused_is_apply(FusedKind k) {
-  return k != FusedKind::BN_STATS && k != FusedKind::RELU_BN_BWD && k != FusedKind::ADD_RELU_BWD;
+  return k != FusedKind::BN_STATS && k != FusedKind::RELU_BN_BWD && k != FusedKind::ADD_RELU_BWD &&
+         k != FusedKind::ADD_RELU_BN_BWD;
 }
 
 }  // namespace renaissance::ops

@@ -52,11 +52,15 @@ struct TrainConfig {
   /// The compiler's fusion phase (plan/fusion.h): fused layers get fused passes. Off (`--fused-kernels off`): every
   /// fused layer runs its plain parts one by one.
   bool fuse_kernels = true;
-  /// AMP plans: where a residual branch joins in the backward pass inside fused layers, the data gradient of the branch that
-  /// comes second (a block's first conv, or its projection shortcut's conv) writes a buffer of its own (beta = 0,
+  /// AMP plans: where a residual branch joins in the backward pass inside fused layers, the data gradient of the branch
+  /// that comes second (a block's first conv, or its projection shortcut's conv) writes a buffer of its own (beta = 0,
   /// the faster convolution) and the sum moves into the node that consumes the gradient (an ACCUMULATE before the
   /// previous block's end ReLU backward, fused into ADD_RELU_BWD). Off: that dgrad adds into the gradient (beta = 1).
   bool fold_residual_sums = true;
+  /// With fold_residual_sums: where the BN whose output fed the residual sum has its backward right after the end
+  /// ReLU's, the sum's gradient is formed inside that BN backward's statistics pass (ADD_RELU_BN_BWD, one memory pass
+  /// fewer per block end) instead of by an ADD_RELU_BWD pass of its own. Same bits either way.
+  bool fuse_residual_bn_backward = true;
   /// Activation recomputation (plan/recompute.h, `--recompute bn-relu`): the output of each training BN → ReLU pair
   /// that the backward pass reads (the next convolution's weight gradient, the ReLU's own backward) is not kept from
   /// the forward pass; one BN-apply + ReLU pass re-forms it from the BN's input and saved statistics right before its
@@ -76,8 +80,8 @@ struct TrainConfig {
            a.optimizer == b.optimizer && a.ema == b.ema && a.amp == b.amp &&
            a.freeze_first_layer == b.freeze_first_layer && a.reuse_memory == b.reuse_memory &&
            a.fuse_kernels == b.fuse_kernels && a.fold_residual_sums == b.fold_residual_sums &&
-           a.recompute_bn_relu == b.recompute_bn_relu && a.recompute_budget_bytes == b.recompute_budget_bytes &&
-           a.recompute_limit == b.recompute_limit;
+           a.fuse_residual_bn_backward == b.fuse_residual_bn_backward && a.recompute_bn_relu == b.recompute_bn_relu &&
+           a.recompute_budget_bytes == b.recompute_budget_bytes && a.recompute_limit == b.recompute_limit;
   }
 };
 

@@ -707,8 +707,8 @@ class CompileRun {
   /// layout.
   void place_memory() {
     // The fusion phase first: the lifetimes below read the fused passes' operands.
-    plan_fusions(out.train, out.memory[0], cfg.fuse_kernels);
-    plan_fusions(out.inference, out.memory[0], cfg.fuse_kernels);
+    plan_fusions(out.train, out.memory[0], cfg.fuse_kernels, cfg.fuse_residual_bn_backward);
+    plan_fusions(out.inference, out.memory[0], cfg.fuse_kernels, cfg.fuse_residual_bn_backward);
     out.schedule = build_step_schedule();
     if (cfg.reuse_memory) {
       const Liveness live = compute_liveness(out.memory[0], out.train, out.inference, &out.schedule);

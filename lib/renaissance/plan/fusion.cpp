@@ -114,7 +114,7 @@ void bn_apply_operands(FusedPass& p, const Node& bn, const std::string& prefix, 
 }  // namespace
 
 std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const MemoryPlan& mp,
-                                      const std::vector<Node>& bucket, std::size_t index) {
+                                      const std::vector<Node>& bucket, std::size_t index, bool sum_into_bn) {
   std::vector<FusedPass> out;
   const auto n = static_cast<int>(sub.size());
   std::vector<bool> covered(sub.size(), false);
@@ -247,7 +247,31 @@ std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const Memory
       operand(p.inputs, "y", at(i + 1).inputs[0]);
       operand(p.inputs, "dy", at(i).outputs[0]);
       operand(p.inputs, "addend", at(i).inputs[0]);
-      operand(p.outputs, "dx", at(i + 1).outputs[0]);
+      const TensorId g = at(i + 1).outputs[0];
+      // The backward of the BN whose output fed the sum, right after it, reading g as its gradient: g is formed
+      // inside that BN's statistics pass (and stored there: the shortcut reads it too).
+      const Node* b = sum_into_bn && op(i + 2) == OpKind::BN_BWD ? &at(i + 2) : nullptr;
+      if (b != nullptr && b->inputs.size() >= 5 && same(mp, b->inputs[1], g) &&
+          owner_of(mp, b->inputs[0]) != owner_of(mp, g) && mp.tensor(b->inputs[0]).shape == mp.tensor(g).shape &&
+          mp.tensor(b->inputs[0]).dtype == mp.tensor(g).dtype) {
+        p.kind = FusedKind::ADD_RELU_BN_BWD;
+        p.bn = i + 2;
+        p.parts.push_back(i + 2);
+        operand(p.inputs, "x", b->inputs[0]);
+        operand(p.inputs, "gamma", b->inputs[2]);
+        operand(p.inputs, "batch_mean", b->inputs[3]);
+        operand(p.inputs, "invstd", b->inputs[4]);
+        if (b->accumulate) operand(p.inputs, "dx", b->outputs[0]);
+        operand(p.outputs, "dsum", g);
+        operand(p.outputs, "dx", b->outputs[0]);
+        operand(p.outputs, "dgamma", b->outputs[1]);
+        operand(p.outputs, "dbeta", b->outputs[2]);
+        out.push_back(std::move(p));
+        covered[static_cast<std::size_t>(i + 1)] = covered[static_cast<std::size_t>(i + 2)] = true;
+        i += 2;
+        continue;
+      }
+      operand(p.outputs, "dx", g);
       out.push_back(std::move(p));
       covered[static_cast<std::size_t>(i + 1)] = true;
       ++i;
@@ -315,7 +339,7 @@ void mark_fallback_only(std::vector<Node>& bucket, const MemoryPlan& mp) {
 
 }  // namespace
 
-void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse) {
+void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum_into_bn) {
   for (int gi = 0; gi < kGraphIds; ++gi) {
     std::vector<Node>& bucket = g.mutable_bucket(static_cast<GraphId>(gi));
     for (std::size_t i = 0; i < bucket.size(); ++i) {
@@ -323,7 +347,7 @@ void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse) {
       n.fusions.clear();
       const bool fused = n.type == NodeType::COMPUTE &&
                          (n.op == OpKind::FUSED_FWD || n.op == OpKind::FUSED_BWD || n.op == OpKind::FUSED_INFER);
-      if (fuse && fused && !n.sub.empty()) n.fusions = decide_fusions(n.sub, mp, bucket, i);
+      if (fuse && fused && !n.sub.empty()) n.fusions = decide_fusions(n.sub, mp, bucket, i, sum_into_bn);
     }
     if (fuse) mark_fallback_only(bucket, mp);
   }

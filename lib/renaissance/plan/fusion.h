@@ -10,12 +10,13 @@ namespace renaissance::plan {
 
 /// Fills Node::fusions of every FUSED_* node of `g` (cleared first). `fuse` false (`--fused-kernels off`) leaves
 /// every node to its plain parts. `mp` tells which tensors share bytes (gradient views of one buffer).
-void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse);
+/// `sum_into_bn` (TrainConfig::fuse_residual_bn_backward): ADD_RELU_BN_BWD where it applies, else ADD_RELU_BWD alone.
+void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum_into_bn = true);
 
 /// The passes of one fused node's parts `sub` (in `bucket`, at position `index`; the rest of the bucket is checked for
 /// later readers of a value a pass never forms).
 std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const MemoryPlan& mp,
-                                      const std::vector<Node>& bucket, std::size_t index);
+                                      const std::vector<Node>& bucket, std::size_t index, bool sum_into_bn = true);
 
 /// The sub-node a pass runs at, or -1: for each sub-node index, the pass (index into `fusions`) that runs there;
 /// -2 where a pass replaces it but runs elsewhere.

@@ -15,9 +15,9 @@
 #include <kernels/cpu/metrics.h>
 #include <kernels/cpu/optimizer.h>
 #include <kernels/cpu/pooling.h>
-#include <renaissance/ops/pool.h>
 #include <kernels/cpu/range_ops.h>
 #include <kernels/cpu/softmax_ce.h>
+#include <renaissance/ops/pool.h>
 
 #include <fmt/format.h>
 
@@ -31,11 +31,11 @@
 
 namespace renaissance::runtime {
 
-using plan::OpKind;
-using plan::RangeOp;
 using fused_match::extent;
 using fused_match::overlaps;
 using fused_match::same;
+using plan::OpKind;
+using plan::RangeOp;
 
 namespace {
 
@@ -261,7 +261,15 @@ void sync_bn_backward(const ResolvedNode& r, ExecEnv& env, const float* x, const
 // ExecEnv::fuse_kernels = false runs every part on its own.
 
 struct FusedStep {
-  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kConvBwdPair, kAddReluBwd } kind = kPlain;
+  enum Kind : std::uint8_t {
+    kPlain,
+    kStats,
+    kApply,
+    kBnReluBwd,
+    kConvBwdPair,
+    kAddReluBwd,
+    kAddReluBnBwd
+  } kind = kPlain;
   int node = -1;         ///< the sub-node: the plain node, the BN (stats, apply), the BN_BWD or the CONV_BWD_FILTER
   int relu = -1;         ///< apply: the RELU_FWD whose output is written (-1: no ReLU); bwd: the RELU_BWD
   int add = -1;          ///< apply: the ADD2_FWD (-1: none); conv pair: the CONV_BWD_DATA
@@ -378,6 +386,10 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
         s.node = f.relu;
         s.add = f.add;
         break;
+      case ops::FusedKind::ADD_RELU_BN_BWD:
+        s.kind = FusedStep::kAddReluBnBwd;
+        s.add = f.add;
+        break;
       default: {
         s.kind = FusedStep::kApply;
         s.add = f.add;
@@ -488,6 +500,19 @@ void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const Fused
       const float* addend = f32_in(acc.in[0]);
       F32Out dx(s.out[0], false);
       cpu::relu_backward_sum(y, dy, addend, dx.get(), s.out[0].elems(), acc.out[0].dtype == DType::F16);
+      return;
+    }
+    case FusedStep::kAddReluBnBwd: {
+      // The reference is the composition: the sum's ReLU gradient g as ADD_RELU_BWD stores it (the shortcut reads it
+      // too), then the BN backward reading g as stored; the GPU forms g inside the BN's statistics pass instead.
+      const ResolvedNode& relu = r.sub[static_cast<std::size_t>(st.relu)];
+      const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
+      {
+        F32Out g(relu.out[0], false);
+        cpu::relu_backward_sum(f32_in(relu.in[0]), f32_in(relu.in[1]), f32_in(acc.in[0]), g.get(), relu.out[0].elems(),
+                               acc.out[0].dtype == DType::F16);
+      }
+      run_plain(s, env);
       return;
     }
     case FusedStep::kBnReluBwd: {

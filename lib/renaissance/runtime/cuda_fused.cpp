@@ -20,10 +20,12 @@ using fused_match::same;
 //                                        that BN only computes its statistics; its apply joins the pass above
 //   RELU_BWD → BN_BWD (ReLU gradient read by nothing else)
 //                                        the ReLU backward folds into both BN backward passes (mask recomputed from x)
+//   ACCUMULATE → RELU_BWD [→ BN_BWD]     the residual sum's ReLU backward reads both addends (the sum is never
+//                                        formed); with the BN backward after it, inside that BN's statistics pass
 // Every fused pass rounds where the parts store, so results equal the plain parts bit for bit.
 
 struct FusedStep {
-  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kAddReluBwd } kind = kPlain;
+  enum Kind : std::uint8_t { kPlain, kStats, kApply, kBnReluBwd, kAddReluBwd, kAddReluBnBwd } kind = kPlain;
   int node = -1;         ///< the sub-node: the plain node, the BN (stats, apply) or the BN_BWD
   int relu = -1;         ///< apply: the RELU_FWD whose output is written (-1: no ReLU); bwd: the RELU_BWD
   int add = -1;          ///< apply: the ADD2_FWD (-1: none)
@@ -66,6 +68,10 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
       case ops::FusedKind::ADD_RELU_BWD:
         s.kind = FusedStep::kAddReluBwd;
         s.node = f.relu;
+        s.add = f.add;
+        break;
+      case ops::FusedKind::ADD_RELU_BN_BWD:
+        s.kind = FusedStep::kAddReluBnBwd;
         s.add = f.add;
         break;
       default:
@@ -188,6 +194,17 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
     case FusedStep::kAddReluBwd: {  // RELU_BWD: y, dy -> dx; ACCUMULATE: addend -> dy (never formed)
       const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
       cuda::relu_backward_sum(stream_of(env), ref(s.in[0]), ref(s.in[1]), ref(acc.in[0]), ref(s.out[0]));
+      return;
+    }
+    case FusedStep::kAddReluBnBwd: {  // ACCUMULATE: addend -> dy; RELU_BWD: y, dy -> g; BN_BWD: x, g, gamma, ...
+      const ResolvedNode& relu = r.sub[static_cast<std::size_t>(st.relu)];
+      const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
+      cuda::SyncReduce sync;
+      cuda::batchnorm_add_relu_backward(stream_of(env), ref(relu.in[0]), ref(relu.in[1]), ref(acc.in[0]),
+                                        ref(relu.out[0]), ref(s.in[0]), s.in[2].as<const float>(),
+                                        s.in[3].as<const float>(), s.in[4].as<const float>(), ref(s.out[0]),
+                                        s.node->accumulate, s.out[1].as<float>(), s.out[2].as<float>(), env.workspace,
+                                        static_cast<std::size_t>(env.workspace_bytes), sync_of(s.in[0], env, sync));
       return;
     }
     case FusedStep::kBnReluBwd: {

@@ -92,7 +92,8 @@ std::string describe_run_options(const TrainOptions& o) {
   return fmt::format(
       "backend={}\nepochs={}\nglobal batch={}\nval batch={}\nlr={}\nmomentum={}\nbeta1={}\nbeta2={}\neps={}\n"
       "weight decay={}\nlars eta={}\nschedule={}\nwarmup epochs={}\nstep epochs={}\nstep gamma={}\n"
-      "label smoothing={}\nema decay={}\nseed={}\nmax steps={}\ncrop padding={}\nflip={}\ncrop={} scale {},{} ratio {},{} "
+      "label smoothing={}\nema decay={}\nseed={}\nmax steps={}\ncrop padding={}\nflip={}\ncrop={} scale {},{} ratio "
+      "{},{} "
       "val resize {}\nshuffle={}\n"
       "lowres epochs={}\nbn momentum={}\nbn eps={}\nloss scale={}\nloss scale interval={}\nvalidate={}\nfuse={}\n"
       "sync bn={}\n",
@@ -112,11 +113,11 @@ std::string describe_plan_inputs(const blueprint::BluePrint& model, const plan::
       "model={}\nmodel layers hash={:016x}\ninput={}x{}x{}\namp={}\nfuse={}\nclasses={}\nresolution={}\n"
       "per-rank batch={}\nper-rank train samples={}\nval batch={}\nval samples={}\noptimizer={}\nema={}\n"
       "start resolution={}\nend resolution={}\nfreeze first layer={}\nreuse memory={}\nfused kernels={}\nfold residual "
-      "sums={}\nrecompute bn-relu={}\n",
+      "sums={}\nresidual bn backward={}\nrecompute bn-relu={}\n",
       model.name, t.h, model.in_h, model.in_w, model.in_c, build.amp, build.fuse, build.num_classes, build.resolution,
       c.batch, c.dataset_size, c.val_batch, c.val_size, plan::optimizer_name(c.optimizer), c.ema, c.start_resolution,
       c.end_resolution, c.freeze_first_layer, c.reuse_memory, c.fuse_kernels, c.fold_residual_sums,
-      c.recompute_bn_relu);
+      c.fuse_residual_bn_backward, c.recompute_bn_relu);
 }
 
 void check_replica_inputs(Communicator& comm, const std::string& description) {

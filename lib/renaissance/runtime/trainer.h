@@ -76,9 +76,12 @@ struct TrainOptions {
   /// Fused element-wise passes (ExecEnv::fuse_kernels): the compiler's passes in fused layers, both backends. Off:
   /// every part runs on its own (same bits, for comparisons).
   bool fuse_kernels = true;
-  /// plan::TrainConfig::fold_residual_sums (AMP plans): residual joins' second data gradient written on its own (beta = 0), the
-  /// sum folded into the consumer's ReLU backward. Off: that dgrad accumulates (the order of the plain-layer plan).
+  /// plan::TrainConfig::fold_residual_sums (AMP plans): residual joins' second data gradient written on its own (beta =
+  /// 0), the sum folded into the consumer's ReLU backward. Off: that dgrad accumulates (the order of the plain-layer
+  /// plan).
   bool fold_residual_sums = true;
+  /// plan::TrainConfig::fuse_residual_bn_backward (`bench --fuse-residual-bn-backward on|off`).
+  bool fuse_residual_bn_backward = true;
   /// plan::TrainConfig::recompute_bn_relu (`--recompute bn-relu`): BN -> ReLU outputs the backward reads are formed
   /// again there instead of kept through the peak (less memory, one element-wise pass each; the same bits).
   bool recompute_bn_relu = false;
