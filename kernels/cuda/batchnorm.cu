@@ -2,7 +2,7 @@
 //   partials  (one memory pass over x [and dy]): a (channel tile × row block) grid; each thread owns V consecutive
 //             channels and walks its block's rows with a stride of ty rows, kUnroll loads in flight, FP32 sums;
 //             a fixed tree over the block's rows gives one FP32 partial per (row block, channel) in the workspace.
-//   finalize  (reads the partials only): per channel, the row-block partials in FP64 (8 fixed slices, then a fixed
+//   finalize  (reads the partials only): per channel, the row-block partials in FP64 (32 fixed slices, then a fixed
 //             tree), then the statistics (forward) or dγ, dβ and the dx coefficients (backward).
 //   apply     (one pass reading x [and dy], writing y or dx): same tiling; each thread loads its channels'
 //             coefficients once into registers.
@@ -29,7 +29,12 @@ using detail::unpack;
 
 constexpr int kTargetBlocks = 1024;  // channel tiles × row blocks aimed at: ~8 resident blocks on each of 132 SMs
 constexpr int kUnroll = 4;           // rows loaded before the first use
-constexpr int kSlices = 8;           // FP64 slices of the finalize combine (kThreads / 32 channels)
+// FP64 slices of the finalize combine: a block of 32 channels × kSlices threads (1,024). With 8 slices (256 threads)
+// the finalize of a 64-channel layer ran on 2 blocks, each thread walking ~125 of ~1,000 row-block partials one
+// dependent load after another; 32 slices took resnet18_cifar b512 AMP from 71.2k to 73.4k img/s and ResNet-50 b256
+// from 6,249 to 6,332 on one H100 (docs/benchmarks.md, 2026-12-05).
+constexpr int kSlices = 32;
+constexpr int kFinalizeThreads = kSlices * 32;
 
 struct Tiling {
   int vec = 1;
@@ -203,6 +208,7 @@ __device__ bool combine_partials(const float* __restrict__ partials, int row_blo
   const int ch = static_cast<int>(blockIdx.x) * 32 + lane;
   double s1 = 0.0, s2 = 0.0;
   if (ch < c) {
+#pragma unroll 4
     for (int g = slice; g < row_blocks; g += kSlices) {
       const float* p = partials + static_cast<std::int64_t>(g) * 2 * cs;
       s1 += p[ch];
@@ -226,7 +232,7 @@ __device__ bool combine_partials(const float* __restrict__ partials, int row_blo
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFinalizeThreads)
     bn_finalize_forward_kernel(const float* __restrict__ partials, int row_blocks, int cs, int c, std::int64_t rows,
                                const T* __restrict__ x, const float* __restrict__ eps, float* __restrict__ mean,
                                float* __restrict__ var_unbiased, float* __restrict__ invstd) {
@@ -243,7 +249,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /// dβ += Σdy, dγ += Σdy·x̂ (FP64 add, then float); coeff = {γ·invstd, Σdy/R, Σdy·x̂·invstd/R} for the dx pass.
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFinalizeThreads)
     bn_finalize_backward_kernel(const float* __restrict__ partials, int row_blocks, int cs, int c, std::int64_t rows,
                                 const float* __restrict__ gamma, const float* __restrict__ invstd,
                                 float* __restrict__ dgamma, float* __restrict__ dbeta, float* __restrict__ coeff) {
@@ -268,7 +274,7 @@ __global__ void __launch_bounds__(kThreads)
 // (runtime/cpu_ops.cpp, sync_bn_forward/backward): mean = Σx/R_g, then var = Σ(x − mean)²/R_g (two passes).
 
 /// sums[ch] = s1 (out1) and/or s2 (out2) of the partials, as floats.
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFinalizeThreads)
     bn_sync_sums_kernel(const float* __restrict__ partials, int row_blocks, int cs, int c, float* __restrict__ out1,
                         float* __restrict__ out2) {
   int ch;
@@ -296,7 +302,7 @@ __global__ void bn_sync_var_kernel(const float* __restrict__ sq, int c, double g
 
 /// Backward, before the all-reduce: dβ += Σdy, dγ += Σdy·x̂ (this rank's: they are averaged with the other gradients
 /// later); buf = {Σdy, Σdy·x̂} as floats, to be summed over the ranks.
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFinalizeThreads)
     bn_sync_backward_local_kernel(const float* __restrict__ partials, int row_blocks, int cs, int c,
                                   const float* __restrict__ invstd, float* __restrict__ dgamma,
                                   float* __restrict__ dbeta, float* __restrict__ buf) {
@@ -501,8 +507,8 @@ void batchnorm_train_statistics(cudaStream_t stream, const TensorRef& x, const f
       bn_partials_kernel<T, V, false, false, true><<<grid_of(t), kThreads, 0, stream>>>(
           px, nullptr, nullptr, rows, ics, ic, t.tx, t.rows_per_block, partials);
       CUDA_CHECK_LAUNCH();
-      bn_sync_sums_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(partials, static_cast<int>(t.row_blocks), ics,
-                                                                        ic, sums, nullptr);
+      bn_sync_sums_kernel<<<finalize_blocks(c), kFinalizeThreads, 0, stream>>>(
+          partials, static_cast<int>(t.row_blocks), ics, ic, sums, nullptr);
       CUDA_CHECK_LAUNCH();
       sync->sum(sums, c);
       bn_sync_mean_kernel<<<channel_blocks(c), kThreads, 0, stream>>>(sums, ic, sync->global_rows, batch_mean);
@@ -510,8 +516,8 @@ void batchnorm_train_statistics(cudaStream_t stream, const TensorRef& x, const f
       bn_partials_kernel<T, V, false, false, true><<<grid_of(t), kThreads, 0, stream>>>(
           px, nullptr, batch_mean, rows, ics, ic, t.tx, t.rows_per_block, partials);
       CUDA_CHECK_LAUNCH();
-      bn_sync_sums_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(partials, static_cast<int>(t.row_blocks), ics,
-                                                                        ic, nullptr, sums + cs);
+      bn_sync_sums_kernel<<<finalize_blocks(c), kFinalizeThreads, 0, stream>>>(
+          partials, static_cast<int>(t.row_blocks), ics, ic, nullptr, sums + cs);
       CUDA_CHECK_LAUNCH();
       sync->sum(sums + cs, c);
       bn_sync_var_kernel<<<channel_blocks(c), kThreads, 0, stream>>>(sums + cs, ic, sync->global_rows, eps,
@@ -523,7 +529,7 @@ void batchnorm_train_statistics(cudaStream_t stream, const TensorRef& x, const f
     bn_partials_kernel<T, V, false><<<grid_of(t), kThreads, 0, stream>>>(
         px, nullptr, nullptr, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, partials);
     CUDA_CHECK_LAUNCH();
-    bn_finalize_forward_kernel<T><<<finalize_blocks(c), kThreads, 0, stream>>>(
+    bn_finalize_forward_kernel<T><<<finalize_blocks(c), kFinalizeThreads, 0, stream>>>(
         partials, static_cast<int>(t.row_blocks), static_cast<int>(cs), static_cast<int>(c), rows, px, eps,
         batch_mean, batch_var_unbiased, save_invstd);
     CUDA_CHECK_LAUNCH();
@@ -674,7 +680,7 @@ void bn_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, c
       // This rank's dγ, dβ and {Σdy, Σdy·x̂}; the sums over all ranks give dx's coefficients. Every rank runs the
       // all-reduce, with a data gradient or without (the same collectives everywhere).
       float* buf = sync_sums(workspace, part, cs);
-      bn_sync_backward_local_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(
+      bn_sync_backward_local_kernel<<<finalize_blocks(c), kFinalizeThreads, 0, stream>>>(
           partials, static_cast<int>(t.row_blocks), ics, ic, save_invstd, dgamma, dbeta, buf);
       CUDA_CHECK_LAUNCH();
       sync->sum(buf, 2 * cs);
@@ -683,7 +689,7 @@ void bn_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, c
                                                                                  save_invstd, coeff);
       CUDA_CHECK_LAUNCH();
     } else {
-      bn_finalize_backward_kernel<<<finalize_blocks(c), kThreads, 0, stream>>>(
+      bn_finalize_backward_kernel<<<finalize_blocks(c), kFinalizeThreads, 0, stream>>>(
           partials, static_cast<int>(t.row_blocks), ics, ic, rows, gamma, save_invstd, dgamma, dbeta, coeff);
       CUDA_CHECK_LAUNCH();
     }
