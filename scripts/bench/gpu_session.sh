@@ -26,6 +26,8 @@
 # recipe: `renaissance train --config recipes/fmnist-resnet18.yaml` RECIPE_RUNS (3) times one after another (the first
 #   times the engines unless the cache has them), RECIPE_ARGS appended: wall time, the start-up line and the result of
 #   each into recipe.log (carry data/fashion-mnist.h5, or the idx.gz files in data/cache/fashion-mnist).
+# kernels: tests/bench/bench_gpu_kernels (the batch-norm family against a device copy, GB/s) into kernels.log
+#   (KERNELS_FILTER: a --benchmark_filter regex); the build then includes the benchmarks.
 # DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -34,6 +36,8 @@ mkdir -p "$OUT"
 STEPS=${STEPS-"tests bench fmnist"}
 T0=$SECONDS
 say() { echo "[$((SECONDS - T0))s] $*"; }
+BENCHMARKS=OFF
+[[ " $STEPS " == *" kernels "* ]] && BENCHMARKS=ON
 if [[ ! -x build-gpu/app/renaissance ]] || [[ ${REBUILD:-1} == 1 ]]; then
   G=Ninja; command -v ninja >/dev/null || G="Unix Makefiles"
   EXTRA=()
@@ -45,7 +49,7 @@ if [[ ! -x build-gpu/app/renaissance ]] || [[ ${REBUILD:-1} == 1 ]]; then
     fi
   fi
   cmake -S . -B build-gpu -G "$G" -DCMAKE_BUILD_TYPE=Release -DRENAISSANCE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DRENAISSANCE_BUILD_BENCHMARKS=OFF "${EXTRA[@]}" >"$OUT/configure.log" 2>&1 || { say "configure failed"; tail -20 "$OUT/configure.log"; exit 1; }
+    -DRENAISSANCE_BUILD_BENCHMARKS="$BENCHMARKS" "${EXTRA[@]}" >"$OUT/configure.log" 2>&1 || { say "configure failed"; tail -20 "$OUT/configure.log"; exit 1; }
   # shellcheck disable=SC2086
   cmake --build build-gpu -j"$(nproc)" ${TARGETS:+--target $TARGETS} >"$OUT/build.log" 2>&1 ||
     { say "build failed"; grep -A5 error "$OUT/build.log" | head -40; exit 1; }
@@ -153,6 +157,10 @@ print("^(" + "|".join(re.escape(n.strip()) for n in open(sys.argv[1])
           "$(tail -1 "$OUT/recipe-$r.log")" | tee -a "$OUT/recipe.log"
       done
       rm -f "$OUT"/recipe-[0-9]*.log ;;
+    kernels)
+      build-gpu/tests/bench/bench_gpu_kernels ${KERNELS_FILTER:+--benchmark_filter="$KERNELS_FILTER"} \
+        >"$OUT/kernels.log" 2>&1
+      say "kernels exit $?"; grep -E "GB/s" "$OUT/kernels.log" | sed -E 's/ +/ /g' | head -100 ;;
     fmnist)
       "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fm.h5 >/dev/null || exit 1
       # shellcheck disable=SC2086  # FMNIST_ARGS: options, split on purpose
