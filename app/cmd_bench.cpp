@@ -12,8 +12,8 @@
 #include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <sys/resource.h>
 #include <unistd.h>

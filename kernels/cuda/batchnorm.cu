@@ -663,6 +663,12 @@ void bn_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, c
     const T* px = static_cast<const T*>(x.ptr);
     const T* pdy = static_cast<const T*>(dy.ptr);
     const int ics = static_cast<int>(cs), ic = static_cast<int>(c);
+    // The statistics pass covers the channels of vectors that start below C: where a vector (or a lone padding
+    // channel) lies wholly in the padding, g's padding would not be written there, so the sum's pass runs apart.
+    if (sum && (c + V - 1) / V * V < cs) {
+      relu_backward_sum(stream, sum->y, sum->dy, sum->addend, sum->g);
+      sum = nullptr;
+    }
     if (sum) {
       const SumRelu<T> sr{static_cast<const T*>(sum->y.ptr), static_cast<const T*>(sum->addend.ptr),
                           static_cast<T*>(sum->g.ptr)};
@@ -734,17 +740,6 @@ void batchnorm_add_relu_backward(cudaStream_t stream, const TensorRef& y, const 
   }
   detail::check_float_tensor(g, what, "g");
   detail::check_same_layout(x, g, what, "x", "g");
-  // The statistics pass covers the channels of vectors that start below C: where a vector (or a lone padding channel)
-  // lies wholly in the padding, g's padding would not be written there, so the two passes run apart.
-  const int w = x.dtype == DType::F32 ? 4 : 8;
-  const bool vec = detail::vectorisable(x.dtype, x.c_stride, {x.ptr, y.ptr, dy.ptr, addend.ptr, g.ptr, dx.ptr});
-  const std::int64_t v = vec ? w : 1;
-  if ((x.shape.c + v - 1) / v * v < x.c_stride) {
-    relu_backward_sum(stream, y, dy, addend, g);
-    bn_backward(stream, x, g, gamma, save_mean, save_invstd, nullptr, nullptr, dx, accumulate_dx, dgamma, dbeta,
-                workspace, workspace_bytes, sync);
-    return;
-  }
   const SumReluRefs sum{y, dy, addend, g};
   bn_backward(stream, x, g, gamma, save_mean, save_invstd, nullptr, &sum, dx, accumulate_dx, dgamma, dbeta, workspace,
               workspace_bytes, sync);

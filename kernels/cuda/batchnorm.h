@@ -76,9 +76,8 @@ void batchnorm_forward_inference(cudaStream_t stream, const TensorRef& x, const 
                                  const TensorRef& y);
 
 /// Backward of the training forward with x̂ = (x − mean)·invstd: dβ += Σ dy; dγ += Σ dy·x̂ (ALWAYS accumulated:
-/// ZERO_GRAD clears them once per step; either may be null); dx (=|+=) γ·invstd·(dy − Σdy/R − (x −
-/// mean)·Σdy·x̂·invstd/R) when dx is not null (TensorRef with ptr == nullptr: no data gradient). save_mean is the batch
-/// mean of the forward.
+/// ZERO_GRAD clears them once per step; either may be null); dx (=|+=) γ·invstd·(dy − Σdy/R − (x − mean)·Σdy·x̂·invstd/R)
+/// when dx is not null (TensorRef with ptr == nullptr: no data gradient). save_mean is the batch mean of the forward.
 void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,
                         const float* save_mean, const float* save_invstd, const TensorRef& dx, bool accumulate_dx,
                         float* dgamma, float* dbeta, void* workspace, std::size_t workspace_bytes,
