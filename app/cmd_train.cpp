@@ -55,6 +55,7 @@ struct TrainCli {
   bool no_flip = false;
   std::string tta = "off";
   bool no_validate = false;
+  std::string validate = "epoch";  ///< --validate epoch|last|off
   std::string crop = "none";
   std::string data_cache = "auto";
   std::string decode = "auto";
@@ -158,7 +159,9 @@ void run_train(TrainCli& c) {
   c.t.schedule = runtime::schedule_from_name(c.schedule);
   c.t.augmentation.horizontal_flip = !c.no_flip;
   c.t.tta_flip = c.tta == "flip";
-  RN_CHECK(!c.t.tta_flip || !c.no_validate, "--tta flip scores the validation: it needs validation (no --no-validate)");
+  if (c.no_validate) c.validate = "off";
+  RN_CHECK(!c.t.tta_flip || c.validate != "off",
+           "--tta flip scores the validation: it needs validation (--validate epoch or last, no --no-validate)");
   c.t.augmentation.crop = io::parse_crop_mode(c.crop);
   c.t.data_cache = runtime::parse_data_cache(c.data_cache);
   c.t.decode = runtime::parse_decode(c.decode);
@@ -170,7 +173,10 @@ void run_train(TrainCli& c) {
     c.t.augmentation.ratio_min = rmin;
     c.t.augmentation.ratio_max = rmax;
   }
-  c.t.validate = !c.no_validate;
+  c.t.validate = c.validate != "off";
+  c.t.validate_each_epoch = c.validate == "epoch";
+  RN_CHECK(c.t.validate_each_epoch || c.ckpt.keep_best.empty(),
+           "--keep-best val_top1 compares every epoch's validation: it needs --validate epoch");
   if (!c.cpu_winograd.empty()) runtime::set_cpu_winograd(c.cpu_winograd == "on");
   c.t.fuse_kernels = c.fused_kernels == "on";
   c.t.recompute_bn_relu = c.recompute == "bn-relu";
@@ -231,7 +237,6 @@ void run_train(TrainCli& c) {
   po.start_step = trainer.steps();
   po.batch = c.t.batch;
   po.log_every = c.log_every;
-  po.validate = c.t.validate;
   po.tty = isatty(fileno(stdout)) != 0;
   Progress progress(po);
   // Per-step losses for TensorBoard: every --log-every steps, else every 50 (each read is a host synchronisation).
@@ -242,9 +247,9 @@ void run_train(TrainCli& c) {
   };
   obs.on_epoch = [&](const runtime::EpochMetrics& m) {
     if (root) progress.epoch(m);
-    if (metrics && !(*metrics << metrics_json(m, c.t.validate, run_id) << "\n" << std::flush))
+    if (metrics && !(*metrics << metrics_json(m, m.validated, run_id) << "\n" << std::flush))
       RN_FAIL_CTX(c.metrics, "--metrics: writing epoch {} failed: {}", m.epoch, std::strerror(errno));
-    if (tb) tb->scalars(m.step, epoch_scalars(m, c.t.validate));
+    if (tb) tb->scalars(m.step, epoch_scalars(m, m.validated));
   };
   c.ckpt.observe(obs, root, resumed, trainer);
   // The loss of a step is read back (a host sync) only where someone uses it: the loss log (every step), the bar's
@@ -286,7 +291,7 @@ void run_train(TrainCli& c) {
     return;
   }
   if (!root) return;
-  if (!history.empty() && c.t.validate) {
+  if (!history.empty() && history.back().validated) {
     const runtime::EpochMetrics& last = history.back();
     const std::string tta =
         last.tta_val_top1 >= 0 ? fmt::format(", with flip test-time augmentation {:.4f}", last.tta_val_top1) : "";
@@ -459,7 +464,12 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--start-resolution", c->t.start_resolution,
                   "Progressive resize: train the first epochs at this size");
   cmd->add_option("--lowres-epochs", c->t.lowres_epochs, "Progressive resize: epochs at --start-resolution");
-  cmd->add_flag("--no-validate", c->no_validate, "Skip validation after each epoch");
+  cmd->add_option("--validate", c->validate,
+                  "When to score the val split: after every epoch, only after the last one (the epochs before it "
+                  "report no validation; --keep-best needs epoch), or never")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"epoch", "last", "off"}));
+  cmd->add_flag("--no-validate", c->no_validate, "Skip validation (--validate off)")->excludes("--validate");
   cmd->add_option("--save", c->save, "Write the trained weights (HDF5: /params, /bn, /ema) to this file");
   cmd->add_option("--config", c->config, "run.yaml: any of these options as keys (the command line wins)");
   c->ckpt.add_to(*cmd);

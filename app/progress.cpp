@@ -105,9 +105,9 @@ void Progress::epoch(const runtime::EpochMetrics& m) {
   m_bar_shown = false;
   std::string ema = m.ema_val_top1 >= 0 ? fmt::format("  ema_top1 {:.4f}", m.ema_val_top1) : "";
   if (m.tta_val_top1 >= 0) ema += fmt::format("  tta_top1 {:.4f}", m.tta_val_top1);
-  const std::string val = m_o.validate ? fmt::format("  val_loss {:.4f}  val_top1 {:.4f}  val_top5 {:.4f}{}",
-                                                     m.val_loss, m.val_top1, m.val_top5, ema)
-                                       : std::string("  (no validation)");
+  const std::string val = m.validated ? fmt::format("  val_loss {:.4f}  val_top1 {:.4f}  val_top5 {:.4f}{}",
+                                                    m.val_loss, m.val_top1, m.val_top5, ema)
+                                      : std::string("  (no validation)");
   const std::int64_t epochs = m_run_epochs > 0 ? m_run_epochs : m_o.epochs;
   std::fprintf(m_o.out, "epoch %lld/%lld  step %lld  train_loss %.4f  train_top1 %.4f%s  %.0f img/s  %.1fs\n",
                static_cast<long long>(m.epoch), static_cast<long long>(epochs), static_cast<long long>(m.step),

@@ -18,7 +18,6 @@ struct ProgressOptions {
   std::int64_t start_step = 0;  ///< a resumed run starts here
   std::int64_t batch = 1;       ///< global batch
   std::int64_t log_every = 0;   ///< heartbeat every this many steps (0: none)
-  bool validate = true;
   bool tty = false;  ///< draw the bar (stdout is a terminal)
   std::FILE* out = stdout;
 };

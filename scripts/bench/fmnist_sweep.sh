@@ -3,7 +3,8 @@
 # with each ';'-separated set of extra arguments in VARIANTS for each seed in SEEDS, JOBS at a time on the one GPU
 # (the engine cache is filled by a first run alone, so every run uses the same engines), and prints one line per
 # run: variant, seed, final val_top1 (and ema_val_top1 with --ema, tta_val_top1 with --tta flip), wall seconds. Needs build-gpu (gpu_session.sh)
-# and Fashion-MNIST's idx.gz files in data/cache/fashion-mnist (carried).
+# and Fashion-MNIST's idx.gz files in data/cache/fashion-mnist (carried). ENGINE_CACHE=off: every run times its own
+# engines (--engine-cache off), so the runs sample the spread over engine sets as well as over seeds.
 #   VARIANTS="--lr 0.3;--epochs 11" SEEDS="0 1 2" scripts/bench/fmnist_sweep.sh
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -12,16 +13,21 @@ mkdir -p "$OUT"
 RN=build-gpu/app/renaissance
 [[ -e data/fashion-mnist.h5 ]] ||
   $RN data import fashion-mnist --src data/cache/fashion-mnist --out data/fashion-mnist.h5 >/dev/null || exit 1
-$RN train --config recipes/fmnist-resnet18.yaml --epochs 1 >/dev/null 2>&1  # fills the engine cache
+ENGINES=()
+if [[ ${ENGINE_CACHE:-on} == off ]]; then
+  ENGINES=(--engine-cache off)
+else
+  $RN train --config recipes/fmnist-resnet18.yaml --epochs 1 >/dev/null 2>&1  # fills the engine cache
+fi
 IFS=';' read -r -a variants <<<"${VARIANTS:- }"
 run() {  # variant index, seed
   local extra=${variants[$1]} log="$OUT/sweep-$1-$2.log" t0=$SECONDS
   # shellcheck disable=SC2086
-  $RN train --config recipes/fmnist-resnet18.yaml --seed "$2" $extra --metrics "$log.jsonl" >"$log" 2>&1
+  $RN train --config recipes/fmnist-resnet18.yaml --seed "$2" "${ENGINES[@]}" $extra --metrics "$log.jsonl" >"$log" 2>&1
   python3 - "$log.jsonl" "$extra" "$2" "$((SECONDS - t0))" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-last = rows[-1]
+last = rows[-1]  # with --validate last only the last line has val_top1
 ema = f"  ema {last['ema_val_top1']:.4f}" if "ema_val_top1" in last else ""
 ema += f"  tta {last['tta_val_top1']:.4f}" if "tta_val_top1" in last else ""
 print(f"[{sys.argv[2].strip() or 'recipe'}] seed {sys.argv[3]}: val_top1 {last['val_top1']:.4f}{ema}  "

@@ -90,6 +90,38 @@ TEST(TrainCli, WritesOneMetricsObjectPerEpoch) {
   EXPECT_EQ(r.out.find('\r'), std::string::npos);
 }
 
+// `--validate last` scores the val split once, after the last epoch: the epochs before report no validation, and
+// the run is the every-epoch run's (validation changes no training state), so both the training figures of every
+// epoch and the final validation equal it.
+TEST(TrainCli, ValidateLastScoresOnlyTheLastEpochAndTrainsTheSame) {
+  const std::string data = synthetic(28, 1);
+  const fs::path each = temp_dir() / "val_each.jsonl", last = temp_dir() / "val_last.jsonl";
+  const std::string common = "train --data " + data + " --epochs 3 --batch 64 --lr 0.01 --metrics ";
+  const CliRun a = run(common + each.string());
+  ASSERT_EQ(a.code, 0) << a.out;
+  const CliRun b = run(common + last.string() + " --validate last");
+  ASSERT_EQ(b.code, 0) << b.out;
+  const auto la = lines_of(each), lb = lines_of(last);
+  ASSERT_EQ(la.size(), 3u);
+  ASSERT_EQ(lb.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(json_number(la[i], "train_loss"), json_number(lb[i], "train_loss")) << i;
+    EXPECT_GE(json_number(la[i], "val_top1"), 0.0) << la[i];
+  }
+  EXPECT_EQ(json_number(lb[0], "val_top1"), -1e300) << "not validated: " << lb[0];
+  EXPECT_EQ(json_number(lb[1], "val_top1"), -1e300) << "not validated: " << lb[1];
+  EXPECT_EQ(json_number(lb[2], "val_top1"), json_number(la[2], "val_top1")) << lb[2];
+  EXPECT_EQ(json_number(lb[2], "val_loss"), json_number(la[2], "val_loss")) << lb[2];
+  EXPECT_NE(b.out.find("(no validation)"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("done: 15 steps, val_top1"), std::string::npos) << b.out;
+  // --keep-best compares the epochs' validations: refused with `last`, before any work.
+  const CliRun k = run(common + last.string() + " --validate last --checkpoint-dir " +
+                       (temp_dir() / "vl_ck").string() + " --keep-best val_top1");
+  EXPECT_EQ(k.code, 1) << k.out;
+  EXPECT_NE(k.out.find("--keep-best val_top1 compares every epoch's validation"), std::string::npos) << k.out;
+  EXPECT_FALSE(fs::exists(temp_dir() / "vl_ck")) << "refused before the run";
+}
+
 TEST(TrainCli, ConfigFileSetsOptionsAndTheCommandLineWins) {
   const fs::path cfg = temp_dir() / "run.yaml";
   std::ofstream(cfg) << "epochs: 1\nbatch: 32\nlr: 0.01\nschedule: constant\nmax-steps: 2\n";

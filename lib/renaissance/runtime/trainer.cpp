@@ -347,13 +347,15 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
                   "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
     m.train_top1 = acc[plan::kResultTop1] / count;
     I.replay_phase(Variant::TRAIN_BASE, plan::StepPhase::TRAIN_EPOCH_END);
-    if (o.validate) {
+    const bool last_epoch = epoch + 1 >= o.epochs || m_step >= total_steps;
+    if (o.validate && (o.validate_each_epoch || (last_epoch && !I.preempted))) {
+      m.validated = true;
       const EpochMetrics val = evaluate(false);
       m.val_loss = val.val_loss;
       m.val_top1 = val.val_top1;
       m.val_top5 = val.val_top5;
       if (o.ema) m.ema_val_top1 = evaluate(true).val_top1;
-      if (o.tta_flip && !I.preempted && (epoch + 1 >= o.epochs || m_step >= total_steps)) {
+      if (o.tta_flip && !I.preempted && last_epoch) {
         const TtaResult tta = evaluate_flip_tta(false);
         m.tta_val_top1 = tta.top1;
         m.tta_val_loss = tta.loss;
@@ -362,7 +364,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     m.seconds = now_s() - t0;
     history.push_back(m);
     if (observer.on_epoch) observer.on_epoch(m);
-    if (o.validate) I.last_epoch_metrics = m;
+    if (m.validated) I.last_epoch_metrics = m;
     if (I.cur_position >= batches) {  // the epoch is complete: a checkpoint from here resumes at the next one
       I.cur_epoch = epoch + 1;
       I.cur_position = 0;
@@ -370,7 +372,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       if (!o.checkpoint_dir.empty() &&
           (I.preempted || m_step >= total_steps || o.checkpoint_each_epoch || I.checkpoint_due(m_step)))
         I.write_checkpoint_in_dir(m_step, std::vector<float>(plan::kResultSlots * I.comm_world(), 0.0f), observer);
-      else if (o.checkpoint_keep_best && o.validate)
+      else if (o.checkpoint_keep_best && m.validated)
         I.keep_best_in_dir(m_step);
       if (I.preempted) return history;
     }

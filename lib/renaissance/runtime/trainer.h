@@ -72,6 +72,9 @@ struct TrainOptions {
   double loss_scale = 65536.0;  ///< AMP: initial dynamic loss scale
   std::int64_t loss_scale_interval = 2000;
   bool validate = true;
+  /// With validate: after every epoch (true), or only after the run's last epoch (`--validate last`: the epoch
+  /// count or --max-steps ends it; a preempted run does not validate on its way out).
+  bool validate_each_epoch = true;
   bool reuse_memory = true;  ///< plan features and gradients by liveness (plan::TrainConfig::reuse_memory)
   /// Fused element-wise passes (ExecEnv::fuse_kernels): the compiler's passes in fused layers, both backends. Off:
   /// every part runs on its own (same bits, for comparisons).
@@ -139,6 +142,7 @@ struct EpochMetrics {
   std::int64_t step = 0;   ///< optimizer steps so far
   std::int64_t train_samples = 0;
   double train_loss = 0, train_top1 = 0;
+  bool validated = false;  ///< the val_* figures below were measured after this epoch
   double val_loss = 0, val_top1 = 0, val_top5 = 0;
   double ema_val_top1 = -1;  ///< -1 without EMA
   /// The last epoch with TrainOptions::tta_flip: top-1 and cross-entropy of the mean of the logits of each val image
