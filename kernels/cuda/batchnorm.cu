@@ -2,7 +2,7 @@
 //   partials  (one memory pass over x [and dy]): a (channel tile × row block) grid; each thread owns V consecutive
 //             channels and walks its block's rows with a stride of ty rows, kUnroll loads in flight, FP32 sums;
 //             a fixed tree over the block's rows gives one FP32 partial per (row block, channel) in the workspace.
-//   finalize  (reads the partials only): per channel, the row-block partials in FP64 (32 fixed slices, then a fixed
+//   finalize  (reads the partials only): per channel, the row-block partials in FP64 (128 fixed slices, then a fixed
 //             tree), then the statistics (forward) or dγ, dβ and the dx coefficients (backward).
 //   apply     (one pass reading x [and dy], writing y or dx): same tiling; each thread loads its channels'
 //             coefficients once into registers.
@@ -27,14 +27,20 @@ using detail::Packed;
 using detail::store_vec;
 using detail::unpack;
 
-constexpr int kTargetBlocks = 1024;  // channel tiles × row blocks aimed at: ~8 resident blocks on each of 132 SMs
-constexpr int kUnroll = 4;           // rows loaded before the first use
-// FP64 slices of the finalize combine: a block of 32 channels × kSlices threads (1,024). With 8 slices (256 threads)
-// the finalize of a 64-channel layer ran on 2 blocks, each thread walking ~125 of ~1,000 row-block partials one
-// dependent load after another; 32 slices took resnet18_cifar b512 AMP from 71.2k to 73.4k img/s and ResNet-50 b256
-// from 6,249 to 6,332 on one H100 (docs/benchmarks.md, 2026-12-05).
-constexpr int kSlices = 32;
-constexpr int kFinalizeThreads = kSlices * 32;
+// Channel tiles × row blocks aimed at: ~2 blocks on each of 132 SMs. Fewer, longer row blocks mean fewer partials
+// to write and combine (the finalize's time grows with them): on one H100 (docs/benchmarks.md, 2026-12-06, with the
+// 8-channel finalize below) resnet18_cifar b512 AMP ran at 75,849 img/s aiming at 1,024 blocks, 77,969 at 512,
+// 78,827-78,865 at 256, 75,280 at 128 (71,348 at 2,048); ResNet-50 b256 at 6,399 / 6,440 / 6,467-6,475 / 6,145.
+constexpr int kTargetBlocks = 256;
+constexpr int kUnroll = 4;  // rows loaded before the first use
+// The finalize combine: a block of kFinalizeChannels channels × kSlices FP64 slices (1,024 threads); slice k walks
+// row blocks k, k + kSlices, ... one dependent load after another, so the slices, not the bandwidth, set its time.
+// 8 slices of 32 channels (the first version) → 32 slices of 32 channels (2026-12-05: resnet18_cifar +3.2 %) →
+// 128 slices of 8 channels (2026-12-06, one H100: resnet18_cifar 75,112 → 75,713 img/s, 16 channels 75,622; ResNet-50
+// 6,377 → 6,397 with 16).
+constexpr int kFinalizeChannels = 8;
+constexpr int kFinalizeThreads = 1024;
+constexpr int kSlices = kFinalizeThreads / kFinalizeChannels;
 
 struct Tiling {
   int vec = 1;
@@ -199,13 +205,14 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- finalize --------------------------------------------------------------------------------------------
 
-/// Block of 32 channels × kSlices: slice k adds row blocks k, k + kSlices, ... in FP64, then a fixed tree.
-/// Returns true on the thread (slice 0) that owns channel `ch` < c, with the two sums.
+/// Block of kFinalizeChannels channels × kSlices: slice k adds row blocks k, k + kSlices, ... in FP64, then a fixed
+/// tree. Returns true on the thread (slice 0) that owns channel `ch` < c, with the two sums.
 __device__ bool combine_partials(const float* __restrict__ partials, int row_blocks, int cs, int c, int* ch_out,
                                  double* s1_out, double* s2_out) {
-  __shared__ double red[2][kSlices][32];
-  const int lane = static_cast<int>(threadIdx.x) & 31, slice = static_cast<int>(threadIdx.x) >> 5;
-  const int ch = static_cast<int>(blockIdx.x) * 32 + lane;
+  __shared__ double red[2][kSlices][kFinalizeChannels];
+  const int lane = static_cast<int>(threadIdx.x) % kFinalizeChannels;
+  const int slice = static_cast<int>(threadIdx.x) / kFinalizeChannels;
+  const int ch = static_cast<int>(blockIdx.x) * kFinalizeChannels + lane;
   double s1 = 0.0, s2 = 0.0;
   if (ch < c) {
 #pragma unroll 4
@@ -447,7 +454,9 @@ dim3 grid_of(const Tiling& t) {
   return dim3(static_cast<unsigned>(t.tiles), static_cast<unsigned>(t.row_blocks));
 }
 
-unsigned finalize_blocks(std::int64_t c) { return static_cast<unsigned>((c + 31) / 32); }
+unsigned finalize_blocks(std::int64_t c) {
+  return static_cast<unsigned>((c + kFinalizeChannels - 1) / kFinalizeChannels);
+}
 
 }  // namespace
 

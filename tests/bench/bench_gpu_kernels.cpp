@@ -164,6 +164,7 @@ void register_case(const Case& k) {  // k: an element of kCases (its address key
                                    run(state, t, passes, [&](cudaStream_t s) { launch(s, t); });
                                  })
         ->UseManualTime()
+        ->Iterations(50)  // a fixed count: left to itself the library ran ~7 s per benchmark (2026-12-06, one H100)
         ->Unit(benchmark::kMicrosecond);
   };
   // The ceiling: read x, write dx.
