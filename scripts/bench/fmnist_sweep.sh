@@ -3,8 +3,9 @@
 # with each ';'-separated set of extra arguments in VARIANTS for each seed in SEEDS, JOBS at a time on the one GPU
 # (the engine cache is filled by a first run alone, so every run uses the same engines), and prints one line per
 # run: variant, seed, final val_top1 (and ema_val_top1 with --ema, tta_val_top1 with --tta flip), wall seconds. Needs build-gpu (gpu_session.sh)
-# and Fashion-MNIST's idx.gz files in data/cache/fashion-mnist (carried). ENGINE_CACHE=off: every run times its own
-# engines (--engine-cache off), so the runs sample the spread over engine sets as well as over seeds.
+# and Fashion-MNIST's idx.gz files in data/cache/fashion-mnist (carried). ENGINE_CACHE=each: every run times its own
+# engines into a file of its own (ENGINE_DIR, default $OUT/engines: sweep-<variant>-<seed>.txt), so the runs sample the
+# spread over engine sets as well as over seeds, and say which engines each run had.
 #   VARIANTS="--lr 0.3;--epochs 11" SEEDS="0 1 2" scripts/bench/fmnist_sweep.sh
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -13,17 +14,21 @@ mkdir -p "$OUT"
 RN=build-gpu/app/renaissance
 [[ -e data/fashion-mnist.h5 ]] ||
   $RN data import fashion-mnist --src data/cache/fashion-mnist --out data/fashion-mnist.h5 >/dev/null || exit 1
-ENGINES=()
-if [[ ${ENGINE_CACHE:-on} == off ]]; then
-  ENGINES=(--engine-cache off)
+ENGINE_DIR=${ENGINE_DIR:-$OUT/engines}
+if [[ ${ENGINE_CACHE:-shared} == each ]]; then
+  mkdir -p "$ENGINE_DIR"
 else
   $RN train --config recipes/fmnist-resnet18.yaml --epochs 1 >/dev/null 2>&1  # fills the engine cache
 fi
 IFS=';' read -r -a variants <<<"${VARIANTS:- }"
 run() {  # variant index, seed
-  local extra=${variants[$1]} log="$OUT/sweep-$1-$2.log" t0=$SECONDS
+  local extra=${variants[$1]} log="$OUT/sweep-$1-$2.log" t0=$SECONDS engines=()
+  if [[ ${ENGINE_CACHE:-shared} == each ]]; then
+    rm -f "$ENGINE_DIR/sweep-$1-$2.txt"
+    engines=(--engine-cache "$ENGINE_DIR/sweep-$1-$2.txt")
+  fi
   # shellcheck disable=SC2086
-  $RN train --config recipes/fmnist-resnet18.yaml --seed "$2" "${ENGINES[@]}" $extra --metrics "$log.jsonl" >"$log" 2>&1
+  $RN train --config recipes/fmnist-resnet18.yaml --seed "$2" "${engines[@]}" $extra --metrics "$log.jsonl" >"$log" 2>&1
   python3 - "$log.jsonl" "$extra" "$2" "$((SECONDS - t0))" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
