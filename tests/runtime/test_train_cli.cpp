@@ -122,6 +122,19 @@ TEST(TrainCli, ValidateLastScoresOnlyTheLastEpochAndTrainsTheSame) {
   EXPECT_FALSE(fs::exists(temp_dir() / "vl_ck")) << "refused before the run";
 }
 
+// --zero-init-residual through the CLI: a residual model trains with it; a model without residual sums is refused
+// with the option's name, exit 1, before it trains (the weights it would start from: Trainer.ZeroInitResidual*).
+TEST(TrainCli, ZeroInitResidualNeedsAResidualModel) {
+  const CliRun ok = run("train --data " + synthetic(32, 3) + " --model-file " + std::string(RENAISSANCE_SOURCE_DIR) +
+                        "/models/tiny_resnet.yaml --epochs 1 --batch 32 --max-steps 1 --no-validate "
+                        "--zero-init-residual");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  const CliRun bad = run("train --data " + synthetic(28, 1) + " --model fmnist_cnn --epochs 1 --batch 32 --zero-init-residual");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("--zero-init-residual: the model has no residual sum"), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.out.find("epoch 1/"), std::string::npos) << "refused before training: " << bad.out;
+}
+
 TEST(TrainCli, ConfigFileSetsOptionsAndTheCommandLineWins) {
   const fs::path cfg = temp_dir() / "run.yaml";
   std::ofstream(cfg) << "epochs: 1\nbatch: 32\nlr: 0.01\nschedule: constant\nmax-steps: 2\n";

@@ -5,6 +5,7 @@
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/core/error.h>
 #include <renaissance/io/importers.h>
+#include <renaissance/io/weights.h>
 #include <renaissance/runtime/arena_keeper.h>
 #include <renaissance/runtime/trainer.h>
 
@@ -360,6 +361,61 @@ TEST(Trainer, InitialWeightsDoNotDependOnEmaOrOptimizer) {
   EXPECT_TRUE(bit_equal(plain.state_values(), with_ema.state_values()));
   o.seed = 8;
   EXPECT_FALSE(bit_equal(runtime::Trainer(bp::zoo_model("fmnist_cnn"), o).state_values(), reference)) << "seed";
+}
+
+// --zero-init-residual: exactly the last BN of each residual branch starts at γ = 0 (torchvision's bn2 of a basic
+// block, bn3 of a bottleneck; here also the inverted residual's last BN where it has a shortcut), every other γ at 1,
+// and nothing else changes: the other weights are the plain run's, bit for bit. Without residual sums it is an error.
+TEST(Trainer, ZeroInitResidualZeroesTheLastBnOfEachResidualBranch) {
+  const std::string data = synthetic(64, 32, 16, 3);
+  auto o = small_options(data);
+  const std::string plain_path = temp_path("zir_plain.h5"), zero_path = temp_path("zir_zero.h5");
+  runtime::Trainer(tiny_residual_model(), o).save_weights(plain_path);
+  o.zero_init_residual = true;
+  runtime::Trainer(tiny_residual_model(), o).save_weights(zero_path);
+  const io::WeightsFile plain = io::read_weights(plain_path), zero = io::read_weights(zero_path);
+  ASSERT_EQ(plain.tensors.size(), zero.tensors.size());
+  // The blocks of tiny_residual_model with a residual sum, and the BN that ends each one's branch.
+  const std::set<std::string> want = {"basicblockidentity1.c2_bn.gamma", "basicblockprojection1.c2_bn.gamma",
+                                      "bottleneckidentity1.c3_bn.gamma", "bottleneckprojection1.c3_bn.gamma",
+                                      "invresidualidentity1.project_bn.gamma"};
+  std::set<std::string> zeroed;
+  for (std::size_t i = 0; i < zero.tensors.size(); ++i) {
+    const io::NamedTensor &a = plain.tensors[i], &b = zero.tensors[i];
+    ASSERT_EQ(a.name, b.name);
+    const bool is_gamma = b.name.size() > 6 && b.name.compare(b.name.size() - 6, 6, ".gamma") == 0;
+    if (is_gamma && b.group == "params" &&
+        std::all_of(b.values.begin(), b.values.end(), [](float v) { return v == 0.0f; })) {
+      zeroed.insert(b.name);
+      EXPECT_TRUE(std::all_of(a.values.begin(), a.values.end(), [](float v) { return v == 1.0f; })) << a.name;
+    } else {
+      EXPECT_TRUE(bit_equal(a.values, b.values)) << b.group << "/" << b.name;
+    }
+  }
+  EXPECT_EQ(zeroed, want);
+  // Residual blocks as plain layers (--no-fuse's plan): the same BNs, by their names there: the BN layers are
+  // bn2d1..7 in order, the projection shortcuts' bn2d2 and bn2d5 keep γ = 1.
+  o.fuse = false;
+  runtime::Trainer(tiny_residual_model(), o).save_weights(zero_path);
+  std::set<std::string> unfused;
+  for (const io::NamedTensor& t : io::read_weights(zero_path).tensors)
+    if (t.group == "params" && t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".gamma") == 0 &&
+        std::all_of(t.values.begin(), t.values.end(), [](float v) { return v == 0.0f; }))
+      unfused.insert(t.name);
+  EXPECT_EQ(unfused, (std::set<std::string>{"bn2d1.gamma", "bn2d3.gamma", "bn2d4.gamma", "bn2d6.gamma", "bn2d7.gamma"}));
+  // A model without residual sums: a clear error naming the option, before any training.
+  EXPECT_THROW(
+      {
+        try {
+          auto f = small_options(synthetic(300, 100));
+          f.zero_init_residual = true;
+          runtime::Trainer t(bp::zoo_model("fmnist_cnn"), f);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("--zero-init-residual"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
 }
 
 TEST(Trainer, NoStepReadsInputsFeaturesOrTemporariesBeforeWritingThem) {

@@ -8,6 +8,7 @@ target_sources(renaissance_plan PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/liveness.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fusion.cpp
   ${CMAKE_CURRENT_LIST_DIR}/recompute.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/residual_init.cpp
   ${CMAKE_CURRENT_LIST_DIR}/step_schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/computation_graph.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_descriptor.cpp

@@ -118,6 +118,9 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   RN_CHECK_CTX(m_plan->arch.num_classes == probe.num_classes(), opts.data_path,
                "the dataset has {} classes but model '{}' predicts {}", probe.num_classes(), bp.name,
                m_plan->arch.num_classes);
+  if (opts.zero_init_residual)
+    RN_CHECK_CTX(!plan::residual_branch_bn_scales(*m_plan).empty(), bp.name,
+                 "--zero-init-residual: the model has no residual sum whose branch ends in a BN");
   guard_arena(bp, opts, m_plan->arena_bytes());  // before the arena and the workspace exist
   const double t_compiled = now_s();
   m_impl = std::make_unique<Impl>(opts, *m_plan, std::move(probe));  // the file opened once

@@ -51,6 +51,9 @@ struct TrainOptions {
   bool amp = false;
   bool fuse = true;  ///< residual blocks as fused layers (plan::BuildOptions::fuse)
   std::uint64_t seed = 0;
+  /// `--zero-init-residual`: the last BN of every residual branch starts with γ = 0 (plan/residual_init.h); a model
+  /// without residual sums is an error.
+  bool zero_init_residual = false;
   std::int64_t max_steps = -1;  ///< stop after this many optimizer steps (-1: all epochs)
   Augmentation augmentation;
   /// Host threads that decode (JPEG stores), augment and normalise samples (issue 12); 0: every CPU of the affinity

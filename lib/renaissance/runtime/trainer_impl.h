@@ -10,6 +10,7 @@
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/weights.h>
+#include <renaissance/plan/residual_init.h>
 #include <renaissance/runtime/engine_cache_file.h>
 #include <renaissance/runtime/memory_guard.h>
 #include <renaissance/runtime/replicas.h>
@@ -466,6 +467,8 @@ struct Trainer::Impl {
       else
         for (std::int64_t p = 0; p < pieces; ++p) piece(p);
     };
+    std::vector<std::string> zero_gamma;  // --zero-init-residual
+    if (opt.zero_init_residual) zero_gamma = plan::residual_branch_bn_scales(plan);
     for (const DTensor& t : mp.tensors()) {
       const RegionFamily f = region_family(t.region);
       if (f != RegionFamily::W && f != RegionFamily::B) continue;
@@ -493,7 +496,11 @@ struct Trainer::Impl {
           draw(w, n, stream, false, 1.0f / std::sqrt(static_cast<float>(fan_in)));
           break;
         }
-        case Region::W_BN_WEIGHT:
+        case Region::W_BN_WEIGHT: {
+          const bool zero = std::find(zero_gamma.begin(), zero_gamma.end(), t.name) != zero_gamma.end();
+          std::fill(w, w + n, zero ? 0.0f : 1.0f);
+          break;
+        }
         case Region::B_PREV_VAR: std::fill(w, w + n, 1.0f); break;
         default: std::fill(w, w + n, 0.0f);
       }

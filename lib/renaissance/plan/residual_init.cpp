@@ -1,0 +1,41 @@
+#include <renaissance/plan/residual_init.h>
+
+#include <algorithm>
+
+namespace renaissance::plan {
+
+namespace {
+
+void flatten(const std::vector<Node>& nodes, std::vector<const Node*>& out) {
+  for (const Node& n : nodes) {
+    if (!n.sub.empty())
+      flatten(n.sub, out);
+    else if (n.type == NodeType::COMPUTE)
+      out.push_back(&n);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> residual_branch_bn_scales(const CompiledPlan& plan) {
+  const MemoryPlan& mp = plan.plan(Variant::TRAIN_BASE);
+  std::vector<std::string> names;
+  for (int g = 0; g < kGraphIds; ++g) {
+    std::vector<const Node*> parts;
+    flatten(plan.train.bucket(static_cast<GraphId>(g)), parts);
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      const Node &bn = *parts[i], &add = *parts[i + 1];
+      if (bn.op != OpKind::BN_FWD_TRAIN || add.op != OpKind::ADD2_FWD || bn.outputs.empty() || add.outputs.empty())
+        continue;
+      const TensorId y = mp.owner_of(bn.outputs[0]);
+      if (std::none_of(add.inputs.begin(), add.inputs.end(),
+                       [&](TensorId t) { return t != kNoTensor && mp.owner_of(t) == y; }))
+        continue;  // the sum does not read this BN's output
+      const std::string& gamma = mp.tensor(bn.inputs[1]).name;
+      if (std::find(names.begin(), names.end(), gamma) == names.end()) names.push_back(gamma);
+    }
+  }
+  return names;
+}
+
+}  // namespace renaissance::plan
