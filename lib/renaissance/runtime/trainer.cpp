@@ -351,7 +351,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     m.train_top1 = acc[plan::kResultTop1] / count;
     I.replay_phase(Variant::TRAIN_BASE, plan::StepPhase::TRAIN_EPOCH_END);
     const bool last_epoch = epoch + 1 >= o.epochs || m_step >= total_steps;
-    if (o.validate && (o.validate_each_epoch || (last_epoch && !I.preempted))) {
+    if (o.validate && (o.validate_each_epoch || last_epoch)) {
       m.validated = true;
       const EpochMetrics val = evaluate(false);
       m.val_loss = val.val_loss;

@@ -76,7 +76,8 @@ struct TrainOptions {
   std::int64_t loss_scale_interval = 2000;
   bool validate = true;
   /// With validate: after every epoch (true), or only after the run's last epoch (`--validate last`: the epoch
-  /// count or --max-steps ends it; a preempted run does not validate on its way out).
+  /// count or --max-steps ends it; also when a preemption arrives in its last step, as with every-epoch validation:
+  /// the resumed run would have no epoch left to validate after).
   bool validate_each_epoch = true;
   bool reuse_memory = true;  ///< plan features and gradients by liveness (plan::TrainConfig::reuse_memory)
   /// Fused element-wise passes (ExecEnv::fuse_kernels): the compiler's passes in fused layers, both backends. Off:
