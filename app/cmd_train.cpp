@@ -35,6 +35,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 
 namespace renaissance::app {
 
@@ -56,6 +57,7 @@ struct TrainCli {
   std::string tta = "off";
   bool no_validate = false;
   std::string validate = "epoch";  ///< --validate epoch|last|off
+  std::optional<double> onecycle_pct, onecycle_div;  ///< --onecycle-pct, --onecycle-div (onecycle only)
   std::string crop = "none";
   std::string data_cache = "auto";
   std::string decode = "auto";
@@ -157,6 +159,15 @@ void run_train(TrainCli& c) {
   const bool root = is_root_rank();
   c.t.optimizer = plan::optimizer_from_name(c.optimizer);
   c.t.schedule = runtime::schedule_from_name(c.schedule);
+  RN_CHECK(c.t.schedule == runtime::ScheduleKind::ONE_CYCLE || (!c.onecycle_pct && !c.onecycle_div),
+           "--onecycle-pct and --onecycle-div shape the onecycle schedule: they need --schedule onecycle (got {})",
+           c.schedule);
+  if (c.onecycle_pct) {
+    RN_CHECK(*c.onecycle_pct > 0.0 && *c.onecycle_pct < 1.0, "--onecycle-pct must lie strictly between 0 and 1, got {}",
+             *c.onecycle_pct);
+    c.t.onecycle_pct = *c.onecycle_pct;
+  }
+  if (c.onecycle_div) c.t.onecycle_div = *c.onecycle_div;
   c.t.augmentation.horizontal_flip = !c.no_flip;
   c.t.tta_flip = c.tta == "flip";
   if (c.no_validate) c.validate = "off";
@@ -384,6 +395,12 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--schedule", c->schedule, "constant|step|cosine|onecycle")
       ->capture_default_str()
       ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}));
+  cmd->add_option("--onecycle-pct", c->onecycle_pct,
+                  "onecycle: the fraction of the steps over which the rate rises (PyTorch's pct_start; default 0.25)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--onecycle-div", c->onecycle_div,
+                  "onecycle: the peak rate over the initial one (PyTorch's div_factor; default 25)")
+      ->check(CLI::Range(1.0, 1e9));
   cmd->add_option("--warmup-epochs", c->t.warmup_epochs, "Linear warm-up (constant/step/cosine)");
   cmd->add_option("--step-epochs", c->t.step_epochs, "step schedule: decay every N epochs");
   cmd->add_option("--label-smoothing", c->t.label_smoothing, "Label smoothing")->capture_default_str();

@@ -59,6 +59,22 @@ TEST(Schedule, OneCycleMatchesPyTorchFormula) {
   EXPECT_NEAR(s.lr(12), 0.052, 1e-12);
 }
 
+TEST(Schedule, OneCyclePctAndDivMatchPyTorch) {
+  // --onecycle-pct 0.4 --onecycle-div 10. Reference values from PyTorch 1.13 (Debian's python3-torch):
+  //   OneCycleLR(SGD(lr=0.1), max_lr=0.1, total_steps=100, pct_start=0.4, div_factor=10), the lr before each step.
+  Schedule s;
+  s.kind = ScheduleKind::ONE_CYCLE;
+  s.base_lr = 0.1;
+  s.total_steps = 100;
+  s.one_cycle_pct = 0.4;
+  s.div_factor = 10.0;
+  EXPECT_NEAR(s.lr(0), 0.009999999999999995, 1e-12);
+  EXPECT_NEAR(s.lr(20), 0.05681196730492367, 1e-12);
+  EXPECT_NEAR(s.lr(39), 0.1, 1e-12);
+  EXPECT_NEAR(s.lr(70), 0.047383728355830934, 1e-12);
+  EXPECT_NEAR(s.lr(99), 1e-06, 1e-12);
+}
+
 TEST(DataPipeline, EpochOrderIsAPermutationKeyedBySeedAndEpoch) {
   const auto a = epoch_order(1, 0, 1000, true);
   auto sorted = a;

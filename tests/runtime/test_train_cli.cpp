@@ -135,6 +135,27 @@ TEST(TrainCli, ZeroInitResidualNeedsAResidualModel) {
   EXPECT_EQ(bad.out.find("epoch 1/"), std::string::npos) << "refused before training: " << bad.out;
 }
 
+// --onecycle-pct/--onecycle-div reach the schedule the steps use (the loss log's lr, before each step: 300 samples at
+// batch 32 = 10 steps; rising over 0.4 of them, so the peak 0.1 is at step 4 and the first rate 0.1/10), and are
+// refused with another schedule or outside (0, 1).
+TEST(TrainCli, OneCycleShapeOptionsReachTheSchedule) {
+  const std::string data = synthetic(28, 1);
+  const fs::path ll = temp_dir() / "onecycle_loss.jsonl";
+  const CliRun r = run("train --data " + data + " --epochs 1 --batch 32 --lr 0.1 --no-validate --onecycle-pct 0.4 "
+                       "--onecycle-div 10 --loss-log " + ll.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto lines = lines_of(ll);
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_NEAR(json_number(lines[0], "lr"), 0.01, 1e-9) << lines[0];
+  EXPECT_NEAR(json_number(lines[3], "lr"), 0.1, 1e-9) << lines[3];
+  const CliRun cos = run("train --data " + data + " --epochs 1 --schedule cosine --onecycle-pct 0.3");
+  EXPECT_EQ(cos.code, 1) << cos.out;
+  EXPECT_NE(cos.out.find("they need --schedule onecycle"), std::string::npos) << cos.out;
+  const CliRun one = run("train --data " + data + " --epochs 1 --onecycle-pct 1");
+  EXPECT_EQ(one.code, 1) << one.out;
+  EXPECT_NE(one.out.find("--onecycle-pct must lie strictly between 0 and 1"), std::string::npos) << one.out;
+}
+
 TEST(TrainCli, ConfigFileSetsOptionsAndTheCommandLineWins) {
   const fs::path cfg = temp_dir() / "run.yaml";
   std::ofstream(cfg) << "epochs: 1\nbatch: 32\nlr: 0.01\nschedule: constant\nmax-steps: 2\n";

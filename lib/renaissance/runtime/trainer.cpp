@@ -234,6 +234,8 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   sched.base_lr = o.lr;
   sched.total_steps = total_steps;
   sched.warmup_steps = static_cast<std::int64_t>(o.warmup_epochs * static_cast<double>(batches));
+  sched.one_cycle_pct = o.onecycle_pct;
+  sched.div_factor = o.onecycle_div;
   sched.step_size = o.step_epochs * batches;
   sched.gamma = o.step_gamma;
   const std::uint64_t seed = o.seed;

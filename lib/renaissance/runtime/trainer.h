@@ -40,6 +40,9 @@ struct TrainOptions {
   double lars_eta = 0.001;
   ScheduleKind schedule = ScheduleKind::ONE_CYCLE;
   double warmup_epochs = 0.0;
+  /// ONE_CYCLE (PyTorch OneCycleLR's pct_start and div_factor): the fraction of the steps over which the rate rises,
+  /// and the peak over the initial rate (`--onecycle-pct`, `--onecycle-div`).
+  double onecycle_pct = 0.25, onecycle_div = 25.0;
   std::int64_t step_epochs = 0;  ///< STEP: decay every this many epochs
   double step_gamma = 0.1;
   double label_smoothing = 0.1;

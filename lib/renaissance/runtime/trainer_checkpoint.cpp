@@ -49,6 +49,8 @@ std::string options_yaml(const TrainOptions& o) {
   kv("weight-decay", o.weight_decay);
   kv("lars-eta", o.lars_eta);
   kv("schedule", schedule_name(o.schedule));
+  kv("onecycle-pct", o.onecycle_pct);
+  kv("onecycle-div", o.onecycle_div);
   kv("warmup-epochs", o.warmup_epochs);
   kv("step-epochs", o.step_epochs);
   kv("step-gamma", o.step_gamma);
@@ -395,6 +397,12 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
           fmt::format("written with --lr {} --schedule {}, resumed with --lr {} --schedule {}: the rest of the run "
                       "follows the new learning rate",
                       was["lr"], was["schedule"], o.lr, schedule_name(o.schedule)));
+    else if (o.schedule == ScheduleKind::ONE_CYCLE && (differs("onecycle-pct", fmt::format("{}", o.onecycle_pct)) ||
+                                                         differs("onecycle-div", fmt::format("{}", o.onecycle_div))))
+      warn(
+          fmt::format("written with --onecycle-pct {} --onecycle-div {}, resumed with {} and {}: the rest of the run "
+                      "follows the new learning rate",
+                      was["onecycle-pct"], was["onecycle-div"], o.onecycle_pct, o.onecycle_div));
     std::error_code ec;
     if (was.count("data") && was["data"] != o.data_path && !std::filesystem::equivalent(was["data"], o.data_path, ec))
       warn(fmt::format("written with --data {}, resumed with --data {}: the rest of the run trains on another dataset",
