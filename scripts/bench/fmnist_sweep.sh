@@ -5,7 +5,8 @@
 # run: variant, seed, final val_top1 (and ema_val_top1 with --ema, tta_val_top1 with --tta flip), wall seconds. Needs build-gpu (gpu_session.sh)
 # and Fashion-MNIST's idx.gz files in data/cache/fashion-mnist (carried). ENGINE_CACHE=each: every run times its own
 # engines into a file of its own (ENGINE_DIR, default $OUT/engines: sweep-<variant>-<seed>.txt), so the runs sample the
-# spread over engine sets as well as over seeds, and say which engines each run had.
+# spread over engine sets as well as over seeds, and say which engines each run had. LOSS_LOG=1: each run also writes
+# its per-step losses (sweep-<variant>-<seed>.log.loss.jsonl; a host sync each step, so slower runs).
 #   VARIANTS="--lr 0.3;--epochs 11" SEEDS="0 1 2" scripts/bench/fmnist_sweep.sh
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -22,13 +23,14 @@ else
 fi
 IFS=';' read -r -a variants <<<"${VARIANTS:- }"
 run() {  # variant index, seed
-  local extra=${variants[$1]} log="$OUT/sweep-$1-$2.log" t0=$SECONDS engines=()
+  local extra=${variants[$1]} log="$OUT/sweep-$1-$2.log" t0=$SECONDS engines=() losses=()
+  [[ ${LOSS_LOG:-0} == 1 ]] && losses=(--loss-log "$log.loss.jsonl")
   if [[ ${ENGINE_CACHE:-shared} == each ]]; then
     rm -f "$ENGINE_DIR/sweep-$1-$2.txt"
     engines=(--engine-cache "$ENGINE_DIR/sweep-$1-$2.txt")
   fi
   # shellcheck disable=SC2086
-  $RN train --config recipes/fmnist-resnet18.yaml --seed "$2" "${engines[@]}" $extra --metrics "$log.jsonl" >"$log" 2>&1
+  $RN train --config recipes/fmnist-resnet18.yaml --seed "$2" "${engines[@]}" "${losses[@]}" $extra --metrics "$log.jsonl" >"$log" 2>&1
   python3 - "$log.jsonl" "$extra" "$2" "$((SECONDS - t0))" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
