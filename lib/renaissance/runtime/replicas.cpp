@@ -91,14 +91,17 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 std::string describe_run_options(const TrainOptions& o) {
   return fmt::format(
       "backend={}\nepochs={}\nglobal batch={}\nval batch={}\nlr={}\nmomentum={}\nbeta1={}\nbeta2={}\neps={}\n"
-      "weight decay={}\nlars eta={}\nschedule={}\nonecycle pct={}\nonecycle div={}\nwarmup epochs={}\nstep epochs={}\nstep gamma={}\n"
+      "weight decay={}\nlars eta={}\nschedule={}\nonecycle pct={}\nonecycle div={}\nwarmup epochs={}\n"
+      "step epochs={}\nstep gamma={}\n"
       "label smoothing={}\nema decay={}\nseed={}\nmax steps={}\ncrop padding={}\nflip={}\ncrop={} scale {},{} ratio "
       "{},{} "
       "val resize {}\nshuffle={}\n"
-      "lowres epochs={}\nbn momentum={}\nbn eps={}\nloss scale={}\nloss scale interval={}\nvalidate={}\nvalidate each epoch={}\nfuse={}\n"
+      "lowres epochs={}\nbn momentum={}\nbn eps={}\nloss scale={}\nloss scale interval={}\nvalidate={}\n"
+      "validate each epoch={}\nfuse={}\n"
       "sync bn={}\nzero-init residual={}\n",
       backend_name(o.backend), o.epochs, o.batch, o.val_batch, o.lr, o.momentum, o.beta1, o.beta2, o.eps,
-      o.weight_decay, o.lars_eta, schedule_name(o.schedule), o.onecycle_pct, o.onecycle_div, o.warmup_epochs, o.step_epochs, o.step_gamma,
+      o.weight_decay, o.lars_eta, schedule_name(o.schedule), o.onecycle_pct, o.onecycle_div, o.warmup_epochs,
+      o.step_epochs, o.step_gamma,
       o.label_smoothing, o.ema_decay, o.seed, o.max_steps, o.augmentation.crop_padding, o.augmentation.horizontal_flip,
       io::crop_mode_name(o.augmentation.crop), o.augmentation.scale_min, o.augmentation.scale_max,
       o.augmentation.ratio_min, o.augmentation.ratio_max, o.augmentation.val_resize, o.shuffle, o.lowres_epochs, o.bn_momentum, o.bn_eps, o.loss_scale, o.loss_scale_interval, o.validate, o.validate_each_epoch, o.fuse,

@@ -1,5 +1,6 @@
 // The Trainer: construction, the training loop, evaluation, tensor access, logits and the device cache.
 #include <renaissance/io/image.h>
+#include <renaissance/plan/residual_init.h>
 #include <renaissance/runtime/trainer_impl.h>
 
 #include <unistd.h>
@@ -118,13 +119,17 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   RN_CHECK_CTX(m_plan->arch.num_classes == probe.num_classes(), opts.data_path,
                "the dataset has {} classes but model '{}' predicts {}", probe.num_classes(), bp.name,
                m_plan->arch.num_classes);
-  if (opts.zero_init_residual)
-    RN_CHECK_CTX(!plan::residual_branch_bn_scales(*m_plan).empty(), bp.name,
+  std::vector<std::string> zero_gamma;
+  if (opts.zero_init_residual) {
+    zero_gamma = plan::residual_branch_bn_scales(*m_plan);
+    RN_CHECK_CTX(!zero_gamma.empty(), bp.name,
                  "--zero-init-residual: the model has no residual sum whose branch ends in a BN");
+  }
   guard_arena(bp, opts, m_plan->arena_bytes());  // before the arena and the workspace exist
   const double t_compiled = now_s();
   m_impl = std::make_unique<Impl>(opts, *m_plan, std::move(probe));  // the file opened once
   Impl& I = *m_impl;
+  I.zero_gamma = std::move(zero_gamma);
   I.startup.compile_s = t_compiled - t_start;
   I.startup.device_s = now_s() - t_compiled;
   auto log0 = [&](const std::string& line) {

@@ -10,7 +10,6 @@
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/weights.h>
-#include <renaissance/plan/residual_init.h>
 #include <renaissance/runtime/engine_cache_file.h>
 #include <renaissance/runtime/memory_guard.h>
 #include <renaissance/runtime/replicas.h>
@@ -235,6 +234,8 @@ struct Trainer::Impl {
   double last_lr = 0;  ///< the learning rate of the last step
   /// The validation metrics of the last finished epoch (epoch 0: none), recorded in the checkpoint written at its end.
   EpochMetrics last_epoch_metrics;
+  /// --zero-init-residual: the names of the BN scales init_weights starts at 0 (found once, at construction).
+  std::vector<std::string> zero_gamma;
   int comm_rank() const { return env.comm ? env.comm->rank() : 0; }
   int comm_world() const { return env.comm ? env.comm->world_size() : 1; }
   /// Collective: the preemption flag agreed over all ranks (MAX).
@@ -467,8 +468,6 @@ struct Trainer::Impl {
       else
         for (std::int64_t p = 0; p < pieces; ++p) piece(p);
     };
-    std::vector<std::string> zero_gamma;  // --zero-init-residual
-    if (opt.zero_init_residual) zero_gamma = plan::residual_branch_bn_scales(plan);
     for (const DTensor& t : mp.tensors()) {
       const RegionFamily f = region_family(t.region);
       if (f != RegionFamily::W && f != RegionFamily::B) continue;
