@@ -2,7 +2,8 @@
 # Fashion-MNIST recipe sweep on the GPU machine (issue 12's recipe, recipes/fmnist-resnet18.yaml): trains the recipe
 # with each ';'-separated set of extra arguments in VARIANTS for each seed in SEEDS, JOBS at a time on the one GPU
 # (the engine cache is filled by a first run alone, so every run uses the same engines), and prints one line per
-# run: variant, seed, final val_top1 (and ema_val_top1 with --ema, tta_val_top1 with --tta flip), wall seconds. Needs build-gpu (gpu_session.sh)
+# run: variant, seed, final val_top1 (and ema_val_top1 with --ema, tta_val_top1 with --tta flip), the first
+# epoch's training loss (a bad start shows there), wall seconds. Needs build-gpu (gpu_session.sh)
 # and Fashion-MNIST's idx.gz files in data/cache/fashion-mnist (carried). ENGINE_CACHE=each: every run times its own
 # engines into a file of its own (ENGINE_DIR, default $OUT/engines: sweep-<variant>-<seed>.txt), so the runs sample the
 # spread over engine sets as well as over seeds, and say which engines each run had. LOSS_LOG=1: each run also writes
@@ -38,7 +39,7 @@ last = rows[-1]  # with --validate last only the last line has val_top1
 ema = f"  ema {last['ema_val_top1']:.4f}" if "ema_val_top1" in last else ""
 ema += f"  tta {last['tta_val_top1']:.4f}" if "tta_val_top1" in last else ""
 print(f"[{sys.argv[2].strip() or 'recipe'}] seed {sys.argv[3]}: val_top1 {last['val_top1']:.4f}{ema}  "
-      f"epochs {len(rows)}  ~{sys.argv[4]} s (shared GPU)")
+      f"epochs {len(rows)}  epoch-1 train_loss {rows[0]['train_loss']:.3f}  ~{sys.argv[4]} s (shared GPU)")
 PY
 }
 n=0
