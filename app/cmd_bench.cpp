@@ -42,7 +42,6 @@ struct BenchCli {
   std::string fuse_residual_bn_backward = "on";
   std::string recompute = "off";
   std::int64_t recompute_budget = 0;
-  std::string streams = "on";
   std::string device = "auto";
   std::string optimizer = "momentum";
   bool json = false;
@@ -129,7 +128,6 @@ void run_bench(const BenchCli& c) {
   t.fuse_residual_bn_backward = c.fuse_residual_bn_backward == "on";
   t.recompute_bn_relu = c.recompute == "bn-relu";
   t.recompute_budget_bytes = c.recompute_budget;
-  t.concurrent_streams = c.streams == "on";
   c.gpu.apply(t, "");
   // The plan against the memory first: a batch that cannot fit is refused before its synthetic data is written.
   runtime::Trainer::check_memory(bp, t, c.batch, 1);
@@ -168,7 +166,7 @@ void run_bench(const BenchCli& c) {
     JsonWriter j;
     j.begin_object().kv("model", bp.name).kv("device", runtime::backend_name(t.backend)).kv("batch", c.batch);
     j.kv("resolution", bp.in_h).kv("amp", c.amp).kv("graphs", c.graphs == "on").kv("warmup", c.warmup);
-    j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", c.streams == "on");
+    j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", t.concurrent_streams);
     j.kv("fold_residual_sums", c.fold_residual_sums == "on")
         .kv("fuse_residual_bn_backward", c.fuse_residual_bn_backward == "on")
         .kv("recompute", c.recompute);
@@ -273,10 +271,6 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
   add_recompute_budget_option(*cmd, c->recompute_budget);
-  cmd->add_option("--streams", c->streams,
-                  "GPU: on: weight gradients on a second compute stream beside data gradients; off: one stream")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--device", c->device, "cpu|cuda|auto")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));

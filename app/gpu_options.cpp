@@ -29,12 +29,18 @@ void GpuOptions::add_to(CLI::App& cmd) {
                  "faster (with --conv-api auto); off: cuDNN only")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  cmd.add_option("--streams", streams,
+                 "GPU: on: weight gradients and projection shortcuts on side streams beside the main one; off: one "
+                 "compute stream (faster on every model measured on an H100, docs/benchmarks.md)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 void GpuOptions::apply(runtime::TrainOptions& t, const std::string& run_dir) const {
   t.deterministic = deterministic == "on";
   t.conv_api = conv_api == "graph" ? 1 : conv_api == "legacy" ? 2 : 0;
   t.own_kernels = own_kernels == "on" ? 1 : 0;
+  t.concurrent_streams = streams == "on";
   RN_CHECK(!engine_cache.empty(), "--engine-cache needs a path, auto or off");
   if (engine_cache == "off")
     t.engine_cache.clear();

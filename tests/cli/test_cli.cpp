@@ -197,12 +197,15 @@ TEST(CliBench, OnOffOptionsRejectOtherValues) {
     EXPECT_EQ(r.code, 2) << opt;  // a usage error
     expect_contains(r.err, opt + ": maybe not in {on,off}");
   }
-  // On the CPU the two GPU switches change nothing; the run still works and reports them.
+  // On the CPU the two GPU switches change nothing; the run still works and reports them (streams off by default).
   const Result ok = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --fused-kernels off "
-                        "--streams off --json");
+                        "--streams on --json");
   EXPECT_EQ(ok.code, 0) << ok.err;
   expect_contains(ok.out, "\"fused_kernels\":false");
-  expect_contains(ok.out, "\"streams\":false");
+  expect_contains(ok.out, "\"streams\":true");
+  const Result dflt = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --json");
+  EXPECT_EQ(dflt.code, 0) << dflt.err;
+  expect_contains(dflt.out, "\"streams\":false");
 }
 
 TEST(CliPlan, NodesPrintsTheFusedPasses) {
@@ -344,6 +347,7 @@ TEST(CliUsage, MalformedValuesExitTwoNamingTheOption) {
            {"plan --model fmnist_cnn --optimizer adamm", "--optimizer: adamm not in"},
            {"bench --graphs maybe", "--graphs: maybe not in {on,off}"},
            {"bench --streams 1", "--streams: 1 not in {on,off}"},
+           {"train --streams 1", "--streams: 1 not in {on,off}"},
            {"train --crop-scale abc", "--crop-scale: 'abc' is not MIN,MAX"},
            {"train --crop-scale 0.5,2", "--crop-scale: '0.5,2': need 0 < MIN <= MAX <= 1"},
            {"train --crop-ratio 2,1", "--crop-ratio: '2,1': need 0 < MIN <= MAX"},

@@ -98,9 +98,10 @@ struct TrainOptions {
   /// plan::TrainConfig::recompute_budget_bytes (`--recompute-budget`): with recompute_bn_relu, recompute only as
   /// many values as bring the arena within this many bytes; 0: all.
   std::int64_t recompute_budget_bytes = 0;
-  /// GPU: weight gradients on a second compute stream beside the data gradients (ExecEnv::streams; one more
-  /// workspace of workspace_mib). Off: one compute stream.
-  bool concurrent_streams = true;
+  /// GPU (`--streams on`): weight gradients and projection shortcuts on side streams beside the main one
+  /// (ExecEnv::streams; one more workspace of workspace_mib). Off (the default: every model measured on an H100 ran
+  /// 0.5-3.5 % faster on one compute stream, docs/benchmarks.md): one compute stream.
+  bool concurrent_streams = false;
   /// Same seed, same binary, same GPU (and the same engine choices, which `engine_cache` keeps) → the same weights,
   /// BN statistics, optimizer state and losses bit for bit. Off: non-deterministic cuDNN engines and cuBLASLt
   /// reductions are admitted where they are faster (ExecEnv::deterministic).
