@@ -410,6 +410,9 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--zero-init-residual", c->t.zero_init_residual,
                 "Start the last BN of every residual branch at gamma = 0, so each residual block starts as the "
                 "identity (torchvision's zero_init_residual; Goyal et al.)");
+  cmd->add_flag("--drop-last", c->t.drop_last,
+                "Train only full batches: each epoch leaves out its order's last (train size mod --batch) samples, "
+                "as PyTorch's drop_last (default: the partial batch is trained)");
   cmd->add_flag("--ema", c->t.ema, "Keep an EMA of the weights and validate on it too");
   cmd->add_option("--ema-decay", c->t.ema_decay, "EMA decay (step t uses min(decay, (1+t)/(10+t)))")
       ->capture_default_str();

@@ -67,6 +67,28 @@ TEST(Sharding, UnevenRemainderDropsAtMostWorldMinusOne) {
   EXPECT_EQ(pos.back(), 199);
 }
 
+TEST(Sharding, DropLastTrainsOnlyFullGlobalBatches) {
+  // 203 samples, global batch 32: 6 full batches; the 11 at the end of the order are left out, on 1 rank or 4.
+  for (const int world : {1, 4}) {
+    const ShardLayout s = shard_layout(203, 32, world, world - 1, /*drop_last=*/true);
+    EXPECT_EQ(s.epoch_samples, 192) << world;
+    EXPECT_EQ(s.batches(), 6) << world;
+    std::vector<std::int64_t> pos;
+    const auto mine = shard_order(s, shuffled(203), &pos);
+    EXPECT_EQ(static_cast<std::int64_t>(mine.size()), 192 / world) << world;
+    EXPECT_EQ(pos.back(), 191) << world;  // the last rank's slice of the last full batch
+  }
+  EXPECT_EQ(shard_layout(192, 32, 2, 0, true).epoch_samples, 192);  // nothing to drop
+  try {
+    shard_layout(20, 32, 1, 0, true);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--drop-last: the train split has 20 samples, fewer than one --batch of 32"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Sharding, BatchNotDivisibleByRanksNamesTheOption) {
   try {
     shard_layout(200, 30, 4, 0);

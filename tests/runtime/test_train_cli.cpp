@@ -156,6 +156,43 @@ TEST(TrainCli, OneCycleShapeOptionsReachTheSchedule) {
   EXPECT_NE(one.out.find("--onecycle-pct must lie strictly between 0 and 1"), std::string::npos) << one.out;
 }
 
+// --drop-last: 300 samples at batch 64 train 4 full batches an epoch instead of 4 + one of 44 (the loss log has a line
+// per step, with its epoch); a checkpoint written with it is not resumed without it (an epoch's batches differ).
+TEST(TrainCli, DropLastTrainsOnlyFullBatchesAndResumesOnlyWithIt) {
+  const std::string data = synthetic(28, 1);
+  const fs::path dir = temp_dir() / "drop_last";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto steps_of_epoch = [](const std::vector<std::string>& lines, int epoch) {
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return json_number(l, "epoch") == epoch;
+    });
+  };
+  for (const bool drop : {false, true}) {
+    const fs::path ll = dir / (drop ? "drop.jsonl" : "keep.jsonl");
+    const CliRun r = run("train --data " + data + " --epochs 2 --batch 64 --no-validate --loss-log " + ll.string() +
+                         (drop ? " --drop-last --checkpoint-dir " + (dir / "ck").string() : std::string()));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto lines = lines_of(ll);
+    EXPECT_EQ(lines.size(), drop ? 8u : 10u);
+    EXPECT_EQ(steps_of_epoch(lines, 1), drop ? 4 : 5);
+    EXPECT_EQ(steps_of_epoch(lines, 2), drop ? 4 : 5);
+    if (drop) {
+      EXPECT_NE(r.out.find("--drop-last: the last 44 sample(s) of each epoch's order are not trained"),
+                std::string::npos)
+          << r.out;
+    }
+  }
+  const CliRun resumed = run("train --data " + data + " --epochs 3 --batch 64 --no-validate --checkpoint-dir " +
+                             (dir / "ck").string() + " --resume auto");
+  EXPECT_EQ(resumed.code, 1) << resumed.out;
+  EXPECT_NE(resumed.out.find("written with --drop-last true, resumed with false"), std::string::npos) << resumed.out;
+  const CliRun tiny = run("train --data " + data + " --epochs 1 --batch 512 --drop-last");
+  EXPECT_EQ(tiny.code, 1) << tiny.out;
+  EXPECT_NE(tiny.out.find("fewer than one --batch of 512"), std::string::npos) << tiny.out;
+  fs::remove_all(dir);
+}
+
 TEST(TrainCli, ConfigFileSetsOptionsAndTheCommandLineWins) {
   const fs::path cfg = temp_dir() / "run.yaml";
   std::ofstream(cfg) << "epochs: 1\nbatch: 32\nlr: 0.01\nschedule: constant\nmax-steps: 2\n";

@@ -5,7 +5,7 @@
 
 namespace renaissance::runtime {
 
-ShardLayout shard_layout(std::int64_t n, std::int64_t global_batch, int world, int rank) {
+ShardLayout shard_layout(std::int64_t n, std::int64_t global_batch, int world, int rank, bool drop_last) {
   RN_CHECK(world >= 1 && rank >= 0 && rank < world, "internal: rank {} of {}", rank, world);
   RN_CHECK(global_batch >= 1, "--batch must be >= 1, got {}", global_batch);
   RN_CHECK(global_batch % world == 0,
@@ -17,7 +17,11 @@ ShardLayout shard_layout(std::int64_t n, std::int64_t global_batch, int world, i
   s.global_batch = global_batch;
   s.rank_batch = global_batch / world;
   const std::int64_t rem = n % global_batch;
-  s.epoch_samples = n - rem % world;
+  if (drop_last)
+    RN_CHECK(n >= global_batch,
+             "--drop-last: the train split has {} samples, fewer than one --batch of {}: no batch would be trained", n,
+             global_batch);
+  s.epoch_samples = n - (drop_last ? rem : rem % world);
   RN_CHECK(s.epoch_samples >= world, "the train split has {} samples, fewer than the {} ranks", n, world);
   return s;
 }

@@ -12,7 +12,8 @@ namespace renaissance::runtime {
 /// Every full global batch is cut into W contiguous slices of b; the last, partial global batch of R = n mod B
 /// samples is split evenly too, R − R mod W of them, (R − R mod W) / W per rank, so every rank's gradient is the
 /// mean over the same number of samples and the mean over ranks is the global batch's gradient. The R mod W
-/// samples left over (at most W − 1 per epoch, always the last of the epoch order) are not trained.
+/// samples left over (at most W − 1 per epoch, always the last of the epoch order) are not trained. With drop_last
+/// (`--drop-last`) the partial global batch is not trained at all: every batch is full.
 struct ShardLayout {
   std::int64_t world = 1, rank = 0;
   std::int64_t global_batch = 0;   ///< B
@@ -23,8 +24,8 @@ struct ShardLayout {
   std::int64_t batches() const { return (rank_samples() + rank_batch - 1) / rank_batch; }
 };
 
-/// Errors: B not divisible by W (naming --batch), fewer samples than ranks.
-ShardLayout shard_layout(std::int64_t n, std::int64_t global_batch, int world, int rank);
+/// Errors: B not divisible by W (naming --batch), fewer samples than ranks, with drop_last fewer samples than B.
+ShardLayout shard_layout(std::int64_t n, std::int64_t global_batch, int world, int rank, bool drop_last = false);
 
 /// This rank's part of an epoch order (`order`: all n samples, as epoch_order gives them). `positions` receives
 /// the position in `order` of each returned sample (the augmentation key of a one-rank run).

@@ -44,7 +44,7 @@ plan::BuildOptions build_options(const TrainOptions& opts) {
 
 ShardLayout shard_of(const TrainOptions& opts, std::int64_t train_samples) {
   return shard_layout(train_samples, opts.batch, opts.comm ? opts.comm->world_size() : 1,
-                      opts.comm ? opts.comm->rank() : 0);
+                      opts.comm ? opts.comm->rank() : 0, opts.drop_last);
 }
 
 /// The arena against the memory it will live in, before it is allocated: a clear error, not a failed allocation.
@@ -226,9 +226,12 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   const TrainOptions& o = I.opt;
   const std::int64_t n = I.data.size(io::Split::train);
   // o.batch is the global batch; this rank trains its slice of each (sharding.h).
-  const ShardLayout shard = shard_layout(n, o.batch, I.world, I.rank);
+  const ShardLayout shard = shard_of(o, n);
   const std::int64_t batches = shard.batches();
-  if (I.rank == 0 && shard.epoch_samples < n)
+  if (I.rank == 0 && shard.epoch_samples < n && o.drop_last)
+    spdlog::info("--drop-last: the last {} sample(s) of each epoch's order are not trained (every batch is full)",
+                 n - shard.epoch_samples);
+  else if (I.rank == 0 && shard.epoch_samples < n)
     spdlog::info(
         "{} ranks: the last {} sample(s) of each epoch's order are not trained (the partial global batch "
         "of {} is split evenly over the ranks)",

@@ -57,6 +57,10 @@ struct TrainOptions {
   /// `--zero-init-residual`: the last BN of every residual branch starts with γ = 0 (plan/residual_init.h); a model
   /// without residual sums is an error.
   bool zero_init_residual = false;
+  /// `--drop-last`: each epoch trains only full global batches; the n mod batch samples at the end of the epoch's
+  /// order (another set each epoch) are left out, as PyTorch's DataLoader(drop_last=True). Off: the last, partial
+  /// batch is trained (sharding.h).
+  bool drop_last = false;
   std::int64_t max_steps = -1;  ///< stop after this many optimizer steps (-1: all epochs)
   Augmentation augmentation;
   /// Host threads that decode (JPEG stores), augment and normalise samples (issue 12); 0: every CPU of the affinity

@@ -51,6 +51,7 @@ std::string options_yaml(const TrainOptions& o) {
   kv("schedule", schedule_name(o.schedule));
   kv("onecycle-pct", o.onecycle_pct);
   kv("onecycle-div", o.onecycle_div);
+  kv("drop-last", o.drop_last);
   kv("warmup-epochs", o.warmup_epochs);
   kv("step-epochs", o.step_epochs);
   kv("step-gamma", o.step_gamma);
@@ -403,6 +404,11 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
           fmt::format("written with --onecycle-pct {} --onecycle-div {}, resumed with {} and {}: the rest of the run "
                       "follows the new learning rate",
                       was["onecycle-pct"], was["onecycle-div"], o.onecycle_pct, o.onecycle_div));
+    // The epoch's batches (and a mid-epoch checkpoint's position among them) depend on it.
+    RN_CHECK(!differs("drop-last", fmt::format("{}", o.drop_last)),
+             "{}: written with --drop-last {}, resumed with {}: an epoch's batches differ (hint: resume with the "
+             "setting it was written with)",
+             path, was["drop-last"], o.drop_last);
     std::error_code ec;
     if (was.count("data") && was["data"] != o.data_path && !std::filesystem::equivalent(was["data"], o.data_path, ec))
       warn(fmt::format("written with --data {}, resumed with --data {}: the rest of the run trains on another dataset",
