@@ -228,14 +228,16 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   // o.batch is the global batch; this rank trains its slice of each (sharding.h).
   const ShardLayout shard = shard_of(o, n);
   const std::int64_t batches = shard.batches();
-  if (I.rank == 0 && shard.epoch_samples < n && o.drop_last)
-    spdlog::info("--drop-last: the last {} sample(s) of each epoch's order are not trained (every batch is full)",
-                 n - shard.epoch_samples);
-  else if (I.rank == 0 && shard.epoch_samples < n)
-    spdlog::info(
-        "{} ranks: the last {} sample(s) of each epoch's order are not trained (the partial global batch "
-        "of {} is split evenly over the ranks)",
-        I.world, n - shard.epoch_samples, n % o.batch);
+  if (I.rank == 0 && shard.epoch_samples < n) {
+    if (o.drop_last)
+      spdlog::info("--drop-last: the last {} sample(s) of each epoch's order are not trained (every batch is full)",
+                   n - shard.epoch_samples);
+    else
+      spdlog::info(
+          "{} ranks: the last {} sample(s) of each epoch's order are not trained (the partial global batch "
+          "of {} is split evenly over the ranks)",
+          I.world, n - shard.epoch_samples, n % o.batch);
+  }
   const std::int64_t total_steps = o.max_steps > 0 ? std::min(o.max_steps, batches * o.epochs) : batches * o.epochs;
   Schedule sched;
   sched.kind = o.schedule;
