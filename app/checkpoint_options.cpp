@@ -124,7 +124,9 @@ void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed
     obs.on_step_loss = [log, delay_ms, t](std::int64_t step, std::int64_t epoch, double loss) {
       if (log) {
         JsonWriter j;
-        j.begin_object().kv("step", step).kv("epoch", epoch).kv("loss", loss).kv("lr", t->last_lr()).end_object();
+        j.begin_object().kv("step", step).kv("epoch", epoch).kv("loss", loss).kv("lr", t->last_lr());
+        if (t->last_cycled_momentum() >= 0.0) j.kv("momentum", t->last_cycled_momentum());
+        j.end_object();
         if (!(*log << j.str() << "\n" << std::flush))
           RN_FAIL("--loss-log: writing the loss of step {} failed: {}", step, std::strerror(errno));
       }

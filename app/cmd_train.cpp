@@ -58,6 +58,7 @@ struct TrainCli {
   bool no_validate = false;
   std::string validate = "epoch";  ///< --validate epoch|last|off
   std::optional<double> onecycle_pct, onecycle_div;  ///< --onecycle-pct, --onecycle-div (onecycle only)
+  std::string onecycle_momentum = "off";             ///< --onecycle-momentum off|BASE,MAX (onecycle only)
   std::string crop = "none";
   std::string data_cache = "auto";
   std::string decode = "auto";
@@ -168,6 +169,33 @@ void run_train(TrainCli& c) {
     c.t.onecycle_pct = *c.onecycle_pct;
   }
   if (c.onecycle_div) c.t.onecycle_div = *c.onecycle_div;
+  if (c.onecycle_momentum != "off") {
+    RN_CHECK(c.t.schedule == runtime::ScheduleKind::ONE_CYCLE,
+             "--onecycle-momentum cycles the momentum with the onecycle schedule: it needs --schedule onecycle "
+             "(got {})",
+             c.schedule);
+    RN_CHECK(c.t.optimizer == plan::OptimizerKind::MOMENTUM || c.t.optimizer == plan::OptimizerKind::NESTEROV ||
+                 c.t.optimizer == plan::OptimizerKind::LARS,
+             "--onecycle-momentum cycles the momentum of momentum, nesterov and lars; --optimizer {} has none",
+             c.optimizer);
+    const auto comma = c.onecycle_momentum.find(',');
+    double base = -1.0, max = -1.0;
+    try {
+      std::size_t n1 = 0, n2 = 0;
+      RN_CHECK(comma != std::string::npos, "no comma");
+      base = std::stod(c.onecycle_momentum.substr(0, comma), &n1);
+      max = std::stod(c.onecycle_momentum.substr(comma + 1), &n2);
+      RN_CHECK(n1 == comma && n2 == c.onecycle_momentum.size() - comma - 1, "trailing characters");
+    } catch (const std::exception&) {
+      RN_FAIL("--onecycle-momentum takes off or BASE,MAX (e.g. 0.85,0.95), got '{}'", c.onecycle_momentum);
+    }
+    RN_CHECK(base >= 0.0 && base <= max && max < 1.0,
+             "--onecycle-momentum {}: needs 0 <= BASE <= MAX < 1 (the momentum at the peak rate, then at the ends)",
+             c.onecycle_momentum);
+    c.t.onecycle_momentum = true;
+    c.t.onecycle_base_momentum = base;
+    c.t.onecycle_max_momentum = max;
+  }
   c.t.augmentation.horizontal_flip = !c.no_flip;
   c.t.tta_flip = c.tta == "flip";
   if (c.no_validate) c.validate = "off";
@@ -401,6 +429,11 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--onecycle-div", c->onecycle_div,
                   "onecycle: the peak rate over the initial one (PyTorch's div_factor; default 25)")
       ->check(CLI::Range(1.0, 1e9));
+  cmd->add_option("--onecycle-momentum", c->onecycle_momentum,
+                  "onecycle: off (--momentum throughout) or BASE,MAX: the momentum falls from MAX to BASE while the "
+                  "rate rises and climbs back while it falls (PyTorch OneCycleLR's cycle_momentum, its defaults "
+                  "0.85,0.95); momentum, nesterov and lars")
+      ->capture_default_str();
   cmd->add_option("--warmup-epochs", c->t.warmup_epochs, "Linear warm-up (constant/step/cosine)");
   cmd->add_option("--step-epochs", c->t.step_epochs, "step schedule: decay every N epochs");
   cmd->add_option("--label-smoothing", c->t.label_smoothing, "Label smoothing")->capture_default_str();

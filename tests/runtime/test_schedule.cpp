@@ -75,6 +75,31 @@ TEST(Schedule, OneCyclePctAndDivMatchPyTorch) {
   EXPECT_NEAR(s.lr(99), 1e-06, 1e-12);
 }
 
+TEST(Schedule, OneCycleMomentumMatchesPyTorch) {
+  // --onecycle-pct 0.4 --onecycle-div 10 --onecycle-momentum 0.85,0.95. Reference values from PyTorch 1.13 (Debian's
+  // python3-torch): OneCycleLR(SGD(lr=0.1, momentum=0.9, nesterov=True), max_lr=0.1, total_steps=100, pct_start=0.4,
+  // div_factor=10, base_momentum=0.85, max_momentum=0.95), param_groups[0]["momentum"] before each step.
+  Schedule s;
+  s.kind = ScheduleKind::ONE_CYCLE;
+  s.base_lr = 0.1;
+  s.total_steps = 100;
+  s.one_cycle_pct = 0.4;
+  s.div_factor = 10.0;
+  s.momentum = 0.9;
+  EXPECT_EQ(s.momentum_at(0), 0.9) << "not cycled: --momentum throughout";
+  EXPECT_EQ(s.momentum_at(50), 0.9);
+  s.cycle_momentum = true;
+  EXPECT_NEAR(s.momentum_at(0), 0.95, 1e-12);
+  EXPECT_NEAR(s.momentum_at(20), 0.8979867029945292, 1e-12);
+  EXPECT_NEAR(s.momentum_at(39), 0.85, 1e-12);
+  EXPECT_NEAR(s.momentum_at(70), 0.9026167978121472, 1e-12);
+  EXPECT_NEAR(s.momentum_at(99), 0.95, 1e-12);
+  // The rate is unchanged by it.
+  EXPECT_NEAR(s.lr(20), 0.05681196730492367, 1e-12);
+  s.kind = ScheduleKind::COSINE;
+  EXPECT_EQ(s.momentum_at(20), 0.9) << "only onecycle cycles it";
+}
+
 TEST(DataPipeline, EpochOrderIsAPermutationKeyedBySeedAndEpoch) {
   const auto a = epoch_order(1, 0, 1000, true);
   auto sorted = a;

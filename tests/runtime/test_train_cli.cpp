@@ -156,6 +156,47 @@ TEST(TrainCli, OneCycleShapeOptionsReachTheSchedule) {
   EXPECT_NE(one.out.find("--onecycle-pct must lie strictly between 0 and 1"), std::string::npos) << one.out;
 }
 
+// --onecycle-momentum reaches the optimizer step by step. 300 samples at batch 32 = 10 steps, rising over 0.4 of them:
+// the loss log's momentum is PyTorch 1.13's OneCycleLR(total_steps=10, pct_start=0.4, base_momentum=0.85,
+// max_momentum=0.95) before each step. The first update (momentum 0.95) is the one of a run at --momentum 0.95, so
+// step 2's loss is that run's to the bit and step 3's (after an update at 0.925) is not; 0.9,0.9 trains the bits of
+// --momentum 0.9. Refused with Adam, another schedule, or BASE > MAX.
+TEST(TrainCli, OneCycleMomentumReachesTheOptimizerStepByStep) {
+  const std::string data = synthetic(28, 1);
+  const std::string common = "train --data " + data +
+                             " --epochs 1 --batch 32 --lr 0.1 --no-validate --onecycle-pct 0.4 --onecycle-div 10 "
+                             "--loss-log ";
+  auto losses = [&](const std::string& name, const std::string& extra) {
+    const fs::path ll = temp_dir() / ("momentum_" + name + ".jsonl");
+    const CliRun r = run(common + ll.string() + " " + extra);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return lines_of(ll);
+  };
+  const auto cyc = losses("cycled", "--onecycle-momentum 0.85,0.95");
+  ASSERT_EQ(cyc.size(), 10u);
+  const double want[10] = {0.95, 0.9249999999999999, 0.875, 0.85, 0.856698729810778, 0.875, 0.8999999999999999,
+                           0.9249999999999999, 0.9433012701892219, 0.95};
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_NEAR(json_number(cyc[i], "momentum"), want[i], 1e-12) << cyc[i];
+  const auto at95 = losses("095", "--momentum 0.95");
+  ASSERT_EQ(at95.size(), 10u);
+  EXPECT_EQ(json_number(at95[0], "momentum"), -1e300) << "not cycled, not logged: " << at95[0];
+  EXPECT_EQ(json_number(cyc[1], "loss"), json_number(at95[1], "loss")) << cyc[1] << " vs " << at95[1];
+  EXPECT_NE(json_number(cyc[2], "loss"), json_number(at95[2], "loss")) << cyc[2] << " vs " << at95[2];
+  const auto flat = losses("flat", "--onecycle-momentum 0.9,0.9"), plain = losses("plain", "");
+  ASSERT_EQ(flat.size(), 10u);
+  ASSERT_EQ(plain.size(), 10u);
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(json_number(flat[i], "loss"), json_number(plain[i], "loss")) << i;
+  for (const auto& [extra, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--optimizer adam --onecycle-momentum 0.85,0.95", "--optimizer adam has none"},
+           {"--schedule cosine --onecycle-momentum 0.85,0.95", "it needs --schedule onecycle"},
+           {"--onecycle-momentum 0.95,0.85", "needs 0 <= BASE <= MAX < 1"},
+           {"--onecycle-momentum 0.85", "takes off or BASE,MAX"}}) {
+    const CliRun bad = run("train --data " + data + " --epochs 1 " + extra);
+    EXPECT_EQ(bad.code, 1) << extra << ": " << bad.out;
+    EXPECT_NE(bad.out.find(says), std::string::npos) << bad.out;
+  }
+}
+
 // --drop-last: 300 samples at batch 64 train 4 full batches an epoch instead of 4 + one of 44 (the loss log has a line
 // per step, with its epoch); a checkpoint written with it is not resumed without it (an epoch's batches differ).
 TEST(TrainCli, DropLastTrainsOnlyFullBatchesAndResumesOnlyWithIt) {

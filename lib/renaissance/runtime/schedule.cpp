@@ -22,19 +22,37 @@ ScheduleKind schedule_from_name(const std::string& s) {
   RN_FAIL("unknown schedule '{}' (known: constant, step, cosine, onecycle)", s);
 }
 
+namespace {
+constexpr double kPi = 3.14159265358979323846;
+
+/// PyTorch's cosine anneal from `start` to `end`, `pct` of the way.
+double anneal(double start, double end, double pct) { return end + (start - end) / 2.0 * (std::cos(kPi * pct) + 1.0); }
+
+/// OneCycleLR's two phases (anneal_strategy='cos', three_phase=False): the value at `step` of `total` that goes from
+/// `first` to `peak` over the first `pct` of the steps and from `peak` to `last` over the rest.
+double one_cycle(std::int64_t step, std::int64_t total, double pct, double first, double peak, double last) {
+  const double up_end = pct * static_cast<double>(total) - 1.0;
+  const double s = static_cast<double>(step);
+  if (s <= up_end) return anneal(first, peak, up_end > 0 ? s / up_end : 1.0);
+  const double down = static_cast<double>(total) - 1.0 - up_end;
+  return anneal(peak, last, down > 0 ? (s - up_end) / down : 1.0);
+}
+}  // namespace
+
+double Schedule::momentum_at(std::int64_t step) const {
+  if (kind != ScheduleKind::ONE_CYCLE || !cycle_momentum) return momentum;
+  const std::int64_t total = std::max<std::int64_t>(total_steps, 1);
+  step = std::clamp<std::int64_t>(step, 0, total - 1);
+  return one_cycle(step, total, one_cycle_pct, max_momentum, base_momentum, max_momentum);
+}
+
 double Schedule::lr(std::int64_t step) const {
-  constexpr double kPi = 3.14159265358979323846;
   const std::int64_t total = std::max<std::int64_t>(total_steps, 1);
   step = std::clamp<std::int64_t>(step, 0, total - 1);
   if (kind == ScheduleKind::ONE_CYCLE) {
     // PyTorch OneCycleLR with anneal_strategy='cos' and two phases.
     const double initial = base_lr / div_factor, final_lr = initial / final_div_factor;
-    const double up_end = one_cycle_pct * static_cast<double>(total) - 1.0;
-    const double s = static_cast<double>(step);
-    auto anneal = [kPi](double start, double end, double pct) { return end + (start - end) / 2.0 * (std::cos(kPi * pct) + 1.0); };
-    if (s <= up_end) return anneal(initial, base_lr, up_end > 0 ? s / up_end : 1.0);
-    const double down = static_cast<double>(total) - 1.0 - up_end;
-    return anneal(base_lr, final_lr, down > 0 ? (s - up_end) / down : 1.0);
+    return one_cycle(step, total, one_cycle_pct, initial, base_lr, final_lr);
   }
   if (step < warmup_steps) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   const std::int64_t t = step - warmup_steps;

@@ -246,6 +246,10 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   sched.warmup_steps = static_cast<std::int64_t>(o.warmup_epochs * static_cast<double>(batches));
   sched.one_cycle_pct = o.onecycle_pct;
   sched.div_factor = o.onecycle_div;
+  sched.momentum = o.momentum;
+  sched.cycle_momentum = o.onecycle_momentum;
+  sched.base_momentum = o.onecycle_base_momentum;
+  sched.max_momentum = o.onecycle_max_momentum;
   sched.step_size = o.step_epochs * batches;
   sched.gamma = o.step_gamma;
   const std::uint64_t seed = o.seed;
@@ -298,6 +302,8 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       lr = sched.lr(m_step);
       I.last_lr = lr;
       I.hyper[plan::kHyperLr] = static_cast<float>(lr);
+      I.last_momentum = sched.momentum_at(m_step);
+      I.hyper[plan::kHyperMomentum] = static_cast<float>(I.last_momentum);
       I.hyper[plan::kHyperStep] = static_cast<float>(m_step + 1);
       // EMA warm-up (TensorFlow's num_updates): min(decay, (1 + t) / (10 + t)) at step t, so a short run's average
       // is not dominated by the initial weights (0.999^1000 still gives them 37 %).

@@ -43,6 +43,11 @@ struct TrainOptions {
   /// ONE_CYCLE (PyTorch OneCycleLR's pct_start and div_factor): the fraction of the steps over which the rate rises,
   /// and the peak over the initial rate (`--onecycle-pct`, `--onecycle-div`).
   double onecycle_pct = 0.25, onecycle_div = 25.0;
+  /// ONE_CYCLE, SGD family and LARS (`--onecycle-momentum BASE,MAX`): the momentum cycles inversely to the rate,
+  /// from onecycle_max_momentum down to onecycle_base_momentum at the peak rate and back (PyTorch OneCycleLR's
+  /// cycle_momentum); off: `momentum` throughout.
+  bool onecycle_momentum = false;
+  double onecycle_base_momentum = 0.85, onecycle_max_momentum = 0.95;
   std::int64_t step_epochs = 0;  ///< STEP: decay every this many epochs
   double step_gamma = 0.1;
   double label_smoothing = 0.1;
@@ -234,6 +239,9 @@ class Trainer {
   std::int64_t steps() const { return m_step; }
   /// The learning rate of the last optimizer step (0 before the first): the loss log records it per step.
   double last_lr() const;
+  /// The momentum of the last optimizer step when it is cycled (--onecycle-momentum), else a negative value: the
+  /// loss log records it per step then.
+  double last_cycled_momentum() const;
   /// FP32 values of a named tensor (e.g. "conv1.w", "bn2d1.running_mean") in the arena.
   std::vector<float> tensor_values(const std::string& name) const;
   /// The raw bytes of a named tensor of any dtype (the labels' int32, FP16 copies as stored; tests).

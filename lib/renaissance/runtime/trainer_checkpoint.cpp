@@ -32,6 +32,11 @@ bool is_first_conv(Region r) {
          r == Region::V_FIRST_CONV;
 }
 
+/// `--onecycle-momentum` as the option takes it: "off" or "BASE,MAX".
+std::string onecycle_momentum_name(const TrainOptions& o) {
+  return o.onecycle_momentum ? fmt::format("{},{}", o.onecycle_base_momentum, o.onecycle_max_momentum) : "off";
+}
+
 /// The training options as YAML (keys named like the `train` options), recorded in checkpoints.
 std::string options_yaml(const TrainOptions& o) {
   std::string y;
@@ -51,6 +56,7 @@ std::string options_yaml(const TrainOptions& o) {
   kv("schedule", schedule_name(o.schedule));
   kv("onecycle-pct", o.onecycle_pct);
   kv("onecycle-div", o.onecycle_div);
+  kv("onecycle-momentum", onecycle_momentum_name(o));
   kv("drop-last", o.drop_last);
   kv("warmup-epochs", o.warmup_epochs);
   kv("step-epochs", o.step_epochs);
@@ -219,6 +225,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
 
 bool Trainer::preempted() const { return m_impl->preempted; }
 double Trainer::last_lr() const { return m_impl->last_lr; }
+double Trainer::last_cycled_momentum() const { return m_impl->opt.onecycle_momentum ? m_impl->last_momentum : -1.0; }
 std::string Trainer::last_checkpoint() const { return m_impl->last_checkpoint; }
 
 std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool weights_only) {
@@ -404,6 +411,10 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
           fmt::format("written with --onecycle-pct {} --onecycle-div {}, resumed with {} and {}: the rest of the run "
                       "follows the new learning rate",
                       was["onecycle-pct"], was["onecycle-div"], o.onecycle_pct, o.onecycle_div));
+    if (differs("onecycle-momentum", onecycle_momentum_name(o)))
+      warn(fmt::format("written with --onecycle-momentum {}, resumed with {}: the rest of the run follows the new "
+                       "momentum",
+                       was["onecycle-momentum"], onecycle_momentum_name(o)));
     // The epoch's batches (and a mid-epoch checkpoint's position among them) depend on it.
     RN_CHECK(!differs("drop-last", fmt::format("{}", o.drop_last)),
              "{}: written with --drop-last {}, resumed with {}: an epoch's batches differ (hint: resume with the "

@@ -232,6 +232,7 @@ struct Trainer::Impl {
   bool preempted = false;
   std::string last_checkpoint;
   double last_lr = 0;  ///< the learning rate of the last step
+  double last_momentum = 0;  ///< the momentum of the last step
   /// The validation metrics of the last finished epoch (epoch 0: none), recorded in the checkpoint written at its end.
   EpochMetrics last_epoch_metrics;
   /// --zero-init-residual: the names of the BN scales init_weights starts at 0 (found once, at construction).
