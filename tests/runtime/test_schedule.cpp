@@ -13,11 +13,17 @@ namespace {
 
 using namespace renaissance::runtime;
 
-TEST(Schedule, ConstantWithWarmup) {
+/// A schedule of `kind` at `base_lr` over `total` steps.
+Schedule schedule(ScheduleKind kind, double base_lr, std::int64_t total) {
   Schedule s;
-  s.kind = ScheduleKind::CONSTANT;
-  s.base_lr = 0.4;
-  s.total_steps = 100;
+  s.kind = kind;
+  s.base_lr = base_lr;
+  s.total_steps = total;
+  return s;
+}
+
+TEST(Schedule, ConstantWithWarmup) {
+  Schedule s = schedule(ScheduleKind::CONSTANT, 0.4, 100);
   s.warmup_steps = 4;
   EXPECT_DOUBLE_EQ(s.lr(0), 0.1);
   EXPECT_DOUBLE_EQ(s.lr(3), 0.4);
@@ -25,10 +31,7 @@ TEST(Schedule, ConstantWithWarmup) {
 }
 
 TEST(Schedule, StepDecay) {
-  Schedule s;
-  s.kind = ScheduleKind::STEP;
-  s.base_lr = 1.0;
-  s.total_steps = 100;
+  Schedule s = schedule(ScheduleKind::STEP, 1.0, 100);
   s.step_size = 10;
   s.gamma = 0.5;
   EXPECT_DOUBLE_EQ(s.lr(9), 1.0);
@@ -37,10 +40,7 @@ TEST(Schedule, StepDecay) {
 }
 
 TEST(Schedule, CosineEndpoints) {
-  Schedule s;
-  s.kind = ScheduleKind::COSINE;
-  s.base_lr = 2.0;
-  s.total_steps = 101;
+  const Schedule s = schedule(ScheduleKind::COSINE, 2.0, 101);
   EXPECT_DOUBLE_EQ(s.lr(0), 2.0);
   EXPECT_NEAR(s.lr(50), 1.0, 1e-12);  // half way: cos(π/2) = 0
 }
@@ -48,10 +48,7 @@ TEST(Schedule, CosineEndpoints) {
 TEST(Schedule, OneCycleMatchesPyTorchFormula) {
   // torch.optim.lr_scheduler.OneCycleLR(max_lr=0.1, total_steps=100, pct_start=0.25) (cos annealing):
   // initial = 0.1/25 = 0.004, peak at step 24, final = 0.004/1e4.
-  Schedule s;
-  s.kind = ScheduleKind::ONE_CYCLE;
-  s.base_lr = 0.1;
-  s.total_steps = 100;
+  Schedule s = schedule(ScheduleKind::ONE_CYCLE, 0.1, 100);
   EXPECT_NEAR(s.lr(0), 0.004, 1e-12);
   EXPECT_NEAR(s.lr(24), 0.1, 1e-12);
   EXPECT_NEAR(s.lr(99), 0.004 / 1e4, 1e-12);
@@ -62,10 +59,7 @@ TEST(Schedule, OneCycleMatchesPyTorchFormula) {
 TEST(Schedule, OneCyclePctAndDivMatchPyTorch) {
   // --onecycle-pct 0.4 --onecycle-div 10. Reference values from PyTorch 1.13 (Debian's python3-torch):
   //   OneCycleLR(SGD(lr=0.1), max_lr=0.1, total_steps=100, pct_start=0.4, div_factor=10), the lr before each step.
-  Schedule s;
-  s.kind = ScheduleKind::ONE_CYCLE;
-  s.base_lr = 0.1;
-  s.total_steps = 100;
+  Schedule s = schedule(ScheduleKind::ONE_CYCLE, 0.1, 100);
   s.one_cycle_pct = 0.4;
   s.div_factor = 10.0;
   EXPECT_NEAR(s.lr(0), 0.009999999999999995, 1e-12);
@@ -79,10 +73,7 @@ TEST(Schedule, OneCycleMomentumMatchesPyTorch) {
   // --onecycle-pct 0.4 --onecycle-div 10 --onecycle-momentum 0.85,0.95. Reference values from PyTorch 1.13 (Debian's
   // python3-torch): OneCycleLR(SGD(lr=0.1, momentum=0.9, nesterov=True), max_lr=0.1, total_steps=100, pct_start=0.4,
   // div_factor=10, base_momentum=0.85, max_momentum=0.95), param_groups[0]["momentum"] before each step.
-  Schedule s;
-  s.kind = ScheduleKind::ONE_CYCLE;
-  s.base_lr = 0.1;
-  s.total_steps = 100;
+  Schedule s = schedule(ScheduleKind::ONE_CYCLE, 0.1, 100);
   s.one_cycle_pct = 0.4;
   s.div_factor = 10.0;
   s.momentum = 0.9;
