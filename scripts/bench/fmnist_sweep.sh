@@ -8,6 +8,7 @@
 # engines into a file of its own (ENGINE_DIR, default $OUT/engines: sweep-<variant>-<seed>.txt), so the runs sample the
 # spread over engine sets as well as over seeds, and say which engines each run had. LOSS_LOG=1: each run also writes
 # its per-step losses (sweep-<variant>-<seed>.log.loss.jsonl; a host sync each step, so slower runs).
+# Last, one summary line per variant: how many runs reached TARGET (default 0.94) test top-1, the mean and the lowest.
 #   VARIANTS="--lr 0.3;--epochs 11" SEEDS="0 1 2" scripts/bench/fmnist_sweep.sh
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -51,3 +52,16 @@ for v in "${!variants[@]}"; do
   done
 done
 wait
+python3 - "$OUT" "${TARGET:-0.94}" "${variants[@]}" <<'PY'
+import glob, json, statistics, sys
+out, target, variants = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+for i, extra in enumerate(variants):
+    top1 = []
+    for f in sorted(glob.glob(f"{out}/sweep-{i}-*.log.jsonl")):
+        rows = [json.loads(l) for l in open(f)]
+        if rows and "val_top1" in rows[-1]:
+            top1.append(rows[-1]["val_top1"])
+    if top1:
+        print(f"[{extra.strip() or 'recipe'}] {len(top1)} runs: >= {target:.4f} in {sum(t >= target for t in top1)}, "
+              f"mean {statistics.mean(top1):.4f}, lowest {min(top1):.4f}")
+PY
