@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Renaissance against PyTorch on the same CPU cores, interleaved (issue 19): `renaissance train` and
-# scripts/bench/pytorch_cpu_fmnist.py (same net, recipe, batch 128, channels_last) take turns, one epoch of
+# scripts/bench/pytorch_cpu_fmnist.py (same net, recipe, batch 128, channels_last, momentum 0.9 throughout as ours
+# without --onecycle-momentum: PyTorch's OneCycleLR would cycle it) take turns, one epoch of
 # Fashion-MNIST each, PAIRS times per model; the training img/s of each run and the ratio of the medians.
 #   scripts/bench/cpu_vs_pytorch.sh [build-dir] [out-dir]     (env: PAIRS=2, MODELS="fmnist_cnn resnet18_fmnist_narrow",
 #                                                               THREADS=the affinity mask's CPU count, DATA,
@@ -38,7 +39,7 @@ for model in $MODELS; do
     done
     t="$OUT_DIR/torch-$model-$p.jsonl"
     "$PY" scripts/bench/pytorch_cpu_fmnist.py --model "$model" --data "$DATA" --epochs 1 --threads "$THREADS" \
-      --channels-last --no-validate >"$t" 2>"$OUT_DIR/torch-$model-$p.log" || { echo "pytorch $model failed" >&2; tail "$OUT_DIR/torch-$model-$p.log"; exit 1; }
+      --channels-last --no-validate --no-cycle-momentum >"$t" 2>"$OUT_DIR/torch-$model-$p.log" || { echo "pytorch $model failed" >&2; tail "$OUT_DIR/torch-$model-$p.log"; exit 1; }
     echo "{\"framework\": \"pytorch\", \"model\": \"$model\", \"pair\": $p, \"images_per_s\": $(ips "$t")}" >>"$J"
     tail -n $(($(wc -w <<<"$WINOGRAD") + 1)) "$J"
   done
