@@ -178,17 +178,13 @@ void run_train(TrainCli& c) {
                  c.t.optimizer == plan::OptimizerKind::LARS,
              "--onecycle-momentum cycles the momentum of momentum, nesterov and lars; --optimizer {} has none",
              c.optimizer);
-    const auto comma = c.onecycle_momentum.find(',');
-    double base = -1.0, max = -1.0;
+    std::pair<double, double> range;
     try {
-      std::size_t n1 = 0, n2 = 0;
-      RN_CHECK(comma != std::string::npos, "no comma");
-      base = std::stod(c.onecycle_momentum.substr(0, comma), &n1);
-      max = std::stod(c.onecycle_momentum.substr(comma + 1), &n2);
-      RN_CHECK(n1 == comma && n2 == c.onecycle_momentum.size() - comma - 1, "trailing characters");
-    } catch (const std::exception&) {
+      range = parse_range(c.onecycle_momentum, "--onecycle-momentum");
+    } catch (const Error&) {
       RN_FAIL("--onecycle-momentum takes off or BASE,MAX (e.g. 0.85,0.95), got '{}'", c.onecycle_momentum);
     }
+    const auto [base, max] = range;
     RN_CHECK(base >= 0.0 && base <= max && max < 1.0,
              "--onecycle-momentum {}: needs 0 <= BASE <= MAX < 1 (the momentum at the peak rate, then at the ends)",
              c.onecycle_momentum);

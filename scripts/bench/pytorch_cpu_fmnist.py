@@ -123,8 +123,8 @@ def main():
         t0 = time.perf_counter()
         loss_sum = correct = 0.0
         for b in range(steps_per_epoch):
-            idx = order[b * args.batch:(b + 1) * args.batch]
-            x, y = xtr[idx.to(dev)], ytr[idx.to(dev)]
+            idx = order[b * args.batch:(b + 1) * args.batch].to(dev)
+            x, y = xtr[idx], ytr[idx]
             flip = (torch.rand(len(idx), generator=g) < 0.5).to(dev)
             x = torch.where(flip[:, None, None, None], x.flip(3), x)
             if args.crop_padding:
@@ -146,12 +146,13 @@ def main():
             scaler.step(opt)
             scaler.update()
             step += 1
+            batch_ce = float(F.cross_entropy(out.detach().float(), y, reduction="sum"))  # no smoothing
             if log:
-                plain = float(F.cross_entropy(out.detach().float(), y))  # the loss log's loss: no smoothing
-                log.write(json.dumps({"step": step, "epoch": epoch, "loss": plain, "lr": opt.param_groups[0]["lr"],
+                log.write(json.dumps({"step": step, "epoch": epoch, "loss": batch_ce / len(idx),
+                                      "lr": opt.param_groups[0]["lr"],
                                       "momentum": opt.param_groups[0]["momentum"]}) + "\n")
             sched.step()
-            loss_sum += float(F.cross_entropy(out.detach().float(), y, reduction="sum"))
+            loss_sum += batch_ce
             correct += float((out.argmax(1) == y).sum())
         if args.device == "cuda":
             torch.cuda.synchronize()
