@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -257,6 +258,16 @@ unsigned bit_of(int v) { return conv_pass_bit(pass_of(v), accumulates(v)); }
 // ---- timing ------------------------------------------------------------------------------------------------------------
 constexpr int kTimedCandidates = 4;   // graph plans timed per pass (the heuristics' best that build)
 constexpr int kScannedCandidates = 24;  // heuristics entries tried for them
+/// RN_DEBUG_ENGINE_CANDIDATES=N times the best N that build instead (an experiment knob: the engine cache keys do
+/// not carry it, so compare with --engine-cache off).
+int timed_candidates() {
+  static const int n = [] {
+    const char* v = std::getenv("RN_DEBUG_ENGINE_CANDIDATES");
+    const int k = v != nullptr ? std::atoi(v) : 0;
+    return k > 0 ? k : kTimedCandidates;
+  }();
+  return n;
+}
 constexpr int kWarmups = 2, kTimedRuns = 5;
 /// A later candidate replaces the best so far only when it is faster by more than this: timing noise alone must
 /// not flip a choice between near-equal engines.
@@ -543,7 +554,8 @@ struct ConvOp::Impl {
         int best = -1, built = 0;
         float best_ms = 0;
         std::string last;
-        for (int i = 0; i < n && i < kScannedCandidates && built < (st.can_time && st.how.time ? kTimedCandidates : 1);
+        const int scan = std::max(kScannedCandidates, 4 * timed_candidates());
+        for (int i = 0; i < n && i < scan && built < (st.can_time && st.how.time ? timed_candidates() : 1);
              ++i) {
           if (!g->build(i, &last)) continue;
           ++built;

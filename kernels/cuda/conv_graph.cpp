@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <unordered_map>
 
 namespace renaissance::cuda {
@@ -118,7 +120,11 @@ int GraphConv::query(cudnnHandle_t handle, std::string* why) {
     *why = "build_operation_graph: " + fe_message(e);
     return 0;
   }
-  e = s.graph.create_execution_plans({s.fallback ? fe::HeurMode_t::FALLBACK : fe::HeurMode_t::A});
+  // RN_DEBUG_ENGINE_HEURISTICS=AB: heuristics modes A and B's lists, concatenated (an experiment knob)
+  std::vector<fe::HeurMode_t> modes{s.fallback ? fe::HeurMode_t::FALLBACK : fe::HeurMode_t::A};
+  if (const char* h = std::getenv("RN_DEBUG_ENGINE_HEURISTICS"); h != nullptr && !s.fallback && std::string(h) == "AB")
+    modes.push_back(fe::HeurMode_t::B);
+  e = s.graph.create_execution_plans(modes);
   if (e.is_bad()) {
     *why = fmt::format("heuristics {}: {}", s.fallback ? "FALLBACK" : "A", fe_message(e));
     return 0;
