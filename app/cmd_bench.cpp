@@ -40,6 +40,7 @@ struct BenchCli {
   std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else on
   std::string fold_residual_sums = "on";
   std::string fuse_residual_bn_backward = "on";
+  std::string relu_mask = "on";
   std::string recompute = "off";
   std::int64_t recompute_budget = 0;
   std::string device = "auto";
@@ -126,6 +127,7 @@ void run_bench(const BenchCli& c) {
   t.fuse_kernels = c.fused_kernels == "on";
   t.fold_residual_sums = c.fold_residual_sums == "on";
   t.fuse_residual_bn_backward = c.fuse_residual_bn_backward == "on";
+  t.relu_masks = c.relu_mask == "on";
   t.recompute_bn_relu = c.recompute == "bn-relu";
   t.recompute_budget_bytes = c.recompute_budget;
   c.gpu.apply(t, "");
@@ -169,6 +171,7 @@ void run_bench(const BenchCli& c) {
     j.kv("fused_kernels", c.fused_kernels == "on").kv("streams", t.concurrent_streams);
     j.kv("fold_residual_sums", c.fold_residual_sums == "on")
         .kv("fuse_residual_bn_backward", c.fuse_residual_bn_backward == "on")
+        .kv("relu_mask", c.relu_mask == "on")
         .kv("recompute", c.recompute);
     j.kv("recompute_budget_bytes", c.recompute_budget).kv("recomputed", recomputed);
     if (t.backend == runtime::Backend::CPU)
@@ -263,6 +266,12 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--fuse-residual-bn-backward", c->fuse_residual_bn_backward,
                   "--amp: on: that sum's ReLU backward runs inside the backward of the BN before the sum (one "
                   "memory pass fewer per residual block end, same bits); off: a pass of its own")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--relu-mask", c->relu_mask,
+                  "--amp: on: a residual block's end also stores its ReLU's sign as a 1-bit mask, which the backward "
+                  "reads instead of the FP16 output (one pass over 1/16 of the bytes instead of all; same bits); off: "
+                  "the backward reads the output")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--recompute", c->recompute,

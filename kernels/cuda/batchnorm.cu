@@ -85,17 +85,20 @@ __device__ __forceinline__ float round_to(float v) {
 /// The residual sum's ReLU backward formed inside a BN backward's statistics pass (plan ADD_RELU_BN_BWD): the pass
 /// reads y (the block's ReLU output), dy and the addend a, stores g = relu'(y)·round(dy + a) (elementwise.cu's
 /// relu_backward_sum, bit for bit) and uses g as the BN's gradient.
+/// With `bits` (plan_relu_masks; V = 8 only), relu'(y) is bit j of byte bits[row·cs/8 + c0/8] instead of y > 0.
 template <typename T>
 struct SumRelu {
   const T* y = nullptr;
   const T* a = nullptr;
   T* g = nullptr;
+  const std::uint8_t* bits = nullptr;
 };
 
 /// Forward: s1 = Σ (x − x[row 0]), s2 = Σ (x − x[row 0])². Backward: s1 = Σ dy, s2 = Σ dy·(x − mean), with dy masked
 /// by the recomputed ReLU mask when kMask, or dy the residual sum's ReLU gradient formed (and stored) here when kSum.
 /// partials[(block_y·2 + k)·cs + c] = s_k over the block's rows.
-template <typename T, int V, bool kBwd, bool kMask = false, bool kGivenRef = false, bool kSum = false>
+template <typename T, int V, bool kBwd, bool kMask = false, bool kGivenRef = false, bool kSum = false,
+          bool kSumBits = false>
 __global__ void __launch_bounds__(kThreads)
     bn_partials_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ mean,
                        std::int64_t rows, int cs, int c, int tx_n, std::int64_t rows_per_block,
@@ -130,16 +133,20 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
     for (std::int64_t r = r0 + ty; r < r1; r += kUnroll * ty_n) {
       Packed<T, V> xp[kUnroll], gp[kUnroll], yp[kUnroll], ap[kUnroll];
+      unsigned bp[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::int64_t rr = r + u * ty_n;
         if (rr < r1) {
           xp[u] = load_packed<V>(x + rr * cs + c0);
           if constexpr (kBwd) gp[u] = load_packed<V>(dy + rr * cs + c0);
-          if constexpr (kSum) {
+          if constexpr (kSumBits) {
+            static_assert(V == 8, "ReLU mask bytes cover 8 channels");
+            bp[u] = sum.bits[rr * (cs / V) + c0 / V];
+          } else if constexpr (kSum) {
             yp[u] = load_packed<V>(sum.y + rr * cs + c0);
-            ap[u] = load_packed<V>(sum.a + rr * cs + c0);
           }
+          if constexpr (kSum) ap[u] = load_packed<V>(sum.a + rr * cs + c0);
         }
       }
 #pragma unroll
@@ -150,7 +157,12 @@ __global__ void __launch_bounds__(kThreads)
         if constexpr (kBwd) unpack<V>(gp[u], gv);
         if constexpr (kSum) {
           float yv[V], av[V];
-          unpack<V>(yp[u], yv);
+          if constexpr (kSumBits) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) yv[j] = (bp[u] >> j) & 1u ? 1.0f : 0.0f;
+          } else {
+            unpack<V>(yp[u], yv);
+          }
           unpack<V>(ap[u], av);
 #pragma unroll
           for (int j = 0; j < V; ++j) gv[j] = yv[j] > 0.0f ? round_to<T>(gv[j] + av[j]) : 0.0f;
@@ -363,11 +375,13 @@ __device__ __forceinline__ void forward_coeffs(const ApplyParams& p, int ch, flo
 /// roundings of the plain parts: BN output, shortcut BN output and sum are each stored in T there); then
 /// o = max(o, 0) when relu. Backward: dy' = dy masked by the recomputed ReLU mask when kMask; v = b·(dy' − d − (x − a)·k);
 /// out (=|+=) v. Padding channels: 0, or unchanged when accumulating. x, s, dy, out may alias (element-wise in place).
-template <typename T, int V, Mode M, bool kAcc, Shortcut kSc = Shortcut::kNone, bool kMask = false>
+/// kBits (forward, V = 8): bits[row·cs/8 + c0/8] = the sign of the stored output, bit j for channel c0 + j
+/// (plan_relu_masks: what a later ADD_RELU_BN_BWD reads instead of the output).
+template <typename T, int V, Mode M, bool kAcc, Shortcut kSc = Shortcut::kNone, bool kMask = false, bool kBits = false>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_kernel(const T* x, const T* dy, T* out, std::int64_t rows, int cs, int c, int tx_n,
                     std::int64_t rows_per_block, ApplyParams p, const T* s = nullptr, ApplyParams p2 = {},
-                    bool relu = false, ReluMask mask = {}) {
+                    bool relu = false, ReluMask mask = {}, std::uint8_t* bits = nullptr) {
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % tx_n, ty = tid / tx_n, ty_n = kThreads / tx_n;
   const int c0 = (static_cast<int>(blockIdx.x) * tx_n + tx) * V;
@@ -434,6 +448,13 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       store_vec<V>(out + rr * cs + c0, o);
+      if constexpr (kBits) {
+        static_assert(V == 8, "ReLU mask bytes cover 8 channels");
+        unsigned b = 0;
+#pragma unroll
+        for (int j = 0; j < V; ++j) b |= round_to<T>(o[j]) > 0.0f ? 1u << j : 0u;
+        bits[rr * (cs / V) + c0 / V] = static_cast<std::uint8_t>(b);
+      }
     }
   }
 }
@@ -566,7 +587,8 @@ void check_apply(const BnApply& a, bool inference, const char* what, const char*
 }  // namespace
 
 void batchnorm_apply_fused(cudaStream_t stream, bool inference, const BnApply& main, Shortcut shortcut,
-                           const TensorRef& s, const BnApply* s_bn, bool relu, const TensorRef& y) {
+                           const TensorRef& s, const BnApply* s_bn, bool relu, const TensorRef& y,
+                           std::uint8_t* mask) {
   const char* what = "batchnorm_apply_fused";
   check_apply(main, inference, what, "the main branch");
   detail::check_float_tensor(y, what, "y");
@@ -586,6 +608,9 @@ void batchnorm_apply_fused(cudaStream_t stream, bool inference, const BnApply& m
   const bool vec = detail::vectorisable(y.dtype, cs, {main.x.ptr, ps, y.ptr});
   const ApplyParams p = apply_params(main);
   const ApplyParams p2 = shortcut == Shortcut::kBatchNorm ? apply_params(*s_bn) : ApplyParams{};
+  RN_CHECK(mask == nullptr || (relu && y.dtype == DType::F16 && vec && cs % 8 == 0),
+           "{}: a ReLU mask needs the ReLU and 16-byte aligned FP16 tensors of 8-channel groups ({} {}, c_stride {})",
+           what, dtype_name(y.dtype), y.shape.str(), cs);
   detail::dispatch_storage(y.dtype, vec, [&](auto type, auto width) {
     using T = typename decltype(type)::type;
     constexpr int V = decltype(width)::value;
@@ -596,6 +621,15 @@ void batchnorm_apply_fused(cudaStream_t stream, bool inference, const BnApply& m
     auto launch = [&](auto mode, auto sc) {
       constexpr Mode M = decltype(mode)::value;
       constexpr Shortcut S = decltype(sc)::value;
+      if constexpr (V == 8) {
+        if (mask != nullptr) {
+          bn_apply_kernel<T, V, M, false, S, false, true><<<grid_of(t), kThreads, 0, stream>>>(
+              px, nullptr, py, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, p, pss, p2,
+              relu, ReluMask{}, mask);
+          CUDA_CHECK_LAUNCH();
+          return;
+        }
+      }
       bn_apply_kernel<T, V, M, false, S><<<grid_of(t), kThreads, 0, stream>>>(
           px, nullptr, py, rows, static_cast<int>(cs), static_cast<int>(c), t.tx, t.rows_per_block, p, pss, p2, relu);
       CUDA_CHECK_LAUNCH();
@@ -636,6 +670,7 @@ namespace {
 /// The residual sum's ReLU backward of batchnorm_add_relu_backward: the tensors it reads and g, which it writes.
 struct SumReluRefs {
   TensorRef y, dy, addend, g;
+  const std::uint8_t* mask = nullptr;
 };
 
 /// batchnorm_relu_backward, and with `sum` batchnorm_add_relu_backward (dy is then sum->g, formed by the partials).
@@ -680,10 +715,20 @@ void bn_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, c
     }
     if (sum) {
       const SumRelu<T> sr{static_cast<const T*>(sum->y.ptr), static_cast<const T*>(sum->addend.ptr),
-                          static_cast<T*>(sum->g.ptr)};
-      bn_partials_kernel<T, V, true, false, false, true>
-          <<<grid_of(t), kThreads, 0, stream>>>(px, static_cast<const T*>(sum->dy.ptr), save_mean, rows, ics, ic, t.tx,
-                                                t.rows_per_block, partials, ReluMask{}, sr);
+                          static_cast<T*>(sum->g.ptr), sum->mask};
+      bool done = false;
+      if constexpr (V == 8) {
+        if (sum->mask != nullptr) {  // the ReLU's sign from its 1-bit mask instead of y
+          bn_partials_kernel<T, V, true, false, false, true, true><<<grid_of(t), kThreads, 0, stream>>>(
+              px, static_cast<const T*>(sum->dy.ptr), save_mean, rows, ics, ic, t.tx, t.rows_per_block, partials,
+              ReluMask{}, sr);
+          done = true;
+        }
+      }
+      if (!done)
+        bn_partials_kernel<T, V, true, false, false, true><<<grid_of(t), kThreads, 0, stream>>>(
+            px, static_cast<const T*>(sum->dy.ptr), save_mean, rows, ics, ic, t.tx, t.rows_per_block, partials,
+            ReluMask{}, sr);
     } else if (mask)
       bn_partials_kernel<T, V, true, true><<<grid_of(t), kThreads, 0, stream>>>(px, pdy, save_mean, rows, ics, ic, t.tx,
                                                                               t.rows_per_block, partials, m);
@@ -741,7 +786,8 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
 void batchnorm_add_relu_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& addend,
                                  const TensorRef& g, const TensorRef& x, const float* gamma, const float* save_mean,
                                  const float* save_invstd, const TensorRef& dx, bool accumulate_dx, float* dgamma,
-                                 float* dbeta, void* workspace, std::size_t workspace_bytes, const SyncReduce* sync) {
+                                 float* dbeta, void* workspace, std::size_t workspace_bytes, const SyncReduce* sync,
+                                 const std::uint8_t* mask) {
   const char* what = "batchnorm_add_relu_backward";
   for (const TensorRef* t : {&y, &dy, &addend}) {
     detail::check_float_tensor(*t, what, "input");
@@ -749,7 +795,8 @@ void batchnorm_add_relu_backward(cudaStream_t stream, const TensorRef& y, const 
   }
   detail::check_float_tensor(g, what, "g");
   detail::check_same_layout(x, g, what, "x", "g");
-  const SumReluRefs sum{y, dy, addend, g};
+  RN_CHECK(mask == nullptr || y.dtype == DType::F16, "{}: a ReLU mask stands for an FP16 y only", what);
+  const SumReluRefs sum{y, dy, addend, g, mask};
   bn_backward(stream, x, g, gamma, save_mean, save_invstd, nullptr, &sum, dx, accumulate_dx, dgamma, dbeta, workspace,
               workspace_bytes, sync);
 }

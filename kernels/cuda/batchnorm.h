@@ -57,9 +57,11 @@ enum class Shortcut { kNone = 0, kTensor = 1, kBatchNorm = 2 };
 /// The element-wise tail of a fused layer in one pass over memory: y = [relu](round(round(BN(x)) + s')) with s' the
 /// shortcut tensor or round(BN₂(shortcut x)), or y = [relu](BN(x)) without a shortcut. Every intermediate is rounded
 /// to the storage type exactly where the plain parts (BN, ADD2, RELU) store it, so the result equals theirs bit for
-/// bit. y may alias x or the shortcut.
+/// bit. y may alias x or the shortcut. `mask` (plan_relu_masks; relu, FP16, 16-byte aligned, c_stride a multiple of
+/// 8): also writes the sign of the stored y as bits, byte row·c_stride/8 + ch/8, bit ch % 8 (padding channels 0).
 void batchnorm_apply_fused(cudaStream_t stream, bool inference, const BnApply& main, Shortcut shortcut,
-                           const TensorRef& s, const BnApply* s_bn, bool relu, const TensorRef& y);
+                           const TensorRef& s, const BnApply* s_bn, bool relu, const TensorRef& y,
+                           std::uint8_t* mask = nullptr);
 
 /// Training forward: per channel c over the R = N·H·W rows, mean_c and biased var_c (sums of x − x[row 0]);
 /// y = (x − mean)·(invstd·γ) + β with invstd = 1/√(var + eps). Writes batch_mean = mean, batch_var_unbiased =
@@ -102,11 +104,12 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
 /// (plan ADD_RELU_BN_BWD): g = relu'(y)·round(dy + addend) is formed and stored into g (the shortcut reads it too)
 /// by the BN backward's statistics pass, then read by its dx pass, instead of written by one pass and read back by
 /// another. Results equal the two calls' bit for bit. x, y, dy, addend, g and dx share one layout; g may not alias
-/// x, y, dy or addend.
+/// x, y, dy or addend. `mask` (FP16 only): y's sign as batchnorm_apply_fused wrote it, read instead of y where the
+/// statistics pass runs 8-channel vectors (y is read otherwise, so it must still hold the same values).
 void batchnorm_add_relu_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& addend,
                                  const TensorRef& g, const TensorRef& x, const float* gamma, const float* save_mean,
                                  const float* save_invstd, const TensorRef& dx, bool accumulate_dx, float* dgamma,
                                  float* dbeta, void* workspace, std::size_t workspace_bytes,
-                                 const SyncReduce* sync = nullptr);
+                                 const SyncReduce* sync = nullptr, const std::uint8_t* mask = nullptr);
 
 }  // namespace renaissance::cuda

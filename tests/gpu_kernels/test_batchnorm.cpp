@@ -400,6 +400,102 @@ TEST_F(BatchNormTest, ResidualSumReluBackwardInsideTheBnBackwardEqualsThePlainPa
   }
 }
 
+TEST_F(BatchNormTest, ReluMaskBitsStandForTheBlockEndOutput) {
+  // plan_relu_masks: the block end's apply (BN + shortcut + ReLU) also writes the sign of its stored output as bits
+  // (byte row·c_stride/8 + ch/8, bit ch % 8), and batchnorm_add_relu_backward reads them instead of y. FP16 layouts
+  // of 8-channel groups: the output is the mask-free apply's bit for bit, every bit is the output's sign (padding 0),
+  // the backward with the mask equals the backward reading y bit for bit, and it does read the mask: an all-zero mask
+  // gives g = 0 where the statistics pass runs 8-channel vectors.
+  std::uint32_t seed = 2600;
+  const float eps = 1e-5f;
+  const DeviceBuffer eps_dev = upload(std::vector<float>{eps});
+  int checked = 0;
+  for (const Layout& l : bn_layouts()) {
+    if (l.dtype != DType::F16 || l.c_stride % 8 != 0) continue;
+    ++checked;
+    const std::string name = layout_name(l);
+    const auto c = static_cast<std::size_t>(l.shape.c);
+    const std::int64_t rows = l.shape.n * l.shape.h * l.shape.w, cs = l.c_stride;
+    DevTensor x(l.shape, l.dtype, cs), sc(l.shape, l.dtype, cs), y(l.shape, l.dtype, cs), y_plain(l.shape, l.dtype, cs);
+    x.upload(bn_input(l.shape, seed, l.dtype));
+    sc.upload(quantized(random_vec(x.elems(), seed + 1, -1.0f, 1.0f), l.dtype));
+    const Vec gamma = random_vec(c, seed + 3, 0.5f, 1.5f), beta = random_vec(c, seed + 4, -0.5f, 0.5f);
+    const DeviceBuffer gm = upload(gamma), b = upload(beta);
+    DeviceBuffer mean(c * 4), var(c * 4), invstd(c * 4);
+    const std::size_t ws_bytes = batchnorm_workspace_bytes(x.ref());
+    DeviceBuffer ws(ws_bytes);
+    batchnorm_train_statistics(stream, x.ref(), eps_dev.as<float>(), mean.as<float>(), var.as<float>(),
+                               invstd.as<float>(), ws.get(), ws_bytes);
+    const BnApply main{x.ref(), gm.as<float>(), b.as<float>(), mean.as<float>(), invstd.as<float>(), nullptr};
+    const auto mask_bytes = static_cast<std::size_t>(rows * cs / 8);
+    DeviceBuffer mask(mask_bytes);
+    mask.fill_bytes(0xA5);
+    y.poison();
+    y_plain.poison();
+    batchnorm_apply_fused(stream, false, main, Shortcut::kTensor, sc.ref(), nullptr, true, y_plain.ref());
+    batchnorm_apply_fused(stream, false, main, Shortcut::kTensor, sc.ref(), nullptr, true, y.ref(),
+                          mask.as<std::uint8_t>());
+    sync();
+    const Vec yv = y.download_full();
+    expect_bits_equal(yv, y_plain.download_full(), "y " + name);
+    const std::vector<std::uint8_t> bits = download<std::uint8_t>(mask, mask_bytes);
+    std::int64_t wrong = 0, on = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t ch = 0; ch < cs; ++ch) {
+        const bool bit = (bits[static_cast<std::size_t>(r * cs / 8 + ch / 8)] >> (ch % 8)) & 1u;
+        on += bit;
+        wrong += bit != (yv[static_cast<std::size_t>(r * cs + ch)] > 0.0f);
+      }
+    EXPECT_EQ(wrong, 0) << name;
+    EXPECT_GT(on, 0) << name;
+    // The backward: with the mask, with y, with a zero mask.
+    DevTensor dy(l.shape, l.dtype, cs), a(l.shape, l.dtype, cs);
+    dy.upload(quantized(random_vec(x.elems(), seed + 5, -1.0f, 1.0f), l.dtype));
+    a.upload(quantized(random_vec(x.elems(), seed + 6, -1.0f, 1.0f), l.dtype));
+    seed += 10;
+    DevTensor g_y(l.shape, l.dtype, cs), g_m(l.shape, l.dtype, cs), g_0(l.shape, l.dtype, cs);
+    DevTensor dx_y(l.shape, l.dtype, cs), dx_m(l.shape, l.dtype, cs), dx_0(l.shape, l.dtype, cs);
+    const Vec zeros(c, 0.0f);
+    const DeviceBuffer dg_y = upload(zeros), db_y = upload(zeros), dg_m = upload(zeros), db_m = upload(zeros);
+    const DeviceBuffer dg_0 = upload(zeros), db_0 = upload(zeros);
+    DeviceBuffer none(mask_bytes);
+    none.fill_bytes(0);
+    for (DevTensor* t : {&g_y, &g_m, &g_0, &dx_y, &dx_m, &dx_0}) t->poison();
+    auto backward = [&](const DevTensor& g, const DevTensor& dx, const DeviceBuffer& dg, const DeviceBuffer& db,
+                        const std::uint8_t* m) {
+      batchnorm_add_relu_backward(stream, y.ref(), dy.ref(), a.ref(), g.ref(), x.ref(), gm.as<float>(),
+                                  mean.as<float>(), invstd.as<float>(), dx.ref(), false, dg.as<float>(),
+                                  db.as<float>(), ws.get(), ws_bytes, nullptr, m);
+    };
+    backward(g_y, dx_y, dg_y, db_y, nullptr);
+    backward(g_m, dx_m, dg_m, db_m, mask.as<std::uint8_t>());
+    backward(g_0, dx_0, dg_0, db_0, none.as<std::uint8_t>());
+    sync();
+    expect_bits_equal(g_m.download_full(), g_y.download_full(), "g " + name);
+    expect_bits_equal(dx_m.download_full(), dx_y.download_full(), "dx " + name);
+    expect_bits_equal(download<float>(dg_m, c), download<float>(dg_y, c), "dgamma " + name);
+    expect_bits_equal(download<float>(db_m, c), download<float>(db_y, c), "dbeta " + name);
+    const bool vector_pass = (static_cast<std::int64_t>(c) + 7) / 8 * 8 >= cs;  // else y is read (two passes)
+    const Vec g0 = g_0.download(), gy = g_y.download();
+    const bool all_zero = std::all_of(g0.begin(), g0.end(), [](float v) { return v == 0.0f; });
+    const bool any_y = std::any_of(gy.begin(), gy.end(), [](float v) { return v != 0.0f; });
+    EXPECT_TRUE(any_y) << name;
+    if (vector_pass)
+      EXPECT_TRUE(all_zero) << name << ": the backward did not read the mask";
+    else
+      expect_bits_equal(g_0.download_full(), g_y.download_full(), "g (y read, mask unused) " + name);
+  }
+  EXPECT_GE(checked, 5);
+  // A mask on a layout it cannot describe is refused.
+  DevTensor x32(Shape{2, 3, 3, 8}, DType::F32, 8);
+  DeviceBuffer p(64), m(64);
+  float* f = p.as<float>();
+  const BnApply main32{x32.ref(), f, f, f, f, nullptr};
+  EXPECT_THROW(batchnorm_apply_fused(stream, false, main32, Shortcut::kTensor, x32.ref(), nullptr, true, x32.ref(),
+                                     m.as<std::uint8_t>()),
+               Error);
+}
+
 TEST_F(BatchNormTest, FusedApplyRejectsMismatchedShortcut) {
   DevTensor x(Shape{4, 5, 5, 8}, DType::F32, 8), y(Shape{4, 5, 5, 8}, DType::F32, 8), s(Shape{4, 5, 5, 16}, DType::F32, 16);
   DeviceBuffer p(64);

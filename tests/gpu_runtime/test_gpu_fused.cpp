@@ -90,6 +90,26 @@ TEST_F(GpuFused, FusedKernelsEqualThePlainPartsBitForBit) {
   EXPECT_EQ(ef.val_top1, ep.val_top1);
 }
 
+TEST_F(GpuFused, ReluMasksTrainToTheSameBitsAsReadingTheOutput) {
+  // plan_relu_masks: the 4 block ends whose ReLU backward is a sum+relu+bn backward keep 1-bit masks, which that pass
+  // reads instead of the FP16 output (batchnorm.cu, kSumBits): the same training bit for bit as relu_masks off.
+  const std::string data = synthetic(160, 16, 3);
+  auto o = options(data, true);
+  runtime::Trainer with(every_fused_kind(), o);
+  o.relu_masks = false;
+  runtime::Trainer without(every_fused_kind(), o);
+  int masks = 0;
+  for (const DTensor& t : with.plan().memory[0].tensors()) masks += t.region == Region::S_MASK;
+  EXPECT_EQ(masks, 4);
+  for (const DTensor& t : without.plan().memory[0].tensors()) EXPECT_NE(t.region, Region::S_MASK);
+  const auto hw = with.run(), ho = without.run();
+  ASSERT_EQ(hw.size(), ho.size());
+  EXPECT_EQ(hw.back().train_loss, ho.back().train_loss);
+  const auto ww = with.state_values(), wo = without.state_values();
+  ASSERT_EQ(ww.size(), wo.size());
+  EXPECT_EQ(std::memcmp(ww.data(), wo.data(), ww.size() * sizeof(float)), 0) << "weights, BN statistics, optimizer";
+}
+
 TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {
   // The equality above would hold trivially if nothing were fused: the profile of a step lists the fused groups
   // (and with --fused-kernels off, none of them), with the calls per step the network implies.

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 namespace {
@@ -189,8 +190,12 @@ TEST(Fusion, FusedKernelsOffKeepsThePlainParts) {
   std::size_t k = 0;
   while (k < a.size() && !(a[k].op == OpKind::FUSED_FWD && count({a[k]}).count(FusedKind::BN_RELU))) ++k;
   ASSERT_LT(k, a.size());
-  EXPECT_EQ(rp::decide_fusions(a[k].sub, on.memory[0], a, k), a[k].fusions)
-      << "the decision is a function of the parts";
+  std::vector<FusedPass> decided = a[k].fusions;  // less the ReLU masks, which plan_relu_masks adds afterwards
+  for (FusedPass& f : decided)
+    for (auto* ops : {&f.inputs, &f.outputs, &f.saved})
+      ops->erase(std::remove_if(ops->begin(), ops->end(), [](const rp::FusedOperand& o) { return o.name == "mask"; }),
+                 ops->end());
+  EXPECT_EQ(rp::decide_fusions(a[k].sub, on.memory[0], a, k), decided) << "the decision is a function of the parts";
   std::vector<Node> parts = a[k].sub;
   for (Node& s : parts)
     if (s.op == OpKind::RELU_FWD) {
@@ -262,6 +267,61 @@ TEST(Fusion, ResidualSumsMoveIntoTheConsumingReluBackward) {
   t.fold_residual_sums = true;
   t.fuse_kernels = false;
   EXPECT_EQ(accumulating_dgrads(rp::Compiler::compile(arch, t)), 1);
+}
+
+TEST(Fusion, ResidualBlockEndsKeepTheirReluSignAsOneBitMasks) {
+  // TrainConfig::relu_masks (AMP): each training block end whose ReLU backward is an ADD_RELU_BN_BWD pass writes its
+  // ReLU's sign into an S_MASK tensor of U8 {N, H, W, ⌈C/8⌉}, and that backward pass names the mask among its inputs.
+  // ResNet-50: 15 of the 16 block ends (the last one's ReLU backward follows the pooling, not a residual sum).
+  Cfg c{"resnet50", true, true, OptimizerKind::MOMENTUM, false, 8, 64, 16, 0, false, 64};
+  rp::TrainConfig t = train_config(c);
+  const rp::ArchPlan arch = arch_of(c);
+  const rp::CompiledPlan p = rp::Compiler::compile(arch, t);
+  const rp::MemoryPlan& mp = p.memory[0];
+  std::map<renaissance::TensorId, renaissance::TensorId> written;  // mask -> the forward's y
+  int backward = 0;
+  for (const Node& n : p.train.bucket(GraphId::DEEP_FWD_BWD))
+    for (const FusedPass& f : n.fusions) {
+      if (const rp::FusedOperand* m = find(f.outputs, "mask")) {
+        EXPECT_TRUE(f.kind == FusedKind::BN_ADD_RELU || f.kind == FusedKind::BN_BN_ADD_RELU);
+        const auto& y = mp.tensor(find(f.outputs, "y")->id);
+        const auto& mask = mp.tensor(m->id);
+        EXPECT_EQ(mask.region, renaissance::Region::S_MASK);
+        EXPECT_EQ(mask.dtype, renaissance::DType::U8);
+        EXPECT_EQ(mask.shape, (renaissance::Shape{y.shape.n, y.shape.h, y.shape.w, (y.shape.c + 7) / 8}));
+        EXPECT_NE(find(f.saved, "mask"), nullptr);
+        written[m->id] = find(f.outputs, "y")->id;
+      }
+      if (const rp::FusedOperand* m = find(f.inputs, "mask")) {
+        ++backward;
+        ASSERT_EQ(f.kind, FusedKind::ADD_RELU_BN_BWD);
+        ASSERT_TRUE(written.count(m->id)) << "a mask read before the forward pass wrote it";
+        // the ReLU whose sign it holds: the block end's output (y stays an operand too)
+        EXPECT_EQ(mp.owner_of(find(f.inputs, "y")->id), mp.owner_of(written[m->id]));
+      }
+    }
+  EXPECT_EQ(written.size(), 15u);
+  EXPECT_EQ(backward, 15);
+  // every variant holds the masks with one slot (the lowres variant's shapes are smaller)
+  for (const rp::MemoryPlan& v : p.memory)
+    for (const auto& [mask, y] : written) EXPECT_EQ(v.tensor(mask).slot_bytes, mp.tensor(mask).slot_bytes);
+  // none with relu_masks off (a different plan), in FP32 plans, or with --fused-kernels off
+  t.relu_masks = false;
+  const rp::CompiledPlan off = rp::Compiler::compile(arch, t);
+  EXPECT_NE(off.hash, p.hash);
+  for (const Node& n : off.train.bucket(GraphId::DEEP_FWD_BWD))
+    for (const FusedPass& f : n.fusions) EXPECT_EQ(find(f.outputs, "mask"), nullptr);
+  Cfg c32 = c;
+  c32.amp = false;
+  const rp::CompiledPlan f32 = rp::Compiler::compile(arch_of(c32), train_config(c32));
+  for (const Node& n : f32.train.bucket(GraphId::DEEP_FWD_BWD))
+    for (const FusedPass& f : n.fusions) EXPECT_EQ(find(f.outputs, "mask"), nullptr) << "FP32 plan";
+  for (const auto& d : off.memory[0].tensors()) EXPECT_NE(d.region, renaissance::Region::S_MASK);
+  // serialised with the plan
+  const rp::CompiledPlan q = rp::deserialize(rp::serialize(p));
+  EXPECT_EQ(q.train, p.train);
+  EXPECT_TRUE(q.config.relu_masks);
+  EXPECT_EQ(q.hash, p.hash);
 }
 
 TEST(Fusion, SerialisationCarriesThePasses) {

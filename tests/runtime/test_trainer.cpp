@@ -531,6 +531,73 @@ TEST(Trainer, CpuFusedPassesEqualThePlainParts) {
   EXPECT_FALSE(on.count("FUSED:bn+relu")) << "tricky: the first ReLU is not in place";
 }
 
+TEST(Trainer, ReluMasksTrainToTheSameBitsAndHoldTheReluSign) {
+  // plan_relu_masks (AMP): the block ends write their ReLU's sign as 1-bit masks, which the sum+relu+bn backward reads
+  // instead of the FP16 output. The CPU runs both sides of it (the GPU's layout): the same training bit for bit as
+  // with the masks off, and after one step every mask equals the sign of the output it stands for, read from a run
+  // with no reuse of the activation pool (whose outputs keep their bytes to the end of the step; the first step's
+  // forward pass computes the same values in both plans).
+  const std::string data = synthetic(256, 64, 16, 3, 10);
+  bp::BluePrint m;
+  m.name = "tiny_res_masks";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
+                   bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1), bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2),
+                   bp::block(32, 32, bp::BlockKind::RESNET_3_3, 1), bp::gap_fc(10), bp::softmax_ce(10));
+  auto o = small_options(data);
+  o.amp = true;
+  o.max_steps = 3;
+  o.validate = false;
+  {
+    runtime::Trainer with(m, o);
+    o.relu_masks = false;
+    runtime::Trainer without(m, o);
+    const auto hw = with.run(), ho = without.run();
+    EXPECT_TRUE(bit_equal(with.state_values(), without.state_values()));
+    ASSERT_EQ(hw.size(), 1u);
+    ASSERT_EQ(ho.size(), 1u);
+    EXPECT_EQ(hw[0].train_loss, ho[0].train_loss);
+    for (const DTensor& t : without.plan().memory[0].tensors()) EXPECT_NE(t.region, Region::S_MASK);
+  }
+  o.max_steps = 1;
+  o.relu_masks = true;
+  runtime::Trainer one(m, o);
+  one.run();
+  o.relu_masks = false;
+  o.reuse_memory = false;
+  runtime::Trainer kept(m, o);
+  kept.run();
+  int masks = 0;
+  for (const DTensor& t : one.plan().memory[0].tensors()) {
+    if (t.region != Region::S_MASK) continue;
+    ++masks;
+    const std::string y = t.name.substr(0, t.name.size() - 5);  // "<y>.mask"
+    ASSERT_EQ(t.name.substr(y.size()), ".mask");
+    const std::vector<std::uint8_t> bits = one.tensor_bytes(t.name), v = kept.tensor_bytes(y);
+    const std::int64_t rows = t.shape.n * t.shape.h * t.shape.w;
+    const std::int64_t channels = static_cast<std::int64_t>(v.size() / 2) / rows;
+    ASSERT_EQ((channels + 7) / 8, t.shape.c) << t.name;
+    std::int64_t on = 0, wrong = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t ch = 0; ch < t.shape.c * 8; ++ch) {
+        bool positive = false;  // padding bits: 0
+        if (ch < channels) {
+          const std::size_t e = static_cast<std::size_t>(r * channels + ch);
+          const unsigned h = v[2 * e] | (v[2 * e + 1] << 8);  // FP16, little-endian
+          positive = (h & 0x8000u) == 0 && (h & 0x7FFFu) != 0;
+        }
+        const bool bit = (bits[static_cast<std::size_t>(r * t.shape.c + ch / 8)] >> (ch % 8)) & 1u;
+        on += bit;
+        wrong += bit != positive;
+      }
+    EXPECT_EQ(wrong, 0) << t.name;
+    EXPECT_GT(on, 0) << t.name;  // an all-zero mask would be a poor witness
+  }
+  // block ends whose ReLU backward is a sum+relu+bn backward pass: all but the last
+  EXPECT_EQ(masks, 3);
+}
+
 TEST(Trainer, ProgressiveResizeTrainsTheFirstEpochsOnTheLowResVariants) {
   const std::string data = synthetic(256, 64, 16, 3, 10);
   bp::BluePrint m;

@@ -61,6 +61,10 @@ struct TrainConfig {
   /// ReLU's, the sum's gradient is formed inside that BN backward's statistics pass (ADD_RELU_BN_BWD, one memory pass
   /// fewer per block end) instead of by an ADD_RELU_BWD pass of its own. Same bits either way.
   bool fuse_residual_bn_backward = true;
+  /// AMP plans with fused passes: a residual block's end (BN_ADD_RELU / BN_BN_ADD_RELU, training) also writes its ReLU's
+  /// sign as a 1-bit mask into S_MASK, and the ADD_RELU_BN_BWD pass of that ReLU reads the mask instead of the FP16
+  /// output (1/16 of the bytes, one memory pass fewer there: plan/fusion.h, plan_relu_masks). Same bits either way.
+  bool relu_masks = true;
   /// Activation recomputation (plan/recompute.h, `--recompute bn-relu`): the output of each training BN → ReLU pair
   /// that the backward pass reads (the next convolution's weight gradient, the ReLU's own backward) is not kept from
   /// the forward pass; one BN-apply + ReLU pass re-forms it from the BN's input and saved statistics right before its
@@ -80,7 +84,8 @@ struct TrainConfig {
            a.optimizer == b.optimizer && a.ema == b.ema && a.amp == b.amp &&
            a.freeze_first_layer == b.freeze_first_layer && a.reuse_memory == b.reuse_memory &&
            a.fuse_kernels == b.fuse_kernels && a.fold_residual_sums == b.fold_residual_sums &&
-           a.fuse_residual_bn_backward == b.fuse_residual_bn_backward && a.recompute_bn_relu == b.recompute_bn_relu &&
+           a.fuse_residual_bn_backward == b.fuse_residual_bn_backward && a.relu_masks == b.relu_masks &&
+           a.recompute_bn_relu == b.recompute_bn_relu &&
            a.recompute_budget_bytes == b.recompute_budget_bytes && a.recompute_limit == b.recompute_limit;
   }
 };

@@ -709,6 +709,7 @@ class CompileRun {
     // The fusion phase first: the lifetimes below read the fused passes' operands.
     plan_fusions(out.train, out.memory[0], cfg.fuse_kernels, cfg.fuse_residual_bn_backward);
     plan_fusions(out.inference, out.memory[0], cfg.fuse_kernels, cfg.fuse_residual_bn_backward);
+    if (cfg.fuse_kernels && cfg.relu_masks) plan_relu_masks(out.train, out.memory);
     out.schedule = build_step_schedule();
     if (cfg.reuse_memory) {
       const Liveness live = compute_liveness(out.memory[0], out.train, out.inference, &out.schedule);

@@ -5,6 +5,7 @@
 #include <renaissance/plan/fusion.h>
 
 #include <algorithm>
+#include <map>
 
 namespace renaissance::plan {
 
@@ -351,6 +352,89 @@ void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum
     }
     if (fuse) mark_fallback_only(bucket, mp);
   }
+}
+
+namespace {
+
+const FusedOperand* find_operand(const std::vector<FusedOperand>& v, const char* name) {
+  for (const FusedOperand& o : v)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+/// Does a node at bucket positions (from, to) write bytes of `owner` (plain nodes and fused nodes' parts)?
+bool written_between(const MemoryPlan& mp, TensorId owner, const std::vector<Node>& bucket, std::size_t from,
+                     std::size_t to) {
+  auto writes = [&](const Node& n) {
+    return std::any_of(n.outputs.begin(), n.outputs.end(),
+                       [&](TensorId t) { return t != kNoTensor && owner_of(mp, t) == owner; });
+  };
+  for (std::size_t i = from + 1; i < to; ++i) {
+    const Node& n = bucket[i];
+    if (writes(n)) return true;
+    for (const Node& s : n.sub)
+      if (writes(s)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int plan_relu_masks(ComputationGraph& train, std::vector<MemoryPlan>& plans) {
+  RN_CHECK(!plans.empty(), "internal: plan_relu_masks without memory plans");
+  const MemoryPlan& mp = plans[0];
+  int count = 0;
+  for (int gi = 0; gi < kGraphIds; ++gi) {
+    std::vector<Node>& bucket = train.mutable_bucket(static_cast<GraphId>(gi));
+    // The training block ends of this bucket by their output's owner: (node, pass).
+    std::map<TensorId, std::pair<std::size_t, std::size_t>> ends;
+    for (std::size_t i = 0; i < bucket.size(); ++i) {
+      Node& n = bucket[i];
+      for (std::size_t k = 0; k < n.fusions.size(); ++k) {
+        FusedPass& f = n.fusions[k];
+        if (f.kind == FusedKind::BN_ADD_RELU || f.kind == FusedKind::BN_BN_ADD_RELU) {
+          const FusedOperand* y = find_operand(f.outputs, "y");
+          if (y == nullptr || n.sub[static_cast<std::size_t>(f.bn)].op != OpKind::BN_FWD_TRAIN) continue;
+          const DTensor& t = mp.tensor(y->id);
+          if (t.dtype != DType::F16 || channel_alignment(t.dtype, t.region) % 8 != 0) continue;
+          ends[owner_of(mp, y->id)] = {i, k};
+          continue;
+        }
+        if (f.kind != FusedKind::ADD_RELU_BN_BWD || find_operand(f.inputs, "mask") != nullptr) continue;
+        const FusedOperand* y = find_operand(f.inputs, "y");
+        if (y == nullptr) continue;
+        const auto it = ends.find(owner_of(mp, y->id));
+        if (it == ends.end()) continue;
+        const auto [fi, fk] = it->second;
+        FusedPass& fwd = bucket[fi].fusions[fk];
+        const TensorId fy = find_operand(fwd.outputs, "y")->id;
+        if (!same(mp, fy, y->id) || written_between(mp, owner_of(mp, y->id), bucket, fi, i)) continue;
+        TensorId mask = kNoTensor;
+        if (const FusedOperand* m = find_operand(fwd.outputs, "mask")) {
+          mask = m->id;  // a second reader of the same ReLU (not in the networks planned so far)
+        } else {
+          const std::string name = mp.tensor(owner_of(mp, fy)).name + ".mask";
+          auto shape_of = [&](const MemoryPlan& p) {
+            const Shape s = p.tensor(fy).shape;
+            return Shape{s.n, s.h, s.w, (s.c + 7) / 8};
+          };
+          std::int64_t slot = 0;
+          for (const MemoryPlan& p : plans)
+            slot = std::max(slot, compute_slot_bytes(shape_of(p), DType::U8, Region::S_MASK));
+          for (MemoryPlan& p : plans) {
+            const TensorId id = p.alloc_other(Region::S_MASK, name, shape_of(p), DType::U8, slot);
+            RN_CHECK(mask == kNoTensor || id == mask, "internal: tensor ids diverge between variants");
+            mask = id;
+          }
+          operand(fwd.outputs, "mask", mask);
+          operand(fwd.saved, "mask", mask);
+          ++count;
+        }
+        operand(f.inputs, "mask", mask);
+      }
+    }
+  }
+  return count;
 }
 
 std::vector<int> fused_step_of(const Node& n) {

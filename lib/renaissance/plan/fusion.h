@@ -13,6 +13,15 @@ namespace renaissance::plan {
 /// `sum_into_bn` (TrainConfig::fuse_residual_bn_backward): ADD_RELU_BN_BWD where it applies, else ADD_RELU_BWD alone.
 void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum_into_bn = true);
 
+/// TrainConfig::relu_masks (after plan_fusions on the train graph): every training residual block end whose output y
+/// is FP16 (BN_ADD_RELU, BN_BN_ADD_RELU) and whose ReLU's backward is an ADD_RELU_BN_BWD pass of the same bucket,
+/// with nothing writing y's bytes in between, also writes relu'(y) as a 1-bit mask (an S_MASK tensor "<y>.mask" of
+/// U8 {N, H, W, ⌈C/8⌉}: bit j of byte (n, h, w, b) is channel 8b + j, set where the stored y > 0), named "mask" among
+/// the forward pass's outputs and the backward pass's inputs, which then reads it instead of y (y stays an operand:
+/// it is kept for the next block's weight gradient anyway, and a backend may read it instead). The mask tensors are
+/// added to every variant's memory plan (`plans`, before finalize). Returns the number of masks.
+int plan_relu_masks(ComputationGraph& train, std::vector<MemoryPlan>& plans);
+
 /// The passes of one fused node's parts `sub` (in `bucket`, at position `index`; the rest of the bucket is checked for
 /// later readers of a value a pass never forms).
 std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const MemoryPlan& mp,

@@ -12,7 +12,7 @@ namespace renaissance::plan {
 
 namespace {
 
-constexpr char kMagic[8] = {'R', 'N', 'P', 'L', 'A', 'N', '0', '4'};
+constexpr char kMagic[8] = {'R', 'N', 'P', 'L', 'A', 'N', '0', '5'};
 
 class Writer {
  public:
@@ -332,6 +332,7 @@ void write_body(Writer& w, const CompiledPlan& p) {
   w.b(c.fuse_kernels);
   w.b(c.fold_residual_sums);
   w.b(c.fuse_residual_bn_backward);
+  w.b(c.relu_masks);
   w.b(c.recompute_bn_relu);
   w.i64(c.recompute_budget_bytes);
   w.i64(c.recompute_limit);
@@ -399,6 +400,7 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
   c.fuse_kernels = r.b();
   c.fold_residual_sums = r.b();
   c.fuse_residual_bn_backward = r.b();
+  c.relu_masks = r.b();
   c.recompute_bn_relu = r.b();
   c.recompute_budget_bytes = r.i64();
   c.recompute_limit = static_cast<std::int32_t>(r.i64());

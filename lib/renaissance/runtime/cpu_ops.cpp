@@ -275,6 +275,7 @@ struct FusedStep {
   int add = -1;          ///< apply: the ADD2_FWD (-1: none); conv pair: the CONV_BWD_DATA
   int shortcut_bn = -1;  ///< apply: the BN whose apply is the shortcut (-1: the ADD2's other input as stored)
   int stats_slot = -1;   ///< kStats, and kApply with a training shortcut BN: its saved mean in FusedProgram::means
+  int pass = -1;         ///< the plan's fused pass (index into Node::fusions and ResolvedNode::pass_masks)
   std::string label;     ///< for the profiler
 };
 struct FusedProgram {
@@ -374,6 +375,7 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
     s.label = ops::fused_kind_label(f.kind);
     s.node = f.bn;
     s.relu = f.relu;
+    s.pass = step[k];
     switch (f.kind) {
       case ops::FusedKind::BN_STATS:
         s.kind = FusedStep::kStats;
@@ -446,6 +448,38 @@ void run_plain(const ResolvedNode& s, ExecEnv& env) {
   (is_compute(s) ? table.compute(s.node->op) : table.range(s.node->range_op))(s, env);
 }
 
+/// The ReLU mask of a step's pass (plan_relu_masks), or a null view.
+TensorView mask_of(const ResolvedNode& r, const FusedStep& st) {
+  return st.pass >= 0 && static_cast<std::size_t>(st.pass) < r.pass_masks.size()
+             ? r.pass_masks[static_cast<std::size_t>(st.pass)]
+             : TensorView{};
+}
+
+/// mask bit (row, ch) = stored y > 0: byte row·⌈C/8⌉ + ch/8, bit ch % 8 (plan_relu_masks' layout, the GPU's).
+void write_relu_mask(const TensorView& y, const TensorView& mask) {
+  const float* v = f32_in(y);
+  const std::int64_t c = y.shape.c, rows = y.shape.n * y.shape.h * y.shape.w, cb = mask.shape.c;
+  RN_CHECK(cb == (c + 7) / 8 && mask.shape.n * mask.shape.h * mask.shape.w == rows,
+           "internal: ReLU mask {} for an output {}", mask.shape.str(), y.shape.str());
+  auto* m = mask.as<std::uint8_t>();
+  std::fill(m, m + rows * cb, std::uint8_t{0});
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t ch = 0; ch < c; ++ch)
+      if (v[r * c + ch] > 0.0f) m[r * cb + ch / 8] |= static_cast<std::uint8_t>(1u << (ch % 8));
+}
+
+/// The ReLU's sign from its mask as 1 or 0 per element of `like` (what relu_backward_sum tests with y > 0).
+const float* relu_sign_from_mask(const TensorView& mask, const TensorView& like) {
+  const std::int64_t c = like.shape.c, rows = like.shape.n * like.shape.h * like.shape.w, cb = mask.shape.c;
+  RN_CHECK(cb == (c + 7) / 8 && mask.shape.n * mask.shape.h * mask.shape.w == rows,
+           "internal: ReLU mask {} for an output {}", mask.shape.str(), like.shape.str());
+  const auto* m = mask.as<const std::uint8_t>();
+  float* out = scratch().get(like.elems());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t ch = 0; ch < c; ++ch) out[r * c + ch] = (m[r * cb + ch / 8] >> (ch % 8)) & 1u ? 1.0f : 0.0f;
+  return out;
+}
+
 void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const FusedStep& st, ExecEnv& env) {
   const ResolvedNode& s = r.sub[static_cast<std::size_t>(st.node)];
   if (st.kind == FusedStep::kPlain) return run_plain(s, env);
@@ -474,10 +508,13 @@ void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const Fused
         const ResolvedNode& add = r.sub[static_cast<std::size_t>(st.add)];
         shortcut = f32_in(add.in[0].ptr == s.out[0].ptr ? add.in[1] : add.in[0]);
       }
-      F32Out y(s.out[0], false);
-      cpu::batchnorm_apply_fused(bn_apply_of(s, x, mean), s.in[0].shape, kind, shortcut,
-                                 st.shortcut_bn >= 0 ? &second : nullptr, st.relu >= 0,
-                                 s.out[0].dtype == DType::F16, y.get());
+      {
+        F32Out y(s.out[0], false);
+        cpu::batchnorm_apply_fused(bn_apply_of(s, x, mean), s.in[0].shape, kind, shortcut,
+                                   st.shortcut_bn >= 0 ? &second : nullptr, st.relu >= 0,
+                                   s.out[0].dtype == DType::F16, y.get());
+      }
+      if (const TensorView mask = mask_of(r, st)) write_relu_mask(s.out[0], mask);
       return;
     }
     case FusedStep::kConvBwdPair: {
@@ -508,8 +545,11 @@ void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const Fused
       const ResolvedNode& relu = r.sub[static_cast<std::size_t>(st.relu)];
       const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
       {
+        // With a ReLU mask (plan_relu_masks) its bits stand for y, as on the GPU.
+        const TensorView mask = mask_of(r, st);
+        const float* y = mask ? relu_sign_from_mask(mask, relu.in[0]) : f32_in(relu.in[0]);
         F32Out g(relu.out[0], false);
-        cpu::relu_backward_sum(f32_in(relu.in[0]), f32_in(relu.in[1]), f32_in(acc.in[0]), g.get(), relu.out[0].elems(),
+        cpu::relu_backward_sum(y, f32_in(relu.in[1]), f32_in(acc.in[0]), g.get(), relu.out[0].elems(),
                                acc.out[0].dtype == DType::F16);
       }
       run_plain(s, env);

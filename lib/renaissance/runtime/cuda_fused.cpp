@@ -30,6 +30,7 @@ struct FusedStep {
   int relu = -1;         ///< apply: the RELU_FWD whose output is written (-1: no ReLU); bwd: the RELU_BWD
   int add = -1;          ///< apply: the ADD2_FWD (-1: none)
   int shortcut_bn = -1;  ///< apply: the BN whose apply is the shortcut (-1: the ADD2's other input as stored)
+  int pass = -1;         ///< the plan's fused pass (index into Node::fusions and ResolvedNode::pass_masks)
   std::string label;     ///< for the profiler
 };
 struct FusedProgram {
@@ -62,6 +63,7 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
     s.label = ops::fused_kind_label(f.kind);
     s.node = f.bn;
     s.relu = f.relu;
+    s.pass = step[k];
     switch (f.kind) {
       case ops::FusedKind::BN_STATS: s.kind = FusedStep::kStats; break;
       case ops::FusedKind::RELU_BN_BWD: s.kind = FusedStep::kBnReluBwd; break;
@@ -168,6 +170,13 @@ void bn_statistics(const ResolvedNode& bn, ExecEnv& env) {
                                    static_cast<std::size_t>(env.workspace_bytes), sync_of(bn.in[0], env, sync));
 }
 
+/// The ReLU mask of a step's pass (plan_relu_masks), or null.
+std::uint8_t* mask_of(const ResolvedNode& r, const FusedStep& st) {
+  return st.pass >= 0 && static_cast<std::size_t>(st.pass) < r.pass_masks.size()
+             ? r.pass_masks[static_cast<std::size_t>(st.pass)].as<std::uint8_t>()
+             : nullptr;
+}
+
 void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
   const ResolvedNode& s = r.sub[static_cast<std::size_t>(st.node)];
   switch (st.kind) {
@@ -188,7 +197,8 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
         shortcut = add.in[0].ptr == s.out[0].ptr ? add.in[1] : add.in[0];
       }
       cuda::batchnorm_apply_fused(stream_of(env), !train, bn_apply_of(s), kind, ref(shortcut),
-                                  st.shortcut_bn >= 0 ? &second : nullptr, st.relu >= 0, ref(s.out[0]));
+                                  st.shortcut_bn >= 0 ? &second : nullptr, st.relu >= 0, ref(s.out[0]),
+                                  mask_of(r, st));
       return;
     }
     case FusedStep::kAddReluBwd: {  // RELU_BWD: y, dy -> dx; ACCUMULATE: addend -> dy (never formed)
@@ -204,7 +214,8 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
                                         ref(relu.out[0]), ref(s.in[0]), s.in[2].as<const float>(),
                                         s.in[3].as<const float>(), s.in[4].as<const float>(), ref(s.out[0]),
                                         s.node->accumulate, s.out[1].as<float>(), s.out[2].as<float>(), env.workspace,
-                                        static_cast<std::size_t>(env.workspace_bytes), sync_of(s.in[0], env, sync));
+                                        static_cast<std::size_t>(env.workspace_bytes), sync_of(s.in[0], env, sync),
+                                        mask_of(r, st));
       return;
     }
     case FusedStep::kBnReluBwd: {

@@ -23,6 +23,8 @@ struct ResolvedNode {
   std::vector<TensorView> in, out;
   std::vector<RangeView> in_ranges, out_ranges;
   std::vector<ResolvedNode> sub;
+  /// FUSED_*: per fused pass (plan::Node::fusions), its "mask" operand (plan_relu_masks; a null view: none).
+  std::vector<TensorView> pass_masks;
   /// Backend state made once by the op's `prepare` before capture (cuDNN descriptors and algorithms, ...).
   std::shared_ptr<void> state;
   std::string layer;  ///< the ArchPlan layer's name ("" for none)

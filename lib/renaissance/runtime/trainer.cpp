@@ -30,6 +30,7 @@ plan::TrainConfig train_config(const TrainOptions& opts, const ShardLayout& shar
   cfg.fuse_kernels = opts.fuse_kernels;
   cfg.fold_residual_sums = opts.fold_residual_sums;
   cfg.fuse_residual_bn_backward = opts.fuse_residual_bn_backward;
+  cfg.relu_masks = opts.relu_masks;
   cfg.recompute_bn_relu = opts.recompute_bn_relu;
   cfg.recompute_budget_bytes = opts.recompute_budget_bytes;
   return cfg;
