@@ -36,4 +36,7 @@ CLI::Validator seed_value();
 /// `--recompute-budget SIZE` (train, bench, plan) into `bytes` (0 when not given).
 CLI::Option* add_recompute_budget_option(CLI::App& cmd, std::int64_t& bytes);
 
+/// `--relu-mask on|off` (train, bench, plan; plan::TrainConfig::relu_masks) into `value`.
+CLI::Option* add_relu_mask_option(CLI::App& cmd, std::string& value);
+
 }  // namespace renaissance::app

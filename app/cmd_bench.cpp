@@ -268,12 +268,7 @@ void register_bench_command(CLI::App& app) {
                   "memory pass fewer per residual block end, same bits); off: a pass of its own")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--relu-mask", c->relu_mask,
-                  "--amp: on: a residual block's end also stores its ReLU's sign as a 1-bit mask, which the backward "
-                  "reads instead of the FP16 output (one pass over 1/16 of the bytes instead of all; same bits); off: "
-                  "the backward reads the output")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"on", "off"}));
+  add_relu_mask_option(*cmd, c->relu_mask);
   cmd->add_option("--recompute", c->recompute,
                   "bn-relu: BN -> ReLU outputs the backward reads are formed again there instead of kept (less "
                   "memory, one element-wise pass each); off: keep them")

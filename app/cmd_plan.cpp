@@ -34,6 +34,7 @@ struct PlanOptions {
   std::string fused_kernels = "on";
   std::string recompute = "off";
   std::int64_t recompute_budget = 0;
+  std::string relu_mask = "on";
   bool yaml = false;
   bool json = false;
 };
@@ -332,6 +333,7 @@ void register_plan_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
   add_recompute_budget_option(*cmd, opt->recompute_budget);
+  add_relu_mask_option(*cmd, opt->relu_mask);
   cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
   cmd->add_flag("--json", opt->json, "Print the report as JSON");
   cmd->callback([opt] {
@@ -359,6 +361,7 @@ void register_plan_command(CLI::App& app) {
     opt->cfg.fuse_kernels = opt->fused_kernels == "on";
     opt->cfg.recompute_bn_relu = opt->recompute == "bn-relu";
     opt->cfg.recompute_budget_bytes = opt->recompute_budget;
+    opt->cfg.relu_masks = opt->relu_mask == "on";
     const auto t1 = Clock::now();
     const plan::CompiledPlan compiled = plan::Compiler::compile(arch, opt->cfg);
     const double build_s = std::chrono::duration<double>(t1 - t0).count();

@@ -65,6 +65,7 @@ struct TrainCli {
   std::string fused_kernels = "on";
   std::string recompute = "off";
   std::int64_t recompute_budget = 0;
+  std::string relu_mask = "on";
   std::string cpu_winograd;  ///< on|off; empty: RENAISSANCE_CPU_WINOGRAD, else on
   std::string crop_scale = "0.08,1";
   std::string crop_ratio = "0.75,1.3333333333333333";
@@ -216,6 +217,7 @@ void run_train(TrainCli& c) {
   c.t.fuse_kernels = c.fused_kernels == "on";
   c.t.recompute_bn_relu = c.recompute == "bn-relu";
   c.t.recompute_budget_bytes = c.recompute_budget;
+  c.t.relu_masks = c.relu_mask == "on";
   RN_CHECK(c.t.epochs >= 1, "--epochs must be >= 1, got {}", c.t.epochs);
   RN_CHECK(c.t.batch >= 1, "--batch must be >= 1, got {}", c.t.batch);
   // The model and the checkpoint options first: a bad one stops the run before the default data set is imported.
@@ -547,6 +549,7 @@ void register_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bn-relu"}));
   add_recompute_budget_option(*cmd, c->recompute_budget);
+  add_relu_mask_option(*cmd, c->relu_mask);
   cmd->add_option("--cpu-winograd", c->cpu_winograd,
                   "CPU: oneDNN's Winograd kernels for the 3x3 stride-1 layers of 16k channels (faster on AVX-512, "
                   "~3x the direct kernels' rounding error; off: the direct kernels only, as PyTorch runs them; "

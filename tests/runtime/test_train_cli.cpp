@@ -122,6 +122,36 @@ TEST(TrainCli, ValidateLastScoresOnlyTheLastEpochAndTrainsTheSame) {
   EXPECT_FALSE(fs::exists(temp_dir() / "vl_ck")) << "refused before the run";
 }
 
+TEST(TrainCli, ReluMaskOffTrainsTheSameInTheSmallerArena) {
+  // --relu-mask on|off (plan::TrainConfig::relu_masks) through the CLI: an AMP residual model trains to the same
+  // losses either way (the masks change which bytes the block-end backward reads, not a value), and `plan` shows the
+  // masks' bytes in the arena. A value other than on|off is a usage error naming the option.
+  const std::string data = synthetic(28, 1);
+  const std::string common = "train --data " + data + " --model resnet18_fmnist --amp --device cpu --epochs 1 "
+                             "--batch 64 --max-steps 2 --metrics ";
+  const fs::path on = temp_dir() / "mask_on.jsonl", off = temp_dir() / "mask_off.jsonl";
+  const CliRun a = run(common + on.string());
+  ASSERT_EQ(a.code, 0) << a.out;
+  const CliRun b = run(common + off.string() + " --relu-mask off");
+  ASSERT_EQ(b.code, 0) << b.out;
+  const auto la = lines_of(on), lb = lines_of(off);
+  ASSERT_EQ(la.size(), 1u);
+  ASSERT_EQ(lb.size(), 1u);
+  for (const char* k : {"train_loss", "val_loss", "val_top1"})
+    EXPECT_EQ(json_number(la[0], k), json_number(lb[0], k)) << k;
+  auto arena = [](const std::string& extra) {
+    const CliRun p = run("plan --model resnet18_fmnist --amp --batch 64 --json" + extra);
+    EXPECT_EQ(p.code, 0) << p.out;
+    return json_number(p.out, "arena_bytes");
+  };
+  const double with = arena(""), without = arena(" --relu-mask off");
+  EXPECT_GT(without, 0.0);
+  EXPECT_GT(with, without) << "the masks take bytes of their own (S_MASK)";
+  const CliRun bad = run(common + off.string() + " --relu-mask maybe");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--relu-mask: maybe not in {on,off}"), std::string::npos) << bad.out;
+}
+
 // --zero-init-residual through the CLI: a residual model trains with it; a model without residual sums is refused
 // with the option's name, exit 1, before it trains (the weights it would start from: Trainer.ZeroInitResidual*).
 TEST(TrainCli, ZeroInitResidualNeedsAResidualModel) {

@@ -101,7 +101,7 @@ struct TrainOptions {
   bool fold_residual_sums = true;
   /// plan::TrainConfig::fuse_residual_bn_backward (`bench --fuse-residual-bn-backward on|off`).
   bool fuse_residual_bn_backward = true;
-  /// plan::TrainConfig::relu_masks (`bench --relu-mask on|off`): residual block ends keep their ReLU's sign as 1-bit
+  /// plan::TrainConfig::relu_masks (`train`/`bench --relu-mask on|off`): residual block ends keep their ReLU's sign as 1-bit
   /// masks for the backward (AMP; the same bits).
   bool relu_masks = true;
   /// plan::TrainConfig::recompute_bn_relu (`--recompute bn-relu`): BN -> ReLU outputs the backward reads are formed
