@@ -41,6 +41,7 @@ struct BenchCli {
   std::string fold_residual_sums = "on";
   std::string fuse_residual_bn_backward = "on";
   std::string relu_mask = "on";
+  std::string fuse_shortcut_bn_backward = "on";
   std::string recompute = "off";
   std::int64_t recompute_budget = 0;
   std::string device = "auto";
@@ -128,6 +129,7 @@ void run_bench(const BenchCli& c) {
   t.fold_residual_sums = c.fold_residual_sums == "on";
   t.fuse_residual_bn_backward = c.fuse_residual_bn_backward == "on";
   t.relu_masks = c.relu_mask == "on";
+  t.fuse_shortcut_bn_backward = c.fuse_shortcut_bn_backward == "on";
   t.recompute_bn_relu = c.recompute == "bn-relu";
   t.recompute_budget_bytes = c.recompute_budget;
   c.gpu.apply(t, "");
@@ -172,6 +174,7 @@ void run_bench(const BenchCli& c) {
     j.kv("fold_residual_sums", c.fold_residual_sums == "on")
         .kv("fuse_residual_bn_backward", c.fuse_residual_bn_backward == "on")
         .kv("relu_mask", c.relu_mask == "on")
+        .kv("fuse_shortcut_bn_backward", c.fuse_shortcut_bn_backward == "on")
         .kv("recompute", c.recompute);
     j.kv("recompute_budget_bytes", c.recompute_budget).kv("recomputed", recomputed);
     if (t.backend == runtime::Backend::CPU)
@@ -269,6 +272,11 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   add_relu_mask_option(*cmd, c->relu_mask);
+  cmd->add_option("--fuse-shortcut-bn-backward", c->fuse_shortcut_bn_backward,
+                  "--amp: on: a projection block's shortcut BN backward runs inside the block end's sum+relu+bn "
+                  "backward, which forms its gradient (two memory passes fewer, same bits); off: a pass of its own")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--recompute", c->recompute,
                   "bn-relu: BN -> ReLU outputs the backward reads are formed again there instead of kept (less "
                   "memory, one element-wise pass each); off: keep them")

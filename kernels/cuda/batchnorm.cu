@@ -86,37 +86,44 @@ __device__ __forceinline__ float round_to(float v) {
 /// reads y (the block's ReLU output), dy and the addend a, stores g = relu'(y)·round(dy + a) (elementwise.cu's
 /// relu_backward_sum, bit for bit) and uses g as the BN's gradient.
 /// With `bits` (plan_relu_masks; V = 8 only), relu'(y) is bit j of byte bits[row·cs/8 + c0/8] instead of y > 0.
+/// With `x2` (plan ADD_RELU_BN_BN_BWD), the pass also sums g·(x2 − mean2) for the projection shortcut's BN, whose
+/// partials (Σg again, then that sum) go to partials2 in the layout of `partials`.
 template <typename T>
 struct SumRelu {
   const T* y = nullptr;
   const T* a = nullptr;
   T* g = nullptr;
   const std::uint8_t* bits = nullptr;
+  const T* x2 = nullptr;
+  const float* mean2 = nullptr;
+  float* partials2 = nullptr;
 };
 
 /// Forward: s1 = Σ (x − x[row 0]), s2 = Σ (x − x[row 0])². Backward: s1 = Σ dy, s2 = Σ dy·(x − mean), with dy masked
 /// by the recomputed ReLU mask when kMask, or dy the residual sum's ReLU gradient formed (and stored) here when kSum.
 /// partials[(block_y·2 + k)·cs + c] = s_k over the block's rows.
 template <typename T, int V, bool kBwd, bool kMask = false, bool kGivenRef = false, bool kSum = false,
-          bool kSumBits = false>
+          bool kSumBits = false, bool kSecond = false>
 __global__ void __launch_bounds__(kThreads)
     bn_partials_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ mean,
                        std::int64_t rows, int cs, int c, int tx_n, std::int64_t rows_per_block,
                        float* __restrict__ partials, ReluMask mask = {}, SumRelu<T> sum = {}) {
-  __shared__ float red[2][V][kThreads];
+  constexpr int kSums = kSecond ? 3 : 2;
+  __shared__ float red[kSums][V][kThreads];
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % tx_n, ty = tid / tx_n, ty_n = kThreads / tx_n;
   const int c0 = (static_cast<int>(blockIdx.x) * tx_n + tx) * V;
-  float s1[V], s2[V];
+  float s1[V], s2[V], s3[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) s1[j] = s2[j] = 0.0f;
+  for (int j = 0; j < V; ++j) s1[j] = s2[j] = s3[j] = 0.0f;
 
   if (c0 < c) {
-    float ref[V], mb[V], md[V];
+    float ref[V], mb[V], md[V], ref2[V];
     if constexpr (kBwd) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         ref[j] = c0 + j < c ? mean[c0 + j] : 0.0f;
+        if constexpr (kSecond) ref2[j] = c0 + j < c ? sum.mean2[c0 + j] : 0.0f;
         if constexpr (kMask) {
           mb[j] = c0 + j < c ? mask.invstd[c0 + j] * mask.gamma[c0 + j] : 0.0f;
           md[j] = c0 + j < c ? mask.beta[c0 + j] : 0.0f;
@@ -132,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_block;
     const std::int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
     for (std::int64_t r = r0 + ty; r < r1; r += kUnroll * ty_n) {
-      Packed<T, V> xp[kUnroll], gp[kUnroll], yp[kUnroll], ap[kUnroll];
+      Packed<T, V> xp[kUnroll], gp[kUnroll], yp[kUnroll], ap[kUnroll], x2p[kUnroll];
       unsigned bp[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -147,6 +154,7 @@ __global__ void __launch_bounds__(kThreads)
             yp[u] = load_packed<V>(sum.y + rr * cs + c0);
           }
           if constexpr (kSum) ap[u] = load_packed<V>(sum.a + rr * cs + c0);
+          if constexpr (kSecond) x2p[u] = load_packed<V>(sum.x2 + rr * cs + c0);
         }
       }
 #pragma unroll
@@ -167,6 +175,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int j = 0; j < V; ++j) gv[j] = yv[j] > 0.0f ? round_to<T>(gv[j] + av[j]) : 0.0f;
           store_vec<V>(sum.g + (r + u * ty_n) * cs + c0, gv);
+          if constexpr (kSecond) {
+            float x2v[V];
+            unpack<V>(x2p[u], x2v);
+#pragma unroll
+            for (int j = 0; j < V; ++j) s3[j] += gv[j] * (x2v[j] - ref2[j]);
+          }
         }
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -191,6 +205,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < V; ++j) {
     red[0][j][tid] = s1[j];
     red[1][j][tid] = s2[j];
+    if constexpr (kSecond) red[2][j][tid] = s3[j];
   }
   __syncthreads();
   for (int s = ty_n / 2; s > 0; s >>= 1) {
@@ -199,6 +214,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < V; ++j) {
         red[0][j][tid] += red[0][j][tid + s * tx_n];
         red[1][j][tid] += red[1][j][tid + s * tx_n];
+        if constexpr (kSecond) red[2][j][tid] += red[2][j][tid + s * tx_n];
       }
     }
     __syncthreads();
@@ -210,6 +226,16 @@ __global__ void __launch_bounds__(kThreads)
       if (c0 + j < c) {
         p[c0 + j] = red[0][j][tx];
         p[cs + c0 + j] = red[1][j][tx];
+      }
+    }
+    if constexpr (kSecond) {
+      float* q = sum.partials2 + static_cast<std::int64_t>(blockIdx.y) * 2 * cs;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (c0 + j < c) {
+          q[c0 + j] = red[0][j][tx];
+          q[cs + c0 + j] = red[2][j][tx];
+        }
       }
     }
   }
@@ -459,6 +485,68 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/// plan ADD_RELU_BN_BN_BWD: the dx passes of two BN backwards that read the same dy (a projection block's main and
+/// shortcut BN): out = b·(dy − d − (x − a)·k), out2 likewise from x2 and p2, dy read once; the formula and its order
+/// are bn_apply_kernel's (kBackward, not accumulating), so each output equals that kernel's bit for bit.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_apply_backward2_kernel(const T* x, const T* x2, const T* dy, T* out, T* out2, std::int64_t rows, int cs, int c,
+                              int tx_n, std::int64_t rows_per_block, ApplyParams p, ApplyParams p2) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int tx = tid % tx_n, ty = tid / tx_n, ty_n = kThreads / tx_n;
+  const int c0 = (static_cast<int>(blockIdx.x) * tx_n + tx) * V;
+  if (c0 >= cs) return;
+  float a[V], b[V], d[V], k[V], a2[V], b2[V], d2[V], k2[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    a[j] = b[j] = d[j] = k[j] = a2[j] = b2[j] = d2[j] = k2[j] = 0.0f;
+    const int ch = c0 + j;
+    if (ch >= c) continue;
+    a[j] = p.mean[ch];
+    b[j] = p.coeff[ch];
+    d[j] = p.coeff[cs + ch];
+    k[j] = p.coeff[2 * cs + ch];
+    a2[j] = p2.mean[ch];
+    b2[j] = p2.coeff[ch];
+    d2[j] = p2.coeff[cs + ch];
+    k2[j] = p2.coeff[2 * cs + ch];
+  }
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_block;
+  const std::int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+  for (std::int64_t r = r0 + ty; r < r1; r += kUnroll * ty_n) {
+    Packed<T, V> xp[kUnroll], x2p[kUnroll], gp[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t rr = r + u * ty_n;
+      if (rr < r1) {
+        xp[u] = load_packed<V>(x + rr * cs + c0);
+        x2p[u] = load_packed<V>(x2 + rr * cs + c0);
+        gp[u] = load_packed<V>(dy + rr * cs + c0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t rr = r + u * ty_n;
+      if (rr >= r1) break;
+      float xv[V], x2v[V], gv[V], o[V], o2[V];
+      unpack<V>(xp[u], xv);
+      unpack<V>(x2p[u], x2v);
+      unpack<V>(gp[u], gv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (c0 + j >= c) {
+          o[j] = o2[j] = 0.0f;
+        } else {
+          o[j] = b[j] * (gv[j] - d[j] - (xv[j] - a[j]) * k[j]);
+          o2[j] = b2[j] * (gv[j] - d2[j] - (x2v[j] - a2[j]) * k2[j]);
+        }
+      }
+      store_vec<V>(out + rr * cs + c0, o);
+      store_vec<V>(out2 + rr * cs + c0, o2);
+    }
+  }
+}
+
 // ---- launch helpers --------------------------------------------------------------------------------------
 
 void check_common(const TensorRef& x, const char* what) {
@@ -671,6 +759,7 @@ namespace {
 struct SumReluRefs {
   TensorRef y, dy, addend, g;
   const std::uint8_t* mask = nullptr;
+  const ShortcutBnBackward* second = nullptr;  ///< run fused here (the caller checked it can)
 };
 
 /// batchnorm_relu_backward, and with `sum` batchnorm_add_relu_backward (dy is then sum->g, formed by the partials).
@@ -714,11 +803,25 @@ void bn_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, c
       sum = nullptr;
     }
     if (sum) {
-      const SumRelu<T> sr{static_cast<const T*>(sum->y.ptr), static_cast<const T*>(sum->addend.ptr),
-                          static_cast<T*>(sum->g.ptr), sum->mask};
+      SumRelu<T> sr{static_cast<const T*>(sum->y.ptr), static_cast<const T*>(sum->addend.ptr),
+                    static_cast<T*>(sum->g.ptr), sum->mask};
       bool done = false;
       if constexpr (V == 8) {
-        if (sum->mask != nullptr) {  // the ReLU's sign from its 1-bit mask instead of y
+        if (sum->second != nullptr) {  // the shortcut BN's sums too, into the second half of the workspace
+          sr.x2 = static_cast<const T*>(sum->second->x.ptr);
+          sr.mean2 = sum->second->save_mean;
+          sr.partials2 = reinterpret_cast<float*>(static_cast<char*>(workspace) + batchnorm_workspace_bytes(x));
+          auto launch = [&](auto bits) {
+            bn_partials_kernel<T, V, true, false, false, true, decltype(bits)::value, true>
+                <<<grid_of(t), kThreads, 0, stream>>>(px, static_cast<const T*>(sum->dy.ptr), save_mean, rows, ics,
+                                                      ic, t.tx, t.rows_per_block, partials, ReluMask{}, sr);
+          };
+          if (sum->mask != nullptr)
+            launch(std::true_type{});
+          else
+            launch(std::false_type{});
+          done = true;
+        } else if (sum->mask != nullptr) {  // the ReLU's sign from its 1-bit mask instead of y
           bn_partials_kernel<T, V, true, false, false, true, true><<<grid_of(t), kThreads, 0, stream>>>(
               px, static_cast<const T*>(sum->dy.ptr), save_mean, rows, ics, ic, t.tx, t.rows_per_block, partials,
               ReluMask{}, sr);
@@ -752,6 +855,27 @@ void bn_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, c
       bn_finalize_backward_kernel<<<finalize_blocks(c), kFinalizeThreads, 0, stream>>>(
           partials, static_cast<int>(t.row_blocks), ics, ic, rows, gamma, save_invstd, dgamma, dbeta, coeff);
       CUDA_CHECK_LAUNCH();
+    }
+    if constexpr (V == 8) {
+      if (sum != nullptr && sum->second != nullptr) {
+        const ShortcutBnBackward& sc = *sum->second;
+        char* base2 = static_cast<char*>(workspace) + batchnorm_workspace_bytes(x);
+        auto* coeff2 = reinterpret_cast<float*>(base2 + part);
+        bn_finalize_backward_kernel<<<finalize_blocks(c), kFinalizeThreads, 0, stream>>>(
+            reinterpret_cast<const float*>(base2), static_cast<int>(t.row_blocks), ics, ic, rows, sc.gamma,
+            sc.save_invstd, sc.dgamma, sc.dbeta, coeff2);
+        CUDA_CHECK_LAUNCH();
+        ApplyParams p, p2;
+        p.mean = save_mean;
+        p.coeff = coeff;
+        p2.mean = sc.save_mean;
+        p2.coeff = coeff2;
+        bn_apply_backward2_kernel<T, V><<<grid_of(t), kThreads, 0, stream>>>(
+            px, static_cast<const T*>(sc.x.ptr), pdy, static_cast<T*>(dx.ptr), static_cast<T*>(sc.dx.ptr), rows, ics,
+            ic, t.tx, t.rows_per_block, p, p2);
+        CUDA_CHECK_LAUNCH();
+        return;
+      }
     }
     if (!dx) return;
     ApplyParams p;
@@ -787,7 +911,7 @@ void batchnorm_add_relu_backward(cudaStream_t stream, const TensorRef& y, const 
                                  const TensorRef& g, const TensorRef& x, const float* gamma, const float* save_mean,
                                  const float* save_invstd, const TensorRef& dx, bool accumulate_dx, float* dgamma,
                                  float* dbeta, void* workspace, std::size_t workspace_bytes, const SyncReduce* sync,
-                                 const std::uint8_t* mask) {
+                                 const std::uint8_t* mask, const ShortcutBnBackward* shortcut) {
   const char* what = "batchnorm_add_relu_backward";
   for (const TensorRef* t : {&y, &dy, &addend}) {
     detail::check_float_tensor(*t, what, "input");
@@ -796,9 +920,28 @@ void batchnorm_add_relu_backward(cudaStream_t stream, const TensorRef& y, const 
   detail::check_float_tensor(g, what, "g");
   detail::check_same_layout(x, g, what, "x", "g");
   RN_CHECK(mask == nullptr || y.dtype == DType::F16, "{}: a ReLU mask stands for an FP16 y only", what);
-  const SumReluRefs sum{y, dy, addend, g, mask};
+  bool joined = false;  // the shortcut's backward inside these passes (else after them, as its own call)
+  if (shortcut != nullptr) {
+    detail::check_float_tensor(shortcut->x, what, "the shortcut's x");
+    detail::check_same_layout(shortcut->x, g, what, "the shortcut's x", "g");
+    detail::check_float_tensor(shortcut->dx, what, "the shortcut's dx");
+    detail::check_same_layout(shortcut->dx, g, what, "the shortcut's dx", "g");
+    RN_CHECK(shortcut->gamma && shortcut->save_mean && shortcut->save_invstd,
+             "{}: a parameter or statistics pointer of the shortcut is null", what);
+    const std::int64_t cs = x.c_stride, c = x.shape.c;
+    const int w = x.dtype == DType::F32 ? 4 : 8;
+    const bool vec = detail::vectorisable(x.dtype, cs,
+                                          {x.ptr, y.ptr, dy.ptr, addend.ptr, g.ptr, dx.ptr, shortcut->x.ptr,
+                                           shortcut->dx.ptr});
+    joined = vec && w == 8 && (c + w - 1) / w * w >= cs && !accumulate_dx && sync == nullptr && dx.ptr != nullptr &&
+             workspace_bytes >= 2 * batchnorm_workspace_bytes(x);
+  }
+  const SumReluRefs sum{y, dy, addend, g, mask, joined ? shortcut : nullptr};
   bn_backward(stream, x, g, gamma, save_mean, save_invstd, nullptr, &sum, dx, accumulate_dx, dgamma, dbeta, workspace,
               workspace_bytes, sync);
+  if (shortcut != nullptr && !joined)
+    batchnorm_backward(stream, shortcut->x, g, shortcut->gamma, shortcut->save_mean, shortcut->save_invstd,
+                       shortcut->dx, false, shortcut->dgamma, shortcut->dbeta, workspace, workspace_bytes, sync);
 }
 
 void batchnorm_backward(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, const float* gamma,

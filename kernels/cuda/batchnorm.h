@@ -100,16 +100,34 @@ void batchnorm_relu_backward(cudaStream_t stream, const TensorRef& x, const Tens
                              const TensorRef& dx, bool accumulate_dx, float* dgamma, float* dbeta, void* workspace,
                              std::size_t workspace_bytes, const SyncReduce* sync = nullptr);
 
+/// The projection shortcut's BN of a block end whose backward reads the same gradient g (plan ADD_RELU_BN_BN_BWD):
+/// its input x' (g's layout), parameters and saved statistics, its data gradient dx' (written, never accumulated) and
+/// parameter gradients (accumulated, either may be null).
+struct ShortcutBnBackward {
+  TensorRef x;
+  const float* gamma = nullptr;
+  const float* save_mean = nullptr;
+  const float* save_invstd = nullptr;
+  TensorRef dx;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+};
+
 /// relu_backward_sum (elementwise.h) followed by batchnorm_backward of the BN whose output fed the residual sum
 /// (plan ADD_RELU_BN_BWD): g = relu'(y)·round(dy + addend) is formed and stored into g (the shortcut reads it too)
 /// by the BN backward's statistics pass, then read by its dx pass, instead of written by one pass and read back by
 /// another. Results equal the two calls' bit for bit. x, y, dy, addend, g and dx share one layout; g may not alias
 /// x, y, dy or addend. `mask` (FP16 only): y's sign as batchnorm_apply_fused wrote it, read instead of y where the
 /// statistics pass runs 8-channel vectors (y is read otherwise, so it must still hold the same values).
+/// `shortcut`: then batchnorm_backward(shortcut->x, g, ...) too, its statistics summed in the same pass and both data
+/// gradients written by one apply pass reading g once, when the tensors are 16-byte vectors, dx is not accumulated,
+/// there is no `sync` and the workspace holds twice batchnorm_workspace_bytes(x); else as the two calls. Either way
+/// the results equal the two calls' bit for bit.
 void batchnorm_add_relu_backward(cudaStream_t stream, const TensorRef& y, const TensorRef& dy, const TensorRef& addend,
                                  const TensorRef& g, const TensorRef& x, const float* gamma, const float* save_mean,
                                  const float* save_invstd, const TensorRef& dx, bool accumulate_dx, float* dgamma,
                                  float* dbeta, void* workspace, std::size_t workspace_bytes,
-                                 const SyncReduce* sync = nullptr, const std::uint8_t* mask = nullptr);
+                                 const SyncReduce* sync = nullptr, const std::uint8_t* mask = nullptr,
+                                 const ShortcutBnBackward* shortcut = nullptr);
 
 }  // namespace renaissance::cuda

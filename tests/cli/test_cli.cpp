@@ -192,7 +192,8 @@ TEST(CliPlan, Failures) {
 
 TEST(CliBench, OnOffOptionsRejectOtherValues) {
   for (const std::string opt : {"--graphs", "--fused-kernels", "--streams", "--fold-residual-sums",
-                                "--fuse-residual-bn-backward", "--relu-mask", "--cpu-winograd"}) {
+                                "--fuse-residual-bn-backward", "--relu-mask", "--fuse-shortcut-bn-backward",
+                                "--cpu-winograd"}) {
     const Result r = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 " + opt + " maybe");
     EXPECT_EQ(r.code, 2) << opt;  // a usage error
     expect_contains(r.err, opt + ": maybe not in {on,off}");

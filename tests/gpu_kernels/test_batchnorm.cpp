@@ -496,6 +496,92 @@ TEST_F(BatchNormTest, ReluMaskBitsStandForTheBlockEndOutput) {
                Error);
 }
 
+TEST_F(BatchNormTest, ShortcutBnBackwardJoinedEqualsTheTwoCalls) {
+  // plan ADD_RELU_BN_BN_BWD: batchnorm_add_relu_backward with the projection shortcut's BN (x', its statistics) sums
+  // the shortcut's statistics in the same pass and writes both data gradients from one apply pass, against the block
+  // end's call followed by batchnorm_backward(x', g): g, dx, dx', dγ, dβ, dγ', dβ' bit for bit, with and without a ReLU
+  // mask; where the layout allows it (16-byte FP16 vectors covering the padding) the joined path ran: it wrote the
+  // second half of a workspace of twice batchnorm_workspace_bytes, which the two calls never touch.
+  std::uint32_t seed = 2700;
+  const float eps = 1e-5f;
+  const DeviceBuffer eps_dev = upload(std::vector<float>{eps});
+  int joined_runs = 0;
+  for (const Layout& l : bn_layouts()) {
+    for (bool with_mask : {false, true}) {
+      const bool vec = l.dtype == DType::F16 && l.c_stride % 8 == 0 && (l.shape.c + 7) / 8 * 8 >= l.c_stride;
+      if (with_mask && !vec) continue;
+      const std::string name = layout_name(l) + (with_mask ? " mask" : "");
+      const auto c = static_cast<std::size_t>(l.shape.c);
+      const std::int64_t cs = l.c_stride, rows = l.shape.n * l.shape.h * l.shape.w;
+      DevTensor x(l.shape, l.dtype, cs), x2(l.shape, l.dtype, cs), y(l.shape, l.dtype, cs), dy(l.shape, l.dtype, cs);
+      DevTensor a(l.shape, l.dtype, cs);
+      x.upload(bn_input(l.shape, seed, l.dtype));
+      x2.upload(bn_input(l.shape, seed + 1, l.dtype));
+      y.upload(quantized(random_vec(x.elems(), seed + 2, -1.0f, 1.0f), l.dtype));
+      relu_forward(stream, y.ref(), y.ref());
+      dy.upload(quantized(random_vec(x.elems(), seed + 3, -1.0f, 1.0f), l.dtype));
+      a.upload(quantized(random_vec(x.elems(), seed + 4, -1.0f, 1.0f), l.dtype));
+      const Vec g1 = random_vec(c, seed + 5, 0.5f, 1.5f), b1 = random_vec(c, seed + 6, -0.5f, 0.5f);
+      const Vec g2 = random_vec(c, seed + 7, 0.5f, 1.5f), b2 = random_vec(c, seed + 8, -0.5f, 0.5f);
+      const Vec acc0 = random_vec(c, seed + 9, -1.0f, 1.0f);
+      seed += 20;
+      const DeviceBuffer gm1 = upload(g1), be1 = upload(b1), gm2 = upload(g2), be2 = upload(b2);
+      DeviceBuffer m1(c * 4), v1(c * 4), i1(c * 4), m2(c * 4), v2(c * 4), i2(c * 4);
+      const std::size_t one = batchnorm_workspace_bytes(x.ref());
+      DeviceBuffer ws(2 * one);
+      DevTensor scratch(l.shape, l.dtype, cs);
+      batchnorm_forward_train(stream, x.ref(), gm1.as<float>(), be1.as<float>(), eps_dev.as<float>(), scratch.ref(),
+                              m1.as<float>(), v1.as<float>(), i1.as<float>(), ws.get(), one);
+      batchnorm_forward_train(stream, x2.ref(), gm2.as<float>(), be2.as<float>(), eps_dev.as<float>(), scratch.ref(),
+                              m2.as<float>(), v2.as<float>(), i2.as<float>(), ws.get(), one);
+      DeviceBuffer mask(static_cast<std::size_t>(rows * cs / 8 + 1));
+      if (with_mask) {  // the block end's apply writes it: here from y, as y > 0
+        const Vec yv = y.download_full();
+        std::vector<std::uint8_t> bits(static_cast<std::size_t>(rows * cs / 8), 0);
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t ch = 0; ch < cs; ++ch)
+            if (yv[static_cast<std::size_t>(r * cs + ch)] > 0.0f)
+              bits[static_cast<std::size_t>(r * cs / 8 + ch / 8)] |= static_cast<std::uint8_t>(1u << (ch % 8));
+        upload_into(mask, bits);
+      }
+      const std::uint8_t* mk = with_mask ? mask.as<std::uint8_t>() : nullptr;
+      // the two calls
+      DevTensor g_two(l.shape, l.dtype, cs), dx_two(l.shape, l.dtype, cs), dx2_two(l.shape, l.dtype, cs);
+      const DeviceBuffer dg1_two = upload(acc0), db1_two = upload(acc0), dg2_two = upload(acc0), db2_two = upload(acc0);
+      for (DevTensor* t : {&g_two, &dx_two, &dx2_two}) t->poison();
+      batchnorm_add_relu_backward(stream, y.ref(), dy.ref(), a.ref(), g_two.ref(), x.ref(), gm1.as<float>(),
+                                  m1.as<float>(), i1.as<float>(), dx_two.ref(), false, dg1_two.as<float>(),
+                                  db1_two.as<float>(), ws.get(), one, nullptr, mk);
+      batchnorm_backward(stream, x2.ref(), g_two.ref(), gm2.as<float>(), m2.as<float>(), i2.as<float>(),
+                         dx2_two.ref(), false, dg2_two.as<float>(), db2_two.as<float>(), ws.get(), one);
+      // joined
+      DevTensor g_j(l.shape, l.dtype, cs), dx_j(l.shape, l.dtype, cs), dx2_j(l.shape, l.dtype, cs);
+      const DeviceBuffer dg1_j = upload(acc0), db1_j = upload(acc0), dg2_j = upload(acc0), db2_j = upload(acc0);
+      for (DevTensor* t : {&g_j, &dx_j, &dx2_j}) t->poison();
+      ws.fill_bytes(0xFF);
+      const ShortcutBnBackward sc{x2.ref(),      gm2.as<float>(), m2.as<float>(),  i2.as<float>(),
+                                  dx2_j.ref(),   dg2_j.as<float>(), db2_j.as<float>()};
+      batchnorm_add_relu_backward(stream, y.ref(), dy.ref(), a.ref(), g_j.ref(), x.ref(), gm1.as<float>(),
+                                  m1.as<float>(), i1.as<float>(), dx_j.ref(), false, dg1_j.as<float>(),
+                                  db1_j.as<float>(), ws.get(), 2 * one, nullptr, mk, &sc);
+      sync();
+      expect_bits_equal(g_j.download_full(), g_two.download_full(), "g " + name);
+      expect_bits_equal(dx_j.download_full(), dx_two.download_full(), "dx " + name);
+      expect_bits_equal(dx2_j.download_full(), dx2_two.download_full(), "dx' " + name);
+      expect_bits_equal(download<float>(dg1_j, c), download<float>(dg1_two, c), "dgamma " + name);
+      expect_bits_equal(download<float>(db1_j, c), download<float>(db1_two, c), "dbeta " + name);
+      expect_bits_equal(download<float>(dg2_j, c), download<float>(dg2_two, c), "dgamma' " + name);
+      expect_bits_equal(download<float>(db2_j, c), download<float>(db2_two, c), "dbeta' " + name);
+      const std::vector<std::uint8_t> w = download<std::uint8_t>(ws, 2 * one);
+      const bool second_half_written =
+          std::any_of(w.begin() + static_cast<std::ptrdiff_t>(one), w.end(), [](std::uint8_t v) { return v != 0xFF; });
+      EXPECT_EQ(second_half_written, vec) << name << ": the joined path " << (vec ? "did not run" : "ran where it cannot");
+      joined_runs += second_half_written;
+    }
+  }
+  EXPECT_GE(joined_runs, 10);
+}
+
 TEST_F(BatchNormTest, FusedApplyRejectsMismatchedShortcut) {
   DevTensor x(Shape{4, 5, 5, 8}, DType::F32, 8), y(Shape{4, 5, 5, 8}, DType::F32, 8), s(Shape{4, 5, 5, 16}, DType::F32, 16);
   DeviceBuffer p(64);

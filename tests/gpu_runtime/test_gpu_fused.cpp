@@ -110,6 +110,23 @@ TEST_F(GpuFused, ReluMasksTrainToTheSameBitsAsReadingTheOutput) {
   EXPECT_EQ(std::memcmp(ww.data(), wo.data(), ww.size() * sizeof(float)), 0) << "weights, BN statistics, optimizer";
 }
 
+TEST_F(GpuFused, ShortcutBnBackwardJoinedTrainsToTheSameBitsAsApart) {
+  // plan ADD_RELU_BN_BN_BWD: the projection blocks' shortcut BN backward inside the block end's pass (its sums in the
+  // statistics pass, both data gradients from one apply pass, batchnorm.cu kSecond): the same training bit for bit
+  // as with fuse_shortcut_bn_backward off.
+  const std::string data = synthetic(160, 16, 3);
+  auto o = options(data, true);
+  runtime::Trainer joined(every_fused_kind(), o);
+  o.fuse_shortcut_bn_backward = false;
+  runtime::Trainer apart(every_fused_kind(), o);
+  const auto hj = joined.run(), ha = apart.run();
+  ASSERT_EQ(hj.size(), ha.size());
+  EXPECT_EQ(hj.back().train_loss, ha.back().train_loss);
+  const auto wj = joined.state_values(), wa = apart.state_values();
+  ASSERT_EQ(wj.size(), wa.size());
+  EXPECT_EQ(std::memcmp(wj.data(), wa.data(), wj.size() * sizeof(float)), 0) << "weights, BN statistics, optimizer";
+}
+
 TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {
   // The equality above would hold trivially if nothing were fused: the profile of a step lists the fused groups
   // (and with --fused-kernels off, none of them), with the calls per step the network implies.
@@ -129,8 +146,10 @@ TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {
   EXPECT_EQ(calls(p, "FUSED:bn+bn+add+relu"), 2);  // BasicBlockProjection, BottleneckProjection
   EXPECT_EQ(calls(p, "FUSED:relu+bn backward"), 1 + 2 * 1 + 2 * 2 + 2 * 2);
   // Blocks 2-5 start at a block's end ReLU: their second data gradient writes its own buffer (beta = 0) and that
-  // ReLU's backward sums both addends, inside the backward of the BN before the sum (plan ADD_RELU_BN_BWD).
-  EXPECT_EQ(calls(p, "FUSED:sum+relu+bn backward"), 4);
+  // ReLU's backward sums both addends, inside the backward of the BN before the sum (plan ADD_RELU_BN_BWD); at the
+  // ends of the two projection blocks followed by another block (3 and 5) the shortcut BN's backward joins it.
+  EXPECT_EQ(calls(p, "FUSED:sum+relu+bn backward"), 2);
+  EXPECT_EQ(calls(p, "FUSED:sum+relu+bn+bn backward"), 2);
   EXPECT_EQ(calls(p, "FUSED:sum+relu backward"), 0);
   EXPECT_EQ(calls(p, "RELU_FWD"), 0);
   auto o = options(data, false);
@@ -140,6 +159,7 @@ TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {
   EXPECT_EQ(calls(q, "FUSED:relu+bn backward"), 0);
   EXPECT_EQ(calls(q, "FUSED:sum+relu backward"), 0);
   EXPECT_EQ(calls(q, "FUSED:sum+relu+bn backward"), 0);
+  EXPECT_EQ(calls(q, "FUSED:sum+relu+bn+bn backward"), 0);
   EXPECT_GT(calls(q, "ACCUMULATE"), 0);  // its plain parts
   EXPECT_GT(calls(q, "RELU_FWD"), 0);
 }

@@ -75,11 +75,12 @@ TEST(Fusion, EveryFusedKindGetsItsPasses) {
   // ReLUs folded into the BN backward; identity blocks: BN + add + ReLU; projection blocks: BN + BN + add + ReLU with
   // the shortcut's statistics on their own; the identity inverted residual: BN + add (no ReLU after its add). Four
   // blocks start where a block with an end ReLU stops (blocks 2-5): their second data gradient is summed in the
-  // previous block's end ReLU backward, which forms its gradient inside the backward of that block's last BN.
-  const std::map<FusedKind, int> want_train{{FusedKind::BN_RELU, 11},       {FusedKind::BN_ADD_RELU, 2},
-                                            {FusedKind::BN_ADD, 1},         {FusedKind::BN_BN_ADD_RELU, 2},
-                                            {FusedKind::BN_STATS, 2},       {FusedKind::RELU_BN_BWD, 11},
-                                            {FusedKind::ADD_RELU_BN_BWD, 4}};
+  // previous block's end ReLU backward, which forms its gradient inside the backward of that block's last BN; at the
+  // two projection blocks' ends (blocks 3 and 5) the shortcut BN's backward joins that pass.
+  const std::map<FusedKind, int> want_train{
+      {FusedKind::BN_RELU, 11},     {FusedKind::BN_ADD_RELU, 2},     {FusedKind::BN_ADD, 1},
+      {FusedKind::BN_BN_ADD_RELU, 2}, {FusedKind::BN_STATS, 2},      {FusedKind::RELU_BN_BWD, 11},
+      {FusedKind::ADD_RELU_BN_BWD, 2}, {FusedKind::ADD_RELU_BN_BN_BWD, 2}};
   EXPECT_EQ(train, want_train);
   const std::map<FusedKind, int> want_inf{
       {FusedKind::BN_RELU, 11}, {FusedKind::BN_ADD_RELU, 2}, {FusedKind::BN_ADD, 1}, {FusedKind::BN_BN_ADD_RELU, 2}};
@@ -108,13 +109,33 @@ TEST(Fusion, OperandsAreTheTensorsOfTheReplacedParts) {
         const Node& bn = n.sub[static_cast<std::size_t>(f.bn)];
         EXPECT_NE(std::find(f.parts.begin(), f.parts.end(), f.at), f.parts.end());
         switch (f.kind) {
+          case FusedKind::ADD_RELU_BN_BN_BWD:
           case FusedKind::ADD_RELU_BN_BWD: {
             const Node& acc = n.sub[static_cast<std::size_t>(f.add)];
             const Node& relu = n.sub[static_cast<std::size_t>(f.relu)];
             ASSERT_EQ(acc.op, OpKind::ACCUMULATE);
             ASSERT_EQ(relu.op, OpKind::RELU_BWD);
             ASSERT_EQ(bn.op, OpKind::BN_BWD);
-            EXPECT_EQ(f.parts, (std::vector<std::int32_t>{f.add, f.relu, f.bn}));
+            if (f.kind == FusedKind::ADD_RELU_BN_BN_BWD) {
+              // the shortcut BN's backward, later in the node, reading the same gradient
+              ASSERT_GT(f.shortcut_bn, f.bn);
+              const Node& sc = n.sub[static_cast<std::size_t>(f.shortcut_bn)];
+              ASSERT_EQ(sc.op, OpKind::BN_BWD);
+              EXPECT_EQ(f.parts, (std::vector<std::int32_t>{f.add, f.relu, f.bn, f.shortcut_bn}));
+              EXPECT_EQ(p.memory.front().owner_of(sc.inputs[1]), p.memory.front().owner_of(relu.outputs[0]));
+              EXPECT_EQ(find(f.inputs, "shortcut.x")->id, sc.inputs[0]);
+              EXPECT_EQ(find(f.inputs, "shortcut.invstd")->id, sc.inputs[4]);
+              EXPECT_EQ(find(f.outputs, "shortcut.dx")->id, sc.outputs[0]);
+              EXPECT_EQ(find(f.outputs, "shortcut.dgamma")->id, sc.outputs[1]);
+              EXPECT_EQ(find(f.outputs, "shortcut.dbeta")->id, sc.outputs[2]);
+              // nothing between the two BN backwards touches what the shortcut's reads or writes
+              for (int k = f.bn + 1; k < f.shortcut_bn; ++k)
+                for (renaissance::TensorId o : n.sub[static_cast<std::size_t>(k)].outputs)
+                  for (renaissance::TensorId t : {sc.inputs[0], sc.outputs[0], sc.outputs[1], sc.outputs[2]})
+                    EXPECT_NE(p.memory.front().owner_of(o), p.memory.front().owner_of(t));
+            } else {
+              EXPECT_EQ(f.parts, (std::vector<std::int32_t>{f.add, f.relu, f.bn}));
+            }
             EXPECT_EQ(find(f.inputs, "y")->id, relu.inputs[0]);
             EXPECT_EQ(find(f.inputs, "dy")->id, relu.inputs[1]);
             EXPECT_EQ(find(f.inputs, "addend")->id, acc.inputs[0]);
@@ -226,8 +247,10 @@ TEST(Fusion, ResidualSumsMoveIntoTheConsumingReluBackward) {
   const rp::CompiledPlan add = rp::Compiler::compile(arch, t);
   EXPECT_EQ(accumulating_dgrads(add), 16);
   EXPECT_EQ(accumulating_dgrads(fold), 1);
-  // Each block's end ReLU backward is followed by its c3 BN's backward: the sum's gradient forms inside that.
-  EXPECT_EQ(count(fold.train.bucket(GraphId::DEEP_FWD_BWD))[FusedKind::ADD_RELU_BN_BWD], 15);
+  // Each block's end ReLU backward is followed by its c3 BN's backward: the sum's gradient forms inside that; at the
+  // projection blocks' ends the shortcut BN's backward joins the pass (fuse_shortcut_bn_backward).
+  EXPECT_EQ(count(fold.train.bucket(GraphId::DEEP_FWD_BWD))[FusedKind::ADD_RELU_BN_BWD], 11);
+  EXPECT_EQ(count(fold.train.bucket(GraphId::DEEP_FWD_BWD))[FusedKind::ADD_RELU_BN_BN_BWD], 4);
   EXPECT_EQ(count(fold.train.bucket(GraphId::DEEP_FWD_BWD)).count(FusedKind::ADD_RELU_BWD), 0u);
   EXPECT_EQ(count(add.train.bucket(GraphId::DEEP_FWD_BWD)).count(FusedKind::ADD_RELU_BWD), 0u);
   EXPECT_EQ(count(add.train.bucket(GraphId::DEEP_FWD_BWD)).count(FusedKind::ADD_RELU_BN_BWD), 0u);
@@ -247,7 +270,9 @@ TEST(Fusion, ResidualSumsMoveIntoTheConsumingReluBackward) {
   const auto& bucket = fold.train.bucket(GraphId::DEEP_FWD_BWD);
   for (std::size_t i = 0; i < bucket.size(); ++i)
     for (const FusedPass& f : bucket[i].fusions) {
-      if (f.kind != FusedKind::ADD_RELU_BWD && f.kind != FusedKind::ADD_RELU_BN_BWD) continue;
+      if (f.kind != FusedKind::ADD_RELU_BWD && f.kind != FusedKind::ADD_RELU_BN_BWD &&
+          f.kind != FusedKind::ADD_RELU_BN_BN_BWD)
+        continue;
       ++seen;
       const Node& acc = bucket[i].sub[static_cast<std::size_t>(f.add)];
       const Node& relu = bucket[i].sub[static_cast<std::size_t>(f.relu)];
@@ -294,7 +319,7 @@ TEST(Fusion, ResidualBlockEndsKeepTheirReluSignAsOneBitMasks) {
       }
       if (const rp::FusedOperand* m = find(f.inputs, "mask")) {
         ++backward;
-        ASSERT_EQ(f.kind, FusedKind::ADD_RELU_BN_BWD);
+        ASSERT_TRUE(f.kind == FusedKind::ADD_RELU_BN_BWD || f.kind == FusedKind::ADD_RELU_BN_BN_BWD);
         ASSERT_TRUE(written.count(m->id)) << "a mask read before the forward pass wrote it";
         // the ReLU whose sign it holds: the block end's output (y stays an operand too)
         EXPECT_EQ(mp.owner_of(find(f.inputs, "y")->id), mp.owner_of(written[m->id]));
@@ -322,6 +347,38 @@ TEST(Fusion, ResidualBlockEndsKeepTheirReluSignAsOneBitMasks) {
   EXPECT_EQ(q.train, p.train);
   EXPECT_TRUE(q.config.relu_masks);
   EXPECT_EQ(q.hash, p.hash);
+}
+
+TEST(Fusion, ProjectionShortcutBnBackwardJoinsTheBlockEndPass) {
+  // TrainConfig::fuse_shortcut_bn_backward: ResNet-50's 4 projection blocks, whose shortcut BN backward reads the
+  // gradient their end's sum+relu+bn backward forms; off, each runs apart (the plain BN_BWD part) and the pass is
+  // ADD_RELU_BN_BWD. The same arena either way (the shortcut's data gradient is written earlier but the fallback's
+  // lifetimes already hold it), a different plan.
+  Cfg c{"resnet50", true, true, OptimizerKind::MOMENTUM, false, 256, 60000, 10000, 0, false, 0};
+  rp::TrainConfig t = train_config(c);
+  const rp::ArchPlan arch = arch_of(c);
+  const rp::CompiledPlan on = rp::Compiler::compile(arch, t);
+  t.fuse_shortcut_bn_backward = false;
+  const rp::CompiledPlan off = rp::Compiler::compile(arch, t);
+  const auto a = count(on.train.bucket(GraphId::DEEP_FWD_BWD)), b = count(off.train.bucket(GraphId::DEEP_FWD_BWD));
+  EXPECT_EQ(a.at(FusedKind::ADD_RELU_BN_BN_BWD), 4);
+  EXPECT_EQ(a.at(FusedKind::ADD_RELU_BN_BWD), 11);
+  EXPECT_EQ(b.count(FusedKind::ADD_RELU_BN_BN_BWD), 0u);
+  EXPECT_EQ(b.at(FusedKind::ADD_RELU_BN_BWD), 15);
+  EXPECT_NE(on.hash, off.hash);
+  EXPECT_LE(on.arena_bytes(), off.arena_bytes() + off.arena_bytes() / 100);
+  std::printf("ResNet-50 AMP b256 arena: %lld bytes with the shortcut BN backward joined, %lld apart\n",
+              static_cast<long long>(on.arena_bytes()), static_cast<long long>(off.arena_bytes()));
+  // the parts the pass replaces run nowhere else (the fallback runs them in place)
+  for (const Node& n : on.train.bucket(GraphId::DEEP_FWD_BWD))
+    for (const FusedPass& f : n.fusions)
+      if (f.kind == FusedKind::ADD_RELU_BN_BN_BWD) {
+        const std::vector<int> step = rp::fused_step_of(n);
+        EXPECT_EQ(step[static_cast<std::size_t>(f.shortcut_bn)], -2);
+      }
+  const rp::CompiledPlan q = rp::deserialize(rp::serialize(off));
+  EXPECT_FALSE(q.config.fuse_shortcut_bn_backward);
+  EXPECT_EQ(q.hash, off.hash);
 }
 
 TEST(Fusion, SerialisationCarriesThePasses) {

@@ -598,6 +598,41 @@ TEST(Trainer, ReluMasksTrainToTheSameBitsAndHoldTheReluSign) {
   EXPECT_EQ(masks, 3);
 }
 
+TEST(Trainer, ShortcutBnBackwardJoinedTrainsLikeApart) {
+  // TrainConfig::fuse_shortcut_bn_backward (AMP): a projection block followed by another block ends in a
+  // sum+relu+bn+bn backward pass (its shortcut BN's backward joins the block end's); the CPU runs the composition in
+  // that pass's place: the same training bit for bit as with the two apart, and the profile names the pass.
+  const std::string data = synthetic(256, 64, 16, 3, 10);
+  bp::BluePrint m;
+  m.name = "tiny_res_shortcut";
+  m.in_h = m.in_w = 16;
+  m.in_c = 3;
+  m.root = bp::seq(bp::cbr(16, 3, 1, 1), bp::block(16, 16, bp::BlockKind::RESNET_3_3, 1),
+                   bp::block(16, 32, bp::BlockKind::RESNET_3_3, 2), bp::block(32, 32, bp::BlockKind::RESNET_3_3, 1),
+                   bp::gap_fc(10), bp::softmax_ce(10));
+  auto o = small_options(data);
+  o.amp = true;
+  o.max_steps = 3;
+  runtime::Trainer joined(m, o);
+  o.fuse_shortcut_bn_backward = false;
+  runtime::Trainer apart(m, o);
+  const auto hj = joined.run(), ha = apart.run();
+  EXPECT_TRUE(bit_equal(joined.state_values(), apart.state_values()));
+  ASSERT_EQ(hj.size(), 1u);
+  EXPECT_EQ(hj[0].train_loss, ha[0].train_loss);
+  EXPECT_EQ(hj[0].val_loss, ha[0].val_loss);
+  auto calls = [](const runtime::ProfileResult& p, const std::string& label) {
+    for (const auto& r : p.kernels)
+      if (r.label == label) return r.calls_per_step;
+    return 0.0;
+  };
+  const auto pj = joined.profile(0, 1), pa = apart.profile(0, 1);
+  EXPECT_EQ(calls(pj, "FUSED:sum+relu+bn+bn backward"), 1);
+  EXPECT_EQ(calls(pj, "FUSED:sum+relu+bn backward"), 1);
+  EXPECT_EQ(calls(pa, "FUSED:sum+relu+bn+bn backward"), 0);
+  EXPECT_EQ(calls(pa, "FUSED:sum+relu+bn backward"), 2);
+}
+
 TEST(Trainer, ProgressiveResizeTrainsTheFirstEpochsOnTheLowResVariants) {
   const std::string data = synthetic(256, 64, 16, 3, 10);
   bp::BluePrint m;

@@ -26,6 +26,9 @@ namespace renaissance::ops {
 ///                    gradient g = relu'(y)·round(dy + a) formed inside the BN backward's statistics pass (stored
 ///                    there, since the shortcut reads it too) instead of written by one pass and read back by the
 ///                    next: one memory pass fewer at every residual block's end, the parts' bits
+///   ADD_RELU_BN_BN_BWD ADD_RELU_BN_BWD of a projection block's end with its shortcut BN's backward (which reads the
+///                    same g) joined: the statistics pass also sums g·(x' − mean') over the shortcut's input x', one
+///                    apply pass reads g once and writes both data gradients (two passes over g fewer); the parts' bits
 #define RN_FUSED_KINDS(X)                   \
   X(BN_STATS, "bn-stats")                   \
   X(BN_RELU, "bn+relu")                     \
@@ -36,7 +39,8 @@ namespace renaissance::ops {
   X(RELU_BN_BWD, "relu+bn backward")        \
   X(ADD_RELU_BWD, "sum+relu backward")      \
   X(BN_RELU_RECOMPUTE, "bn+relu recompute") \
-  X(ADD_RELU_BN_BWD, "sum+relu+bn backward")
+  X(ADD_RELU_BN_BWD, "sum+relu+bn backward") \
+  X(ADD_RELU_BN_BN_BWD, "sum+relu+bn+bn backward")
 
 enum class FusedKind : std::uint8_t {
 #define RN_FK_ENUM(name, label) name,
@@ -73,7 +77,7 @@ inline bool fused_has_relu(FusedKind k) {
 inline bool fused_has_shortcut_bn(FusedKind k) { return k == FusedKind::BN_BN_ADD || k == FusedKind::BN_BN_ADD_RELU; }
 inline bool fused_is_apply(FusedKind k) {
   return k != FusedKind::BN_STATS && k != FusedKind::RELU_BN_BWD && k != FusedKind::ADD_RELU_BWD &&
-         k != FusedKind::ADD_RELU_BN_BWD;
+         k != FusedKind::ADD_RELU_BN_BWD && k != FusedKind::ADD_RELU_BN_BN_BWD;
 }
 
 }  // namespace renaissance::ops

@@ -61,6 +61,10 @@ struct TrainConfig {
   /// ReLU's, the sum's gradient is formed inside that BN backward's statistics pass (ADD_RELU_BN_BWD, one memory pass
   /// fewer per block end) instead of by an ADD_RELU_BWD pass of its own. Same bits either way.
   bool fuse_residual_bn_backward = true;
+  /// With fuse_residual_bn_backward: a projection block's shortcut BN backward, which reads the same gradient, joins
+  /// that pass (ADD_RELU_BN_BN_BWD: its statistics in the same pass, one apply pass writing both data gradients, two
+  /// passes over the gradient fewer). Same bits either way.
+  bool fuse_shortcut_bn_backward = true;
   /// AMP plans with fused passes: a residual block's end (BN_ADD_RELU / BN_BN_ADD_RELU, training) also writes its ReLU's
   /// sign as a 1-bit mask into S_MASK, and the ADD_RELU_BN_BWD pass of that ReLU reads the mask instead of the FP16
   /// output (1/16 of the bytes, one memory pass fewer there: plan/fusion.h, plan_relu_masks). Same bits either way.
@@ -85,6 +89,7 @@ struct TrainConfig {
            a.freeze_first_layer == b.freeze_first_layer && a.reuse_memory == b.reuse_memory &&
            a.fuse_kernels == b.fuse_kernels && a.fold_residual_sums == b.fold_residual_sums &&
            a.fuse_residual_bn_backward == b.fuse_residual_bn_backward && a.relu_masks == b.relu_masks &&
+           a.fuse_shortcut_bn_backward == b.fuse_shortcut_bn_backward &&
            a.recompute_bn_relu == b.recompute_bn_relu &&
            a.recompute_budget_bytes == b.recompute_budget_bytes && a.recompute_limit == b.recompute_limit;
   }

@@ -707,8 +707,10 @@ class CompileRun {
   /// layout.
   void place_memory() {
     // The fusion phase first: the lifetimes below read the fused passes' operands.
-    plan_fusions(out.train, out.memory[0], cfg.fuse_kernels, cfg.fuse_residual_bn_backward);
-    plan_fusions(out.inference, out.memory[0], cfg.fuse_kernels, cfg.fuse_residual_bn_backward);
+    plan_fusions(out.train, out.memory[0], cfg.fuse_kernels, cfg.fuse_residual_bn_backward,
+                 cfg.fuse_shortcut_bn_backward);
+    plan_fusions(out.inference, out.memory[0], cfg.fuse_kernels, cfg.fuse_residual_bn_backward,
+                 cfg.fuse_shortcut_bn_backward);
     if (cfg.fuse_kernels && cfg.relu_masks) plan_relu_masks(out.train, out.memory);
     out.schedule = build_step_schedule();
     if (cfg.reuse_memory) {

@@ -115,7 +115,8 @@ void bn_apply_operands(FusedPass& p, const Node& bn, const std::string& prefix, 
 }  // namespace
 
 std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const MemoryPlan& mp,
-                                      const std::vector<Node>& bucket, std::size_t index, bool sum_into_bn) {
+                                      const std::vector<Node>& bucket, std::size_t index, bool sum_into_bn,
+                                      bool shortcut_bn_into_sum) {
   std::vector<FusedPass> out;
   const auto n = static_cast<int>(sub.size());
   std::vector<bool> covered(sub.size(), false);
@@ -267,6 +268,38 @@ std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const Memory
         operand(p.outputs, "dx", b->outputs[0]);
         operand(p.outputs, "dgamma", b->outputs[1]);
         operand(p.outputs, "dbeta", b->outputs[2]);
+        // A projection block's end: the shortcut BN's backward, later in the node, reads the same g. It joins this
+        // pass (ADD_RELU_BN_BN_BWD) when neither BN adds into its data gradient, its input x' has g's shape and type
+        // and nothing between writes x', or reads or writes what that backward writes (it then runs here, earlier).
+        for (int j = i + 3; shortcut_bn_into_sum && !b->accumulate && j < n; ++j) {
+          const Node& s = at(j);
+          if (op(j) != OpKind::BN_BWD || s.accumulate || s.inputs.size() < 5 || !same(mp, s.inputs[1], g)) continue;
+          const TensorId xs = s.inputs[0];
+          if (mp.tensor(xs).shape != mp.tensor(g).shape || mp.tensor(xs).dtype != mp.tensor(g).dtype ||
+              owner_of(mp, xs) == owner_of(mp, g))
+            break;
+          bool clear = !touched(mp, xs, sub, static_cast<std::size_t>(i) + 3, static_cast<std::size_t>(j), SIZE_MAX,
+                                true);
+          for (TensorId o : s.outputs)
+            clear = clear && o != kNoTensor &&
+                    !touched(mp, o, sub, static_cast<std::size_t>(i) + 3, static_cast<std::size_t>(j), SIZE_MAX,
+                             true) &&
+                    !touched(mp, o, sub, static_cast<std::size_t>(i) + 3, static_cast<std::size_t>(j), SIZE_MAX,
+                             false);
+          if (!clear) break;
+          p.kind = FusedKind::ADD_RELU_BN_BN_BWD;
+          p.shortcut_bn = j;
+          p.parts.push_back(j);
+          operand(p.inputs, "shortcut.x", xs);
+          operand(p.inputs, "shortcut.gamma", s.inputs[2]);
+          operand(p.inputs, "shortcut.batch_mean", s.inputs[3]);
+          operand(p.inputs, "shortcut.invstd", s.inputs[4]);
+          operand(p.outputs, "shortcut.dx", s.outputs[0]);
+          operand(p.outputs, "shortcut.dgamma", s.outputs[1]);
+          operand(p.outputs, "shortcut.dbeta", s.outputs[2]);
+          covered[static_cast<std::size_t>(j)] = true;
+          break;
+        }
         out.push_back(std::move(p));
         covered[static_cast<std::size_t>(i + 1)] = covered[static_cast<std::size_t>(i + 2)] = true;
         i += 2;
@@ -340,7 +373,7 @@ void mark_fallback_only(std::vector<Node>& bucket, const MemoryPlan& mp) {
 
 }  // namespace
 
-void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum_into_bn) {
+void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum_into_bn, bool shortcut_bn_into_sum) {
   for (int gi = 0; gi < kGraphIds; ++gi) {
     std::vector<Node>& bucket = g.mutable_bucket(static_cast<GraphId>(gi));
     for (std::size_t i = 0; i < bucket.size(); ++i) {
@@ -348,7 +381,8 @@ void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum
       n.fusions.clear();
       const bool fused = n.type == NodeType::COMPUTE &&
                          (n.op == OpKind::FUSED_FWD || n.op == OpKind::FUSED_BWD || n.op == OpKind::FUSED_INFER);
-      if (fuse && fused && !n.sub.empty()) n.fusions = decide_fusions(n.sub, mp, bucket, i, sum_into_bn);
+      if (fuse && fused && !n.sub.empty())
+        n.fusions = decide_fusions(n.sub, mp, bucket, i, sum_into_bn, shortcut_bn_into_sum);
     }
     if (fuse) mark_fallback_only(bucket, mp);
   }
@@ -400,7 +434,9 @@ int plan_relu_masks(ComputationGraph& train, std::vector<MemoryPlan>& plans) {
           ends[owner_of(mp, y->id)] = {i, k};
           continue;
         }
-        if (f.kind != FusedKind::ADD_RELU_BN_BWD || find_operand(f.inputs, "mask") != nullptr) continue;
+        if ((f.kind != FusedKind::ADD_RELU_BN_BWD && f.kind != FusedKind::ADD_RELU_BN_BN_BWD) ||
+            find_operand(f.inputs, "mask") != nullptr)
+          continue;
         const FusedOperand* y = find_operand(f.inputs, "y");
         if (y == nullptr) continue;
         const auto it = ends.find(owner_of(mp, y->id));

@@ -333,6 +333,7 @@ void write_body(Writer& w, const CompiledPlan& p) {
   w.b(c.fold_residual_sums);
   w.b(c.fuse_residual_bn_backward);
   w.b(c.relu_masks);
+  w.b(c.fuse_shortcut_bn_backward);
   w.b(c.recompute_bn_relu);
   w.i64(c.recompute_budget_bytes);
   w.i64(c.recompute_limit);
@@ -401,6 +402,7 @@ CompiledPlan deserialize(const std::vector<std::uint8_t>& bytes) {
   c.fold_residual_sums = r.b();
   c.fuse_residual_bn_backward = r.b();
   c.relu_masks = r.b();
+  c.fuse_shortcut_bn_backward = r.b();
   c.recompute_bn_relu = r.b();
   c.recompute_budget_bytes = r.i64();
   c.recompute_limit = static_cast<std::int32_t>(r.i64());

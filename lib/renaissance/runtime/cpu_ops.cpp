@@ -389,8 +389,10 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
         s.add = f.add;
         break;
       case ops::FusedKind::ADD_RELU_BN_BWD:
+      case ops::FusedKind::ADD_RELU_BN_BN_BWD:
         s.kind = FusedStep::kAddReluBnBwd;
         s.add = f.add;
+        s.shortcut_bn = f.shortcut_bn;  // ADD_RELU_BN_BN_BWD: the shortcut BN's backward, run right after
         break;
       default: {
         s.kind = FusedStep::kApply;
@@ -553,6 +555,9 @@ void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const Fused
                                acc.out[0].dtype == DType::F16);
       }
       run_plain(s, env);
+      // ADD_RELU_BN_BN_BWD: the shortcut BN's backward reading the same g (the GPU sums its statistics in the pass
+      // above and writes both data gradients in one apply pass)
+      if (st.shortcut_bn >= 0) run_plain(r.sub[static_cast<std::size_t>(st.shortcut_bn)], env);
       return;
     }
     case FusedStep::kBnReluBwd: {

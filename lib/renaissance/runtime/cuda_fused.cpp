@@ -73,8 +73,10 @@ FusedProgram program_of(const ResolvedNode& r, bool fuse) {
         s.add = f.add;
         break;
       case ops::FusedKind::ADD_RELU_BN_BWD:
+      case ops::FusedKind::ADD_RELU_BN_BN_BWD:
         s.kind = FusedStep::kAddReluBnBwd;
         s.add = f.add;
+        s.shortcut_bn = f.shortcut_bn;  // ADD_RELU_BN_BN_BWD: the shortcut BN's backward joins the pass
         break;
       default:
         s.kind = FusedStep::kApply;
@@ -209,13 +211,20 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
     case FusedStep::kAddReluBnBwd: {  // ACCUMULATE: addend -> dy; RELU_BWD: y, dy -> g; BN_BWD: x, g, gamma, ...
       const ResolvedNode& relu = r.sub[static_cast<std::size_t>(st.relu)];
       const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
+      cuda::ShortcutBnBackward second;  // ADD_RELU_BN_BN_BWD: BN_BWD inputs x', g, gamma, mean, invstd, beta
+      if (st.shortcut_bn >= 0) {
+        const ResolvedNode& b = r.sub[static_cast<std::size_t>(st.shortcut_bn)];
+        second = cuda::ShortcutBnBackward{ref(b.in[0]),         b.in[2].as<const float>(), b.in[3].as<const float>(),
+                                          b.in[4].as<const float>(), ref(b.out[0]),         b.out[1].as<float>(),
+                                          b.out[2].as<float>()};
+      }
       cuda::SyncReduce sync;
       cuda::batchnorm_add_relu_backward(stream_of(env), ref(relu.in[0]), ref(relu.in[1]), ref(acc.in[0]),
                                         ref(relu.out[0]), ref(s.in[0]), s.in[2].as<const float>(),
                                         s.in[3].as<const float>(), s.in[4].as<const float>(), ref(s.out[0]),
                                         s.node->accumulate, s.out[1].as<float>(), s.out[2].as<float>(), env.workspace,
                                         static_cast<std::size_t>(env.workspace_bytes), sync_of(s.in[0], env, sync),
-                                        mask_of(r, st));
+                                        mask_of(r, st), st.shortcut_bn >= 0 ? &second : nullptr);
       return;
     }
     case FusedStep::kBnReluBwd: {

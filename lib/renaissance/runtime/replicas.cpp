@@ -117,11 +117,11 @@ std::string describe_plan_inputs(const blueprint::BluePrint& model, const plan::
       "model={}\nmodel layers hash={:016x}\ninput={}x{}x{}\namp={}\nfuse={}\nclasses={}\nresolution={}\n"
       "per-rank batch={}\nper-rank train samples={}\nval batch={}\nval samples={}\noptimizer={}\nema={}\n"
       "start resolution={}\nend resolution={}\nfreeze first layer={}\nreuse memory={}\nfused kernels={}\nfold residual "
-      "sums={}\nresidual bn backward={}\nrelu masks={}\nrecompute bn-relu={}\n",
+      "sums={}\nresidual bn backward={}\nshortcut bn backward={}\nrelu masks={}\nrecompute bn-relu={}\n",
       model.name, t.h, model.in_h, model.in_w, model.in_c, build.amp, build.fuse, build.num_classes, build.resolution,
       c.batch, c.dataset_size, c.val_batch, c.val_size, plan::optimizer_name(c.optimizer), c.ema, c.start_resolution,
       c.end_resolution, c.freeze_first_layer, c.reuse_memory, c.fuse_kernels, c.fold_residual_sums,
-      c.fuse_residual_bn_backward, c.relu_masks, c.recompute_bn_relu);
+      c.fuse_residual_bn_backward, c.fuse_shortcut_bn_backward, c.relu_masks, c.recompute_bn_relu);
 }
 
 void check_replica_inputs(Communicator& comm, const std::string& description) {

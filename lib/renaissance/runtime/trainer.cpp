@@ -31,6 +31,7 @@ plan::TrainConfig train_config(const TrainOptions& opts, const ShardLayout& shar
   cfg.fold_residual_sums = opts.fold_residual_sums;
   cfg.fuse_residual_bn_backward = opts.fuse_residual_bn_backward;
   cfg.relu_masks = opts.relu_masks;
+  cfg.fuse_shortcut_bn_backward = opts.fuse_shortcut_bn_backward;
   cfg.recompute_bn_relu = opts.recompute_bn_relu;
   cfg.recompute_budget_bytes = opts.recompute_budget_bytes;
   return cfg;

@@ -104,6 +104,8 @@ struct TrainOptions {
   /// plan::TrainConfig::relu_masks (`train`/`bench --relu-mask on|off`): residual block ends keep their ReLU's sign as 1-bit
   /// masks for the backward (AMP; the same bits).
   bool relu_masks = true;
+  /// plan::TrainConfig::fuse_shortcut_bn_backward (`bench --fuse-shortcut-bn-backward on|off`).
+  bool fuse_shortcut_bn_backward = true;
   /// plan::TrainConfig::recompute_bn_relu (`--recompute bn-relu`): BN -> ReLU outputs the backward reads are formed
   /// again there instead of kept through the peak (less memory, one element-wise pass each; the same bits).
   bool recompute_bn_relu = false;
