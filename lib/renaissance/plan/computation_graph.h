@@ -90,6 +90,12 @@ struct FusedOperand {
   TensorId id = kNoTensor;
   friend bool operator==(const FusedOperand& a, const FusedOperand& b) { return a.name == b.name && a.id == b.id; }
 };
+/// The operand of `v` named `name`, or null.
+inline const FusedOperand* find_operand(const std::vector<FusedOperand>& v, const std::string& name) {
+  for (const FusedOperand& o : v)
+    if (o.name == name) return &o;
+  return nullptr;
+}
 
 /// One fused pass of a FUSED_* node (ops/fused.h), decided by the compiler (plan/fusion.cpp): it runs where sub-node
 /// `at` stands and replaces the sub-nodes in `parts` (indices into Node::sub; `at` among them). The roles name its

@@ -278,14 +278,11 @@ std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const Memory
           if (mp.tensor(xs).shape != mp.tensor(g).shape || mp.tensor(xs).dtype != mp.tensor(g).dtype ||
               owner_of(mp, xs) == owner_of(mp, g))
             break;
-          bool clear = !touched(mp, xs, sub, static_cast<std::size_t>(i) + 3, static_cast<std::size_t>(j), SIZE_MAX,
-                                true);
+          const auto from = static_cast<std::size_t>(i) + 3, to = static_cast<std::size_t>(j);
+          bool clear = !touched(mp, xs, sub, from, to, SIZE_MAX, true);
           for (TensorId o : s.outputs)
-            clear = clear && o != kNoTensor &&
-                    !touched(mp, o, sub, static_cast<std::size_t>(i) + 3, static_cast<std::size_t>(j), SIZE_MAX,
-                             true) &&
-                    !touched(mp, o, sub, static_cast<std::size_t>(i) + 3, static_cast<std::size_t>(j), SIZE_MAX,
-                             false);
+            clear = clear && o != kNoTensor && !touched(mp, o, sub, from, to, SIZE_MAX, true) &&
+                    !touched(mp, o, sub, from, to, SIZE_MAX, false);
           if (!clear) break;
           p.kind = FusedKind::ADD_RELU_BN_BN_BWD;
           p.shortcut_bn = j;
@@ -389,12 +386,6 @@ void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum
 }
 
 namespace {
-
-const FusedOperand* find_operand(const std::vector<FusedOperand>& v, const char* name) {
-  for (const FusedOperand& o : v)
-    if (o.name == name) return &o;
-  return nullptr;
-}
 
 /// Does a node at bucket positions (from, to) write bytes of `owner` (plain nodes and fused nodes' parts)?
 bool written_between(const MemoryPlan& mp, TensorId owner, const std::vector<Node>& bucket, std::size_t from,

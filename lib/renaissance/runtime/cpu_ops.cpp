@@ -450,19 +450,18 @@ void run_plain(const ResolvedNode& s, ExecEnv& env) {
   (is_compute(s) ? table.compute(s.node->op) : table.range(s.node->range_op))(s, env);
 }
 
-/// The ReLU mask of a step's pass (plan_relu_masks), or a null view.
-TensorView mask_of(const ResolvedNode& r, const FusedStep& st) {
-  return st.pass >= 0 && static_cast<std::size_t>(st.pass) < r.pass_masks.size()
-             ? r.pass_masks[static_cast<std::size_t>(st.pass)]
-             : TensorView{};
+/// The rows (N·H·W) of a ReLU mask for the output `y`, checked against its shape {N, H, W, ⌈C/8⌉}.
+std::int64_t relu_mask_rows(const TensorView& mask, const TensorView& y) {
+  const std::int64_t rows = y.shape.n * y.shape.h * y.shape.w;
+  RN_CHECK(mask.shape.c == (y.shape.c + 7) / 8 && mask.shape.n * mask.shape.h * mask.shape.w == rows,
+           "internal: ReLU mask {} for an output {}", mask.shape.str(), y.shape.str());
+  return rows;
 }
 
 /// mask bit (row, ch) = stored y > 0: byte row·⌈C/8⌉ + ch/8, bit ch % 8 (plan_relu_masks' layout, the GPU's).
 void write_relu_mask(const TensorView& y, const TensorView& mask) {
+  const std::int64_t rows = relu_mask_rows(mask, y), c = y.shape.c, cb = mask.shape.c;
   const float* v = f32_in(y);
-  const std::int64_t c = y.shape.c, rows = y.shape.n * y.shape.h * y.shape.w, cb = mask.shape.c;
-  RN_CHECK(cb == (c + 7) / 8 && mask.shape.n * mask.shape.h * mask.shape.w == rows,
-           "internal: ReLU mask {} for an output {}", mask.shape.str(), y.shape.str());
   auto* m = mask.as<std::uint8_t>();
   std::fill(m, m + rows * cb, std::uint8_t{0});
   for (std::int64_t r = 0; r < rows; ++r)
@@ -472,9 +471,7 @@ void write_relu_mask(const TensorView& y, const TensorView& mask) {
 
 /// The ReLU's sign from its mask as 1 or 0 per element of `like` (what relu_backward_sum tests with y > 0).
 const float* relu_sign_from_mask(const TensorView& mask, const TensorView& like) {
-  const std::int64_t c = like.shape.c, rows = like.shape.n * like.shape.h * like.shape.w, cb = mask.shape.c;
-  RN_CHECK(cb == (c + 7) / 8 && mask.shape.n * mask.shape.h * mask.shape.w == rows,
-           "internal: ReLU mask {} for an output {}", mask.shape.str(), like.shape.str());
+  const std::int64_t rows = relu_mask_rows(mask, like), c = like.shape.c, cb = mask.shape.c;
   const auto* m = mask.as<const std::uint8_t>();
   float* out = scratch().get(like.elems());
   for (std::int64_t r = 0; r < rows; ++r)
@@ -516,7 +513,7 @@ void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const Fused
                                    st.shortcut_bn >= 0 ? &second : nullptr, st.relu >= 0,
                                    s.out[0].dtype == DType::F16, y.get());
       }
-      if (const TensorView mask = mask_of(r, st)) write_relu_mask(s.out[0], mask);
+      if (const TensorView mask = r.pass_mask(st.pass)) write_relu_mask(s.out[0], mask);
       return;
     }
     case FusedStep::kConvBwdPair: {
@@ -548,7 +545,7 @@ void run_fused_step(const ResolvedNode& r, const FusedProgram& prog, const Fused
       const ResolvedNode& acc = r.sub[static_cast<std::size_t>(st.add)];
       {
         // With a ReLU mask (plan_relu_masks) its bits stand for y, as on the GPU.
-        const TensorView mask = mask_of(r, st);
+        const TensorView mask = r.pass_mask(st.pass);
         const float* y = mask ? relu_sign_from_mask(mask, relu.in[0]) : f32_in(relu.in[0]);
         F32Out g(relu.out[0], false);
         cpu::relu_backward_sum(y, f32_in(relu.in[1]), f32_in(acc.in[0]), g.get(), relu.out[0].elems(),

@@ -172,13 +172,6 @@ void bn_statistics(const ResolvedNode& bn, ExecEnv& env) {
                                    static_cast<std::size_t>(env.workspace_bytes), sync_of(bn.in[0], env, sync));
 }
 
-/// The ReLU mask of a step's pass (plan_relu_masks), or null.
-std::uint8_t* mask_of(const ResolvedNode& r, const FusedStep& st) {
-  return st.pass >= 0 && static_cast<std::size_t>(st.pass) < r.pass_masks.size()
-             ? r.pass_masks[static_cast<std::size_t>(st.pass)].as<std::uint8_t>()
-             : nullptr;
-}
-
 void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
   const ResolvedNode& s = r.sub[static_cast<std::size_t>(st.node)];
   switch (st.kind) {
@@ -200,7 +193,7 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
       }
       cuda::batchnorm_apply_fused(stream_of(env), !train, bn_apply_of(s), kind, ref(shortcut),
                                   st.shortcut_bn >= 0 ? &second : nullptr, st.relu >= 0, ref(s.out[0]),
-                                  mask_of(r, st));
+                                  r.pass_mask(st.pass).as<std::uint8_t>());
       return;
     }
     case FusedStep::kAddReluBwd: {  // RELU_BWD: y, dy -> dx; ACCUMULATE: addend -> dy (never formed)
@@ -224,7 +217,7 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
                                         s.in[3].as<const float>(), s.in[4].as<const float>(), ref(s.out[0]),
                                         s.node->accumulate, s.out[1].as<float>(), s.out[2].as<float>(), env.workspace,
                                         static_cast<std::size_t>(env.workspace_bytes), sync_of(s.in[0], env, sync),
-                                        mask_of(r, st), st.shortcut_bn >= 0 ? &second : nullptr);
+                                        r.pass_mask(st.pass).as<std::uint8_t>(), st.shortcut_bn >= 0 ? &second : nullptr);
       return;
     }
     case FusedStep::kBnReluBwd: {

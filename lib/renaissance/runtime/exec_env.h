@@ -25,6 +25,11 @@ struct ResolvedNode {
   std::vector<ResolvedNode> sub;
   /// FUSED_*: per fused pass (plan::Node::fusions), its "mask" operand (plan_relu_masks; a null view: none).
   std::vector<TensorView> pass_masks;
+  /// pass_masks[pass], or a null view (no such pass, no mask).
+  TensorView pass_mask(int pass) const {
+    return pass >= 0 && static_cast<std::size_t>(pass) < pass_masks.size() ? pass_masks[static_cast<std::size_t>(pass)]
+                                                                           : TensorView{};
+  }
   /// Backend state made once by the op's `prepare` before capture (cuDNN descriptors and algorithms, ...).
   std::shared_ptr<void> state;
   std::string layer;  ///< the ArchPlan layer's name ("" for none)

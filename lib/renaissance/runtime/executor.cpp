@@ -238,11 +238,9 @@ ResolvedNode resolve(const plan::Node& n, const DeviceContext& ctx, plan::Varian
   for (RegionRange x : n.output_ranges) r.out_ranges.push_back(ctx.range(x, v));
   for (const plan::Node& s : n.sub) r.sub.push_back(resolve(s, ctx, v));
   for (const plan::FusedPass& f : n.fusions) {
-    TensorView mask;
-    for (const auto* ops : {&f.inputs, &f.outputs})
-      for (const plan::FusedOperand& o : *ops)
-        if (o.name == "mask") mask = ctx.view(o.id, v);
-    r.pass_masks.push_back(mask);
+    const plan::FusedOperand* mask = plan::find_operand(f.inputs, "mask");
+    if (mask == nullptr) mask = plan::find_operand(f.outputs, "mask");
+    r.pass_masks.push_back(mask != nullptr ? ctx.view(mask->id, v) : TensorView{});
   }
   return r;
 }
