@@ -34,6 +34,12 @@ void GpuOptions::add_to(CLI::App& cmd) {
                  "compute stream (faster on every model measured on an H100, docs/benchmarks.md)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  cmd.add_option("--conv-stats", conv_stats,
+                 "GPU, --amp: on: a batch norm's statistics from its convolution's epilogue (cuDNN GEN_STATS) where "
+                 "the start-up timing finds it faster, layer by layer (other bits than off; an experiment, "
+                 "docs/kernels-cuda.md); off: the own statistics kernel")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 void GpuOptions::apply(runtime::TrainOptions& t, const std::string& run_dir) const {
@@ -41,6 +47,7 @@ void GpuOptions::apply(runtime::TrainOptions& t, const std::string& run_dir) con
   t.conv_api = conv_api == "graph" ? 1 : conv_api == "legacy" ? 2 : 0;
   t.own_kernels = own_kernels == "on" ? 1 : 0;
   t.concurrent_streams = streams == "on";
+  t.conv_stats = conv_stats == "on";
   RN_CHECK(!engine_cache.empty(), "--engine-cache needs a path, auto or off");
   if (engine_cache == "off")
     t.engine_cache.clear();

@@ -14,6 +14,7 @@
 #include <kernels/cuda/pointwise_common.cuh>
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 namespace renaissance::cuda {
@@ -291,6 +292,21 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   mean[ch] = static_cast<float>(static_cast<double>(detail::to_float(x[ch])) + dm);
   invstd[ch] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(*eps)));
   var_unbiased[ch] = static_cast<float>(var * static_cast<double>(rows) / static_cast<double>(rows - 1));
+}
+
+/// batchnorm_statistics_from_sums: Σx in mean, Σx² in var_unbiased, replaced in place.
+__global__ void bn_stats_from_sums_kernel(int c, std::int64_t rows, const float* __restrict__ eps,
+                                          float* __restrict__ mean, float* __restrict__ var_unbiased,
+                                          float* __restrict__ invstd) {
+  const int ch = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (ch >= c) return;
+  const double r = static_cast<double>(rows);
+  const double dm = static_cast<double>(mean[ch]) / r;
+  const double v = static_cast<double>(var_unbiased[ch]) / r - dm * dm;
+  const double var = 0.0 < v ? v : 0.0;  // NaN gives 0, as batchnorm_train_statistics
+  mean[ch] = static_cast<float>(dm);
+  invstd[ch] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(*eps)));
+  var_unbiased[ch] = static_cast<float>(var * r / (r - 1.0));
 }
 
 /// dβ += Σdy, dγ += Σdy·x̂ (FP64 add, then float); coeff = {γ·invstd, Σdy/R, Σdy·x̂·invstd/R} for the dx pass.
@@ -598,6 +614,18 @@ void check_sync(const SyncReduce* sync, std::int64_t rows, const char* what) {
            sync->global_rows, rows);
 }
 }  // namespace
+
+void batchnorm_statistics_from_sums(cudaStream_t stream, std::int64_t channels, std::int64_t rows, const float* eps,
+                                    float* batch_mean, float* batch_var_unbiased, float* save_invstd) {
+  RN_CHECK(channels > 0 && channels <= std::numeric_limits<int>::max() && rows > 1,
+           "batchnorm_statistics_from_sums: {} channels of {} rows (batch statistics need more than one row)",
+           channels, rows);
+  RN_CHECK(eps && batch_mean && batch_var_unbiased && save_invstd,
+           "batchnorm_statistics_from_sums: eps or a statistics pointer is null");
+  bn_stats_from_sums_kernel<<<channel_blocks(channels), kThreads, 0, stream>>>(
+      static_cast<int>(channels), rows, eps, batch_mean, batch_var_unbiased, save_invstd);
+  CUDA_CHECK_LAUNCH();
+}
 
 void batchnorm_train_statistics(cudaStream_t stream, const TensorRef& x, const float* eps, float* batch_mean,
                                  float* batch_var_unbiased, float* save_invstd, void* workspace,

@@ -39,6 +39,14 @@ void batchnorm_train_statistics(cudaStream_t stream, const TensorRef& x, const f
                                 float* batch_var_unbiased, float* save_invstd, void* workspace,
                                 std::size_t workspace_bytes, const SyncReduce* sync = nullptr);
 
+/// The training statistics from a convolution's GEN_STATS epilogue (ConvOp::forward_stats): batch_mean holds Σx and
+/// batch_var_unbiased Σx² over the `rows` = N·H·W values of each of the `channels` (FP32, as cuDNN wrote them); they
+/// are replaced in place by the batch mean and the unbiased variance, and save_invstd = 1/√(var + eps) is written,
+/// var = max(Σx²/R − mean², 0) in FP64 (the formulas of batchnorm_train_statistics, without its shift by the first
+/// row: these sums carry cuDNN's FP32 rounding, not the own kernels' order). rows must be > 1.
+void batchnorm_statistics_from_sums(cudaStream_t stream, std::int64_t channels, std::int64_t rows, const float* eps,
+                                    float* batch_mean, float* batch_var_unbiased, float* save_invstd);
+
 /// One batch-norm apply: x with its per-channel parameters and statistics. Training: mean = batch mean, spread =
 /// save_invstd. Inference: mean = running mean, spread = running variance, eps from device memory.
 struct BnApply {

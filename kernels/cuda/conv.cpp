@@ -351,6 +351,8 @@ struct ConvOp::Impl {
     std::string note;                  ///< why the legacy fallback was taken
   };
   Variant var[kVariants];
+  Variant stats;            ///< choose_stats: the forward with GEN_STATS (has: in use)
+  std::string stats_note;   ///< choose_stats: what it chose, or why not
   bool chosen = false;
   DnnHandles* handles = nullptr;
 
@@ -1040,6 +1042,150 @@ void ConvOp::backward_filter(cudaStream_t stream, const TensorRef& x, const Tens
   if (db)
     bias_grad_rows(stream, dy.ptr, s.spec.dtype, s.y_rows(), s.spec.y.c, s.y_cs, db, accumulate, 1.0f,
                    workspace.ptr, workspace.bytes);
+}
+
+bool ConvOp::choose_stats(void* workspace_ptr, std::size_t workspace_bytes, const ConvChoose& how,
+                          const ConvTensors& t, float* sum, float* sqsum, const std::function<void()>& unfused) {
+  Impl& s = *m;
+  s.stats = Impl::Variant{};
+  const Impl::Variant& fwd = s.var[0];
+  auto no = [&](const std::string& why) {
+    s.stats_note = why;
+    return false;
+  };
+  if (!s.chosen || !fwd.has) return no("the forward was not chosen");
+  if (s.spec.dtype != DType::F16 || s.spec.params.groups != 1 || s.spec.force_staging || fwd.choice.staged)
+    return no("FP16, ungrouped, unstaged forwards only");
+  if (how.engine == ConvEngine::Legacy) return no("--conv-api legacy");
+  if (!workspace_ptr || !t.x || !t.w || !t.y || !sum || !sqsum || !how.time) return no("no tensors to time on");
+  const auto t0 = std::chrono::steady_clock::now();
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  s.handles->set_stream(nullptr);  // setup runs on the legacy default stream
+  EngineCache& cache = EngineCache::global();
+  const std::string key =
+      fmt::format("{} cudnn{} {} {} det={} limit={} timed {} fwd+stats bn1", device_key(device), cudnnGetVersion(),
+                  cudnn_frontend_version(), s.signature(), how.deterministic, workspace_bytes,
+                  conv_engine_name(how.engine));
+  auto desc = [&] {
+    GraphConvDesc d = s.graph_desc(0, false, how.deterministic, workspace_bytes);
+    d.genstats = true;
+    return d;
+  };
+  auto finish = [&](bool used) {
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(seconds_mutex());
+    seconds_total() += sec;
+    return used;
+  };
+  // RN_DEBUG_CONV_STATS=always (tests): the fused plan wherever one builds, untimed against the plain forward and
+  // never cached.
+  const char* force_env = std::getenv("RN_DEBUG_CONV_STATS");
+  const bool force = force_env != nullptr && std::string(force_env) == "always";
+  std::string why;
+  if (auto hit = force ? std::nullopt : cache.find(key)) {
+    cache.count(true);
+    if (hit->api != EngineChoice::Api::Graph) {
+      s.stats_note = fmt::format("plain forward + statistics ({:.3f} ms, cached)", hit->time_ms);
+      return finish(false);
+    }
+    try {
+      auto g = std::make_unique<GraphConv>(desc());
+      std::string unused;
+      int i = g->query(s.handles->cudnn(), &unused) > 0 ? g->find(hit->graph) : -1;
+      if (i >= 0 && !g->build(i, &why)) i = -1;
+      if (i < 0 && why.empty()) {
+        g = std::make_unique<GraphConv>(desc());
+        i = g->replay(s.handles->cudnn(), hit->graph, &why);
+      }
+      if (i >= 0) {
+        s.stats.has = true;
+        s.stats.choice = *hit;
+        s.stats.choice.workspace = g->workspace(i);
+        s.stats.plan = i;
+        s.stats.graph = std::move(g);
+        s.stats_note = fmt::format("{} (cached)", hit->str());
+        return finish(true);
+      }
+    } catch (const std::exception& e) {
+      (void)cudaGetLastError();
+      why = e.what();
+    }
+    cache.reject(fmt::format("{}: {}", key, why));
+  } else if (!force) {
+    cache.count(false);
+  }
+  // Timed: the plain forward + the caller's statistics, then the best GEN_STATS plans of the heuristics.
+  const TensorRef x{t.x, s.spec.x, s.spec.dtype, s.x_cs}, y{t.y, s.spec.y, s.spec.dtype, s.y_cs};
+  const Workspace ws{workspace_ptr, workspace_bytes};
+  const float plain_ms = median_ms([&] {
+    forward(nullptr, x, t.w, nullptr, y, ws);
+    unfused();
+  });
+  EngineChoice choice;
+  choice.api = EngineChoice::Api::Own;  // stands for "plain forward + own statistics" in this key
+  choice.time_ms = plain_ms;
+  choice.deterministic = fwd.choice.deterministic;
+  std::string notes;
+  try {
+    auto g = std::make_unique<GraphConv>(desc());
+    const int n = g->query(s.handles->cudnn(), &notes);
+    int best = -1, built = 0;
+    float best_ms = 0;
+    for (int i = 0; i < n && i < kScannedCandidates && built < timed_candidates(); ++i) {
+      if (!g->build(i, &notes)) continue;
+      ++built;
+      const float ms =
+          median_ms([&] { g->execute(s.handles->cudnn(), i, t.x, t.w, t.y, workspace_ptr, sum, sqsum); });
+      if (best < 0 || ms < best_ms * kMinGain) {
+        best = i;
+        best_ms = ms;
+      }
+    }
+    if (best >= 0 && (force || best_ms < plain_ms * kMinGain)) {
+      choice = EngineChoice{};
+      choice.api = EngineChoice::Api::Graph;
+      choice.graph = g->config(best);
+      choice.deterministic = how.deterministic;
+      choice.time_ms = best_ms;
+      choice.workspace = g->workspace(best);
+      s.stats.has = true;
+      s.stats.choice = choice;
+      s.stats.plan = best;
+      s.stats.graph = std::move(g);
+      s.stats_note = fmt::format("{}; plain + statistics {:.3f} ms", choice.str(), plain_ms);
+    } else {
+      s.stats_note = best >= 0 ? fmt::format("plain forward + statistics {:.3f} ms, GEN_STATS plan {:.3f} ms",
+                                             plain_ms, best_ms)
+                               : fmt::format("plain forward + statistics: no GEN_STATS plan ({})", notes);
+    }
+  } catch (const std::exception& e) {
+    (void)cudaGetLastError();
+    s.stats_note = fmt::format("plain forward + statistics: GEN_STATS graph: {}", e.what());
+    s.stats = Impl::Variant{};
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  if (!force) cache.put(key, s.stats.has ? s.stats.choice : choice);
+  return finish(s.stats.has);
+}
+
+bool ConvOp::uses_stats() const { return m->stats.has; }
+
+std::string ConvOp::stats_label() const { return m->stats_note; }
+
+void ConvOp::forward_stats(cudaStream_t stream, const TensorRef& x, const void* w, const TensorRef& y, float* sum,
+                           float* sqsum, Workspace workspace) const {
+  const Impl& s = *m;
+  RN_CHECK(s.stats.has && s.handles, "conv {}: forward_stats without a chosen GEN_STATS plan", s.signature());
+  s.check_ref("x", x, s.spec.x, s.x_cs);
+  s.check_ref("y", y, s.spec.y, s.y_cs);
+  RN_CHECK(w != nullptr && sum != nullptr && sqsum != nullptr, "conv {}: null weights or statistics", s.signature());
+  const auto need = static_cast<std::size_t>(s.stats.choice.workspace);
+  RN_CHECK(workspace.bytes >= need && (need == 0 || workspace.ptr != nullptr),
+           "conv {}: forward with statistics needs {} bytes of workspace, got {}", s.signature(), need,
+           workspace.bytes);
+  s.handles->set_stream(stream);
+  s.stats.graph->execute(s.handles->cudnn(), s.stats.plan, x.ptr, w, y.ptr, workspace.ptr, sum, sqsum);
 }
 
 std::size_t ConvOp::algo_cache_size() { return EngineCache::global().size(); }

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -151,6 +152,25 @@ class ConvOp {
   /// db FP32 [out]. The bias gradient is an own deterministic reduction.
   void backward_filter(cudaStream_t stream, const TensorRef& x, const TensorRef& dy, void* dw, float* db,
                        bool accumulate, Workspace workspace) const;
+
+  /// The forward with the batch-norm statistics of y in its epilogue (issue 15: conv + BN statistics; cuDNN's
+  /// GEN_STATS after CONVOLUTION_FORWARD, conv_graph.h): one graph plan writes y and, per output channel, Σy and Σy²
+  /// (FP32). Kept only where it is faster, by more than timing noise, than the chosen forward followed by `unfused`
+  /// (the caller's own statistics kernel on y, launched on the legacy default stream); that decision is cached like
+  /// the passes' engines, so a second start-up makes the same one. Setup only, after choose() with the forward among
+  /// its passes and timing on real tensors (`t`: x, w, y; `sum`/`sqsum`: y.c floats each; `workspace_ptr` the engine
+  /// workspace of `workspace_bytes`). FP16 storage, ungrouped, unstaged, graph API (`how.engine` not Legacy);
+  /// anything else keeps the plain forward. Returns uses_stats().
+  bool choose_stats(void* workspace_ptr, std::size_t workspace_bytes, const ConvChoose& how, const ConvTensors& t,
+                    float* sum, float* sqsum, const std::function<void()>& unfused);
+  /// True when choose_stats kept the fused plan: then forward_stats replaces forward + the statistics kernel.
+  bool uses_stats() const;
+  /// "graph eng2_k2=4 (0.136 ms; plain + statistics 0.174 ms)" or why the plain forward stays.
+  std::string stats_label() const;
+  /// y = conv(x, w) with sum[c] = Σy and sqsum[c] = Σy² over the N·H·W rows of the stored (FP16) y, both FP32 [y.c]
+  /// and overwritten. Only after choose_stats returned true.
+  void forward_stats(cudaStream_t stream, const TensorRef& x, const void* w, const TensorRef& y, float* sum,
+                     float* sqsum, Workspace workspace) const;
 
   /// Entries in the process-wide engine cache (for tests and logs).
   static std::size_t algo_cache_size();

@@ -20,7 +20,7 @@ using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 namespace {
 
 // Tensor uids of the variant pack.
-enum : std::int64_t { kUidX = 1, kUidW = 2, kUidY = 3, kUidOld = 4 };
+enum : std::int64_t { kUidX = 1, kUidW = 2, kUidY = 3, kUidOld = 4, kUidSum = 5, kUidSqSum = 6 };
 
 std::vector<std::int64_t> nhwc_dims(const Shape& s) { return {s.n, s.c, s.h, s.w}; }
 /// cuDNN's (n, c, h, w) strides of an NHWC tensor with `cs` elements per (n, h, w) row.
@@ -75,6 +75,17 @@ struct GraphConv::Impl {
         TensorPtr y = graph.conv_fprop(
             x, w, fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
         y->set_output(true).set_uid(kUidY).set_dim(nhwc_dims(d.y)).set_stride(nhwc_strides(d.y, d.y_cs));
+        if (d.genstats) {  // Σy, Σy² per channel of the stored y: FP32 {1, C, 1, 1}
+          const auto stats = graph.genstats(y, fe::graph::Genstats_attributes().set_name("stats"));
+          const std::int64_t c = d.y.c;
+          for (std::size_t k = 0; k < 2; ++k)
+            stats[k]
+                ->set_output(true)
+                .set_uid(k == 0 ? kUidSum : kUidSqSum)
+                .set_data_type(fe::DataType_t::FLOAT)
+                .set_dim({1, c, 1, 1})
+                .set_stride({c, 1, c, c});
+        }
         break;
       }
       case ConvPass::BackwardData: {
@@ -93,6 +104,10 @@ struct GraphConv::Impl {
         output(dw, w_dims(), w_strides(), kUidW);
         break;
       }
+    }
+    if (d.genstats && (d.pass != ConvPass::Forward || d.dtype != DType::F16)) {
+      validate_error = "genstats: forward passes with FP16 storage only";
+      return;
     }
     const fe::error_t e = graph.validate();
     if (e.is_bad()) validate_error = "validate: " + fe_message(e);
@@ -239,11 +254,16 @@ std::int64_t GraphConv::workspace(int i) const {
   return i >= 0 && i < candidates() ? m->workspaces[static_cast<std::size_t>(i)] : -1;
 }
 
-void GraphConv::execute(cudnnHandle_t handle, int i, const void* x, const void* w, const void* y,
-                        void* workspace) const {
+void GraphConv::execute(cudnnHandle_t handle, int i, const void* x, const void* w, const void* y, void* workspace,
+                        float* sum, float* sqsum) const {
   std::unordered_map<std::int64_t, void*> pack{{kUidX, const_cast<void*>(x)}, {kUidW, const_cast<void*>(w)},
                                                {kUidY, const_cast<void*>(y)}};
   if (m->d.accumulate) pack[kUidOld] = const_cast<void*>(m->d.pass == ConvPass::BackwardData ? x : w);
+  if (m->d.genstats) {
+    RN_CHECK(sum != nullptr && sqsum != nullptr, "a genstats convolution needs its sum and sqsum outputs");
+    pack[kUidSum] = sum;
+    pack[kUidSqSum] = sqsum;
+  }
   const fe::error_t e = m->graph.execute_plan_at_index(handle, pack, workspace, i);
   RN_CHECK(e.is_good(), "cuDNN graph execution failed: {}", fe_message(e));
 }

@@ -30,6 +30,10 @@ enum class ConvPass : std::uint8_t;  // conv.h
 struct GraphConvDesc {
   ConvPass pass{};
   bool accumulate = false;   ///< data/weight gradient: the output is added to (out = old + result)
+  /// Forward, FP16 only: cuDNN's GEN_STATS in the epilogue also writes Σy and Σy² per output channel (FP32 [y.c]) of
+  /// the y it stores, for the batch-norm statistics that follow the convolution (issue 15: conv + BN-statistics
+  /// epilogue; an experiment until measured: bench_gpu_kernels `ConvStats`, GpuConvEngines.Genstats*).
+  bool genstats = false;
   Shape x, y;
   std::int64_t x_cs = 0, y_cs = 0;  ///< row strides in elements (>= channels)
   int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, groups = 1;
@@ -84,8 +88,10 @@ class GraphConv {
   std::int64_t workspace(int i) const;
 
   /// Enqueues plan i on the handle's stream. x/w/y are the pass's tensors (dgrad: x = dx out, y = dy in; wgrad:
-  /// w = dw out); an accumulating pass reads its output's old values from the same pointer.
-  void execute(cudnnHandle_t handle, int i, const void* x, const void* w, const void* y, void* workspace) const;
+  /// w = dw out); an accumulating pass reads its output's old values from the same pointer. A genstats graph also
+  /// writes `sum` and `sqsum` (FP32, y.c each; required there, ignored otherwise).
+  void execute(cudnnHandle_t handle, int i, const void* x, const void* w, const void* y, void* workspace,
+               float* sum = nullptr, float* sqsum = nullptr) const;
   const GraphConvDesc& desc() const;
 
  private:

@@ -26,8 +26,9 @@
 # recipe: `renaissance train --config recipes/fmnist-resnet18.yaml` RECIPE_RUNS (3) times one after another (the first
 #   times the engines unless the cache has them), RECIPE_ARGS appended: wall time, the start-up line and the result of
 #   each into recipe.log (carry data/fashion-mnist.h5, or the idx.gz files in data/cache/fashion-mnist).
-# kernels: tests/bench/bench_gpu_kernels (the batch-norm family against a device copy, GB/s) into kernels.log
-#   (KERNELS_FILTER: a --benchmark_filter regex); the build then includes the benchmarks.
+# kernels: tests/bench/bench_gpu_kernels (the batch-norm family against a device copy, GB/s; ResNet-50's forward
+#   convolutions with their BN statistics, plain and GEN_STATS, summed per step by conv_stats_summary.py) into
+#   kernels.log and kernels.json (KERNELS_FILTER: a --benchmark_filter regex); the build then includes the benchmarks.
 # DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -159,8 +160,9 @@ print("^(" + "|".join(re.escape(n.strip()) for n in open(sys.argv[1])
       rm -f "$OUT"/recipe-[0-9]*.log ;;
     kernels)
       build-gpu/tests/bench/bench_gpu_kernels ${KERNELS_FILTER:+--benchmark_filter="$KERNELS_FILTER"} \
-        >"$OUT/kernels.log" 2>&1
-      say "kernels exit $?"; grep -E "GB/s" "$OUT/kernels.log" | sed -E 's/ +/ /g' | head -100 ;;
+        --benchmark_out="$OUT/kernels.json" --benchmark_out_format=json >"$OUT/kernels.log" 2>&1
+      say "kernels exit $?"; grep -E "GB/s" "$OUT/kernels.log" | sed -E 's/ +/ /g' | head -100
+      python3 scripts/bench/conv_stats_summary.py "$OUT/kernels.json" | grep -v "^no ConvStats" ;;
     fmnist)
       "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fm.h5 >/dev/null || exit 1
       # shellcheck disable=SC2086  # FMNIST_ARGS: options, split on purpose

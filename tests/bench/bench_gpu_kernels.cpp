@@ -4,8 +4,16 @@
 // beside a device-to-device copy of the same tensor (the bandwidth ceiling). What it is for: checking each pass against
 // that ceiling (DESIGN §11, lever 4) and measuring a kernel change in one device call.
 //   build-gpu/tests/bench/bench_gpu_kernels --benchmark_min_time=0.2s      (scripts/bench/gpu_session.sh STEPS=kernels)
+// `ConvStats/...` (issue 15, an experiment): each ResNet-50 b256 forward convolution with the batch-norm statistics
+// of its output, as the step runs it today (the fastest of the first four deterministic plain plans, then the own
+// statistics kernel) against one cuDNN plan with GEN_STATS in its epilogue (the fastest of its first four, among the
+// plans offered under the deterministic filter, and among all); `per_step` counts the layers of that shape in one step.
+//   build-gpu/tests/bench/bench_gpu_kernels --benchmark_filter=ConvStats
 // Without a CUDA device it prints why and exits 0.
 #include <kernels/cuda/batchnorm.h>
+#include <kernels/cuda/conv.h>
+#include <kernels/cuda/conv_graph.h>
+#include <kernels/cuda/dnn_handles.h>
 #include <kernels/cuda/elementwise.h>
 
 #include <cuda_fp16.h>
@@ -204,6 +212,170 @@ void register_case(const Case& k) {  // k: an element of kCases (its address key
   });
 }
 
+// ---- convolution + batch-norm statistics (ConvStats) ------------------------------------------------------
+
+struct ConvCase {
+  const char* name;
+  int per_step;  ///< layers of this shape in one ResNet-50 step
+  int h, w, cin, cout, k, stride;
+};
+// ResNet-50's forward convolutions at batch 256 (torchvision v1.5: the stride on the 3x3), the stem left out.
+const ConvCase kConvCases[] = {
+    {"l1_1x1_64to64", 1, 56, 56, 64, 64, 1, 1},        {"l1_3x3_64", 3, 56, 56, 64, 64, 3, 1},
+    {"l1_1x1_64to256", 4, 56, 56, 64, 256, 1, 1},      {"l1_1x1_256to64", 2, 56, 56, 256, 64, 1, 1},
+    {"l2_1x1_256to128", 1, 56, 56, 256, 128, 1, 1},    {"l2_3x3s2_128", 1, 56, 56, 128, 128, 3, 2},
+    {"l2_1x1s2_256to512", 1, 56, 56, 256, 512, 1, 2},  {"l2_1x1_128to512", 4, 28, 28, 128, 512, 1, 1},
+    {"l2_1x1_512to128", 3, 28, 28, 512, 128, 1, 1},    {"l2_3x3_128", 3, 28, 28, 128, 128, 3, 1},
+    {"l3_1x1_512to256", 1, 28, 28, 512, 256, 1, 1},    {"l3_3x3s2_256", 1, 28, 28, 256, 256, 3, 2},
+    {"l3_1x1s2_512to1024", 1, 28, 28, 512, 1024, 1, 2}, {"l3_1x1_256to1024", 6, 14, 14, 256, 1024, 1, 1},
+    {"l3_1x1_1024to256", 5, 14, 14, 1024, 256, 1, 1},  {"l3_3x3_256", 5, 14, 14, 256, 256, 3, 1},
+    {"l4_1x1_1024to512", 1, 14, 14, 1024, 512, 1, 1},  {"l4_3x3s2_512", 1, 14, 14, 512, 512, 3, 2},
+    {"l4_1x1s2_1024to2048", 1, 14, 14, 1024, 2048, 1, 2}, {"l4_1x1_512to2048", 3, 7, 7, 512, 2048, 1, 1},
+    {"l4_1x1_2048to512", 2, 7, 7, 2048, 512, 1, 1},    {"l4_3x3_512", 2, 7, 7, 512, 512, 3, 1},
+};
+constexpr int kConvBatch = 256;
+constexpr std::size_t kConvWorkspace = std::size_t{256} << 20;
+
+/// One shape's tensors and the chosen plan of one variant (0: plain + own statistics, 1: GEN_STATS among the
+/// deterministic plans, 2: GEN_STATS among all).
+struct ConvStatsSetup {
+  Shape xs, ys;
+  std::vector<std::unique_ptr<DeviceMem>> mem;
+  void *x, *w, *y, *ws;
+  float *sum, *sqsum, *mean, *var, *invstd, *eps;
+  void* bn_ws;
+  std::size_t bn_ws_bytes;
+  std::unique_ptr<GraphConv> graph;
+  int plan = -1;
+  std::string engine;
+
+  ConvStatsSetup(const ConvCase& k, int variant) {
+    const int pad = k.k / 2;
+    xs = Shape{kConvBatch, k.h, k.w, k.cin};
+    ys = Shape{kConvBatch, (k.h + 2 * pad - k.k) / k.stride + 1, (k.w + 2 * pad - k.k) / k.stride + 1, k.cout};
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    auto halves = [&](std::size_t n, float scale) {
+      std::vector<__half> v(n);
+      for (auto& h : v) h = __float2half(u(rng) * scale);
+      mem.push_back(std::make_unique<DeviceMem>(n * sizeof(__half)));
+      check(cudaMemcpy(mem.back()->p, v.data(), n * sizeof(__half), cudaMemcpyHostToDevice), "upload");
+      return mem.back()->p;
+    };
+    auto floats = [&](std::size_t n, float value) {
+      std::vector<float> v(n, value);
+      mem.push_back(std::make_unique<DeviceMem>(n * 4));
+      check(cudaMemcpy(mem.back()->p, v.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+      return mem.back()->f();
+    };
+    x = halves(static_cast<std::size_t>(xs.elems()), 1.0f);
+    w = halves(static_cast<std::size_t>(k.cout) * k.k * k.k * k.cin, 0.05f);
+    y = halves(static_cast<std::size_t>(ys.elems()), 0.0f);
+    const auto c = static_cast<std::size_t>(k.cout);
+    sum = floats(c, 0);
+    sqsum = floats(c, 0);
+    mean = floats(c, 0);
+    var = floats(c, 0);
+    invstd = floats(c, 0);
+    eps = floats(1, 1e-5f);
+    bn_ws_bytes = batchnorm_workspace_bytes(TensorRef{y, ys, DType::F16, k.cout});
+    mem.push_back(std::make_unique<DeviceMem>(bn_ws_bytes));
+    bn_ws = mem.back()->p;
+    mem.push_back(std::make_unique<DeviceMem>(kConvWorkspace));
+    ws = mem.back()->p;
+
+    GraphConvDesc d;
+    d.pass = ConvPass::Forward;
+    d.x = xs;
+    d.y = ys;
+    d.x_cs = k.cin;
+    d.y_cs = k.cout;
+    d.kernel_h = d.kernel_w = k.k;
+    d.stride_h = d.stride_w = k.stride;
+    d.pad_h = d.pad_w = pad;
+    d.dtype = DType::F16;
+    d.strict_fp32 = false;
+    d.genstats = variant != 0;
+    d.deterministic = variant != 2;
+    d.workspace_limit = kConvWorkspace;
+    graph = std::make_unique<GraphConv>(d);
+    DnnHandles& h = DnnHandles::for_device(0);
+    h.set_stream(nullptr);
+    std::string why;
+    const int n = graph->query(h.cudnn(), &why);
+    // The fastest of the first four that build, 20 runs each (as ConvOp's start-up timing).
+    float best = 0;
+    int built = 0;
+    cudaEvent_t e0, e1;
+    check(cudaEventCreate(&e0), "event");
+    check(cudaEventCreate(&e1), "event");
+    for (int i = 0; i < n && i < 24 && built < 4; ++i) {
+      if (!graph->build(i, &why)) continue;
+      ++built;
+      launch_plan(h, i, nullptr);
+      check(cudaEventRecord(e0, nullptr), "record");
+      for (int r = 0; r < 20; ++r) launch_plan(h, i, nullptr);
+      check(cudaEventRecord(e1, nullptr), "record");
+      check(cudaEventSynchronize(e1), "sync");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+      if (plan < 0 || ms < best) {
+        best = ms;
+        plan = i;
+        engine = graph->config(i).name;
+      }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (plan < 0) engine = "none: " + why;
+  }
+  void launch_plan(DnnHandles& h, int i, cudaStream_t s) const {
+    if (!graph->desc().genstats) {
+      graph->execute(h.cudnn(), i, x, w, y, ws);
+      batchnorm_train_statistics(s, TensorRef{y, ys, DType::F16, ys.c}, eps, mean, var, invstd, bn_ws, bn_ws_bytes);
+    } else {
+      graph->execute(h.cudnn(), i, x, w, y, ws, sum, sqsum);
+    }
+  }
+};
+
+void register_conv_case(const ConvCase& k) {
+  static const char* const kVariant[] = {"conv+bn_statistics", "conv_genstats_deterministic", "conv_genstats_any"};
+  for (int variant = 0; variant < 3; ++variant)
+    benchmark::RegisterBenchmark(
+        (std::string("ConvStats/") + kVariant[variant] + "/" + k.name).c_str(),
+        [kp = &k, variant](benchmark::State& state) {
+          ConvStatsSetup t(*kp, variant);
+          state.SetLabel(t.engine);
+          state.counters["per_step"] = kp->per_step;
+          if (t.plan < 0) {
+            state.SkipWithError(("no plan: " + t.engine).c_str());
+            return;
+          }
+          DnnHandles& h = DnnHandles::for_device(0);
+          cudaEvent_t e0, e1;
+          check(cudaEventCreate(&e0), "event");
+          check(cudaEventCreate(&e1), "event");
+          double total = 0;
+          for (auto _ : state) {
+            check(cudaEventRecord(e0, nullptr), "record");
+            for (int i = 0; i < 10; ++i) t.launch_plan(h, t.plan, nullptr);
+            check(cudaEventRecord(e1, nullptr), "record");
+            check(cudaEventSynchronize(e1), "sync");
+            float ms = 0;
+            check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+            state.SetIterationTime(ms * 1e-3 / 10);
+            total += ms * 1e-3 / 10;
+          }
+          state.counters["us"] = total / static_cast<double>(state.iterations()) * 1e6;
+          cudaEventDestroy(e0);
+          cudaEventDestroy(e1);
+        })
+        ->UseManualTime()
+        ->Iterations(30)
+        ->Unit(benchmark::kMicrosecond);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,6 +385,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const Case& k : kCases) register_case(k);
+  for (const ConvCase& k : kConvCases) register_conv_case(k);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

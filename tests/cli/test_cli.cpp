@@ -193,20 +193,23 @@ TEST(CliPlan, Failures) {
 TEST(CliBench, OnOffOptionsRejectOtherValues) {
   for (const std::string opt : {"--graphs", "--fused-kernels", "--streams", "--fold-residual-sums",
                                 "--fuse-residual-bn-backward", "--relu-mask", "--fuse-shortcut-bn-backward",
-                                "--cpu-winograd"}) {
+                                "--cpu-winograd", "--conv-stats"}) {
     const Result r = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 " + opt + " maybe");
     EXPECT_EQ(r.code, 2) << opt;  // a usage error
     expect_contains(r.err, opt + ": maybe not in {on,off}");
   }
-  // On the CPU the two GPU switches change nothing; the run still works and reports them (streams off by default).
+  // On the CPU the GPU switches change nothing; the run still works and reports them (streams and conv-stats off by
+  // default).
   const Result ok = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --fused-kernels off "
-                        "--streams on --json");
+                        "--streams on --conv-stats on --json");
   EXPECT_EQ(ok.code, 0) << ok.err;
   expect_contains(ok.out, "\"fused_kernels\":false");
   expect_contains(ok.out, "\"streams\":true");
+  expect_contains(ok.out, "\"conv_stats\":true");
   const Result dflt = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --json");
   EXPECT_EQ(dflt.code, 0) << dflt.err;
   expect_contains(dflt.out, "\"streams\":false");
+  expect_contains(dflt.out, "\"conv_stats\":false");
 }
 
 TEST(CliPlan, NodesPrintsTheFusedPasses) {

@@ -14,7 +14,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -245,6 +248,126 @@ TEST_P(GpuConvEngines, ATimedPlanAndItsCachedRebuildsGiveTheSameBits) {
   std::printf("[ engines ] %d of %d configs have knobs cudnn-frontend cannot name (found again by tag only)\n",
               inexact, checked);
   report(differing, checked, "timed plans against their cached rebuilds");
+}
+
+// The conv + BN-statistics epilogue (cuDNN's GEN_STATS after CONVOLUTION_FORWARD, GraphConvDesc::genstats; issue 15):
+// an experiment until measured. For the FP16 forward of every case, each of the first candidates that build: Σy and
+// Σy² per channel equal the double-precision sums of the y the plan stored (sums prefilled with 1e30, so a plan that
+// accumulates into them shows), that y is the plain graph's within FP16 rounding, and a candidate that cuDNN also
+// offers under the deterministic filter repeats its bits (y and both sums) beside a kernel holding SMs. The log lists
+// every candidate (offered in deterministic mode or not, repeating or not): what the runtime may use, and where.
+TEST(GpuConvEngines, GenstatsSumsMatchTheStoredOutputAndDeterministicPlansRepeat) {
+  RN_SKIP_WITHOUT_GPU();
+  Stream stream, busy;
+  DnnHandles& h = handles();
+  h.set_stream(stream.get());
+  std::vector<std::string> bad;
+  int checked = 0, offered_det = 0;
+  for (const EngineCase& k : kCases) {
+    if (k.groups != 1) continue;
+    CaseTensors c(k, DType::F16);
+    c.fill_inputs();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::int64_t ch = c.ys.c;
+    const auto rows = static_cast<std::size_t>(c.ys.n * c.ys.h * c.ys.w);
+    DeviceBuffer sum(static_cast<std::size_t>(ch) * 4), sqsum(static_cast<std::size_t>(ch) * 4);
+    // The plain graph's y (its first deterministic plan that builds): the reference output.
+    std::vector<float> plain;
+    {
+      GraphConv g(c.desc(ConvPass::Forward));
+      std::string why;
+      const int n = g.query(h.cudnn(), &why);
+      for (int i = 0; i < n && plain.empty(); ++i) {
+        if (!g.build(i, &why)) continue;
+        DeviceBuffer ws(static_cast<std::size_t>(std::max<std::int64_t>(g.workspace(i), 256)));
+        g.execute(h.cudnn(), i, c.x.get(), c.w.get(), c.y.get(), ws.get());
+        stream.sync();
+        const std::vector<std::uint8_t> b = read_bytes(c.y.get(), c.y.bytes());
+        plain.resize(b.size() / 2);
+        for (std::size_t e = 0; e < plain.size(); ++e)
+          plain[e] = cpu::half_to_float(static_cast<std::uint16_t>(b[2 * e] | (b[2 * e + 1] << 8)));
+      }
+      ASSERT_FALSE(plain.empty()) << k.name << ": no plain forward plan";
+    }
+    GraphConvDesc any = c.desc(ConvPass::Forward);
+    any.genstats = true;
+    any.deterministic = false;
+    GraphConvDesc det = any;
+    det.deterministic = true;
+    GraphConv g(any), gd(det);
+    std::string why, why_det;
+    const int n = g.query(h.cudnn(), &why);
+    gd.query(h.cudnn(), &why_det);
+    if (n == 0) std::printf("[ genstats ] %s: no plan (%s)\n", k.name, why.c_str());
+    int built = 0;
+    for (int i = 0; i < n && i < kScanned && built < kCandidates; ++i) {
+      if (!g.build(i, &why)) continue;
+      ++built;
+      ++checked;
+      const EngineConfig cfg = g.config(i);
+      const bool is_det = gd.find(cfg) >= 0;
+      offered_det += is_det ? 1 : 0;
+      DeviceBuffer ws(static_cast<std::size_t>(std::max<std::int64_t>(g.workspace(i), 256)));
+      const std::vector<float> huge(static_cast<std::size_t>(ch), 1e30f);
+      std::vector<std::uint8_t> first_y, first_s, first_q;
+      bool repeats = true;
+      for (int r = 0; r < kRuns; ++r) {
+        CUDA_CHECK(cudaMemcpy(sum.get(), huge.data(), huge.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(sqsum.get(), huge.data(), huge.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemset(c.y.get(), 0xFF, c.y.bytes()));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        if (r % 2 == 1) occupy_sms(busy.get(), 33 * r, 200);
+        g.execute(h.cudnn(), i, c.x.get(), c.w.get(), c.y.get(), ws.get(), static_cast<float*>(sum.get()),
+                  static_cast<float*>(sqsum.get()));
+        stream.sync();
+        CUDA_CHECK(cudaStreamSynchronize(busy.get()));
+        std::vector<std::uint8_t> y = read_bytes(c.y.get(), c.y.bytes()), s = read_bytes(sum.get(), sum.bytes()),
+                                  q = read_bytes(sqsum.get(), sqsum.bytes());
+        if (r > 0) {
+          repeats = repeats && y == first_y && s == first_s && q == first_q;
+          continue;
+        }
+        // Σy and Σy² of the stored y in double, and y against the plain graph's.
+        std::vector<double> ref_s(static_cast<std::size_t>(ch)), ref_q(ref_s.size()), abs_s(ref_s.size());
+        double max_diff = 0, max_y = 0;
+        for (std::size_t row = 0; row < rows; ++row)
+          for (std::int64_t cc = 0; cc < ch; ++cc) {
+            const std::size_t e = row * static_cast<std::size_t>(ch) + static_cast<std::size_t>(cc);
+            const double v = cpu::half_to_float(static_cast<std::uint16_t>(y[2 * e] | (y[2 * e + 1] << 8)));
+            ref_s[static_cast<std::size_t>(cc)] += v;
+            ref_q[static_cast<std::size_t>(cc)] += v * v;
+            abs_s[static_cast<std::size_t>(cc)] += std::abs(v);
+            max_diff = std::max(max_diff, std::abs(v - plain[e]));
+            max_y = std::max(max_y, std::abs(static_cast<double>(plain[e])));
+          }
+        float gs[1], gq[1];
+        double worst_s = 0, worst_q = 0;
+        for (std::int64_t cc = 0; cc < ch; ++cc) {
+          std::memcpy(gs, s.data() + 4 * cc, 4);
+          std::memcpy(gq, q.data() + 4 * cc, 4);
+          const auto u = static_cast<std::size_t>(cc);
+          worst_s = std::max(worst_s, std::abs(gs[0] - ref_s[u]) / (abs_s[u] + 1e-30));
+          worst_q = std::max(worst_q, std::abs(gq[0] - ref_q[u]) / (ref_q[u] + 1e-30));
+        }
+        std::printf("[ genstats ] %s %s ws %lld: sum err %.2e, sqsum err %.2e (of Σ|y|, Σy²), y vs plain %.2e of max|y|%s\n",
+                    k.name, cfg.name.c_str(), static_cast<long long>(g.workspace(i)), worst_s, worst_q,
+                    max_diff / (max_y + 1e-30), is_det ? ", offered in deterministic mode" : "");
+        if (!(worst_s <= 1e-4 && worst_q <= 1e-4 && max_diff <= 1e-2 * max_y))
+          bad.push_back(fmt::format("{} {}: sum {:.2e} sqsum {:.2e} y {:.2e}", k.name, cfg.name, worst_s, worst_q,
+                                    max_diff / (max_y + 1e-30)));
+        first_y = std::move(y);
+        first_s = std::move(s);
+        first_q = std::move(q);
+      }
+      std::printf("[ genstats ] %s %s: %s\n", k.name, cfg.name.c_str(),
+                  repeats ? "repeats its bits" : "does NOT repeat its bits");
+      if (is_det && !repeats) bad.push_back(fmt::format("{} {}: offered as deterministic, differs", k.name, cfg.name));
+    }
+  }
+  h.set_stream(nullptr);
+  std::printf("[ genstats ] %d candidates checked, %d offered in deterministic mode\n", checked, offered_det);
+  EXPECT_GT(checked, 0);
+  for (const std::string& b : bad) ADD_FAILURE() << b;
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuConvEngines, ::testing::Values(DType::F16, DType::F32),

@@ -95,6 +95,47 @@ TEST_F(BatchNormTest, ForwardTrainMatchesCpu) {
   }
 }
 
+TEST_F(BatchNormTest, StatisticsFromSumsMatchCpu) {
+  // batchnorm_statistics_from_sums (ConvOp::forward_stats's GEN_STATS epilogue writes Σx, Σx² into the mean and
+  // variance slots): the FP32 sums of each layout's x, finalised in place, against the CPU forward's statistics.
+  // |mean| up to 3× the spread (bn_input): the unshifted E[x²] − mean² loses about that squared in relative precision,
+  // so 1e-4 (the own kernels' shifted sums hold 1e-5).
+  std::uint32_t seed = 70;
+  const float eps = 1e-5f;
+  const DeviceBuffer eps_dev = upload(std::vector<float>{eps});
+  for (const Layout& l : bn_layouts()) {
+    const std::string name = layout_name(l);
+    const auto c = static_cast<std::size_t>(l.shape.c);
+    const Vec xv = bn_input(l.shape, seed, l.dtype);
+    const Vec gamma(c, 1.0f), beta(c, 0.0f);
+    seed += 10;
+    std::vector<double> s1(c), s2(c);
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+      s1[i % c] += xv[i];
+      s2[i % c] += static_cast<double>(xv[i]) * xv[i];
+    }
+    Vec sum(c), sq(c);
+    for (std::size_t k = 0; k < c; ++k) {
+      sum[k] = static_cast<float>(s1[k]);
+      sq[k] = static_cast<float>(s2[k]);
+    }
+    const DeviceBuffer mean = upload(sum), var = upload(sq);
+    DeviceBuffer invstd(c * 4);
+    invstd.fill_bytes(0xFF);
+    batchnorm_statistics_from_sums(stream, l.shape.c, l.shape.n * l.shape.h * l.shape.w, eps_dev.as<float>(),
+                                   mean.as<float>(), var.as<float>(), invstd.as<float>());
+    sync();
+    const ForwardRef ref = cpu_forward(xv, l.shape, gamma, beta, eps);
+    expect_near(download<float>(mean, c), ref.mean, 1e-5, "batch mean " + name, true);
+    expect_near(download<float>(var, c), ref.var_unbiased, 1e-4, "batch var " + name, true);
+    expect_near(download<float>(invstd, c), ref.invstd, 1e-4, "save_invstd " + name, true);
+  }
+  DeviceBuffer one(4);
+  EXPECT_THROW(batchnorm_statistics_from_sums(stream, 1, 1, eps_dev.as<float>(), one.as<float>(), one.as<float>(),
+                                              one.as<float>()),
+               Error);
+}
+
 TEST_F(BatchNormTest, ForwardInferenceMatchesCpu) {
   std::uint32_t seed = 500;
   const float eps = 1e-3f;

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -125,6 +127,44 @@ TEST_F(GpuFused, ShortcutBnBackwardJoinedTrainsToTheSameBitsAsApart) {
   const auto wj = joined.state_values(), wa = apart.state_values();
   ASSERT_EQ(wj.size(), wa.size());
   EXPECT_EQ(std::memcmp(wj.data(), wa.data(), wj.size() * sizeof(float)), 0) << "weights, BN statistics, optimizer";
+}
+
+TEST_F(GpuFused, ConvStatsEpilogueTrainsCloseToTheOwnStatisticsAndRepeatsItsBits) {
+  // --conv-stats on (ConvOp::choose_stats, cuda_fused.cpp plan_conv_stats): a BN's statistics from its convolution's
+  // GEN_STATS epilogue, here forced wherever cuDNN has a plan (RN_DEBUG_CONV_STATS=always) instead of where timed
+  // faster. Non-deterministic mode: the profile shows the fused forwards (cuDNN offers GEN_STATS plans for these
+  // FP16 shapes) and three steps end within AMP rounding of the own statistics kernel's loss. Deterministic mode:
+  // two runs give the same bits (weights, BN statistics, optimizer state), whichever plans the filter left.
+  struct Force {
+    Force() { ::setenv("RN_DEBUG_CONV_STATS", "always", 1); }
+    ~Force() { ::unsetenv("RN_DEBUG_CONV_STATS"); }
+  } force;
+  const std::string data = synthetic(160, 16, 3);
+  auto o = options(data, true);
+  o.deterministic = false;
+  runtime::Trainer plain(every_fused_kind(), o);
+  o.conv_stats = true;
+  runtime::Trainer fused(every_fused_kind(), o);
+  double calls = 0;
+  for (const auto& r : fused.profile(1, 2).kernels)
+    if (r.label == "CONV_FWD+stats") calls = r.calls_per_step;
+  std::printf("[ conv-stats ] %g forward convolutions a step with GEN_STATS (non-deterministic mode)\n", calls);
+  EXPECT_GT(calls, 0);
+  runtime::Trainer fused2(every_fused_kind(), o);
+  const auto hp = plain.run(), hf = fused2.run();
+  ASSERT_EQ(hp.size(), hf.size());
+  const double lp = hp.back().train_loss, lf = hf.back().train_loss;
+  std::printf("[ conv-stats ] loss after %zu epoch(s): own statistics %.6f, GEN_STATS %.6f\n", hp.size(), lp, lf);
+  EXPECT_TRUE(std::isfinite(lf));
+  EXPECT_NEAR(lf, lp, 2e-3 * std::abs(lp) + 1e-4);
+  o.deterministic = true;
+  runtime::Trainer a(every_fused_kind(), o), b(every_fused_kind(), o);
+  const auto ha = a.run(), hb = b.run();
+  ASSERT_EQ(ha.size(), hb.size());
+  EXPECT_EQ(ha.back().train_loss, hb.back().train_loss);
+  const auto wa = a.state_values(), wb = b.state_values();
+  ASSERT_EQ(wa.size(), wb.size());
+  EXPECT_EQ(std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)), 0) << "weights, BN statistics, optimizer";
 }
 
 TEST_F(GpuFused, TheProfileShowsEveryFusedKernelGroup) {

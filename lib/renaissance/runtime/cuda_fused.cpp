@@ -31,6 +31,10 @@ struct FusedStep {
   int add = -1;          ///< apply: the ADD2_FWD (-1: none)
   int shortcut_bn = -1;  ///< apply: the BN whose apply is the shortcut (-1: the ADD2's other input as stored)
   int pass = -1;         ///< the plan's fused pass (index into Node::fusions and ResolvedNode::pass_masks)
+  /// A CONV_FWD step whose GEN_STATS epilogue writes the sums of the BN sub-node `stats_of` (ConvOp::forward_stats,
+  /// --conv-stats on); -1: the plain forward.
+  int stats_of = -1;
+  bool from_sums = false;  ///< a statistics or apply step whose BN statistics are finalised from that conv's sums
   std::string label;     ///< for the profiler
 };
 struct FusedProgram {
@@ -142,6 +146,12 @@ void plan_branch(const ResolvedNode& r, FusedProgram& prog) {
   }
 }
 
+/// --conv-stats on (issue 15, conv + BN-statistics epilogue): a training BN whose input is the output of a conv step
+/// of the same node, written by nothing in between, may take its statistics from that conv's GEN_STATS epilogue; the
+/// ConvOp keeps the fused plan only where timing says it is faster than the plain forward + the statistics kernel
+/// (ConvOp::choose_stats). Not with --sync-bn (the all-reduced sums are the own kernels'), not for a conv with bias.
+void plan_conv_stats(ResolvedNode& r, FusedProgram& prog, ExecEnv& env);
+
 }  // namespace
 
 cuda::BnApply bn_apply_of(const ResolvedNode& bn) {
@@ -172,14 +182,34 @@ void bn_statistics(const ResolvedNode& bn, ExecEnv& env) {
                                    static_cast<std::size_t>(env.workspace_bytes), sync_of(bn.in[0], env, sync));
 }
 
+/// The statistics of a training BN: its own kernel, or the finalize of the sums its conv's epilogue wrote into the
+/// batch-mean and variance slots.
+void bn_statistics_of(const FusedStep& st, const ResolvedNode& bn, ExecEnv& env) {
+  if (!st.from_sums) {
+    bn_statistics(bn, env);
+    return;
+  }
+  cuda::batchnorm_statistics_from_sums(stream_of(env), bn.in[0].shape.c, bn.in[0].shape.n * bn.in[0].shape.h * bn.in[0].shape.w,
+                                       hyper_slot(bn.in[3], plan::kHyperBnEps), bn.out[1].as<float>(),
+                                       bn.out[2].as<float>(), bn.out[3].as<float>());
+}
+
 void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
   const ResolvedNode& s = r.sub[static_cast<std::size_t>(st.node)];
   switch (st.kind) {
-    case FusedStep::kPlain: KernelTable::for_backend(Backend::CUDA).compute(s.node->op)(s, env); return;
-    case FusedStep::kStats: bn_statistics(s, env); return;
+    case FusedStep::kPlain:
+      if (st.stats_of >= 0) {  // the conv with its BN's sums in the epilogue
+        const ResolvedNode& bn = r.sub[static_cast<std::size_t>(st.stats_of)];
+        state_of<cuda::ConvOp>(s)->forward_stats(stream_of(env), ref(s.in[0]), s.in[1].ptr, ref(s.out[0]),
+                                                 bn.out[1].as<float>(), bn.out[2].as<float>(), workspace(env));
+        return;
+      }
+      KernelTable::for_backend(Backend::CUDA).compute(s.node->op)(s, env);
+      return;
+    case FusedStep::kStats: bn_statistics_of(st, s, env); return;
     case FusedStep::kApply: {
       const bool train = s.node->op == OpKind::BN_FWD_TRAIN || s.node->op == OpKind::BN_APPLY;
-      if (s.node->op == OpKind::BN_FWD_TRAIN) bn_statistics(s, env);
+      if (s.node->op == OpKind::BN_FWD_TRAIN) bn_statistics_of(st, s, env);
       cuda::Shortcut kind = cuda::Shortcut::kNone;
       TensorView shortcut;
       cuda::BnApply second;
@@ -287,9 +317,57 @@ void prepare_fused(ResolvedNode& r, ExecEnv& env) {
                                                                side);
     }
   }
+  if (env.conv_stats && env.fuse_kernels && r.node->op == OpKind::FUSED_FWD && !sync_bn_active(env))
+    plan_conv_stats(r, *prog, env);
   // Workspaces: a fused step's batch norm works on the tensors of its BN_FWD_TRAIN / BN_BWD sub-node, whose own
   // prepare (run first) checked them against the workspace.
   r.state = prog;
 }
+
+namespace {
+
+void plan_conv_stats(ResolvedNode& r, FusedProgram& prog, ExecEnv& env) {
+  for (std::size_t a = 0; a < prog.steps.size(); ++a) {
+    FusedStep& st = prog.steps[a];
+    if ((st.kind != FusedStep::kStats && st.kind != FusedStep::kApply) || st.node < 0) continue;
+    const ResolvedNode& bn = r.sub[static_cast<std::size_t>(st.node)];
+    if (bn.node->op != OpKind::BN_FWD_TRAIN) continue;
+    int conv = -1;
+    for (std::size_t c = 0; c < a; ++c) {
+      const FusedStep& cs = prog.steps[c];
+      if (cs.kind == FusedStep::kPlain && cs.stats_of < 0 &&
+          r.sub[static_cast<std::size_t>(cs.node)].node->op == OpKind::CONV_FWD &&
+          same(r.sub[static_cast<std::size_t>(cs.node)].out[0], bn.in[0]))
+        conv = static_cast<int>(c);
+    }
+    if (conv < 0) continue;
+    ResolvedNode& cv = r.sub[static_cast<std::size_t>(prog.steps[static_cast<std::size_t>(conv)].node)];
+    if (cv.in.size() > 2 && cv.in[2].ptr != nullptr) continue;  // a bias is added after the convolution
+    bool untouched = true;  // nothing between the conv and the statistics writes the conv's output
+    for (std::size_t m = static_cast<std::size_t>(conv) + 1; m < a && untouched; ++m)
+      for (int k : nodes_of(prog.steps[m]))
+        for (const TensorView& o : r.sub[static_cast<std::size_t>(k)].out) untouched = untouched && !overlaps(o, bn.in[0]);
+    if (!untouched) continue;
+    auto* op = state_of<cuda::ConvOp>(cv);
+    if (op == nullptr) continue;
+    cuda::ConvChoose how;
+    how.deterministic = env.deterministic;
+    how.engine = static_cast<cuda::ConvEngine>(env.conv_api);
+    const cuda::ConvTensors t{cv.in[0].ptr, cv.in[1].ptr, cv.out[0].ptr};
+    ExecEnv setup = env;  // the timing runs on the legacy default stream
+    setup.stream = nullptr;
+    const bool used = op->choose_stats(env.workspace, static_cast<std::size_t>(env.workspace_bytes), how, t,
+                                       bn.out[1].as<float>(), bn.out[2].as<float>(), [&] { bn_statistics(bn, setup); });
+    spdlog::debug("{}: conv + BN statistics: {}", r.layer, op->stats_label());
+    if (!used) continue;
+    FusedStep& c = prog.steps[static_cast<std::size_t>(conv)];
+    c.stats_of = st.node;
+    c.label = "CONV_FWD+stats";
+    cv.detail += " +stats";
+    st.from_sums = true;
+  }
+}
+
+}  // namespace
 
 }  // namespace renaissance::runtime::cuda_backend

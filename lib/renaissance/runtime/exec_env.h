@@ -103,6 +103,9 @@ struct ExecEnv {
   /// With conv_api 0, the own depthwise kernels: 1 timed beside cuDNN's choice, the faster kept; 0 off; 2 always
   /// (TrainOptions::own_kernels).
   int own_kernels = 1;
+  /// GPU, FP16 fused layers: a training BN's statistics from its convolution's GEN_STATS epilogue where that is timed
+  /// faster (TrainOptions::conv_stats, cuda::ConvOp::choose_stats).
+  bool conv_stats = false;
   bool sync_bn = false;  ///< BN training statistics over all ranks' samples (--sync-bn; CPU and GPU ranks)
   /// Fused layers run their element-wise work as the compiler's fused passes (BN-apply + residual add + ReLU in one
   /// pass, the ReLU backward folded into the BN backward), FP32 and AMP plans alike. Off: every part runs as its own

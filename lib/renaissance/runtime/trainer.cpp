@@ -146,6 +146,10 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
     log0(
         "--deterministic off: non-deterministic cuDNN engines and cuBLASLt reductions are admitted where they are "
         "faster; runs with the same seed are not bit-identical");
+  if (gpu && opts.conv_stats)
+    log0(
+        "--conv-stats on: batch-norm statistics from the convolutions' GEN_STATS epilogue where timed faster "
+        "(other bits than --conv-stats off)");
   // A single-process run holds the shared engine cache from before it loads it until it has saved what it timed:
   // two runs starting together then time once, and both train with those engines (engine_cache_file.h).
   std::unique_ptr<EngineCacheLock> cache_lock;

@@ -294,6 +294,7 @@ struct Trainer::Impl {
     env.deterministic = o.deterministic;
     env.conv_api = o.conv_api;
     env.own_kernels = o.own_kernels;
+    env.conv_stats = o.conv_stats;
     world = o.comm ? o.comm->world_size() : 1;
     rank = o.comm ? o.comm->rank() : 0;
     const io::SplitInfo& tr = data.info(io::Split::train);
