@@ -182,7 +182,8 @@ void run_bench(const BenchCli& c) {
     j.kv("steps", c.steps).kv("images_per_s", r.images_per_s).kv("ms_per_step", r.ms_per_step);
     j.kv("ranks", r.ranks).kv("images_per_s_per_rank", per_rank);
     j.kv("arena_bytes", r.arena_bytes).kv("captures", r.captures).kv("host_peak_bytes", host_peak);
-    j.kv("deterministic", t.deterministic).kv("conv_api", c.gpu.conv_api).kv("own_kernels", t.own_kernels != 0).kv("conv_stats", t.conv_stats);
+    j.kv("deterministic", t.deterministic).kv("conv_api", c.gpu.conv_api).kv("own_kernels", t.own_kernels != 0);
+    j.kv("conv_stats", t.conv_stats);
     j.kv("startup_s", startup_s).kv("startup_compile_s", startup.compile_s).kv("startup_engines_s", startup.engines_s);
     j.kv("startup_capture_s", startup.capture_s).kv("startup_init_s", startup.init_s);
     j.kv("startup_device_s", startup.device_s).kv("startup_data_s", startup.data_s);

@@ -1,4 +1,5 @@
-// GPU options shared by `train` and `bench`: --deterministic, --engine-cache, --conv-api, --own-kernels, --streams, --conv-stats.
+// GPU options shared by `train` and `bench`: --deterministic, --engine-cache, --conv-api, --own-kernels, --streams,
+// --conv-stats.
 #pragma once
 
 #include <renaissance/runtime/trainer.h>
@@ -19,9 +20,9 @@ struct GpuOptions {
   std::string streams = "off";
   std::string conv_stats = "off";
   void add_to(CLI::App& cmd);
-  /// Sets t.deterministic, t.conv_api, t.own_kernels, t.conv_stats, t.concurrent_streams and t.engine_cache. `--engine-cache auto`
-  /// is `run_dir`/engines.txt when the run has a directory of its own (its --checkpoint-dir, else the directory of
-  /// --save), else the per-user cache (runtime::default_engine_cache_path()); `off` is none.
+  /// Sets t.deterministic, t.conv_api, t.own_kernels, t.conv_stats, t.concurrent_streams and t.engine_cache.
+  /// `--engine-cache auto` is `run_dir`/engines.txt when the run has a directory of its own (its --checkpoint-dir,
+  /// else the directory of --save), else the per-user cache (runtime::default_engine_cache_path()); `off` is none.
   void apply(runtime::TrainOptions& t, const std::string& run_dir) const;
 };
 

@@ -29,6 +29,9 @@
 # kernels: tests/bench/bench_gpu_kernels (the batch-norm family against a device copy, GB/s; ResNet-50's forward
 #   convolutions with their BN statistics, plain and GEN_STATS, summed per step by conv_stats_summary.py) into
 #   kernels.log and kernels.json (KERNELS_FILTER: a --benchmark_filter regex); the build then includes the benchmarks.
+# convstats: --conv-stats's GPU tests, ResNet-50 b256 bench with it on/off in both determinism modes, its profile and
+#   a two-training bit comparison, into convstats-tests.log and convstats.log (with `kernels` and
+#   KERNELS_FILTER=ConvStats: the per-shape timings).
 # DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -144,6 +147,38 @@ print("^(" + "|".join(re.escape(n.strip()) for n in open(sys.argv[1])
           grep 'tensors differ')" >>"$OUT/misc.log"
       done
       say "recompute done"; grep "^recompute" "$OUT/misc.log"; rm -rf "$d" ;;
+    convstats)
+      # --conv-stats (issue 15's conv + BN-statistics epilogue): its GPU tests, ResNet-50 b256 with it on and off in
+      # both determinism modes (interleaved, one engine cache), a profile with it on, and two trainings with it on
+      # compared tensor by tensor.
+      {
+        build-gpu/tests/gpu_dnn/test_gpu_dnn --gtest_filter='GpuConvEngines.Genstats*'
+        build-gpu/tests/gpu_kernels/test_gpu_kernels --gtest_filter='BatchNormTest.StatisticsFromSums*'
+        build-gpu/tests/gpu_runtime/test_gpu_runtime --gtest_filter='GpuFused.ConvStats*'
+      } >"$OUT/convstats-tests.log" 2>&1
+      say "convstats tests exit $?"; grep -E "^\[ (genstats|conv-stats) \] [0-9]|^\[ +(PASSED|FAILED) +\]|conv-stats \]" \
+        "$OUT/convstats-tests.log" | head -20
+      for _ in 1 2; do
+        for det in on off; do
+          for cs in off on; do
+            echo "resnet50 b256 deterministic $det conv-stats $cs: $("$RN" bench --model resnet50 --batch 256 --amp \
+              --warmup 10 --steps 40 --device cuda --json --deterministic $det --conv-stats $cs 2>>"$OUT/misc.log" |
+              python3 -c 'import json,sys; j=json.loads(sys.stdin.read()); print(j["images_per_s"], "img/s")')" |
+              tee -a "$OUT/convstats.log"
+          done
+        done
+      done
+      "$RN" bench --model resnet50 --batch 256 --amp --warmup 5 --steps 20 --device cuda --profile --profile-steps 3 \
+        --conv-stats on >>"$OUT/convstats.log" 2>&1
+      d=$(mktemp -d)
+      "$RN" data synthetic --out "$d/syn.h5" --train 2560 --val 512 --shape 28,28,1 --classes 10 --seed 3 >/dev/null
+      for r in a b; do
+        "$RN" train --model resnet18_fmnist --amp --epochs 2 --batch 256 --crop-padding 2 --device cuda --data "$d/syn.h5" \
+          --conv-stats on --engine-cache "$d/engines.txt" --save "$d/$r.h5" >>"$OUT/misc.log" 2>&1
+      done
+      echo "conv-stats repro: $(python3 tests/dist/compare_weights.py "$d/a.h5" "$d/b.h5" | grep 'tensors differ')" |
+        tee -a "$OUT/convstats.log"
+      rm -rf "$d" ;;
     recipe)
       if [[ ! -f data/fashion-mnist.h5 ]]; then
         "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fashion-mnist.h5 >/dev/null || exit 1

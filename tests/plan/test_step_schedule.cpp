@@ -31,12 +31,12 @@ std::vector<rp::Phase> hand_kept_phases() {
                G::LARS_BIAS_OPT,       G::LARS_WEIGHT_OPT,
                G::CAST_W_TO_A,         G::EMA_UPDATE,
                G::ACCUM_METRICS_TRAIN, G::TRAIN_RESULT_COMM,
-               G::CLEAR_METRICS}},
-      {true, {G::INF_MAIN_A, G::ACCUM_METRICS_VAL_A}},
-      {true, {G::INF_MAIN_B, G::ACCUM_METRICS_VAL_B}},
-      {true, {G::INF_EMA_A, G::ACCUM_METRICS_VAL_A}},
-      {true, {G::INF_EMA_B, G::ACCUM_METRICS_VAL_B}},
-      {true, {G::CLEAR_METRICS, G::CAST_E_TO_E16, G::VAL_RESULT_COMM}},
+               G::CLEAR_METRICS}, {}},
+      {true, {G::INF_MAIN_A, G::ACCUM_METRICS_VAL_A}, {}},
+      {true, {G::INF_MAIN_B, G::ACCUM_METRICS_VAL_B}, {}},
+      {true, {G::INF_EMA_A, G::ACCUM_METRICS_VAL_A}, {}},
+      {true, {G::INF_EMA_B, G::ACCUM_METRICS_VAL_B}, {}},
+      {true, {G::CLEAR_METRICS, G::CAST_E_TO_E16, G::VAL_RESULT_COMM}, {}},
   };
 }
 

@@ -35,7 +35,7 @@ struct FusedStep {
   /// --conv-stats on); -1: the plain forward.
   int stats_of = -1;
   bool from_sums = false;  ///< a statistics or apply step whose BN statistics are finalised from that conv's sums
-  std::string label;     ///< for the profiler
+  std::string label;       ///< for the profiler
 };
 struct FusedProgram {
   std::vector<FusedStep> steps;
@@ -189,9 +189,9 @@ void bn_statistics_of(const FusedStep& st, const ResolvedNode& bn, ExecEnv& env)
     bn_statistics(bn, env);
     return;
   }
-  cuda::batchnorm_statistics_from_sums(stream_of(env), bn.in[0].shape.c, bn.in[0].shape.n * bn.in[0].shape.h * bn.in[0].shape.w,
-                                       hyper_slot(bn.in[3], plan::kHyperBnEps), bn.out[1].as<float>(),
-                                       bn.out[2].as<float>(), bn.out[3].as<float>());
+  const Shape& x = bn.in[0].shape;
+  cuda::batchnorm_statistics_from_sums(stream_of(env), x.c, x.n * x.h * x.w, hyper_slot(bn.in[3], plan::kHyperBnEps),
+                                       bn.out[1].as<float>(), bn.out[2].as<float>(), bn.out[3].as<float>());
 }
 
 void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
@@ -346,7 +346,8 @@ void plan_conv_stats(ResolvedNode& r, FusedProgram& prog, ExecEnv& env) {
     bool untouched = true;  // nothing between the conv and the statistics writes the conv's output
     for (std::size_t m = static_cast<std::size_t>(conv) + 1; m < a && untouched; ++m)
       for (int k : nodes_of(prog.steps[m]))
-        for (const TensorView& o : r.sub[static_cast<std::size_t>(k)].out) untouched = untouched && !overlaps(o, bn.in[0]);
+        for (const TensorView& o : r.sub[static_cast<std::size_t>(k)].out)
+          untouched = untouched && !overlaps(o, bn.in[0]);
     if (!untouched) continue;
     auto* op = state_of<cuda::ConvOp>(cv);
     if (op == nullptr) continue;
