@@ -29,6 +29,8 @@
 # kernels: tests/bench/bench_gpu_kernels (the batch-norm family against a device copy, GB/s; ResNet-50's forward
 #   convolutions with their BN statistics, plain and GEN_STATS, summed per step by conv_stats_summary.py) into
 #   kernels.log and kernels.json (KERNELS_FILTER: a --benchmark_filter regex); the build then includes the benchmarks.
+# levers: ResNet-50 b256 AMP `bench` with each fusion/option the other way, one at a time (issue 15's per-lever
+#   rows), and batch 400, into levers.jsonl and levers.md (LEVER_MODEL, LEVER_BATCH).
 # convstats: --conv-stats's GPU tests, ResNet-50 b256 bench with it on/off in both determinism modes, its profile and
 #   a two-training bit comparison, into convstats-tests.log and convstats.log (with `kernels` and
 #   KERNELS_FILTER=ConvStats: the per-shape timings).
@@ -147,6 +149,45 @@ print("^(" + "|".join(re.escape(n.strip()) for n in open(sys.argv[1])
           grep 'tensors differ')" >>"$OUT/misc.log"
       done
       say "recompute done"; grep "^recompute" "$OUT/misc.log"; rm -rf "$d" ;;
+    levers)
+      # Issue 15's per-lever rows: ResNet-50 b256 AMP with each fusion or option turned the other way, one at a time,
+      # the defaults first and last (drift), one engine cache; then batch 400 (MLPerf's per-GPU batch) with the
+      # defaults. LEVER_MODEL / LEVER_BATCH change the model and batch.
+      lm=${LEVER_MODEL:-resnet50}; lb=${LEVER_BATCH:-256}
+      : >"$OUT/levers.jsonl"
+      while IFS= read -r flags; do
+        # shellcheck disable=SC2086  # flags: options, split on purpose
+        "$RN" bench --model "$lm" --batch "${flags%%|*}" --amp --warmup 10 --steps 50 --device cuda --json ${flags#*|} \
+          2>>"$OUT/misc.log" | python3 -c 'import json,sys; j=json.loads([l for l in sys.stdin if l.startswith("{")][-1]); j["flags"]=sys.argv[1]; print(json.dumps(j))' \
+          "${flags#*|}" >>"$OUT/levers.jsonl" || echo "levers: $flags failed" >>"$OUT/misc.log"
+      done <<EOF_LEVERS
+$lb|
+$lb|--fused-kernels off
+$lb|--fold-residual-sums off
+$lb|--fuse-residual-bn-backward off
+$lb|--relu-mask off
+$lb|--fuse-shortcut-bn-backward off
+$lb|--conv-stats on
+$lb|--deterministic off
+$lb|--deterministic off --conv-stats on
+$lb|--recompute bn-relu
+$lb|--streams on
+$lb|--conv-api legacy
+$lb|
+400|
+EOF_LEVERS
+      python3 - "$OUT/levers.jsonl" <<'PY' | tee "$OUT/levers.md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+base = [r for r in rows if not r["flags"] and r["batch"] == rows[0]["batch"]]
+ref = sum(r["images_per_s"] for r in base) / max(len(base), 1)
+print("| batch | flags | img/s | ms/step | arena GiB | vs the defaults' mean |")
+print("|---|---|---|---|---|---|")
+for r in rows:
+    print(f"| {r['batch']} | {r['flags'] or '(defaults)'} | {r['images_per_s']:,.1f} | {r['ms_per_step']:.2f} | "
+          f"{r['arena_bytes'] / 2**30:.2f} | {r['images_per_s'] / ref:.3f} |")
+PY
+      ;;
     convstats)
       # --conv-stats (issue 15's conv + BN-statistics epilogue): its GPU tests, ResNet-50 b256 with it on and off in
       # both determinism modes (interleaved, one engine cache), a profile with it on, and two trainings with it on
@@ -163,7 +204,7 @@ print("^(" + "|".join(re.escape(n.strip()) for n in open(sys.argv[1])
           for cs in off on; do
             echo "resnet50 b256 deterministic $det conv-stats $cs: $("$RN" bench --model resnet50 --batch 256 --amp \
               --warmup 10 --steps 40 --device cuda --json --deterministic $det --conv-stats $cs 2>>"$OUT/misc.log" |
-              python3 -c 'import json,sys; j=json.loads(sys.stdin.read()); print(j["images_per_s"], "img/s")')" |
+              python3 -c 'import json,sys; j=json.loads([l for l in sys.stdin if l.startswith("{")][-1]); print(j["images_per_s"], "img/s")')" |
               tee -a "$OUT/convstats.log"
           done
         done
