@@ -78,7 +78,8 @@ class Renaissance(CMakePackage, CudaPackage):
     depends_on("xnnpack@2022-02-16", when="+xnnpack")
 
     depends_on("openblas", when="+openblas")
-    # the TurboJPEG API (turbojpeg.h, libturbojpeg)
+    # the TurboJPEG API (turbojpeg.h, libturbojpeg) and its libjpeg API
+    # (jpeglib.h: random-resized crops decode only their box)
     depends_on("libjpeg-turbo@2:", when="+images")
     depends_on("libpng@1.6:", when="+images")
 

@@ -58,6 +58,38 @@ if(NOT RENAISSANCE_JPEG STREQUAL "OFF")
     add_library(renaissance_turbojpeg INTERFACE)
     target_include_directories(renaissance_turbojpeg SYSTEM INTERFACE ${TURBOJPEG_INCLUDE_DIR})
     target_link_libraries(renaissance_turbojpeg INTERFACE ${TURBOJPEG_LIBRARY})
+    # The same library's libjpeg API, for partial decoding (jpeg_skip_scanlines / jpeg_crop_scanline: a random-resized
+    # crop decodes only its box, io/image.h decode_image_region). Optional: without it the whole image is decoded.
+    # libjpeg-turbo >= 2.0 only (the partial decoder's fixes for fancy upsampling); Debian: libjpeg62-turbo-dev.
+    find_path(LIBJPEG_TURBO_INCLUDE_DIR jpeglib.h)
+    find_library(LIBJPEG_TURBO_LIBRARY NAMES jpeg libjpeg.so.62 libjpeg.so.8)
+    set(RENAISSANCE_HAVE_JPEG_REGION OFF)
+    if(LIBJPEG_TURBO_INCLUDE_DIR AND LIBJPEG_TURBO_LIBRARY)
+      include(CheckCSourceCompiles)
+      set(CMAKE_REQUIRED_INCLUDES ${LIBJPEG_TURBO_INCLUDE_DIR})
+      set(CMAKE_REQUIRED_LIBRARIES ${LIBJPEG_TURBO_LIBRARY})
+      check_c_source_compiles([[
+#include <stdio.h>
+#include <jpeglib.h>
+#if !defined(LIBJPEG_TURBO_VERSION_NUMBER) || LIBJPEG_TURBO_VERSION_NUMBER < 2000000
+#error "not libjpeg-turbo >= 2.0"
+#endif
+int main(void) {
+  struct jpeg_decompress_struct c;
+  JDIMENSION x = 0, w = 0;
+  jpeg_crop_scanline(&c, &x, &w);
+  return (int)jpeg_skip_scanlines(&c, 0);
+}]] RENAISSANCE_LIBJPEG_TURBO_PARTIAL)
+      unset(CMAKE_REQUIRED_INCLUDES)
+      unset(CMAKE_REQUIRED_LIBRARIES)
+      if(RENAISSANCE_LIBJPEG_TURBO_PARTIAL)
+        set(RENAISSANCE_HAVE_JPEG_REGION ON)
+        target_include_directories(renaissance_turbojpeg SYSTEM INTERFACE ${LIBJPEG_TURBO_INCLUDE_DIR})
+        target_link_libraries(renaissance_turbojpeg INTERFACE ${LIBJPEG_TURBO_LIBRARY})
+        target_compile_definitions(renaissance_turbojpeg INTERFACE RENAISSANCE_HAVE_JPEG_REGION=1)
+      endif()
+    endif()
+    message(STATUS "Renaissance: JPEG partial decoding (libjpeg-turbo's libjpeg API) ${RENAISSANCE_HAVE_JPEG_REGION}")
   elseif(RENAISSANCE_JPEG STREQUAL "ON")
     message(FATAL_ERROR "RENAISSANCE_JPEG=ON but turbojpeg.h / libturbojpeg were not found (apt-get install libturbojpeg0-dev)")
   else()

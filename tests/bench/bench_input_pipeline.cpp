@@ -77,6 +77,37 @@ void BM_RandomResizedCrop224(benchmark::State& state) {
 }
 BENCHMARK(BM_RandomResizedCrop224)->Unit(benchmark::kMillisecond);
 
+/// Decode + random-resized crop to 224 + flip of one 500x375 JPEG, sample keys cycling (boxes of 8-100 % of the
+/// image): arg 0 the whole image decoded (decode_image), arg 1 only the crop's box (decode_image_region, the loader's
+/// path for random-resized crops; the same output bytes).
+void BM_DecodeAndRrc224(benchmark::State& state) {
+  const auto& j = jpeg_500x375();
+  const bool region = state.range(0) != 0;
+  io::AugmentSpec spec;
+  spec.out_h = spec.out_w = 224;
+  spec.crop = io::CropMode::random_resized;
+  spec.horizontal_flip = true;
+  std::vector<std::uint8_t> out(224 * 224 * 3), scratch;
+  std::int64_t sample = 0;
+  for (auto _ : state) {
+    io::SampleGeometry g = io::sample_geometry(spec, 0, 0, sample++ % 4096, 375, 500);
+    io::ImageRegion r;
+    if (region) {
+      r = io::decode_image_region(j.data(), j.size(), 3, "bench", g.box_y, g.box_x, g.box_h, g.box_w);
+      g.box_y -= static_cast<std::int32_t>(r.row0);
+      g.box_x -= static_cast<std::int32_t>(r.col0);
+    } else {
+      r.image = io::decode_image(j.data(), j.size(), 3, "bench");
+    }
+    io::render_sample(r.image.pixels.data(), r.image.height, r.image.width, 3, g, spec, out.data(), scratch);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(region ? (io::have_region_decode() ? "box decoded" : "box: whole (no partial decoding)")
+                        : "whole image decoded");
+}
+BENCHMARK(BM_DecodeAndRrc224)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 void BM_SampleGeometryRrc(benchmark::State& state) {
   io::AugmentSpec spec;
   spec.out_h = spec.out_w = 224;
@@ -118,10 +149,12 @@ const std::string& store() {
   return path;
 }
 
-/// One epoch of the JPEG store (256 images, batch 64): read, decode, random-resized crop to 224, flip.
+/// One epoch of the JPEG store (256 images, batch 64): read, decode, random-resized crop to 224, flip. Args: loader
+/// threads; 1 = each crop's box decoded (the trainer's path), 0 = whole images.
 void BM_LoaderEpochJpegStore(benchmark::State& state) {
   const io::DatasetFile f(store());
   const int threads = static_cast<int>(state.range(0));
+  const bool region = state.range(1) != 0;
   io::LoaderPool pool(threads - 1);  // the loader's own thread is one of them
   io::AugmentSpec spec;
   spec.out_h = spec.out_w = 224;
@@ -131,13 +164,18 @@ void BM_LoaderEpochJpegStore(benchmark::State& state) {
   std::iota(order.begin(), order.end(), 0);
   std::int64_t epoch = 0;
   for (auto _ : state) {
-    io::LoaderOptions o{&pool, 224, 224, runtime::make_render(spec, 0, epoch++, nullptr)};
+    io::LoaderOptions o{&pool, 224, 224, runtime::make_render(spec, 0, epoch, nullptr)};
+    if (region) o.region = runtime::make_region(spec, 0, epoch, nullptr);
+    ++epoch;
     io::BatchLoader loader(f, io::Split::train, 64, order, {}, std::nullopt, o);
     while (auto b = loader.next()) benchmark::DoNotOptimize(b->images);
   }
   state.SetItemsProcessed(state.iterations() * 256);
 }
-BENCHMARK(BM_LoaderEpochJpegStore)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LoaderEpochJpegStore)
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 /// A shuffled batch of 256 read from the JPEG store (the loader's read for --decode gpu), cold in the store's block
 /// cache (a new DatasetFile each iteration, opened outside the timing; the file itself is in the page cache): past

@@ -71,11 +71,15 @@ void replace_chunked(const fs::path& p, const std::string& link, hid_t type, con
   const hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxdims.data());
   const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
   EXPECT_GE(H5Pset_chunk(dcpl, static_cast<int>(cdims.size()), cdims.data()), 0);
-  if (filter) EXPECT_GE(H5Pset_filter(dcpl, filter, H5Z_FLAG_OPTIONAL, 0, nullptr), 0);
+  if (filter) {
+    EXPECT_GE(H5Pset_filter(dcpl, filter, H5Z_FLAG_OPTIONAL, 0, nullptr), 0);
+  }
   EXPECT_GE(H5Pset_fletcher32(dcpl), 0);
   const hid_t d = H5Dcreate2(f, link.c_str(), type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   EXPECT_GE(d, 0) << link;
-  if (data) EXPECT_GE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0);
+  if (data) {
+    EXPECT_GE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0);
+  }
   H5Dclose(d);
   H5Pclose(dcpl);
   H5Sclose(sp);

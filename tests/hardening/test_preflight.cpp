@@ -51,7 +51,7 @@ TEST(HardeningPreflight, NumericOptionsOutOfRangeAreRefusedNamingOptionAndValue)
   write_text(d / "run.yaml", "lr: -1\n");
   expect_refused_before_training(train("--config " + (d / "run.yaml").string()), {"--lr must be a finite number > 0, got '-1'"});
   // A seed below 0 or past 2^64 - 1 was taken as 2^64 - 1 without a word (CLI11's conversion); a usage error now.
-  for (const std::string& seed : {"-1", "18446744073709551616", "99999999999999999999999", "1e3"}) {
+  for (const std::string seed : {"-1", "18446744073709551616", "99999999999999999999999", "1e3"}) {
     const CliResult r = run(train("--seed " + seed));
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("--seed: '" + seed + "' is not a seed (an integer from 0 to 2^64 - 1)"), std::string::npos)

@@ -111,6 +111,66 @@ def check_decoding(rng):
             diff = int(np.abs(got.astype(int) - ref.astype(int)).max()) if got.shape == ref.shape else "shape"
             fail(f"decode {os.path.basename(f)} to {c} channels: {got.shape} vs Pillow {ref.shape}, max diff {diff}")
     print(f"decoding: {len(expect)} cases against Pillow")
+    check_regions(rng, [f for f in files if f.endswith(".jpg")])
+
+
+def check_regions(rng, jpegs):
+    """decode_image_region (partial JPEG decoding: the loader's random-resized crops) against Pillow's whole decode
+    cropped, byte for byte, over random boxes and the edge cases (one pixel, a row, a column, the corners, all)."""
+    big = test_image(rng, 203, 301, 3)
+    for name, kw in (("big_420.jpg", {"quality": 90}), ("big_422.jpg", {"quality": 90, "subsampling": 1}),
+                     ("big_444.jpg", {"quality": 90, "subsampling": 0}),
+                     ("big_progressive.jpg", {"quality": 90, "progressive": True}),
+                     ("big_restart.jpg", {"quality": 90, "restart_marker_rows": 1})):
+        p = os.path.join(WORK, name)
+        try:
+            Image.fromarray(big).save(p, **kw)
+        except (TypeError, ValueError, OSError):  # an older Pillow without restart markers
+            continue
+        jpegs.append(p)
+    jobs, expect = [], []
+    partial = False
+    for f in jpegs:
+        im = Image.open(f)
+        W, H = im.size
+        boxes = [(0, 0, H, W), (0, 0, 1, 1), (H - 1, W - 1, 1, 1), (H // 2, 0, 1, W), (0, W // 2, H, 1),
+                 (H - 2, 0, 2, W), (0, W - 3, H, 3)]
+        for _ in range(24):
+            h = int(rng.integers(1, H + 1))
+            w = int(rng.integers(1, W + 1))
+            boxes.append((int(rng.integers(0, H - h + 1)), int(rng.integers(0, W - w + 1)), h, w))
+        for c in (1, 3):
+            ref_full = arr(im.convert("L" if c == 1 else "RGB"))
+            for k, (y0, x0, h, w) in enumerate(boxes):
+                out = f"{f}.r{c}_{k}.npy"
+                jobs.append(f"region {f} {c} {y0} {x0} {h} {w} {out}")
+                expect.append((f, c, (y0, x0, h, w), out, ref_full))
+    for line, (f, c, box, out, ref_full) in zip(run_jobs(jobs), expect):
+        what = f"region {os.path.basename(f)} to {c} channels, box (y0, x0, h, w) = {box}"
+        parts = line.split()
+        if len(parts) != 4 or parts[0] != "ok":
+            fail(f"{what}: {line}")
+            continue
+        row0, col0, partial = int(parts[1]), int(parts[2]), partial or parts[3] == "1"
+        got = np.load(out)
+        y0, x0, h, w = box
+        if not (row0 <= y0 and col0 <= x0 and row0 + got.shape[0] >= y0 + h and col0 + got.shape[1] >= x0 + w):
+            fail(f"{what}: the region at ({row0}, {col0}) of {got.shape[:2]} does not cover the box")
+            continue
+        ref = ref_full[row0:row0 + got.shape[0], col0:col0 + got.shape[1]]
+        if got.shape != ref.shape or not np.array_equal(got, ref):
+            diff = int(np.abs(got.astype(int) - ref.astype(int)).max()) if got.shape == ref.shape else "shape"
+            fail(f"{what}: {got.shape} vs Pillow's {ref.shape}, max diff {diff}")
+    print(f"regions: {len(expect)} boxes of {len(jpegs)} JPEGs against Pillow's whole decode"
+          f"{'' if partial else ' (this build decodes them whole)'}")
+    # The whole file is still read: a file cut in its last third fails for a box in its first rows too.
+    src = os.path.join(WORK, "big_420.jpg")
+    cut = os.path.join(WORK, "big_420_cut.jpg")
+    data = open(src, "rb").read()
+    open(cut, "wb").write(data[: len(data) * 2 // 3])
+    line = run_jobs([f"region {cut} 3 0 0 8 8 {cut}.npy"])[0]
+    if not (line.startswith("error:") and "truncated" in line):
+        fail(f"region of a truncated JPEG's first rows: {line} (expected an error naming the truncation)")
 
 
 def write_png16(path, a):

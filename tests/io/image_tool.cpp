@@ -3,6 +3,7 @@
 // file; arrays travel as .npy (uint8).
 //
 //   decode IMAGE CHANNELS OUT.npy
+//   region IMAGE CHANNELS Y0 X0 H W OUT.npy                         (decode_image_region; prints "ok ROW0 COL0 PARTIAL")
 //   resize IN.npy Y0 X0 BOX_H BOX_W OUT_H OUT_W OUT.npy
 //   center IN.npy SHORT CROP_H CROP_W OUT.npy                       (torchvision Resize(SHORT) + CenterCrop)
 //   render IN.npy CROP OUT_H OUT_W PAD FLIP SEED EPOCH SAMPLE OUT.npy   (prints the geometry as one line)
@@ -102,6 +103,14 @@ void job(const std::vector<std::string>& a) {
     resize_then_crop(in.data.data(), in.shape[0], in.shape[1], c, rc, out.data(), ch, cw, scratch);
     write_npy(a.at(5), {ch, cw, c}, out.data(), out.size());
     std::printf("ok\n");
+  } else if (cmd == "region") {
+    const std::vector<std::uint8_t> bytes = slurp(a.at(1));
+    const ImageRegion r = decode_image_region(bytes.data(), bytes.size(), std::stoi(a.at(2)), a.at(1), std::stoll(a.at(3)),
+                                              std::stoll(a.at(4)), std::stoll(a.at(5)), std::stoll(a.at(6)));
+    const Image& img = r.image;
+    write_npy(a.at(7), {img.height, img.width, img.channels}, img.pixels.data(), img.pixels.size());
+    std::printf("ok %lld %lld %d\n", static_cast<long long>(r.row0), static_cast<long long>(r.col0),
+                have_region_decode() ? 1 : 0);
   } else if (cmd == "render") {
     const Array in = read_npy(a.at(1));
     AugmentSpec s;

@@ -50,14 +50,16 @@ class Render : public ::testing::Test {
   TempDir dir;
 };
 
-/// Every batch of an epoch, concatenated.
+/// Every batch of an epoch, concatenated. `region`: each JPEG decoded only where its render reads (make_region).
 std::vector<std::uint8_t> epoch_bytes(const DatasetFile& f, const AugmentSpec& spec, LoaderPool* pool,
-                                      const std::vector<std::int64_t>& order, std::vector<std::int32_t>* labels) {
+                                      const std::vector<std::int64_t>& order, std::vector<std::int32_t>* labels,
+                                      bool region = false) {
   LoaderOptions o;
   o.pool = pool;
   o.out_h = spec.out_h;
   o.out_w = spec.out_w;
   o.render = runtime::make_render(spec, 5, 2, nullptr);
+  if (region) o.region = runtime::make_region(spec, 5, 2, nullptr);
   BatchLoader loader(f, Split::train, 7, order, {}, std::nullopt, o);
   std::vector<std::uint8_t> all;
   while (auto b = loader.next()) {
@@ -87,7 +89,13 @@ TEST_F(Render, AJpegStoreDecodedAndRenderedAsTheReferenceDoesItForAnyThreadCount
   for (int threads : {1, 3}) {
     LoaderPool pool(threads);
     EXPECT_EQ(epoch_bytes(f, spec, &pool, order, nullptr), one) << threads << " pool threads";
+    // Decoding only each random-resized crop's box (partial JPEG decoding where the build has it) changes no byte.
+    EXPECT_EQ(epoch_bytes(f, spec, &pool, order, nullptr, true), one) << threads << " pool threads, boxes decoded";
   }
+  EXPECT_EQ(static_cast<bool>(runtime::make_region(spec, 5, 2, nullptr)), have_region_decode());
+  AugmentSpec centre = spec;
+  centre.crop = CropMode::center;  // reads the whole image: nothing to gain
+  EXPECT_FALSE(runtime::make_region(centre, 5, 2, nullptr));
   // Sample by sample: decode the stored JPEG, take its geometry for its position, render.
   EncodedBatch enc;
   f.read_encoded(Split::train, order, enc);

@@ -90,16 +90,28 @@ void BatchLoader::fill(int slot, std::int64_t batch) {
     m_file.read_encoded(m_split, idx, m_encoded);
     std::copy(m_encoded.labels.begin(), m_encoded.labels.end(), m_labels[slot]);
     each([&](std::int64_t i) {
-      thread_local Image img;
+      thread_local ImageRegion r;
       const std::string name =
           fmt::format("{}: /{}/jpeg sample {}", m_file.path(), split_name(m_split), idx[static_cast<std::size_t>(i)]);
-      img = decode_image(m_encoded.data(i), static_cast<std::size_t>(m_encoded.size(i)), static_cast<int>(c), name);
-      if (img.height != m_encoded.heights[static_cast<std::size_t>(i)] ||
-          img.width != m_encoded.widths[static_cast<std::size_t>(i)])
-        RN_IO_FAIL(name, "the file is corrupt; re-import it", "decodes to {}x{} but its shape says {}x{}", img.width,
-                   img.height, m_encoded.widths[static_cast<std::size_t>(i)],
-                   m_encoded.heights[static_cast<std::size_t>(i)]);
-      m_options.render(SampleSource{img.pixels.data(), img.height, img.width, c}, first + i, out + i * m_sample_bytes);
+      const std::int64_t sh = m_encoded.heights[static_cast<std::size_t>(i)];
+      const std::int64_t sw = m_encoded.widths[static_cast<std::size_t>(i)];
+      const auto* bytes = m_encoded.data(i);
+      const auto size = static_cast<std::size_t>(m_encoded.size(i));
+      if (m_options.region && sh > 0 && sw > 0) {
+        const SourceBox b = m_options.region(sh, sw, first + i);
+        r = decode_image_region(bytes, size, static_cast<int>(c), name, b.y0, b.x0, b.h, b.w);
+      } else {
+        r.image = decode_image(bytes, size, static_cast<int>(c), name);
+        r.row0 = r.col0 = 0;
+        r.full_h = r.image.height;
+        r.full_w = r.image.width;
+      }
+      if (r.full_h != sh || r.full_w != sw)
+        RN_IO_FAIL(name, "the file is corrupt; re-import it", "decodes to {}x{} but its shape says {}x{}", r.full_w,
+                   r.full_h, sw, sh);
+      const Image& img = r.image;
+      m_options.render(SampleSource{img.pixels.data(), img.height, img.width, c, r.row0, r.col0, r.full_h, r.full_w},
+                       first + i, out + i * m_sample_bytes);
     });
   } else if (m_options.render) {
     const std::int64_t sb = info.sample_bytes();

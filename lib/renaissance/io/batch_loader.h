@@ -32,11 +32,20 @@ struct Batch {
   const std::int64_t* indices = nullptr;
 };
 
-/// One sample as stored (raw stores) or decoded (JPEG stores), HWC uint8.
+/// One sample as stored (raw stores) or decoded (JPEG stores), HWC uint8: the whole image, or (LoaderOptions::region)
+/// the part of it at (row0, col0) of the full_h x full_w image that covers what the render reads.
 struct SampleSource {
   const std::uint8_t* pixels = nullptr;
   std::int64_t height = 0, width = 0, channels = 0;
+  std::int64_t row0 = 0, col0 = 0;
+  std::int64_t full_h = 0, full_w = 0;  ///< 0: the image is whole (height x width)
 };
+/// The box [y0, y0 + h) x [x0, x0 + w) of a height x width source image that the render of the sample at `position`
+/// reads (its geometry's box: render_sample reads nothing else).
+struct SourceBox {
+  std::int64_t y0 = 0, x0 = 0, h = 0, w = 0;
+};
+using SampleRegion = std::function<SourceBox(std::int64_t height, std::int64_t width, std::int64_t position)>;
 /// Renders one sample into its slot of the batch (out_h x out_w x channels) on a loader thread. `position` is its
 /// position in the loader's `order` (the caller maps it to the sample's Philox key). Must be thread-safe.
 using SampleRender = std::function<void(const SampleSource& src, std::int64_t position, std::uint8_t* out)>;
@@ -45,6 +54,9 @@ struct LoaderOptions {
   LoaderPool* pool = nullptr;          ///< where samples are decoded and rendered (nullptr: the loader's thread)
   std::int64_t out_h = 0, out_w = 0;   ///< the batch's image size (0: the stored size, raw stores only)
   SampleRender render;                 ///< empty: raw images are delivered as stored (JPEG stores need one)
+  /// JPEG stores with a render: decode only the box each render reads (io/image.h decode_image_region; the same
+  /// pixels there); empty: the whole image.
+  SampleRegion region = {};
   /// JPEG stores only: deliver each batch's JPEG bytes undecoded (Batch::encoded; the GPU decodes them with
   /// nvJPEG): no render, no decoder needed on the host. The loader thread still reads batch k+1 while batch k is used.
   bool encoded = false;

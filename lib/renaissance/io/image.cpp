@@ -6,12 +6,18 @@
 #include <algorithm>
 #include <cmath>
 #include <csetjmp>
+#include <functional>
 #include <cstring>
 #include <limits>
 #include <memory>
 
 #ifdef RENAISSANCE_HAVE_TURBOJPEG
 #include <turbojpeg.h>
+#endif
+#ifdef RENAISSANCE_HAVE_JPEG_REGION
+#include <cstdio>  // before jpeglib.h, which needs FILE
+#include <jpeglib.h>
+#include <jerror.h>  // JWRN_JPEG_EOF
 #endif
 #ifdef RENAISSANCE_HAVE_LIBPNG
 #include <png.h>
@@ -106,33 +112,18 @@ ImageHeader jpeg_header(const std::uint8_t* data, std::size_t size, const std::s
   return hd;
 }
 
-Image jpeg_decode(const std::uint8_t* data, std::size_t size, int channels, const std::string& name,
-                  const DecodeLimits& limits) {
-  const ImageHeader hd = jpeg_header(data, size, name, limits);
+/// The pixels of a JPEG (or of a part of it) in `channels`, as Pillow converts them: `decode(buffer, pf)` fills
+/// `rows` rows of at most `max_cols` pixels in TurboJPEG pixel format pf (TJPF_CMYK, TJPF_GRAY or TJPF_RGB), packed,
+/// and returns how many columns a row has.
+Image jpeg_pixels(const ImageHeader& hd, std::int64_t rows, std::int64_t max_cols, int channels,
+                  const std::function<std::int64_t(std::uint8_t*, int)>& decode) {
   Image img;
-  img.height = hd.height;
-  img.width = hd.width;
+  img.height = rows;
   img.channels = channels;
-  const int w = static_cast<int>(hd.width), h = static_cast<int>(hd.height);
-  // Progressive files: at most 500 scans (libjpeg-turbo's guard against files built to take forever to decode).
-  const int flags = TJFLAG_LIMITSCANS;
-  auto decode = [&](std::uint8_t* out, int pf) {
-    tjhandle t = decompressor();
-    if (tjDecompress2(t, data, static_cast<unsigned long>(size), out, w, 0, h, pf, flags) == 0) return;
-    const std::string msg = tjGetErrorStr2(t);
-    // libjpeg-turbo >= 2 reports warnings as -1 too (the image is complete). Pillow ignores libjpeg's warnings but
-    // refuses a file that ends early ("image file is truncated"); so does this reader.
-    if (tjGetErrorCode(t) == TJERR_WARNING && msg.find("Premature end of JPEG file") == std::string::npos) return;
-    reset_decompressor();
-    if (msg.find("Premature end") != std::string::npos)
-      RN_IO_FAIL(name, "the file is truncated (an interrupted download or copy?)",
-                 "the JPEG data ends before the image is complete ({})", msg);
-    RN_IO_FAIL(name, "the file is corrupt", "cannot decode the JPEG: {}", msg);
-  };
-  const std::int64_t pixels = hd.height * hd.width;
   if (hd.cmyk) {
-    std::vector<std::uint8_t> cmyk(static_cast<std::size_t>(pixels * 4));
-    decode(cmyk.data(), TJPF_CMYK);
+    std::vector<std::uint8_t> cmyk(static_cast<std::size_t>(rows * max_cols * 4));
+    img.width = decode(cmyk.data(), TJPF_CMYK);
+    const std::int64_t pixels = rows * img.width;
     // Pillow reads every CMYK JPEG as Adobe's inverted CMYK ("CMYK;I": C = 255 - stored) and converts with
     // cmyk2rgb: nk = 255 - K; R = nk - C·nk/255 (MULDIV255: t = a·b + 128, ((t >> 8) + t) >> 8).
     std::vector<std::uint8_t> rgb(static_cast<std::size_t>(pixels * 3));
@@ -151,18 +142,174 @@ Image jpeg_decode(const std::uint8_t* data, std::size_t size, int channels, cons
     return img;
   }
   if (channels == 3 || hd.channels == 1) {  // grey to RGB: libjpeg replicates, as Pillow's convert("RGB") does
-    img.pixels.resize(static_cast<std::size_t>(pixels * channels));
-    decode(img.pixels.data(), channels == 1 ? TJPF_GRAY : TJPF_RGB);
+    img.pixels.resize(static_cast<std::size_t>(rows * max_cols * channels));
+    img.width = decode(img.pixels.data(), channels == 1 ? TJPF_GRAY : TJPF_RGB);
+    img.pixels.resize(static_cast<std::size_t>(rows * img.width * channels));
     return img;
   }
   // Colour to grey the way Pillow does it (decode to RGB, then L24), not libjpeg's Y channel.
-  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(pixels * 3));
-  decode(rgb.data(), TJPF_RGB);
-  img.pixels.resize(static_cast<std::size_t>(pixels));
-  convert_channels(rgb.data(), pixels, 3, img.pixels.data(), 1);
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(rows * max_cols * 3));
+  img.width = decode(rgb.data(), TJPF_RGB);
+  img.pixels.resize(static_cast<std::size_t>(rows * img.width));
+  convert_channels(rgb.data(), rows * img.width, 3, img.pixels.data(), 1);
   return img;
 }
-#endif
+
+Image jpeg_decode(const std::uint8_t* data, std::size_t size, int channels, const std::string& name,
+                  const DecodeLimits& limits) {
+  const ImageHeader hd = jpeg_header(data, size, name, limits);
+  const int w = static_cast<int>(hd.width), h = static_cast<int>(hd.height);
+  // Progressive files: at most 500 scans (libjpeg-turbo's guard against files built to take forever to decode).
+  const int flags = TJFLAG_LIMITSCANS;
+  return jpeg_pixels(hd, hd.height, hd.width, channels, [&](std::uint8_t* out, int pf) -> std::int64_t {
+    tjhandle t = decompressor();
+    if (tjDecompress2(t, data, static_cast<unsigned long>(size), out, w, 0, h, pf, flags) == 0) return w;
+    const std::string msg = tjGetErrorStr2(t);
+    // libjpeg-turbo >= 2 reports warnings as -1 too (the image is complete). Pillow ignores libjpeg's warnings but
+    // refuses a file that ends early ("image file is truncated"); so does this reader.
+    if (tjGetErrorCode(t) == TJERR_WARNING && msg.find("Premature end of JPEG file") == std::string::npos) return w;
+    reset_decompressor();
+    if (msg.find("Premature end") != std::string::npos)
+      RN_IO_FAIL(name, "the file is truncated (an interrupted download or copy?)",
+                 "the JPEG data ends before the image is complete ({})", msg);
+    RN_IO_FAIL(name, "the file is corrupt", "cannot decode the JPEG: {}", msg);
+  });
+}
+
+#ifdef RENAISSANCE_HAVE_JPEG_REGION
+// Partial decoding through libjpeg-turbo's libjpeg API, set up as tjDecompress2 sets it up (its defaults: the
+// accurate integer IDCT, fancy upsampling; the output colour space of the TurboJPEG pixel format; at most 500 scans),
+// so every pixel it returns is the one the whole decode gives there (tests/io/check_image.py checks this against
+// Pillow). The rows above the box are skipped (entropy-decoded, not reconstructed), the columns outside it cropped
+// to whole iMCUs (jpeg_crop_scanline), and the rows below it skipped too: the whole file is still read, so a
+// truncated or corrupt file fails as it does in decode_image.
+
+struct RegionErrors {
+  jpeg_error_mgr mgr;  // first: libjpeg's j_common_ptr->err points here
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool truncated;
+};
+
+void region_error_exit(j_common_ptr c) {
+  auto* e = reinterpret_cast<RegionErrors*>(c->err);
+  (*c->err->format_message)(c, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+void region_emit_message(j_common_ptr c, int level) {
+  auto* e = reinterpret_cast<RegionErrors*>(c->err);
+  if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) e->truncated = true;  // other warnings pass, as in Pillow
+}
+
+void region_limit_scans(j_common_ptr c) {
+  if (c->is_decompressor && reinterpret_cast<j_decompress_ptr>(c)->input_scan_number > 500) {
+    auto* e = reinterpret_cast<RegionErrors*>(c->err);
+    std::snprintf(e->message, sizeof e->message, "progressive JPEG image has more than 500 scans");
+    std::longjmp(e->jump, 1);
+  }
+}
+
+/// Rows [y0, y0 + rows) of the image, columns from *x0 (in: the first wanted; out: the first decoded) for *cols (in:
+/// wanted, out: decoded), packed into `out`, in libjpeg colour space `cs` of `comps` components (`last_row`: room for
+/// one more row, the image's last, read to reach the end of the file). Returns false with
+/// `error` (or `truncated`) set. Everything that touches libjpeg's longjmp lives in this one function, with only
+/// trivially destructible locals across setjmp.
+bool jpeg_region_run(const std::uint8_t* data, std::size_t size, J_COLOR_SPACE cs, int comps, JDIMENSION y0,
+                     JDIMENSION rows, JDIMENSION* x0, JDIMENSION* cols, std::uint8_t* out, std::uint8_t* last_row,
+                     char* error, std::size_t error_size, bool* truncated) {
+  jpeg_decompress_struct cinfo;
+  RegionErrors err;
+  jpeg_progress_mgr progress;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = region_error_exit;
+  err.mgr.emit_message = region_emit_message;
+  err.truncated = false;
+  err.message[0] = '\0';
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    std::snprintf(error, error_size, "%s", err.message);
+    *truncated = err.truncated;
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  progress.progress_monitor = region_limit_scans;
+  cinfo.progress = &progress;
+  jpeg_read_header(&cinfo, TRUE);
+  cinfo.out_color_space = cs;
+  jpeg_start_decompress(&cinfo);
+  if (*x0 != 0 || *cols != cinfo.output_width) jpeg_crop_scanline(&cinfo, x0, cols);
+  if (y0 > 0) jpeg_skip_scanlines(&cinfo, y0);
+  const std::size_t pitch = static_cast<std::size_t>(*cols) * static_cast<std::size_t>(comps);
+  for (JDIMENSION r = 0; r < rows; ++r) {
+    JSAMPROW row = out + r * pitch;
+    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+      std::snprintf(error, error_size, "no scanline %u", static_cast<unsigned>(y0 + r));
+      jpeg_destroy_decompress(&cinfo);
+      *truncated = err.truncated;
+      return false;
+    }
+  }
+  // The rows below: skipped but for the last, which is read, because skipping to the end stops reading the file
+  // (libjpeg-turbo then marks the end of the image reached), so a truncated or corrupt tail would pass unnoticed.
+  if (cinfo.output_scanline < cinfo.output_height) {
+    if (cinfo.output_scanline + 1 < cinfo.output_height)
+      jpeg_skip_scanlines(&cinfo, cinfo.output_height - cinfo.output_scanline - 1);
+    JSAMPROW row = last_row;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  *truncated = err.truncated;
+  if (err.truncated) std::snprintf(error, error_size, "Premature end of JPEG file");
+  return !err.truncated;
+}
+
+ImageRegion jpeg_decode_region(const std::uint8_t* data, std::size_t size, int channels, const std::string& name,
+                               std::int64_t y0, std::int64_t x0, std::int64_t h, std::int64_t w,
+                               const DecodeLimits& limits) {
+  const ImageHeader hd = jpeg_header(data, size, name, limits);
+  ImageRegion r;
+  r.full_h = hd.height;
+  r.full_w = hd.width;
+  r.row0 = y0;
+  r.image = jpeg_pixels(hd, h, hd.width, channels, [&](std::uint8_t* out, int pf) -> std::int64_t {
+    const J_COLOR_SPACE cs = pf == TJPF_CMYK ? JCS_CMYK : pf == TJPF_GRAY ? JCS_GRAYSCALE : JCS_EXT_RGB;
+    const int comps = pf == TJPF_CMYK ? 4 : pf == TJPF_GRAY ? 1 : 3;
+    // One column more on each side than the box: fancy upsampling of subsampled chroma reads the neighbouring chroma
+    // sample, which a cropped decode replaces by its own at the crop's edges, so the outermost decoded column on a
+    // side that is not the image's edge differs from the whole decode (by up to ~20 levels, 4:2:0) and is dropped.
+    const std::int64_t want0 = std::max<std::int64_t>(x0 - 1, 0), want1 = std::min(x0 + w + 1, hd.width);
+    auto col0 = static_cast<JDIMENSION>(want0), cols = static_cast<JDIMENSION>(want1 - want0);
+    char error[JMSG_LENGTH_MAX + 64];
+    bool truncated = false;
+    std::vector<std::uint8_t> last_row(static_cast<std::size_t>(hd.width * comps));
+    if (!jpeg_region_run(data, size, cs, comps, static_cast<JDIMENSION>(y0), static_cast<JDIMENSION>(h), &col0, &cols,
+                         out, last_row.data(), error, sizeof error, &truncated)) {
+      if (truncated)
+        RN_IO_FAIL(name, "the file is truncated (an interrupted download or copy?)",
+                   "the JPEG data ends before the image is complete ({})", error);
+      RN_IO_FAIL(name, "the file is corrupt", "cannot decode the JPEG: {}", error);
+    }
+    const std::int64_t left = col0 > 0 ? 1 : 0;
+    const std::int64_t right = static_cast<std::int64_t>(col0) + cols < hd.width ? 1 : 0;
+    const std::int64_t kept = static_cast<std::int64_t>(cols) - left - right;
+    if (left + right > 0) {  // rows packed again without the dropped columns (in place: each moves to the front)
+      const std::size_t pitch = static_cast<std::size_t>(cols) * static_cast<std::size_t>(comps);
+      const std::size_t kept_pitch = static_cast<std::size_t>(kept) * static_cast<std::size_t>(comps);
+      for (std::int64_t row = 0; row < h; ++row)
+        std::memmove(out + static_cast<std::size_t>(row) * kept_pitch,
+                     out + static_cast<std::size_t>(row) * pitch + static_cast<std::size_t>(left * comps), kept_pitch);
+    }
+    r.col0 = static_cast<std::int64_t>(col0) + left;
+    return kept;
+  });
+  return r;
+}
+#endif  // RENAISSANCE_HAVE_JPEG_REGION
+#endif  // RENAISSANCE_HAVE_TURBOJPEG
+
 
 // ---- PNG ------------------------------------------------------------------------------------------------------------
 
@@ -360,6 +507,35 @@ Image decode_image(const std::uint8_t* data, std::size_t size, int channels, con
       RN_IO_FAIL(name, kNotAnImage,
                  size == 0 ? "the file is empty" : "not a JPEG or PNG image (its first bytes are neither signature)");
   }
+}
+
+bool have_region_decode() {
+#ifdef RENAISSANCE_HAVE_JPEG_REGION
+  return true;
+#else
+  return false;
+#endif
+}
+
+ImageRegion decode_image_region(const std::uint8_t* data, std::size_t size, int channels, const std::string& name,
+                                std::int64_t y0, std::int64_t x0, std::int64_t h, std::int64_t w,
+                                const DecodeLimits& limits) {
+#ifdef RENAISSANCE_HAVE_JPEG_REGION
+  if (sniff_image_format(data, size) == ImageFormat::jpeg) {
+    RN_CHECK_CTX(channels == 1 || channels == 3, name, "decode to {} channels: only 1 (grey) or 3 (RGB)", channels);
+    const ImageHeader hd = jpeg_header(data, size, name, limits);
+    RN_CHECK_CTX(y0 >= 0 && x0 >= 0 && h > 0 && w > 0 && y0 + h <= hd.height && x0 + w <= hd.width, name,
+                 "the region {}x{} at ({}, {}) is not inside the {}x{} image", w, h, x0, y0, hd.width, hd.height);
+    return jpeg_decode_region(data, size, channels, name, y0, x0, h, w, limits);
+  }
+#else
+  (void)y0, (void)x0, (void)h, (void)w;
+#endif
+  ImageRegion r;
+  r.image = decode_image(data, size, channels, name, limits);
+  r.full_h = r.image.height;
+  r.full_w = r.image.width;
+  return r;
 }
 
 std::vector<std::uint8_t> encode_jpeg(const std::uint8_t* pixels, std::int64_t height, std::int64_t width, int channels,

@@ -57,6 +57,25 @@ struct Image {
 Image decode_image(const std::uint8_t* data, std::size_t size, int channels, const std::string& name,
                    const DecodeLimits& limits = {});
 
+/// A part of an image: rows [row0, row0 + image.height) and columns [col0, col0 + image.width) of the full_h x
+/// full_w image, each pixel the one decode_image gives there.
+struct ImageRegion {
+  Image image;
+  std::int64_t row0 = 0, col0 = 0, full_h = 0, full_w = 0;
+};
+/// Whether decode_image_region decodes JPEGs partially in this build (libjpeg-turbo's libjpeg API found at configure
+/// time); otherwise it decodes the whole image.
+bool have_region_decode();
+/// decode_image of what covers the box [y0, y0 + h) x [x0, x0 + w) (inside the image): a JPEG is decoded partially
+/// (libjpeg-turbo: the rows above and below the box are entropy-decoded only, the columns outside it cropped to whole
+/// iMCUs, so `col0` may lie left of x0 and the width exceed w), the same pixels as decode_image's there; the whole
+/// file is still read, so a truncated or corrupt file fails as in decode_image. A PNG, or a build without partial
+/// JPEG decoding: the whole image (row0 = col0 = 0). A random-resized crop reads only its box (io/augment.h), so the
+/// loader decodes only that (io/batch_loader.h, LoaderOptions::region).
+ImageRegion decode_image_region(const std::uint8_t* data, std::size_t size, int channels, const std::string& name,
+                                std::int64_t y0, std::int64_t x0, std::int64_t h, std::int64_t w,
+                                const DecodeLimits& limits = {});
+
 /// JPEG bytes of an HWC uint8 image (1 or 3 channels) at `quality` (1..100): baseline, 4:2:0 chroma subsampling for
 /// colour (Pillow's default), the accurate integer DCT.
 std::vector<std::uint8_t> encode_jpeg(const std::uint8_t* pixels, std::int64_t height, std::int64_t width, int channels,

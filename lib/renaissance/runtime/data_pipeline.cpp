@@ -1,5 +1,6 @@
 #include <renaissance/core/error.h>
 #include <renaissance/core/philox.h>
+#include <renaissance/io/image.h>
 #include <renaissance/runtime/data_pipeline.h>
 
 #include <kernels/cpu/half.h>
@@ -45,8 +46,29 @@ io::SampleRender make_render(const io::AugmentSpec& spec, std::uint64_t seed, st
   return [spec, seed, epoch, positions](const io::SampleSource& src, std::int64_t p, std::uint8_t* out) {
     thread_local std::vector<std::uint8_t> scratch;
     const std::int64_t key = positions ? (*positions)[static_cast<std::size_t>(p)] : p;
-    const io::SampleGeometry g = io::sample_geometry(spec, seed, epoch, key, src.height, src.width);
+    // The geometry of the whole image; a decoded part of it (LoaderOptions::region) holds the box at an offset.
+    const bool part = src.full_h > 0;
+    io::SampleGeometry g = io::sample_geometry(spec, seed, epoch, key, part ? src.full_h : src.height,
+                                               part ? src.full_w : src.width);
+    if (part) {
+      RN_CHECK(g.box_y >= src.row0 && g.box_x >= src.col0 && g.box_y + g.box_h <= src.row0 + src.height &&
+                   g.box_x + g.box_w <= src.col0 + src.width,
+               "internal: the decoded part {}x{} at ({}, {}) does not hold the sample's box {}x{} at ({}, {})",
+               src.width, src.height, src.col0, src.row0, g.box_w, g.box_h, g.box_x, g.box_y);
+      g.box_y -= static_cast<std::int32_t>(src.row0);
+      g.box_x -= static_cast<std::int32_t>(src.col0);
+    }
     io::render_sample(src.pixels, src.height, src.width, src.channels, g, spec, out, scratch);
+  };
+}
+
+io::SampleRegion make_region(const io::AugmentSpec& spec, std::uint64_t seed, std::int64_t epoch,
+                             const std::vector<std::int64_t>* positions) {
+  if (spec.crop != io::CropMode::random_resized || !io::have_region_decode()) return {};
+  return [spec, seed, epoch, positions](std::int64_t h, std::int64_t w, std::int64_t p) {
+    const std::int64_t key = positions ? (*positions)[static_cast<std::size_t>(p)] : p;
+    const io::SampleGeometry g = io::sample_geometry(spec, seed, epoch, key, h, w);
+    return io::SourceBox{g.box_y, g.box_x, g.box_h, g.box_w};
   };
 }
 

@@ -37,6 +37,12 @@ io::AugmentSpec val_spec(const Augmentation& a, std::int64_t out_h, std::int64_t
 io::SampleRender make_render(const io::AugmentSpec& spec, std::uint64_t seed, std::int64_t epoch,
                              const std::vector<std::int64_t>* positions);
 
+/// The box make_render's sample at order position p reads of a h x w source (LoaderOptions::region: a JPEG store
+/// then decodes only that part, the same pixels there). Random-resized crops only (the other modes read the whole
+/// image), and only in builds that decode JPEGs partially; else empty.
+io::SampleRegion make_region(const io::AugmentSpec& spec, std::uint64_t seed, std::int64_t epoch,
+                             const std::vector<std::int64_t>* positions);
+
 /// The epoch's sample order: a Philox-keyed Fisher–Yates permutation of [0, n) (identity when !shuffle).
 std::vector<std::int64_t> epoch_order(std::uint64_t seed, std::int64_t epoch, std::int64_t n, bool shuffle);
 

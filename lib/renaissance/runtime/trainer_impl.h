@@ -211,6 +211,7 @@ struct Trainer::Impl {
       lo.out_h = h;
       lo.out_w = w;
       lo.render = make_render(spec, opt.seed, epoch, positions);
+      if (jpeg) lo.region = make_region(spec, opt.seed, epoch, positions);
       return lo;
     }
     const bool same = stored_is_model_size && out_h == img_h && out_w == img_w && !jpeg;
