@@ -9,7 +9,9 @@
 
 #include <gmock/gmock.h>
 
+#include <array>
 #include <atomic>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -269,6 +271,44 @@ TEST_F(Decode, HugeHeadersAreRefusedBeforeDecoding) {
   tight.max_pixels = 1000;
   EXPECT_THAT(error_of([&] { decode_image(jpeg.data(), jpeg.size(), 3, "small.jpg", tight); }),
               HasSubstr("2000 pixels, more than the limit of 1000"));
+}
+
+TEST_F(Decode, RegionsRefuseBoxesOutsideAndFailOnBadFilesAsTheWholeDecode) {
+  // decode_image_region (the loader's random-resized crops): a box outside the image is an error naming the file; a
+  // truncated, garbled, empty or foreign file fails as decode_image does, whatever the box; the bomb limit holds.
+  for (const auto& [y0, x0, h, w] : std::vector<std::array<std::int64_t, 4>>{
+           {0, 0, 41, 50}, {0, 0, 40, 51}, {-1, 0, 5, 5}, {0, -1, 5, 5}, {39, 49, 2, 1}, {0, 0, 0, 5}, {0, 0, 5, 0}})
+    EXPECT_THAT(error_of([&] { decode_image_region(jpeg.data(), jpeg.size(), 3, "box.jpg", y0, x0, h, w); }),
+                HasSubstr("box.jpg: the region")) << y0 << " " << x0 << " " << h << " " << w;
+  EXPECT_THAT(error_of([&] { decode_image_region(jpeg.data(), jpeg.size() / 2, 3, "cut.jpg", 0, 0, 2, 2); }),
+              HasSubstr("cut.jpg: the JPEG data ends before the image is complete"));
+  std::vector<std::uint8_t> garbage = jpeg;
+  for (std::size_t i = 2; i < 40; ++i) garbage[i] = static_cast<std::uint8_t>(i * 37);
+  EXPECT_THAT(error_of([&] { decode_image_region(garbage.data(), garbage.size(), 3, "g.jpg", 0, 0, 2, 2); }),
+              HasSubstr("g.jpg"));
+  EXPECT_THAT(error_of([&] { decode_image_region(jpeg.data(), 0, 3, "e.jpg", 0, 0, 1, 1); }),
+              HasSubstr("e.jpg: the file is empty"));
+  DecodeLimits tight;
+  tight.max_pixels = 1000;
+  EXPECT_THAT(error_of([&] { decode_image_region(jpeg.data(), jpeg.size(), 3, "s.jpg", 0, 0, 1, 1, tight); }),
+              HasSubstr("2000 pixels, more than the limit of 1000"));
+  // After the failures the decoders of this thread still work: the part equals the whole decode there.
+  const Image whole = decode_image(jpeg.data(), jpeg.size(), 3, "ok.jpg");
+  const ImageRegion r = decode_image_region(jpeg.data(), jpeg.size(), 3, "ok.jpg", 10, 21, 7, 9);
+  EXPECT_EQ(r.full_h, 40);
+  EXPECT_EQ(r.full_w, 50);
+  ASSERT_LE(r.row0, 10);
+  ASSERT_LE(r.col0, 21);
+  ASSERT_GE(r.row0 + r.image.height, 17);
+  ASSERT_GE(r.col0 + r.image.width, 30);
+  for (std::int64_t y = 0; y < r.image.height; ++y)
+    ASSERT_EQ(0, std::memcmp(r.image.pixels.data() + y * r.image.width * 3,
+                             whole.pixels.data() + ((r.row0 + y) * 50 + r.col0) * 3,
+                             static_cast<std::size_t>(r.image.width * 3)))
+        << "row " << r.row0 + y;
+  if (have_region_decode()) {
+    EXPECT_LT(r.image.height * r.image.width, 40 * 50);  // really a part
+  }
 }
 
 // ---- the pickle reader ----------------------------------------------------------------------------------------------
