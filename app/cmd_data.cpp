@@ -6,6 +6,8 @@
 #include <renaissance/core/paths.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
+#include <renaissance/runtime/data_pipeline.h>
+#include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/gpu_jpeg.h>
 
 #include <fmt/format.h>
@@ -404,17 +406,22 @@ void register_data_command(CLI::App& app) {
   insp->callback([iargs] { inspect(iargs->file, iargs->json, iargs->quick); });
 
   struct BenchDecodeArgs {
-    std::string file, crop = "random-resized";
+    std::string file, crop = "random-resized", device = "gpu";
     runtime::JpegBenchOptions o;
     bool no_hardware = false, json = false;
   };
   auto bargs = std::make_shared<BenchDecodeArgs>();
   CLI::App* bd = data->add_subcommand(
       "bench-decode",
-      "GPU: img/s of a JPEG store's train split read alone, read + nvJPEG decode, and read + decode + "
-      "render (crop, resample, flip, normalise to FP16)");
+      "img/s of a JPEG store's train split read alone, read + decode, and read + decode + render (crop, "
+      "resample, flip): on the GPU through nvJPEG (--device gpu), or through the CPU loader threads (--device cpu)");
   bd->add_option("STORE", bargs->file, "A JPEG store (data import folder --store jpeg)")->required();
-  bd->add_option("--batch", bargs->o.batch, "Images per nvJPEG batch")
+  bd->add_option("--device", bargs->device,
+                 "gpu: nvJPEG (needs CUDA and nvJPEG); cpu: libjpeg-turbo on --loader-threads threads, whole images "
+                 "and, for random-resized crops, only each crop's box (what training on the CPU path does)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpu", "cpu"}));
+  bd->add_option("--batch", bargs->o.batch, "Images per nvJPEG batch (--device cpu: per loader batch)")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   bd->add_option("--images", bargs->o.images, "Images of the train split to use (0: all)")->capture_default_str();
@@ -427,7 +434,8 @@ void register_data_command(CLI::App& app) {
   bd->add_option("--passes", bargs->o.passes, "Timed passes of each kind (the best is reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
-  bd->add_option("--loader-threads", bargs->o.loader_threads, "Threads reading the store")
+  bd->add_option("--loader-threads", bargs->o.loader_threads,
+                 "Threads reading the store (--device cpu: reading, decoding and rendering)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   bd->add_option("--decoders", bargs->o.decoders,
@@ -440,6 +448,30 @@ void register_data_command(CLI::App& app) {
     bargs->o.crop = io::parse_crop_mode(bargs->crop);
     bargs->o.prefer_hardware = !bargs->no_hardware;
     const io::DatasetFile f(bargs->file);
+    if (bargs->device == "cpu") {
+      const runtime::JpegBenchOptions& o = bargs->o;
+      const runtime::CpuDecodeBench c =
+          runtime::bench_cpu_decode(f, o.images, o.batch, o.size, o.crop, o.loader_threads, o.passes);
+      if (bargs->json) {
+        std::printf(
+            "{\"store\": \"%s\", \"device\": \"cpu\", \"images\": %lld, \"threads\": %d, \"size\": %lld, "
+            "\"crop\": \"%s\", \"read_img_s\": %.0f, \"decode_render_img_s\": %.0f, \"box_decode_render_img_s\": "
+            "%.0f}\n",
+            json_escape(bargs->file).c_str(), static_cast<long long>(c.images), o.loader_threads,
+            static_cast<long long>(o.size), bargs->crop.c_str(), c.read_per_s, c.whole_per_s, c.box_per_s);
+        return;
+      }
+      std::printf("%s: %lld images, %d loader thread(s), batches of %lld, the CPU\n", bargs->file.c_str(),
+                  static_cast<long long>(c.images), o.loader_threads, static_cast<long long>(o.batch));
+      std::printf("  read alone:                               %10.0f img/s\n", c.read_per_s);
+      std::printf("  read + decode + render %lldx%lld (%s, flip): %7.0f img/s\n", static_cast<long long>(o.size),
+                  static_cast<long long>(o.size), bargs->crop.c_str(), c.whole_per_s);
+      if (c.box_per_s > 0)
+        std::printf("  the same, decoding only each crop's box:  %10.0f img/s (the training path)\n", c.box_per_s);
+      return;
+    }
+    RN_CHECK(runtime::cuda_device_count() > 0,
+             "data bench-decode --device gpu: no CUDA device is visible (--device cpu measures the CPU loader)");
     const runtime::JpegBenchResult r = runtime::bench_jpeg_decode(f, bargs->o);
     if (bargs->json) {
       std::printf(

@@ -1,6 +1,8 @@
 // `renaissance data ...` through the real executable: exit codes and messages as a user sees them.
 #include "io_test_util.h"
 
+#include <renaissance/io/dataset.h>
+#include <renaissance/io/image.h>
 #include <renaissance/io/importers.h>
 
 #include <gmock/gmock.h>
@@ -157,6 +159,45 @@ TEST_F(DataCli, UsageErrors) {
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr(dir.file("none")));
   EXPECT_NE(run("data").rc, 0);
+}
+
+TEST_F(DataCli, BenchDecodeOnTheCpu) {
+  // `data bench-decode --device cpu`: the CPU loader's img/s on a JPEG store, whole images and (random-resized crops
+  // in a build with partial JPEG decoding) only each crop's box; --device gpu without a GPU is a clear error.
+  if (!have_jpeg_codec()) GTEST_SKIP() << "built without libturbojpeg";
+  const std::string store = dir.file("j.h5");
+  {
+    DatasetWriter w(store, JpegStoreSpec{3, 90, 0}, 2, {});
+    for (int i = 0; i < 12; ++i) {
+      const std::int64_t h = 40 + 3 * i, wd = 56 - 2 * i;
+      std::vector<std::uint8_t> px(static_cast<std::size_t>(h * wd * 3));
+      for (std::size_t k = 0; k < px.size(); ++k) px[k] = static_cast<std::uint8_t>((k * 7 + i * 31 + (k / 97) * 5) & 0xff);
+      const std::vector<std::uint8_t> j = encode_jpeg(px.data(), h, wd, 3, 90, "t");
+      w.append_encoded(i < 10 ? Split::train : Split::val, j.data(), static_cast<std::int64_t>(j.size()), h, wd, i % 2,
+                       px.data());
+    }
+    w.finish();
+  }
+  const std::string args = fmt::format("data bench-decode '{}' --device cpu --passes 1 --batch 4 --size 24 --json", store);
+  CliResult r = run(args);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"device\": \"cpu\", \"images\": 10"));
+  auto field = [](const std::string& json, const std::string& key) {
+    const auto at = json.find("\"" + key + "\": ");
+    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + key.size() + 4));
+  };
+  EXPECT_GT(field(r.out, "read_img_s"), 0);
+  EXPECT_GT(field(r.out, "decode_render_img_s"), 0);
+  EXPECT_EQ(field(r.out, "box_decode_render_img_s") > 0, have_region_decode()) << r.out;
+  r = run(args + " --crop center");  // a centre crop reads the whole image: no box figure
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(field(r.out, "box_decode_render_img_s"), 0);
+  r = run(fmt::format("data bench-decode '{}' --device cpu --passes 1", store));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("read + decode + render 224x224 (random-resized, flip)"));
+  r = run(fmt::format("data bench-decode '{}' --device tpu", store));
+  EXPECT_EQ(r.rc, 2);  // a usage error
+  EXPECT_THAT(r.err, HasSubstr("--device: tpu not in {gpu,cpu}"));
 }
 
 TEST_F(DataCli, ImportFashionMnist) {

@@ -1,11 +1,14 @@
 #include <renaissance/core/error.h>
 #include <renaissance/core/philox.h>
+#include <renaissance/io/dataset.h>
 #include <renaissance/io/image.h>
+#include <renaissance/io/loader_pool.h>
 #include <renaissance/runtime/data_pipeline.h>
 
 #include <kernels/cpu/half.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -70,6 +73,50 @@ io::SampleRegion make_region(const io::AugmentSpec& spec, std::uint64_t seed, st
     const io::SampleGeometry g = io::sample_geometry(spec, seed, epoch, key, h, w);
     return io::SourceBox{g.box_y, g.box_x, g.box_h, g.box_w};
   };
+}
+
+CpuDecodeBench bench_cpu_decode(const io::DatasetFile& data, std::int64_t images, std::int64_t batch,
+                                std::int64_t size, io::CropMode crop, int threads, int passes) {
+  RN_CHECK_CTX(data.storage() == io::Storage::jpeg, data.path(), "bench-decode needs a JPEG store (--store jpeg)");
+  RN_CHECK_CTX(batch >= 1 && size >= 1 && passes >= 1 && threads >= 1, "bench-decode",
+               "batch, size, passes and threads must be >= 1");
+  const std::int64_t all = data.size(io::Split::train);
+  const std::int64_t n = images > 0 ? std::min(images, all) : all;
+  RN_CHECK_CTX(n > 0, data.path(), "the train split is empty");
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  io::LoaderPool pool(threads - 1);  // the loader's own thread is one of them
+  Augmentation aug;
+  aug.crop = crop;
+  aug.horizontal_flip = true;
+  const io::AugmentSpec spec = train_spec(aug, size, size);
+  CpuDecodeBench r;
+  r.images = n;
+  // kind 0: read only; 1: + decode whole + render; 2: + decode the box + render. Pass 0 of each is a warm-up; each
+  // pass is another epoch (other crops).
+  for (int kind = 0; kind < 3; ++kind) {
+    if (kind == 2 && !make_region(spec, 0, 0, nullptr)) break;  // centre crops, or no partial decoding
+    double best = 0;
+    for (int pass = 0; pass <= passes; ++pass) {
+      io::LoaderOptions lo;
+      lo.pool = &pool;
+      if (kind == 0) {
+        lo.encoded = true;
+      } else {
+        lo.out_h = lo.out_w = size;
+        lo.render = make_render(spec, 0, pass, nullptr);
+        if (kind == 2) lo.region = make_region(spec, 0, pass, nullptr);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      io::BatchLoader loader(data, io::Split::train, batch, order, {}, std::nullopt, lo);
+      while (loader.next()) {
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (pass > 0) best = std::max(best, static_cast<double>(n) / s);
+    }
+    (kind == 0 ? r.read_per_s : kind == 1 ? r.whole_per_s : r.box_per_s) = best;
+  }
+  return r;
 }
 
 std::vector<std::int64_t> epoch_order(std::uint64_t seed, std::int64_t epoch, std::int64_t n, bool shuffle) {

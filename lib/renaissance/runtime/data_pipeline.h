@@ -43,6 +43,17 @@ io::SampleRender make_render(const io::AugmentSpec& spec, std::uint64_t seed, st
 io::SampleRegion make_region(const io::AugmentSpec& spec, std::uint64_t seed, std::int64_t epoch,
                              const std::vector<std::int64_t>* positions);
 
+/// `renaissance data bench-decode --device cpu`: img/s of a JPEG store's train split (`images` of it; 0: all) through
+/// the CPU loader (a pool of `threads`, batches of `batch`): read alone, then read + decode + render (the crop mode,
+/// a flip, to size x size) decoding whole images, then decoding only each crop's box (random-resized crops in a build
+/// with partial JPEG decoding; box_per_s 0 otherwise). The best of `passes` timed epochs each, after one untimed.
+struct CpuDecodeBench {
+  std::int64_t images = 0;
+  double read_per_s = 0, whole_per_s = 0, box_per_s = 0;
+};
+CpuDecodeBench bench_cpu_decode(const io::DatasetFile& data, std::int64_t images, std::int64_t batch,
+                                std::int64_t size, io::CropMode crop, int threads, int passes);
+
 /// The epoch's sample order: a Philox-keyed Fisher–Yates permutation of [0, n) (identity when !shuffle).
 std::vector<std::int64_t> epoch_order(std::uint64_t seed, std::int64_t epoch, std::int64_t n, bool shuffle);
 
