@@ -48,6 +48,15 @@ const std::vector<std::uint8_t>& jpeg_500x375() {
   return j;
 }
 
+/// The ImageNet training transform: random-resized crop to 224 and a flip.
+io::AugmentSpec rrc224() {
+  io::AugmentSpec spec;
+  spec.out_h = spec.out_w = 224;
+  spec.crop = io::CropMode::random_resized;
+  spec.horizontal_flip = true;
+  return spec;
+}
+
 void BM_DecodeJpeg500x375(benchmark::State& state) {
   const auto& j = jpeg_500x375();
   for (auto _ : state) {
@@ -62,10 +71,7 @@ BENCHMARK(BM_DecodeJpeg500x375)->Unit(benchmark::kMillisecond);
 void BM_RandomResizedCrop224(benchmark::State& state) {
   const auto& j = jpeg_500x375();
   const io::Image img = io::decode_image(j.data(), j.size(), 3, "bench");
-  io::AugmentSpec spec;
-  spec.out_h = spec.out_w = 224;
-  spec.crop = io::CropMode::random_resized;
-  spec.horizontal_flip = true;
+  const io::AugmentSpec spec = rrc224();
   std::vector<std::uint8_t> out(224 * 224 * 3), scratch;
   std::int64_t sample = 0;
   for (auto _ : state) {
@@ -83,10 +89,7 @@ BENCHMARK(BM_RandomResizedCrop224)->Unit(benchmark::kMillisecond);
 void BM_DecodeAndRrc224(benchmark::State& state) {
   const auto& j = jpeg_500x375();
   const bool region = state.range(0) != 0;
-  io::AugmentSpec spec;
-  spec.out_h = spec.out_w = 224;
-  spec.crop = io::CropMode::random_resized;
-  spec.horizontal_flip = true;
+  const io::AugmentSpec spec = rrc224();
   std::vector<std::uint8_t> out(224 * 224 * 3), scratch;
   std::int64_t sample = 0;
   for (auto _ : state) {
@@ -109,10 +112,7 @@ void BM_DecodeAndRrc224(benchmark::State& state) {
 BENCHMARK(BM_DecodeAndRrc224)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 void BM_SampleGeometryRrc(benchmark::State& state) {
-  io::AugmentSpec spec;
-  spec.out_h = spec.out_w = 224;
-  spec.crop = io::CropMode::random_resized;
-  spec.horizontal_flip = true;
+  const io::AugmentSpec spec = rrc224();
   std::int64_t sample = 0;
   for (auto _ : state) benchmark::DoNotOptimize(io::sample_geometry(spec, 3, 1, sample++, 375, 500));
   state.SetItemsProcessed(state.iterations());
@@ -156,10 +156,7 @@ void BM_LoaderEpochJpegStore(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const bool region = state.range(1) != 0;
   io::LoaderPool pool(threads - 1);  // the loader's own thread is one of them
-  io::AugmentSpec spec;
-  spec.out_h = spec.out_w = 224;
-  spec.crop = io::CropMode::random_resized;
-  spec.horizontal_flip = true;
+  const io::AugmentSpec spec = rrc224();
   std::vector<std::int64_t> order(256);
   std::iota(order.begin(), order.end(), 0);
   std::int64_t epoch = 0;
