@@ -270,6 +270,8 @@ ImageRegion jpeg_decode_region(const std::uint8_t* data, std::size_t size, int c
                                std::int64_t y0, std::int64_t x0, std::int64_t h, std::int64_t w,
                                const DecodeLimits& limits) {
   const ImageHeader hd = jpeg_header(data, size, name, limits);
+  RN_CHECK_CTX(y0 >= 0 && x0 >= 0 && h > 0 && w > 0 && y0 + h <= hd.height && x0 + w <= hd.width, name,
+               "the region {}x{} at ({}, {}) is not inside the {}x{} image", w, h, x0, y0, hd.width, hd.height);
   ImageRegion r;
   r.full_h = hd.height;
   r.full_w = hd.width;
@@ -523,9 +525,6 @@ ImageRegion decode_image_region(const std::uint8_t* data, std::size_t size, int 
 #ifdef RENAISSANCE_HAVE_JPEG_REGION
   if (sniff_image_format(data, size) == ImageFormat::jpeg) {
     RN_CHECK_CTX(channels == 1 || channels == 3, name, "decode to {} channels: only 1 (grey) or 3 (RGB)", channels);
-    const ImageHeader hd = jpeg_header(data, size, name, limits);
-    RN_CHECK_CTX(y0 >= 0 && x0 >= 0 && h > 0 && w > 0 && y0 + h <= hd.height && x0 + w <= hd.width, name,
-                 "the region {}x{} at ({}, {}) is not inside the {}x{} image", w, h, x0, y0, hd.width, hd.height);
     return jpeg_decode_region(data, size, channels, name, y0, x0, h, w, limits);
   }
 #else
