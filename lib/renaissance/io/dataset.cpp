@@ -1217,7 +1217,9 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
   }
   std::error_code ec;
   if (!fs::exists(path, ec))
-    RN_IO_FAIL(path, "check the path; create a dataset with `renaissance data import fashion-mnist --out FILE`",
+    RN_IO_FAIL(path,
+               "check the path; create one with `renaissance data import fashion-mnist|cifar10|cifar100|folder ... "
+               "--out FILE`",
                "dataset file not found");
   if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .h5 file, not its directory", "is a directory");
 
