@@ -189,6 +189,7 @@ void run_bench(const BenchCli& c) {
     j.kv("startup_device_s", startup.device_s).kv("startup_data_s", startup.data_s);
     j.kv("engines_cached", startup.engines_cached).kv("engines_chosen", startup.engines_chosen);
     j.kv("engines_legacy", startup.engines_legacy).kv("engines_own", startup.engines_own);
+    j.kv("engines_conv_stats", startup.engines_stats);
     if (device_used >= 0) j.kv("device_used_bytes", device_used);
     if (c.profile) {
       j.kv("profile_steps", prof.steps).kv("profile_total_ms_per_step", prof.total_ms_per_step);

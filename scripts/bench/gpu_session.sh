@@ -181,11 +181,11 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 base = [r for r in rows if not r["flags"] and r["batch"] == rows[0]["batch"]]
 ref = sum(r["images_per_s"] for r in base) / max(len(base), 1)
-print("| batch | flags | img/s | ms/step | arena GiB | vs the defaults' mean |")
-print("|---|---|---|---|---|---|")
+print("| batch | flags | img/s | ms/step | arena GiB | vs the defaults' mean | convs with GEN_STATS |")
+print("|---|---|---|---|---|---|---|")
 for r in rows:
     print(f"| {r['batch']} | {r['flags'] or '(defaults)'} | {r['images_per_s']:,.1f} | {r['ms_per_step']:.2f} | "
-          f"{r['arena_bytes'] / 2**30:.2f} | {r['images_per_s'] / ref:.3f} |")
+          f"{r['arena_bytes'] / 2**30:.2f} | {r['images_per_s'] / ref:.3f} | {r.get('engines_conv_stats', '-')} |")
 PY
       ;;
     convstats)
@@ -204,7 +204,7 @@ PY
           for cs in off on; do
             echo "resnet50 b256 deterministic $det conv-stats $cs: $("$RN" bench --model resnet50 --batch 256 --amp \
               --warmup 10 --steps 40 --device cuda --json --deterministic $det --conv-stats $cs 2>>"$OUT/misc.log" |
-              python3 -c 'import json,sys; j=json.loads([l for l in sys.stdin if l.startswith("{")][-1]); print(j["images_per_s"], "img/s")')" |
+              python3 -c 'import json,sys; j=json.loads([l for l in sys.stdin if l.startswith("{")][-1]); print(j["images_per_s"], "img/s,", j.get("engines_conv_stats"), "convs with GEN_STATS")')" |
               tee -a "$OUT/convstats.log"
           done
         done

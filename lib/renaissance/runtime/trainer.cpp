@@ -171,6 +171,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   for (const std::string& d : conv_engines()) {
     if (d.find("[legacy") != std::string::npos) ++I.startup.engines_legacy;
     if (d.find("[own") != std::string::npos) ++I.startup.engines_own;
+    if (d.find(" +stats") != std::string::npos) ++I.startup.engines_stats;  // cuda_fused.cpp, plan_conv_stats
   }
   if (gpu) {
     if (e1.rejected > e0.rejected)
@@ -183,7 +184,10 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
           fmt::format("convolution engines: {} from the cache, {} chosen in {:.1f} s, {} on the legacy API, {} on "
                       "own kernels",
                       I.startup.engines_cached, I.startup.engines_chosen, I.startup.engines_s, I.startup.engines_legacy,
-                      I.startup.engines_own));
+                      I.startup.engines_own) +
+          (opts.conv_stats ? fmt::format(", {} forward(s) with the BN statistics in the epilogue (--conv-stats)",
+                                         I.startup.engines_stats)
+                           : std::string()));
   }
   const double t_data = now_s();
   const std::string decode_line = I.setup_jpeg();  // first: the cache of a JPEG store is decoded by it

@@ -189,6 +189,7 @@ struct StartupTimes {
   std::int64_t engines_cached = 0, engines_chosen = 0;  ///< convolution passes found in the engine cache / chosen
   std::int64_t engines_legacy = 0;  ///< convolution passes on the legacy API (fallback or --conv-api legacy)
   std::int64_t engines_own = 0;     ///< convolution passes on the own depthwise kernels (--own-kernels)
+  std::int64_t engines_stats = 0;   ///< forward convolutions with their BN's statistics in the epilogue (--conv-stats)
   double data_cache_s = 0;          ///< reading the dataset and uploading it into the device cache (--data-cache)
   double device_s = 0;  ///< the device context, the arena, the library handles and the loader (after planning)
   double data_s = 0;    ///< the input pipeline: the GPU JPEG decoder and the device cache (data_cache_s within it)
