@@ -448,6 +448,7 @@ void register_data_command(CLI::App& app) {
     bargs->o.crop = io::parse_crop_mode(bargs->crop);
     bargs->o.prefer_hardware = !bargs->no_hardware;
     const io::DatasetFile f(bargs->file);
+    RN_CHECK_CTX(f.storage() == io::Storage::jpeg, f.path(), "bench-decode needs a JPEG store (--store jpeg)");
     if (bargs->device == "cpu") {
       const runtime::JpegBenchOptions& o = bargs->o;
       const runtime::CpuDecodeBench c =
