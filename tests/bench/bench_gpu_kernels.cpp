@@ -219,8 +219,10 @@ struct ConvCase {
   int per_step;  ///< layers of this shape in one ResNet-50 step
   int h, w, cin, cout, k, stride;
 };
-// ResNet-50's forward convolutions at batch 256 (torchvision v1.5: the stride on the 3x3), the stem left out.
+// ResNet-50's forward convolutions at batch 256 (torchvision v1.5: the stride on the 3x3); the stem with its input
+// padded to 8 channels, as AMP plans store it.
 const ConvCase kConvCases[] = {
+    {"stem_7x7s2_8to64", 1, 224, 224, 8, 64, 7, 2},
     {"l1_1x1_64to64", 1, 56, 56, 64, 64, 1, 1},        {"l1_3x3_64", 3, 56, 56, 64, 64, 3, 1},
     {"l1_1x1_64to256", 4, 56, 56, 64, 256, 1, 1},      {"l1_1x1_256to64", 2, 56, 56, 256, 64, 1, 1},
     {"l2_1x1_256to128", 1, 56, 56, 256, 128, 1, 1},    {"l2_3x3s2_128", 1, 56, 56, 128, 128, 3, 2},
