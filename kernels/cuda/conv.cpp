@@ -301,6 +301,50 @@ float median_ms(const std::function<void()>& run) {
   return t[t.size() / 2];
 }
 
+/// The fastest of the first `want` candidates of `g` (n listed) that build, of at most max(kScannedCandidates,
+/// 4 * timed_candidates()) heuristics entries, each timed by `time(i)` in ms (< 0: untimed, the first that builds
+/// stays; an Error while timing skips the candidate): a later one replaces the best only when faster than kMinGain
+/// of it. Returns its index (-1: none built, `last` says why) and its time in *best_ms.
+int fastest_candidate(GraphConv& g, int n, int want, const std::function<float(int)>& time, float* best_ms,
+                      std::string* last) {
+  int best = -1, built = 0;
+  *best_ms = 0;
+  const int scan = std::max(kScannedCandidates, 4 * timed_candidates());
+  for (int i = 0; i < n && i < scan && built < want; ++i) {
+    if (!g.build(i, last)) continue;
+    ++built;
+    float ms = -1.0f;
+    try {
+      ms = time(i);
+    } catch (const Error& e) {
+      (void)cudaGetLastError();
+      *last = e.what();
+      continue;
+    }
+    if (best < 0 || (ms >= 0 && ms < *best_ms * kMinGain)) {
+      best = i;
+      *best_ms = ms;
+    }
+  }
+  return best;
+}
+
+/// A cached graph choice made real for the graph `d`: found among the heuristics' candidates (mode A, then FALLBACK:
+/// the lists it was chosen from, same filters, same library) by cuDNN's tag and built, else rebuilt from its engine
+/// id and knobs alone. Returns its plan index in *g, or -1 with `why`. cudnn-frontend may throw (the caller catches).
+int rebuild_choice(cudnnHandle_t h, const GraphConvDesc& d, const EngineConfig& c, std::unique_ptr<GraphConv>* g,
+                   std::string* why) {
+  int i = -1;
+  for (const bool fallback_list : {false, true}) {
+    *g = std::make_unique<GraphConv>(d, fallback_list);
+    std::string unused;
+    if ((*g)->query(h, &unused) > 0) i = (*g)->find(c);
+    if (i >= 0) return (*g)->build(i, why) ? i : -1;
+  }
+  *g = std::make_unique<GraphConv>(d);
+  return (*g)->replay(h, c, why);
+}
+
 /// "NVIDIA H200 sm90 x132" for cache keys: a choice holds for this GPU model only.
 const std::string& device_key(int device) {
   static std::mutex m;
@@ -553,32 +597,19 @@ struct ConvOp::Impl {
           *notes += fmt::format(" [graph{}{}: {}]", staged ? " staged" : "", fallback_list ? " fallback" : "", why);
           continue;
         }
-        int best = -1, built = 0;
         float best_ms = 0;
         std::string last;
-        const int scan = std::max(kScannedCandidates, 4 * timed_candidates());
-        for (int i = 0; i < n && i < scan && built < (st.can_time && st.how.time ? timed_candidates() : 1);
-             ++i) {
-          if (!g->build(i, &last)) continue;
-          ++built;
-          float ms = -1.0f;
-          if (st.can_time && st.how.time) {
-            // staged engines are timed without the copies (their cost is the same for every candidate)
-            void* ews = nullptr;
-            const ConvTensors t = timing_tensors(st, staged, &ews);
-            try {
-              ms = median_ms([&] { g->execute(st.handles->cudnn(), i, t.x, t.w, t.y, ews); });
-            } catch (const Error& e) {
-              (void)cudaGetLastError();
-              last = e.what();
-              continue;
-            }
-          }
-          if (best < 0 || (ms >= 0 && ms < best_ms * kMinGain)) {
-            best = i;
-            best_ms = ms;
-          }
-        }
+        const bool timing = st.can_time && st.how.time;
+        const int best = fastest_candidate(
+            *g, n, timing ? timed_candidates() : 1,
+            [&](int i) {
+              if (!timing) return -1.0f;
+              // staged engines are timed without the copies (their cost is the same for every candidate)
+              void* ews = nullptr;
+              const ConvTensors t = timing_tensors(st, staged, &ews);
+              return median_ms([&] { g->execute(st.handles->cudnn(), i, t.x, t.w, t.y, ews); });
+            },
+            &best_ms, &last);
         if (best < 0) {
           *notes += fmt::format(" [graph{}{}: {} candidates, none built: {}]", staged ? " staged" : "",
                                 fallback_list ? " fallback" : "", n, last);
@@ -724,19 +755,8 @@ struct ConvOp::Impl {
     std::unique_ptr<GraphConv> g;
     int i = -1;
     try {
-      // The choice among the heuristics' candidates (the list it was chosen from: same filters, same library), else
-      // rebuilt from its engine id and knobs alone.
-      for (const bool fallback_list : {false, true}) {
-        g = std::make_unique<GraphConv>(graph_desc(v, c.staged, deterministic, st.limit - stage), fallback_list);
-        std::string unused;
-        if (g->query(st.handles->cudnn(), &unused) > 0) i = g->find(c.graph);
-        if (i >= 0) break;
-      }
-      if (i >= 0 && !g->build(i, why)) return false;
-      if (i < 0) {
-        g = std::make_unique<GraphConv>(graph_desc(v, c.staged, deterministic, st.limit - stage));
-        i = g->replay(st.handles->cudnn(), c.graph, why);
-      }
+      i = rebuild_choice(st.handles->cudnn(), graph_desc(v, c.staged, deterministic, st.limit - stage), c.graph, &g,
+                         why);
     } catch (const std::exception& e) {
       (void)cudaGetLastError();
       *why = e.what();
@@ -1090,14 +1110,8 @@ bool ConvOp::choose_stats(void* workspace_ptr, std::size_t workspace_bytes, cons
       return finish(false);
     }
     try {
-      auto g = std::make_unique<GraphConv>(desc());
-      std::string unused;
-      int i = g->query(s.handles->cudnn(), &unused) > 0 ? g->find(hit->graph) : -1;
-      if (i >= 0 && !g->build(i, &why)) i = -1;
-      if (i < 0 && why.empty()) {
-        g = std::make_unique<GraphConv>(desc());
-        i = g->replay(s.handles->cudnn(), hit->graph, &why);
-      }
+      std::unique_ptr<GraphConv> g;
+      const int i = rebuild_choice(s.handles->cudnn(), desc(), hit->graph, &g, &why);
       if (i >= 0) {
         s.stats.has = true;
         s.stats.choice = *hit;
@@ -1130,18 +1144,13 @@ bool ConvOp::choose_stats(void* workspace_ptr, std::size_t workspace_bytes, cons
   try {
     auto g = std::make_unique<GraphConv>(desc());
     const int n = g->query(s.handles->cudnn(), &notes);
-    int best = -1, built = 0;
     float best_ms = 0;
-    for (int i = 0; i < n && i < kScannedCandidates && built < timed_candidates(); ++i) {
-      if (!g->build(i, &notes)) continue;
-      ++built;
-      const float ms =
-          median_ms([&] { g->execute(s.handles->cudnn(), i, t.x, t.w, t.y, workspace_ptr, sum, sqsum); });
-      if (best < 0 || ms < best_ms * kMinGain) {
-        best = i;
-        best_ms = ms;
-      }
-    }
+    const int best = fastest_candidate(
+        *g, n, timed_candidates(),
+        [&](int i) {
+          return median_ms([&] { g->execute(s.handles->cudnn(), i, t.x, t.w, t.y, workspace_ptr, sum, sqsum); });
+        },
+        &best_ms, &notes);
     if (best >= 0 && (force || best_ms < plain_ms * kMinGain)) {
       choice = EngineChoice{};
       choice.api = EngineChoice::Api::Graph;

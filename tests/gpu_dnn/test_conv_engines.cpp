@@ -57,6 +57,11 @@ const char* pass_label(ConvPass p) {
   return p == ConvPass::Forward ? "fprop" : p == ConvPass::BackwardData ? "dgrad" : "wgrad";
 }
 
+/// Element e of FP16 bytes (little-endian), as a float.
+float half_at(const std::vector<std::uint8_t>& b, std::size_t e) {
+  return cpu::half_to_float(static_cast<std::uint16_t>(b[2 * e] | (b[2 * e + 1] << 8)));
+}
+
 std::vector<std::uint8_t> read_bytes(const void* p, std::size_t n) {
   std::vector<std::uint8_t> v(n);
   CUDA_CHECK(cudaMemcpy(v.data(), p, n, cudaMemcpyDeviceToHost));
@@ -284,8 +289,7 @@ TEST(GpuConvEngines, GenstatsSumsMatchTheStoredOutputAndDeterministicPlansRepeat
         stream.sync();
         const std::vector<std::uint8_t> b = read_bytes(c.y.get(), c.y.bytes());
         plain.resize(b.size() / 2);
-        for (std::size_t e = 0; e < plain.size(); ++e)
-          plain[e] = cpu::half_to_float(static_cast<std::uint16_t>(b[2 * e] | (b[2 * e + 1] << 8)));
+        for (std::size_t e = 0; e < plain.size(); ++e) plain[e] = half_at(b, e);
       }
       ASSERT_FALSE(plain.empty()) << k.name << ": no plain forward plan";
     }
@@ -333,7 +337,7 @@ TEST(GpuConvEngines, GenstatsSumsMatchTheStoredOutputAndDeterministicPlansRepeat
         for (std::size_t row = 0; row < rows; ++row)
           for (std::int64_t cc = 0; cc < ch; ++cc) {
             const std::size_t e = row * static_cast<std::size_t>(ch) + static_cast<std::size_t>(cc);
-            const double v = cpu::half_to_float(static_cast<std::uint16_t>(y[2 * e] | (y[2 * e + 1] << 8)));
+            const double v = half_at(y, e);
             ref_s[static_cast<std::size_t>(cc)] += v;
             ref_q[static_cast<std::size_t>(cc)] += v * v;
             abs_s[static_cast<std::size_t>(cc)] += std::abs(v);

@@ -146,12 +146,6 @@ void plan_branch(const ResolvedNode& r, FusedProgram& prog) {
   }
 }
 
-/// --conv-stats on (issue 15, conv + BN-statistics epilogue): a training BN whose input is the output of a conv step
-/// of the same node, written by nothing in between, may take its statistics from that conv's GEN_STATS epilogue; the
-/// ConvOp keeps the fused plan only where timing says it is faster than the plain forward + the statistics kernel
-/// (ConvOp::choose_stats). Not with --sync-bn (the all-reduced sums are the own kernels'), not for a conv with bias.
-void plan_conv_stats(ResolvedNode& r, FusedProgram& prog, ExecEnv& env);
-
 }  // namespace
 
 cuda::BnApply bn_apply_of(const ResolvedNode& bn) {
@@ -263,6 +257,53 @@ void run_fused_step(const ResolvedNode& r, const FusedStep& st, ExecEnv& env) {
   }
 }
 
+/// --conv-stats on (issue 15, conv + BN-statistics epilogue): a training BN whose input is the output of a conv step
+/// of the same node, written by nothing in between, may take its statistics from that conv's GEN_STATS epilogue; the
+/// ConvOp keeps the fused plan only where timing says it is faster than the plain forward + the statistics kernel
+/// (ConvOp::choose_stats). Not with --sync-bn (the all-reduced sums are the own kernels'), not for a conv with bias.
+void plan_conv_stats(ResolvedNode& r, FusedProgram& prog, ExecEnv& env) {
+  for (std::size_t a = 0; a < prog.steps.size(); ++a) {
+    FusedStep& st = prog.steps[a];
+    if ((st.kind != FusedStep::kStats && st.kind != FusedStep::kApply) || st.node < 0) continue;
+    const ResolvedNode& bn = r.sub[static_cast<std::size_t>(st.node)];
+    if (bn.node->op != OpKind::BN_FWD_TRAIN) continue;
+    int conv = -1;
+    for (std::size_t c = 0; c < a; ++c) {
+      const FusedStep& cs = prog.steps[c];
+      if (cs.kind == FusedStep::kPlain && cs.stats_of < 0 &&
+          r.sub[static_cast<std::size_t>(cs.node)].node->op == OpKind::CONV_FWD &&
+          same(r.sub[static_cast<std::size_t>(cs.node)].out[0], bn.in[0]))
+        conv = static_cast<int>(c);
+    }
+    if (conv < 0) continue;
+    ResolvedNode& cv = r.sub[static_cast<std::size_t>(prog.steps[static_cast<std::size_t>(conv)].node)];
+    if (cv.in.size() > 2 && cv.in[2].ptr != nullptr) continue;  // a bias is added after the convolution
+    bool untouched = true;  // nothing between the conv and the statistics writes the conv's output
+    for (std::size_t m = static_cast<std::size_t>(conv) + 1; m < a && untouched; ++m)
+      for (int k : nodes_of(prog.steps[m]))
+        for (const TensorView& o : r.sub[static_cast<std::size_t>(k)].out)
+          untouched = untouched && !overlaps(o, bn.in[0]);
+    if (!untouched) continue;
+    auto* op = state_of<cuda::ConvOp>(cv);
+    if (op == nullptr) continue;
+    cuda::ConvChoose how;
+    how.deterministic = env.deterministic;
+    how.engine = static_cast<cuda::ConvEngine>(env.conv_api);
+    const cuda::ConvTensors t{cv.in[0].ptr, cv.in[1].ptr, cv.out[0].ptr};
+    ExecEnv setup = env;  // the timing runs on the legacy default stream
+    setup.stream = nullptr;
+    const bool used = op->choose_stats(env.workspace, static_cast<std::size_t>(env.workspace_bytes), how, t,
+                                       bn.out[1].as<float>(), bn.out[2].as<float>(), [&] { bn_statistics(bn, setup); });
+    spdlog::debug("{}: conv + BN statistics: {}", r.layer, op->stats_label());
+    if (!used) continue;
+    FusedStep& c = prog.steps[static_cast<std::size_t>(conv)];
+    c.stats_of = st.node;
+    c.label = "CONV_FWD+stats";
+    cv.detail += " +stats";
+    st.from_sums = true;
+  }
+}
+
 }  // namespace
 
 void run_fused(const ResolvedNode& r, ExecEnv& env) {
@@ -323,52 +364,5 @@ void prepare_fused(ResolvedNode& r, ExecEnv& env) {
   // prepare (run first) checked them against the workspace.
   r.state = prog;
 }
-
-namespace {
-
-void plan_conv_stats(ResolvedNode& r, FusedProgram& prog, ExecEnv& env) {
-  for (std::size_t a = 0; a < prog.steps.size(); ++a) {
-    FusedStep& st = prog.steps[a];
-    if ((st.kind != FusedStep::kStats && st.kind != FusedStep::kApply) || st.node < 0) continue;
-    const ResolvedNode& bn = r.sub[static_cast<std::size_t>(st.node)];
-    if (bn.node->op != OpKind::BN_FWD_TRAIN) continue;
-    int conv = -1;
-    for (std::size_t c = 0; c < a; ++c) {
-      const FusedStep& cs = prog.steps[c];
-      if (cs.kind == FusedStep::kPlain && cs.stats_of < 0 &&
-          r.sub[static_cast<std::size_t>(cs.node)].node->op == OpKind::CONV_FWD &&
-          same(r.sub[static_cast<std::size_t>(cs.node)].out[0], bn.in[0]))
-        conv = static_cast<int>(c);
-    }
-    if (conv < 0) continue;
-    ResolvedNode& cv = r.sub[static_cast<std::size_t>(prog.steps[static_cast<std::size_t>(conv)].node)];
-    if (cv.in.size() > 2 && cv.in[2].ptr != nullptr) continue;  // a bias is added after the convolution
-    bool untouched = true;  // nothing between the conv and the statistics writes the conv's output
-    for (std::size_t m = static_cast<std::size_t>(conv) + 1; m < a && untouched; ++m)
-      for (int k : nodes_of(prog.steps[m]))
-        for (const TensorView& o : r.sub[static_cast<std::size_t>(k)].out)
-          untouched = untouched && !overlaps(o, bn.in[0]);
-    if (!untouched) continue;
-    auto* op = state_of<cuda::ConvOp>(cv);
-    if (op == nullptr) continue;
-    cuda::ConvChoose how;
-    how.deterministic = env.deterministic;
-    how.engine = static_cast<cuda::ConvEngine>(env.conv_api);
-    const cuda::ConvTensors t{cv.in[0].ptr, cv.in[1].ptr, cv.out[0].ptr};
-    ExecEnv setup = env;  // the timing runs on the legacy default stream
-    setup.stream = nullptr;
-    const bool used = op->choose_stats(env.workspace, static_cast<std::size_t>(env.workspace_bytes), how, t,
-                                       bn.out[1].as<float>(), bn.out[2].as<float>(), [&] { bn_statistics(bn, setup); });
-    spdlog::debug("{}: conv + BN statistics: {}", r.layer, op->stats_label());
-    if (!used) continue;
-    FusedStep& c = prog.steps[static_cast<std::size_t>(conv)];
-    c.stats_of = st.node;
-    c.label = "CONV_FWD+stats";
-    cv.detail += " +stats";
-    st.from_sums = true;
-  }
-}
-
-}  // namespace
 
 }  // namespace renaissance::runtime::cuda_backend

@@ -37,6 +37,11 @@ std::string onecycle_momentum_name(const TrainOptions& o) {
   return o.onecycle_momentum ? fmt::format("{},{}", o.onecycle_base_momentum, o.onecycle_max_momentum) : "off";
 }
 
+/// --conv-stats as it acts: a no-op off the GPU.
+const char* conv_stats_name(const TrainOptions& o) {
+  return o.conv_stats && o.backend == Backend::CUDA ? "on" : "off";
+}
+
 /// The training options as YAML (keys named like the `train` options), recorded in checkpoints.
 std::string options_yaml(const TrainOptions& o) {
   std::string y;
@@ -83,7 +88,7 @@ std::string options_yaml(const TrainOptions& o) {
   kv("loss-scale-interval", o.loss_scale_interval);
   kv("validate", o.validate);
   kv("deterministic", o.deterministic);
-  kv("conv-stats", std::string(o.conv_stats && o.backend == Backend::CUDA ? "on" : "off"));  // a no-op elsewhere
+  kv("conv-stats", std::string(conv_stats_name(o)));
   kv("recompute", std::string(o.recompute_bn_relu ? "bn-relu" : "off"));
   kv("checkpoint-every", o.checkpoint_every);
   kv("checkpoint-each-epoch", o.checkpoint_each_epoch);
@@ -412,10 +417,10 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
           fmt::format("written with --onecycle-pct {} --onecycle-div {}, resumed with {} and {}: the rest of the run "
                       "follows the new learning rate",
                       was["onecycle-pct"], was["onecycle-div"], o.onecycle_pct, o.onecycle_div));
-    if (const std::string now = o.conv_stats && o.backend == Backend::CUDA ? "on" : "off"; differs("conv-stats", now))
+    if (differs("conv-stats", conv_stats_name(o)))
       warn(fmt::format("written with --conv-stats {}, resumed with --conv-stats {}: the batch-norm statistics are "
                        "summed otherwise, so the resumed steps are not bit-identical to an uninterrupted run",
-                       was["conv-stats"], now));
+                       was["conv-stats"], conv_stats_name(o)));
     if (differs("onecycle-momentum", onecycle_momentum_name(o)))
       warn(fmt::format("written with --onecycle-momentum {}, resumed with {}: the rest of the run follows the new "
                        "momentum",
