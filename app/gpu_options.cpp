@@ -36,9 +36,10 @@ void GpuOptions::add_to(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--conv-stats", conv_stats,
                  "GPU, --amp: on: a batch norm's statistics from its convolution's epilogue (cuDNN GEN_STATS) where "
-                 "the start-up timing finds it faster, layer by layer (other bits than off; an experiment, "
-                 "docs/kernels-cuda.md); off: the own statistics kernel")
-      ->check(CLI::IsMember({"on", "off"}))
+                 "the start-up timing finds it faster, layer by layer (other bits than off; needs --deterministic off: "
+                 "no GEN_STATS plan repeats its bits); off: the own statistics kernel; auto: on with --deterministic "
+                 "off, else off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
 }
 
@@ -47,7 +48,10 @@ void GpuOptions::apply(runtime::TrainOptions& t, const std::string& run_dir) con
   t.conv_api = conv_api == "graph" ? 1 : conv_api == "legacy" ? 2 : 0;
   t.own_kernels = own_kernels == "on" ? 1 : 0;
   t.concurrent_streams = streams == "on";
-  t.conv_stats = conv_stats == "on";
+  RN_CHECK_CTX(!(conv_stats == "on" && t.deterministic), "--conv-stats",
+               "on needs --deterministic off: cuDNN's GEN_STATS plans do not repeat their bits (docs/design.md); "
+               "auto takes them whenever --deterministic is off");
+  t.conv_stats = conv_stats == "on" || (conv_stats == "auto" && !t.deterministic);
   RN_CHECK(!engine_cache.empty(), "--engine-cache needs a path, auto or off");
   if (engine_cache == "off")
     t.engine_cache.clear();

@@ -18,7 +18,7 @@ struct GpuOptions {
   std::string conv_api = "auto";
   std::string own_kernels = "on";
   std::string streams = "off";
-  std::string conv_stats = "off";
+  std::string conv_stats = "auto";
   void add_to(CLI::App& cmd);
   /// Sets t.deterministic, t.conv_api, t.own_kernels, t.conv_stats, t.concurrent_streams and t.engine_cache.
   /// `--engine-cache auto` is `run_dir`/engines.txt when the run has a directory of its own (its --checkpoint-dir,

@@ -109,6 +109,12 @@ struct GraphConv::Impl {
       validate_error = "genstats: forward passes with FP16 storage only";
       return;
     }
+    if (d.genstats && d.deterministic) {
+      // cuDNN marks none of its GEN_STATS plans NONDETERMINISTIC, yet every one tried gave other sums (and so other
+      // bits downstream) from run to run on an H100 with cuDNN 9.14 (GpuConvEngines.Genstats*, docs/design.md).
+      validate_error = "genstats: no GEN_STATS plan repeats its bits, so none is offered in deterministic mode";
+      return;
+    }
     const fe::error_t e = graph.validate();
     if (e.is_bad()) validate_error = "validate: " + fe_message(e);
   }

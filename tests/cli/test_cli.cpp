@@ -196,12 +196,12 @@ TEST(CliBench, OnOffOptionsRejectOtherValues) {
                                 "--cpu-winograd", "--conv-stats"}) {
     const Result r = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 " + opt + " maybe");
     EXPECT_EQ(r.code, 2) << opt;  // a usage error
-    expect_contains(r.err, opt + ": maybe not in {on,off}");
+    expect_contains(r.err, opt + (opt == "--conv-stats" ? ": maybe not in {auto,on,off}" : ": maybe not in {on,off}"));
   }
-  // On the CPU the GPU switches change nothing; the run still works and reports them (streams and conv-stats off by
-  // default).
+  // On the CPU the GPU switches change nothing; the run still works and reports them (streams off by default,
+  // conv-stats too in deterministic mode; --conv-stats auto takes it with --deterministic off).
   const Result ok = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --fused-kernels off "
-                        "--streams on --conv-stats on --json");
+                        "--streams on --deterministic off --json");
   EXPECT_EQ(ok.code, 0) << ok.err;
   expect_contains(ok.out, "\"fused_kernels\":false");
   expect_contains(ok.out, "\"streams\":true");
@@ -210,6 +210,10 @@ TEST(CliBench, OnOffOptionsRejectOtherValues) {
   EXPECT_EQ(dflt.code, 0) << dflt.err;
   expect_contains(dflt.out, "\"streams\":false");
   expect_contains(dflt.out, "\"conv_stats\":false");
+  // --conv-stats on with --deterministic on (the default) asks for bits that do not repeat: refused before any work.
+  const Result det = run("bench --device cpu --model fmnist_cnn --batch 8 --warmup 0 --steps 1 --conv-stats on");
+  EXPECT_EQ(det.code, 1) << det.err;
+  expect_contains(det.err, "--conv-stats: on needs --deterministic off");
 }
 
 TEST(CliPlan, NodesPrintsTheFusedPasses) {

@@ -255,19 +255,20 @@ TEST_P(GpuConvEngines, ATimedPlanAndItsCachedRebuildsGiveTheSameBits) {
   report(differing, checked, "timed plans against their cached rebuilds");
 }
 
-// The conv + BN-statistics epilogue (cuDNN's GEN_STATS after CONVOLUTION_FORWARD, GraphConvDesc::genstats; issue 15):
-// an experiment until measured. For the FP16 forward of every case, each of the first candidates that build: Σy and
-// Σy² per channel equal the double-precision sums of the y the plan stored (sums prefilled with 1e30, so a plan that
-// accumulates into them shows), that y is the plain graph's within FP16 rounding, and a candidate that cuDNN also
-// offers under the deterministic filter repeats its bits (y and both sums) beside a kernel holding SMs. The log lists
-// every candidate (offered in deterministic mode or not, repeating or not): what the runtime may use, and where.
-TEST(GpuConvEngines, GenstatsSumsMatchTheStoredOutputAndDeterministicPlansRepeat) {
+// The conv + BN-statistics epilogue (cuDNN's GEN_STATS after CONVOLUTION_FORWARD, GraphConvDesc::genstats; issue 15).
+// For the FP16 forward of every case, each of the first candidates that build: Σy and Σy² per channel equal the
+// double-precision sums of the y the plan stored (sums prefilled with 1e30, so a plan that accumulates into them
+// shows) and that y is the plain graph's within FP16 rounding. cuDNN marks none of these plans NONDETERMINISTIC, yet
+// on an H100 (cuDNN 9.14) every one gave other bits from run to run beside a kernel holding SMs: the deterministic
+// filter offers none (GraphConv refuses genstats with deterministic), and the log says per candidate whether it
+// repeated this time.
+TEST(GpuConvEngines, GenstatsSumsMatchTheStoredOutputAndNoneIsOfferedAsDeterministic) {
   RN_SKIP_WITHOUT_GPU();
   Stream stream, busy;
   DnnHandles& h = handles();
   h.set_stream(stream.get());
   std::vector<std::string> bad;
-  int checked = 0, offered_det = 0;
+  int checked = 0, repeating = 0;
   for (const EngineCase& k : kCases) {
     if (k.groups != 1) continue;
     CaseTensors c(k, DType::F16);
@@ -301,7 +302,8 @@ TEST(GpuConvEngines, GenstatsSumsMatchTheStoredOutputAndDeterministicPlansRepeat
     GraphConv g(any), gd(det);
     std::string why, why_det;
     const int n = g.query(h.cudnn(), &why);
-    gd.query(h.cudnn(), &why_det);
+    EXPECT_EQ(gd.query(h.cudnn(), &why_det), 0) << k.name << ": GEN_STATS plans offered in deterministic mode";
+    EXPECT_NE(why_det.find("deterministic"), std::string::npos) << why_det;
     if (n == 0) std::printf("[ genstats ] %s: no plan (%s)\n", k.name, why.c_str());
     int built = 0;
     for (int i = 0; i < n && i < kScanned && built < kCandidates; ++i) {
@@ -309,8 +311,6 @@ TEST(GpuConvEngines, GenstatsSumsMatchTheStoredOutputAndDeterministicPlansRepeat
       ++built;
       ++checked;
       const EngineConfig cfg = g.config(i);
-      const bool is_det = gd.find(cfg) >= 0;
-      offered_det += is_det ? 1 : 0;
       DeviceBuffer ws(static_cast<std::size_t>(std::max<std::int64_t>(g.workspace(i), 256)));
       const std::vector<float> huge(static_cast<std::size_t>(ch), 1e30f);
       std::vector<std::uint8_t> first_y, first_s, first_q;
@@ -355,7 +355,7 @@ TEST(GpuConvEngines, GenstatsSumsMatchTheStoredOutputAndDeterministicPlansRepeat
         }
         std::printf("[ genstats ] %s %s ws %lld: sum err %.2e, sqsum err %.2e (of Σ|y|, Σy²), y vs plain %.2e of max|y|%s\n",
                     k.name, cfg.name.c_str(), static_cast<long long>(g.workspace(i)), worst_s, worst_q,
-                    max_diff / (max_y + 1e-30), is_det ? ", offered in deterministic mode" : "");
+                    max_diff / (max_y + 1e-30), "");
         if (!(worst_s <= 1e-4 && worst_q <= 1e-4 && max_diff <= 1e-2 * max_y))
           bad.push_back(fmt::format("{} {}: sum {:.2e} sqsum {:.2e} y {:.2e}", k.name, cfg.name, worst_s, worst_q,
                                     max_diff / (max_y + 1e-30)));
@@ -363,13 +363,13 @@ TEST(GpuConvEngines, GenstatsSumsMatchTheStoredOutputAndDeterministicPlansRepeat
         first_s = std::move(s);
         first_q = std::move(q);
       }
+      repeating += repeats ? 1 : 0;
       std::printf("[ genstats ] %s %s: %s\n", k.name, cfg.name.c_str(),
-                  repeats ? "repeats its bits" : "does NOT repeat its bits");
-      if (is_det && !repeats) bad.push_back(fmt::format("{} {}: offered as deterministic, differs", k.name, cfg.name));
+                  repeats ? "repeated its bits this time" : "did NOT repeat its bits");
     }
   }
   h.set_stream(nullptr);
-  std::printf("[ genstats ] %d candidates checked, %d offered in deterministic mode\n", checked, offered_det);
+  std::printf("[ genstats ] %d candidates checked, %d repeated their bits this time\n", checked, repeating);
   EXPECT_GT(checked, 0);
   for (const std::string& b : bad) ADD_FAILURE() << b;
 }

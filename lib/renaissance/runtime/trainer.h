@@ -139,11 +139,10 @@ struct TrainOptions {
   /// cuda::OwnKernels): 1 timed beside cuDNN's choice, the faster kept (--own-kernels on); 0 cuDNN only (off, for
   /// comparisons); 2 wherever they cover a pass, untimed (tests).
   int own_kernels = 1;
-  /// GPU, AMP fused layers (issue 15, an experiment until measured on a GPU): the batch-norm statistics of a
-  /// convolution's output computed in the convolution's epilogue (cuDNN's GEN_STATS) instead of by the own statistics
-  /// kernel, layer by layer where the start-up timing finds it faster (ExecEnv::conv_stats; `--conv-stats on`).
-  /// Other bits than off (cuDNN's FP32 sums, not the own kernels' order); in deterministic mode only plans cuDNN does
-  /// not mark non-deterministic.
+  /// GPU, AMP fused layers (issue 15): the batch-norm statistics of a convolution's output computed in the
+  /// convolution's epilogue (cuDNN's GEN_STATS) instead of by the own statistics kernel, layer by layer where the
+  /// start-up timing finds it faster (ExecEnv::conv_stats; `--conv-stats on|auto`). Other bits than off, and not the
+  /// same bits twice: no GEN_STATS plan repeats its sums, so a GPU trainer refuses it with `deterministic`.
   bool conv_stats = false;
   // Checkpoints (DESIGN §10, docs/checkpoints.md): written by rank 0 into checkpoint_dir (empty: none) as
   // ckpt-stepNNNNNNNN.h5 with latest.h5 pointing at the newest; the newest checkpoint_keep files are kept.
