@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Sums bench_gpu_kernels' ConvStats rows (Google Benchmark JSON) into ResNet-50's forward convolutions per step.
 
-For each shape: the plain forward + the own BN statistics kernel, the best GEN_STATS plan offered under the
-deterministic filter, and the best of all, in microseconds with the engines; then each variant's total over one
-step (time x per_step), which is what --conv-stats on can save at most. Usage:
+For each shape: the plain forward + the own BN statistics kernel (deterministic plans) and the best GEN_STATS plan
+(non-deterministic: cuDNN offers none under the deterministic filter), in microseconds with the engines; then each
+variant's total over one step (time x per_step), which is what --conv-stats on can save at most. Usage:
   bench_gpu_kernels --benchmark_filter=ConvStats --benchmark_out=k.json --benchmark_out_format=json
   python3 scripts/bench/conv_stats_summary.py k.json
 """
 import json
 import sys
 
-VARIANTS = ["conv+bn_statistics", "conv_genstats_deterministic", "conv_genstats_any"]
+VARIANTS = ["conv+bn_statistics", "conv_genstats"]
 
 
 def main(path):
