@@ -146,7 +146,6 @@ TEST_F(GpuFused, ConvStatsEpilogueTrainsCloseToTheOwnStatisticsAndIsRefusedInDet
   const std::string data = synthetic(160, 16, 3);
   auto o = options(data, true);
   o.deterministic = false;
-  runtime::Trainer plain(every_fused_kind(), o);
   o.conv_stats = true;
   runtime::Trainer fused(every_fused_kind(), o);
   double calls = 0;
@@ -154,13 +153,19 @@ TEST_F(GpuFused, ConvStatsEpilogueTrainsCloseToTheOwnStatisticsAndIsRefusedInDet
     if (r.label == "CONV_FWD+stats") calls = r.calls_per_step;
   std::printf("[ conv-stats ] %g forward convolutions a step with GEN_STATS (non-deterministic mode)\n", calls);
   EXPECT_GT(calls, 0);
+  // One step: its loss comes from this batch's statistics (the sums' plumbing), before any update could amplify
+  // the non-deterministic sums' rounding (three steps spread by 0.5 % run to run on an H100).
+  o.max_steps = 1;
   runtime::Trainer fused2(every_fused_kind(), o);
-  const auto hp = plain.run(), hf = fused2.run();
+  o.conv_stats = false;
+  runtime::Trainer plain1(every_fused_kind(), o);
+  o.conv_stats = true;
+  const auto hp = plain1.run(), hf = fused2.run();
   ASSERT_EQ(hp.size(), hf.size());
   const double lp = hp.back().train_loss, lf = hf.back().train_loss;
   std::printf("[ conv-stats ] loss after %zu epoch(s): own statistics %.6f, GEN_STATS %.6f\n", hp.size(), lp, lf);
   EXPECT_TRUE(std::isfinite(lf));
-  EXPECT_NEAR(lf, lp, 2e-3 * std::abs(lp) + 1e-4);
+  EXPECT_NEAR(lf, lp, 1e-3 * std::abs(lp) + 1e-4);
   o.deterministic = true;
   try {
     runtime::Trainer refused(every_fused_kind(), o);
