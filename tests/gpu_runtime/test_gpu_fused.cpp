@@ -137,7 +137,7 @@ TEST_F(GpuFused, ConvStatsEpilogueTrainsCloseToTheOwnStatisticsAndIsRefusedInDet
   // --conv-stats on (ConvOp::choose_stats, cuda_fused.cpp plan_conv_stats): a BN's statistics from its convolution's
   // GEN_STATS epilogue, here forced wherever cuDNN has a plan (RN_DEBUG_CONV_STATS=always) instead of where timed
   // faster. Non-deterministic mode: the profile shows the fused forwards (cuDNN offers GEN_STATS plans for these
-  // FP16 shapes) and the run ends within AMP rounding of the own statistics kernel's loss. Deterministic mode: no
+  // FP16 shapes) and the first step's loss is within 0.1 % of the own statistics kernel's. Deterministic mode: no
   // GEN_STATS plan repeats its bits (GpuConvEngines.Genstats*), so the trainer refuses the option before any work.
   struct Force {
     Force() { ::setenv("RN_DEBUG_CONV_STATS", "always", 1); }
@@ -163,7 +163,7 @@ TEST_F(GpuFused, ConvStatsEpilogueTrainsCloseToTheOwnStatisticsAndIsRefusedInDet
   const auto hp = plain1.run(), hf = fused2.run();
   ASSERT_EQ(hp.size(), hf.size());
   const double lp = hp.back().train_loss, lf = hf.back().train_loss;
-  std::printf("[ conv-stats ] loss after %zu epoch(s): own statistics %.6f, GEN_STATS %.6f\n", hp.size(), lp, lf);
+  std::printf("[ conv-stats ] first step's loss: own statistics %.6f, GEN_STATS %.6f\n", lp, lf);
   EXPECT_TRUE(std::isfinite(lf));
   EXPECT_NEAR(lf, lp, 1e-3 * std::abs(lp) + 1e-4);
   o.deterministic = true;
