@@ -31,8 +31,8 @@
 #   kernels.log and kernels.json (KERNELS_FILTER: a --benchmark_filter regex); the build then includes the benchmarks.
 # levers: ResNet-50 b256 AMP `bench` with each fusion/option the other way, one at a time (issue 15's per-lever
 #   rows), and batch 400, into levers.jsonl and levers.md (LEVER_MODEL, LEVER_BATCH).
-# convstats: --conv-stats's GPU tests, ResNet-50 b256 bench with it on/off in both determinism modes, its profile and
-#   a two-training bit comparison, into convstats-tests.log and convstats.log (with `kernels` and
+# convstats: --conv-stats's GPU tests, ResNet-50 b256 bench deterministic (off) and not (off, on), its profile and
+#   two --deterministic off trainings compared bit for bit, into convstats-tests.log and convstats.log (with `kernels` and
 #   KERNELS_FILTER=ConvStats: the per-shape timings).
 # DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
@@ -188,9 +188,9 @@ for r in rows:
 PY
       ;;
     convstats)
-      # --conv-stats (issue 15's conv + BN-statistics epilogue): its GPU tests, ResNet-50 b256 with it on and off in
-      # both determinism modes (interleaved, one engine cache), a profile with it on, and two trainings with it on
-      # compared tensor by tensor.
+      # --conv-stats (issue 15's conv + BN-statistics epilogue, --deterministic off only): its GPU tests, ResNet-50
+      # b256 deterministic and not, with it off and on (interleaved, one engine cache), a profile with it on, and two
+      # trainings with it on compared tensor by tensor.
       {
         build-gpu/tests/gpu_dnn/test_gpu_dnn --gtest_filter='GpuConvEngines.Genstats*'
         build-gpu/tests/gpu_kernels/test_gpu_kernels --gtest_filter='BatchNormTest.StatisticsFromSums*'
