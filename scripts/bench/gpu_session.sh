@@ -32,8 +32,8 @@
 # levers: ResNet-50 b256 AMP `bench` with each fusion/option the other way, one at a time (issue 15's per-lever
 #   rows), and batch 400, into levers.jsonl and levers.md (LEVER_MODEL, LEVER_BATCH).
 # convstats: --conv-stats's GPU tests, ResNet-50 b256 bench deterministic (off) and not (off, on), its profile and
-#   two --deterministic off trainings compared bit for bit, into convstats-tests.log and convstats.log (with `kernels` and
-#   KERNELS_FILTER=ConvStats: the per-shape timings).
+#   two --deterministic off trainings compared bit for bit, into convstats-tests.log and convstats.log (with
+#   `kernels` and KERNELS_FILTER=ConvStats: the per-shape timings).
 # DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
