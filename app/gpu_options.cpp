@@ -48,9 +48,6 @@ void GpuOptions::apply(runtime::TrainOptions& t, const std::string& run_dir) con
   t.conv_api = conv_api == "graph" ? 1 : conv_api == "legacy" ? 2 : 0;
   t.own_kernels = own_kernels == "on" ? 1 : 0;
   t.concurrent_streams = streams == "on";
-  RN_CHECK_CTX(!(conv_stats == "on" && t.deterministic), "--conv-stats",
-               "on needs --deterministic off: cuDNN's GEN_STATS plans do not repeat their bits (docs/design.md); "
-               "auto takes them whenever --deterministic is off");
   t.conv_stats = conv_stats == "on" || (conv_stats == "auto" && !t.deterministic);
   RN_CHECK(!engine_cache.empty(), "--engine-cache needs a path, auto or off");
   if (engine_cache == "off")

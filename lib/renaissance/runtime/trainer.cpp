@@ -115,10 +115,12 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   const plan::BuildOptions bo = build_options(opts);
   // Data-parallel: each rank's plan is compiled for its share of every global batch (sharding.h).
   const plan::TrainConfig cfg = train_config(opts, shard_of(opts, tr.count), va.count);
+  // On every backend (a no-op off the GPU, but the same request): the CLI's `--conv-stats on` lands here.
+  RN_CHECK_CTX(!(opts.conv_stats && opts.deterministic), "--conv-stats",
+               "on needs --deterministic off: cuDNN's GEN_STATS plans do not repeat their bits (docs/design.md); "
+               "auto takes them whenever --deterministic is off");
   // DESIGN §9: rank 0 alone builds and compiles the plan and broadcasts it; each rank's inputs and options are
   // checked against rank 0's first (a difference is the same error on every rank, before any capture).
-  RN_CHECK_CTX(!(opts.backend == Backend::CUDA && opts.conv_stats && opts.deterministic), "--conv-stats",
-               "on needs --deterministic off: cuDNN's GEN_STATS plans do not repeat their bits (docs/design.md)");
   m_plan = distribute_plan(opts.comm, bp, bo, cfg, describe_run_options(opts));
   RN_CHECK_CTX(m_plan->arch.num_classes == probe.num_classes(), opts.data_path,
                "the dataset has {} classes but model '{}' predicts {}", probe.num_classes(), bp.name,

@@ -142,7 +142,7 @@ struct TrainOptions {
   /// GPU, AMP fused layers (issue 15): the batch-norm statistics of a convolution's output computed in the
   /// convolution's epilogue (cuDNN's GEN_STATS) instead of by the own statistics kernel, layer by layer where the
   /// start-up timing finds it faster (ExecEnv::conv_stats; `--conv-stats on|auto`). Other bits than off, and not the
-  /// same bits twice: no GEN_STATS plan repeats its sums, so a GPU trainer refuses it with `deterministic`.
+  /// same bits twice: no GEN_STATS plan repeats its sums, so the trainer refuses it with `deterministic`.
   bool conv_stats = false;
   // Checkpoints (DESIGN §10, docs/checkpoints.md): written by rank 0 into checkpoint_dir (empty: none) as
   // ckpt-stepNNNNNNNN.h5 with latest.h5 pointing at the newest; the newest checkpoint_keep files are kept.
