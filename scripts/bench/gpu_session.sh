@@ -231,6 +231,8 @@ PY
         t1=$(date +%s%N)
         echo "recipe run $r: exit $rc, wall $(((t1 - t0) / 1000000)) ms; $(grep -o 'start-up .*' "$OUT/recipe-$r.log" | head -1);" \
           "$(tail -1 "$OUT/recipe-$r.log")" | tee -a "$OUT/recipe.log"
+        echo "recipe run $r, epochs' img/s: $(grep -E '^epoch ' "$OUT/recipe-$r.log" | grep -oE '[0-9]+ img/s' | cut -d' ' -f1 |
+          tr '\n' ' ')" | tee -a "$OUT/recipe.log"
       done
       rm -f "$OUT"/recipe-[0-9]*.log ;;
     kernels)
