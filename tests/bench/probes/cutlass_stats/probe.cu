@@ -78,14 +78,14 @@ using StatsFusion = fus::Sm90SplitTreeVisitor<
                                            fus::Sm90SplitTreeFetch>>>;  // aux: sum y^2
 using PlainFusion = fus::Sm90EVT<ToHalf, fus::Sm90AccFetch>;
 
-template <class Fusion>
+template <class Fusion, class LayoutB_ = LayoutB>
 struct GemmOf {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD, kAlign, ElementD, LayoutD,
       kAlign, cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlign, ElementB, LayoutB, kAlign,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlign, ElementB, LayoutB_, kAlign,
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
@@ -94,6 +94,56 @@ struct GemmOf {
 };
 using StatsGemm = GemmOf<StatsFusion>::Gemm;
 using PlainGemm = GemmOf<PlainFusion>::Gemm;
+
+// ---- the backward half: the data gradient of the 1x1 convolution that follows an in-block BN -> ReLU ------------
+// dX'[M x C] = dY[M x C'] * W[C' x C] (W as stored, [C'][C]: CUTLASS's row-major K x N). The BN backward (RELU_BN_BWD)
+// needs g = dX' where the ReLU let its input through (sign of round_fp16((x - mean) * a + b), a = invstd * gamma,
+// b = beta, formed again from the BN input x as the project's kernel does) and the per-channel sums of g and of
+// g * (x - mean). The epilogue loads x beside the accumulator, stores g, and reduces both per CTA tile.
+template <class T>
+struct MaskedGrad;
+template <int N>
+struct MaskedGrad<cutlass::Array<float, N>> {
+  using A = cutlass::Array<float, N>;
+  CUTLASS_HOST_DEVICE A operator()(A const& g, A const& x, A const& mean, A const& a, A const& b) const {
+    A out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) {
+      const float z = static_cast<float>(cutlass::half_t((x[i] - mean[i]) * a[i] + b[i]));
+      out[i] = z > 0.0f ? g[i] : 0.0f;
+    }
+    return out;
+  }
+};
+template <class T>
+struct Centered;
+template <int N>
+struct Centered<cutlass::Array<float, N>> {
+  using A = cutlass::Array<float, N>;
+  CUTLASS_HOST_DEVICE A operator()(A const& g, A const& x, A const& mean) const {
+    A out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) out[i] = g[i] * (x[i] - mean[i]);
+    return out;
+  }
+};
+using XLoad = fus::Sm90AuxLoad<0, void, ElementD, LayoutD, void, void, kAlign, false>;
+using PerChannel = fus::Sm90RowBroadcast<0, TileShape, float>;
+using BwdFusion = fus::Sm90TopologicalVisitor<
+    float,
+    cute::tuple<cute::seq<>, cute::seq<0>, cute::seq<>, cute::seq<>, cute::seq<>, cute::seq<>,
+                cute::seq<1, 2, 3, 4, 5>, cute::seq<6>, cute::seq<6, 2, 3>, cute::seq<8>, cute::seq<7>>,
+    fus::Sm90AccFetch,                                   // 0 dX' (FP32)
+    ToHalf,                                              // 1 dX' as an FP16 store would hold it
+    XLoad,                                               // 2 x, the BN input
+    PerChannel, PerChannel, PerChannel,                  // 3 mean, 4 a, 5 b
+    fus::Sm90Compute<MaskedGrad, ElementD, float, kRound>,  // 6 g
+    RowPartials,                                         // 7 sum g (passes g on)
+    fus::Sm90Compute<Centered, float, float, kRound>,    // 8 g (x - mean)
+    RowPartials,                                         // 9 sum g (x - mean)
+    ToHalf>;                                             // 10 store g
+using BwdGemm = GemmOf<BwdFusion, cutlass::layout::RowMajor>::Gemm;
+using BwdPlainGemm = GemmOf<PlainFusion, cutlass::layout::RowMajor>::Gemm;
 
 template <class Gemm>
 struct Runner {
@@ -151,6 +201,65 @@ __global__ void stats_pass(const __half* __restrict__ y, int M, int N, int rows_
         s1[2 * j + 1] += f.y;
         s2[2 * j + 1] += f.y * f.y;
       }
+    }
+  }
+  __shared__ float red[2][8][32][8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    red[0][cv][lane][j] = s1[j];
+    red[1][cv][lane][j] = s2[j];
+  }
+  __syncthreads();
+  for (int s = 16; s > 0; s >>= 1) {
+    if (lane < s)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        red[0][cv][lane][j] += red[0][cv][lane + s][j];
+        red[1][cv][lane][j] += red[1][cv][lane + s][j];
+      }
+    __syncthreads();
+  }
+  if (lane == 0 && c0 < N)
+    for (int j = 0; j < 8; ++j) {
+      part[(static_cast<size_t>(blockIdx.y) * 2 + 0) * N + c0 + j] = red[0][cv][0][j];
+      part[(static_cast<size_t>(blockIdx.y) * 2 + 1) * N + c0 + j] = red[1][cv][0][j];
+    }
+}
+
+// The unfused backward statistics: g = dx' masked by the ReLU sign formed from x (stored), s1 = sum g,
+// s2 = sum g (x - mean); same tiling as stats_pass.
+__global__ void bwd_stats_pass(const __half* __restrict__ dxp, const __half* __restrict__ x, const float* __restrict__ mean,
+                               const float* __restrict__ a, const float* __restrict__ b, int M, int N,
+                               int rows_per_block, __half* __restrict__ g, float* __restrict__ part) {
+  const int cv = threadIdx.x % 8, lane = threadIdx.x / 8;
+  const int c0 = (blockIdx.x * 8 + cv) * 8;
+  const int r0 = blockIdx.y * rows_per_block, r1 = min(M, r0 + rows_per_block);
+  float s1[8] = {}, s2[8] = {};
+  if (c0 < N) {
+    float mu[8], av[8], bv[8];
+    for (int j = 0; j < 8; ++j) {
+      mu[j] = mean[c0 + j];
+      av[j] = a[c0 + j];
+      bv[j] = b[c0 + j];
+    }
+    for (int r = r0 + lane; r < r1; r += 32) {
+      const size_t o = static_cast<size_t>(r) * N + c0;
+      const uint4 dv = *reinterpret_cast<const uint4*>(dxp + o);
+      const uint4 xv = *reinterpret_cast<const uint4*>(x + o);
+      const __half* dh = reinterpret_cast<const __half*>(&dv);
+      const __half* xh = reinterpret_cast<const __half*>(&xv);
+      uint4 gv;
+      __half* gh = reinterpret_cast<__half*>(&gv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float xf = __half2float(xh[j]);
+        const float z = __half2float(__float2half_rn((xf - mu[j]) * av[j] + bv[j]));
+        const float gf = z > 0.0f ? __half2float(dh[j]) : 0.0f;
+        gh[j] = __float2half_rn(gf);
+        s1[j] += gf;
+        s2[j] += gf * (xf - mu[j]);
+      }
+      *reinterpret_cast<uint4*>(g + o) = gv;
     }
   }
   __shared__ float red[2][8][32][8];
@@ -253,6 +362,9 @@ int main() {
   double tot_fused = 0, tot_cutlass = 0, tot_cublas = 0, tot_gemm_c = 0, tot_gemm_b = 0;
   bool all_repeat = true, all_same_y = true;
   double worst_sum = 0, worst_sq = 0;
+  double btot_fused = 0, btot_cutlass = 0, btot_cublas = 0, bworst1 = 0, bworst2 = 0;
+  bool ball_repeat = true, ball_same_g = true;
+  std::vector<char> bwd_lines;
   std::printf("%-22s %5s %9s %9s %9s %9s %9s %7s %9s %9s %s\n", "shape (HW, K->N)", "count", "fused", "cutlass+st",
               "cublas+st", "gemm_ct", "gemm_cb", "fused/", "sum err", "sq err", "bits");
   for (const Shape3& sh : shapes) {
@@ -364,8 +476,8 @@ int main() {
         },
         s);
     const float best_unfused = std::min(t_cutlass, t_cublas);
-    const int side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(sh.hw))));
-    std::printf("%4dx%-4d %5d->%-5d %5d %9.4f %9.4f %9.4f %9.4f %9.4f %7.3f %9.2e %9.2e %s%s\n", side, side, K, N, sh.count,
+    const int px = static_cast<int>(std::lround(std::sqrt(static_cast<double>(sh.hw))));
+    std::printf("%4dx%-4d %5d->%-5d %5d %9.4f %9.4f %9.4f %9.4f %9.4f %7.3f %9.2e %9.2e %s%s\n", px, px, K, N, sh.count,
                 t_fused, t_cutlass, t_cublas, t_gc, t_gb, t_fused / best_unfused, es, eq,
                 repeat ? "repeat" : "DIFFER", same_y ? "" : " (y != plain GEMM's y)");
     tot_fused += sh.count * t_fused;
@@ -373,6 +485,140 @@ int main() {
     tot_cublas += sh.count * t_cublas;
     tot_gemm_c += sh.count * t_gc;
     tot_gemm_b += sh.count * t_gb;
+
+    // ---- backward: this convolution's data gradient with the BN backward's two sums -------------------------
+    {
+      const int C = K, Cp = N;  // dX' is M x C (the BN's channels), dY is M x C'
+      const int mtb = (M + kTileM - 1) / kTileM, npb = (C + kTileN - 1) / kTileN * kTileN;
+      __half *dy, *xb, *g, *g2, *dxp;
+      float *bpart, *pc, *bspart;
+      double* bsum;
+      CK(cudaMalloc(&dy, sizeof(__half) * M * Cp));
+      CK(cudaMalloc(&xb, sizeof(__half) * M * C));
+      CK(cudaMalloc(&g, sizeof(__half) * M * C));
+      CK(cudaMalloc(&g2, sizeof(__half) * M * C));
+      CK(cudaMalloc(&dxp, sizeof(__half) * M * C));
+      CK(cudaMalloc(&bpart, sizeof(float) * 2 * static_cast<size_t>(mtb) * npb));
+      CK(cudaMalloc(&pc, sizeof(float) * 3 * C));
+      CK(cudaMalloc(&bspart, sizeof(float) * 2 * static_cast<size_t>(sgroups) * C));
+      CK(cudaMalloc(&bsum, sizeof(double) * 2 * C));
+      fill_half<<<1024, 256, 0, s>>>(dy, static_cast<size_t>(M) * Cp, 5u, 0.02f);
+      fill_half<<<1024, 256, 0, s>>>(xb, static_cast<size_t>(M) * C, 7u, 3.0f);
+      std::vector<float> hpc(3 * static_cast<size_t>(C));
+      for (int c = 0; c < C; ++c) {
+        hpc[c] = 0.6f + 0.01f * static_cast<float>(c % 11);          // mean
+        hpc[C + c] = 1.2f + 0.05f * static_cast<float>(c % 7);       // a = invstd * gamma
+        hpc[2 * C + c] = -0.1f + 0.04f * static_cast<float>(c % 5);  // b = beta
+      }
+      CK(cudaMemcpy(pc, hpc.data(), sizeof(float) * hpc.size(), cudaMemcpyHostToDevice));
+      float* q1 = bpart;
+      float* q2 = bpart + static_cast<size_t>(mtb) * npb;
+      using XS = typename XLoad::StrideMNL;
+      const XS sx = cutlass::make_cute_packed_stride(XS{}, make_shape(M, C, 1));
+      typename BwdFusion::Arguments ba{{},
+                                       {},
+                                       {reinterpret_cast<cutlass::half_t*>(xb), cutlass::half_t(0), sx},
+                                       {pc, 0.f, {}},
+                                       {pc + C, 0.f, {}},
+                                       {pc + 2 * C, 0.f, {}},
+                                       {},
+                                       {q1, 0.f, {}},
+                                       {},
+                                       {q2, 0.f, {}},
+                                       {}};
+      Runner<BwdGemm> bf;
+      bf.init(M, C, Cp, reinterpret_cast<cutlass::half_t*>(dy), reinterpret_cast<cutlass::half_t*>(w),
+              reinterpret_cast<cutlass::half_t*>(g), ba);
+      Runner<BwdPlainGemm> bp;
+      bp.init(M, C, Cp, reinterpret_cast<cutlass::half_t*>(dy), reinterpret_cast<cutlass::half_t*>(w),
+              reinterpret_cast<cutlass::half_t*>(dxp), pa);
+      const dim3 bgrid((C + 63) / 64, sgroups);
+      auto bfused = [&] {
+        bf.run(s);
+        finalize<<<(C + 127) / 128, 128, 0, s>>>(q1, q2, mtb, npb, C, bsum, bsum + C);
+      };
+      auto bstats = [&] {
+        bwd_stats_pass<<<bgrid, 256, 0, s>>>(dxp, xb, pc, pc + C, pc + 2 * C, M, C, rpb, g2, bspart);
+        finalize<<<(C + 127) / 128, 128, 0, s>>>(bspart, bspart + C, sgroups, 2 * static_cast<size_t>(C), C, bsum,
+                                                 bsum + C);
+      };
+      auto bcublas = [&] {
+        cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_N, C, M, Cp, &one, w, CUDA_R_16F, C, dy, CUDA_R_16F, Cp, &zero, dxp,
+                     CUDA_R_16F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      };
+      // The unfused reference first: its g (from the plain GEMM's stored dX'), then the fused runs.
+      bp.run(s);
+      bstats();
+      CK(cudaStreamSynchronize(s));
+      std::vector<__half> hg2(static_cast<size_t>(M) * C), hx(hg2.size()), hg(hg2.size()), hgr(hg2.size());
+      CK(cudaMemcpy(hg2.data(), g2, sizeof(__half) * hg2.size(), cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hx.data(), xb, sizeof(__half) * hx.size(), cudaMemcpyDeviceToHost));
+      bfused();
+      CK(cudaStreamSynchronize(s));
+      std::vector<double> hb(2 * C), hb2(2 * C);
+      CK(cudaMemcpy(hg.data(), g, sizeof(__half) * hg.size(), cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hb.data(), bsum, sizeof(double) * 2 * C, cudaMemcpyDeviceToHost));
+      const bool same_g = std::memcmp(hg.data(), hg2.data(), sizeof(__half) * hg.size()) == 0;
+      bool brepeat = true;
+      for (int rep = 0; rep < 3; ++rep) {
+        spin<<<prop.multiProcessorCount / 2, 64, 0, side>>>(200000 * (rep + 1));
+        CK(cudaMemsetAsync(g, 0, sizeof(__half) * hg.size(), s));
+        CK(cudaMemsetAsync(bpart, 0xff, sizeof(float) * 2 * static_cast<size_t>(mtb) * npb, s));
+        bfused();
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hgr.data(), g, sizeof(__half) * hg.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hb2.data(), bsum, sizeof(double) * 2 * C, cudaMemcpyDeviceToHost));
+        brepeat = brepeat && std::memcmp(hg.data(), hgr.data(), sizeof(__half) * hg.size()) == 0 &&
+                  std::memcmp(hb.data(), hb2.data(), sizeof(double) * 2 * C) == 0;
+      }
+      // FP64 sums of the stored g (the unfused pass's) and x on the host.
+      std::vector<double> r1(C, 0.0), r2(C, 0.0), a1(C, 0.0), a2(C, 0.0);
+      for (size_t r = 0; r < static_cast<size_t>(M); ++r)
+        for (int c = 0; c < C; ++c) {
+          const double gv = __half2float(hg2[r * C + c]);
+          const double d = gv * (static_cast<double>(__half2float(hx[r * C + c])) - hpc[c]);
+          r1[c] += gv;
+          r2[c] += d;
+          a1[c] += std::fabs(gv);
+          a2[c] += std::fabs(d);
+        }
+      double e1 = 0, e2 = 0;
+      for (int c = 0; c < C; ++c) {
+        e1 = std::max(e1, std::fabs(hb[c] - r1[c]) / std::max(a1[c], 1e-30));
+        e2 = std::max(e2, std::fabs(hb[C + c] - r2[c]) / std::max(a2[c], 1e-30));
+      }
+      const float tb_fused = median_ms(bfused, s);
+      const float tb_cutlass = median_ms(
+          [&] {
+            bp.run(s);
+            bstats();
+          },
+          s);
+      const float tb_cublas = median_ms(
+          [&] {
+            bcublas();
+            bstats();
+          },
+          s);
+      char line[256];
+      std::snprintf(line, sizeof line, "%4dx%-4d %5d<-%-5d %5d %9.4f %9.4f %9.4f %7.3f %9.2e %9.2e %s%s\n", px,
+                    px, C, Cp, sh.count, tb_fused, tb_cutlass, tb_cublas, tb_fused / std::min(tb_cutlass, tb_cublas),
+                    e1, e2, brepeat ? "repeat" : "DIFFER", same_g ? "" : " (g != the unfused pass's g)");
+      bwd_lines.insert(bwd_lines.end(), line, line + std::strlen(line));
+      btot_fused += sh.count * tb_fused;
+      btot_cutlass += sh.count * tb_cutlass;
+      btot_cublas += sh.count * tb_cublas;
+      bworst1 = std::max(bworst1, e1);
+      bworst2 = std::max(bworst2, e2);
+      ball_repeat = ball_repeat && brepeat;
+      ball_same_g = ball_same_g && same_g;
+      for (void* q : {static_cast<void*>(dy), static_cast<void*>(xb), static_cast<void*>(g), static_cast<void*>(g2),
+                      static_cast<void*>(dxp), static_cast<void*>(bpart), static_cast<void*>(pc),
+                      static_cast<void*>(bspart), static_cast<void*>(bsum)})
+        CK(cudaFree(q));
+      if (bf.ws) CK(cudaFree(bf.ws));
+      if (bp.ws) CK(cudaFree(bp.ws));
+    }
     CK(cudaFree(x));
     CK(cudaFree(w));
     CK(cudaFree(y));
@@ -390,6 +636,18 @@ int main() {
   std::printf("sums: worst error %.2e of sum|y|, %.2e of sum y^2; fused y and sums %s over 3 runs; fused y %s the "
               "plain GEMM's\n",
               worst_sum, worst_sq, all_repeat ? "REPEATED bit for bit" : "DIFFERED", all_same_y ? "equals" : "differs from");
+  std::printf("\nbackward: the data gradient of the same convolutions with the BN backward's sums (sum g, sum g(x-mean))\n");
+  std::printf("%-22s %5s %9s %9s %9s %7s %9s %9s %s\n", "shape (HW, C<-C')", "count", "fused", "cutlass+st",
+              "cublas+st", "fused/", "g err", "gx err", "bits");
+  bwd_lines.push_back('\0');
+  std::fputs(bwd_lines.data(), stdout);
+  std::printf("per step, ms: fused %.3f, CUTLASS GEMM + stats %.3f, cuBLAS GEMM + stats %.3f; fused / best unfused "
+              "%.3f\n",
+              btot_fused, btot_cutlass, btot_cublas, btot_fused / std::min(btot_cutlass, btot_cublas));
+  std::printf("sums: worst error %.2e of sum|g|, %.2e of sum|g(x-mean)|; fused g and sums %s over 3 runs; fused g %s "
+              "the unfused pass's\n",
+              bworst1, bworst2, ball_repeat ? "REPEATED bit for bit" : "DIFFERED",
+              ball_same_g ? "equals" : "differs from");
   cublasDestroy(cb);
   return 0;
 }
