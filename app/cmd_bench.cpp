@@ -8,6 +8,7 @@
 #include <renaissance/comm/communicator.h>
 #include <renaissance/core/error.h>
 #include <renaissance/io/importers.h>
+#include <renaissance/ops/fused.h>
 #include <renaissance/plan/arch_plan.h>
 #include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
@@ -19,9 +20,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,10 +59,56 @@ struct BenchCli {
 
 constexpr std::size_t kProfileRows = 40;  ///< rows of a profile table before "others"
 
-/// One profile table: the slowest kProfileRows rows, then the rest as "others".
-void print_profile_table(const char* title, const std::vector<runtime::ProfileRow>& rows, bool calls) {
+/// What a training step's fused element-wise passes of one profile label ("FUSED:bn+relu") must move.
+struct PassTraffic {
+  int passes = 0;          ///< distinct passes of the train graph (the double-buffered input's A/B copies once)
+  double bytes = 0;        ///< their operands' bytes, each input read once and each output written once
+};
+
+/// Per profile label, the compulsory traffic of the train graph's fused passes (plan::Node::fusions, the passes
+/// the backends run with --fused-kernels on), at the full batch (TRAIN_BASE). The profile divides it by the label's
+/// time: an effective bandwidth, what a pass would move at the least (re-reads, e.g. a statistics pass and then
+/// the apply reading x again, are not counted).
+std::map<std::string, PassTraffic> fused_pass_traffic(const plan::CompiledPlan& p) {
+  std::map<std::string, PassTraffic> out;
+  if (!p.config.fuse_kernels) return out;
+  const plan::MemoryPlan& m = p.plan(plan::Variant::TRAIN_BASE);
+  std::set<std::vector<TensorId>> seen;
+  for (int gi = 0; gi < plan::kGraphIds; ++gi) {
+    for (const plan::Node& n : p.train.bucket(static_cast<plan::GraphId>(gi))) {
+      for (const plan::FusedPass& f : n.fusions) {
+        if (f.fallback_only) continue;
+        std::vector<TensorId> key{static_cast<TensorId>(f.kind)};
+        double bytes = 0;
+        for (const auto* v : {&f.inputs, &f.outputs})
+          for (const plan::FusedOperand& o : *v) {
+            key.push_back(o.id);
+            if (o.id != kNoTensor) bytes += static_cast<double>(m.tensor(o.id).bytes());
+          }
+        if (!seen.insert(key).second) continue;
+        PassTraffic& t = out[ops::fused_kind_label(f.kind)];
+        ++t.passes;
+        t.bytes += bytes;
+      }
+    }
+  }
+  return out;
+}
+
+/// GB/s of a kernel row when `traffic` knows its label and its calls a step are those passes; < 0: none.
+double row_gbps(const runtime::ProfileRow& x, const std::map<std::string, PassTraffic>* traffic) {
+  if (traffic == nullptr || x.ms_per_step <= 0) return -1;
+  const auto it = traffic->find(x.label);
+  if (it == traffic->end() || std::abs(x.calls_per_step - it->second.passes) > 1e-6) return -1;
+  return it->second.bytes / (x.ms_per_step * 1e-3) / 1e9;
+}
+
+/// One profile table: the slowest kProfileRows rows, then the rest as "others". With `traffic` (the kernel table),
+/// a GB/s column for the fused passes.
+void print_profile_table(const char* title, const std::vector<runtime::ProfileRow>& rows, bool calls,
+                         const std::map<std::string, PassTraffic>* traffic = nullptr) {
   if (calls)
-    std::printf("\n  %-44s %11s %10s %7s\n", title, "calls/step", "ms/step", "%");
+    std::printf("\n  %-44s %11s %10s %7s %9s\n", title, "calls/step", "ms/step", "%", "GB/s");
   else
     std::printf("\n  %-44s %10s %7s\n", title, "ms/step", "%");
   runtime::ProfileRow others;
@@ -72,26 +122,31 @@ void print_profile_table(const char* title, const std::vector<runtime::ProfileRo
       others.percent += x.percent;
       continue;
     }
+    const double gbps = row_gbps(x, traffic);
     if (calls)
-      std::printf("  %-44s %11.1f %10.4f %7.2f\n", x.label.c_str(), x.calls_per_step, x.ms_per_step, x.percent);
+      std::printf("  %-44s %11.1f %10.4f %7.2f %9s\n", x.label.c_str(), x.calls_per_step, x.ms_per_step, x.percent,
+                  gbps < 0 ? "-" : fmt::format("{:.1f}", gbps).c_str());
     else
       std::printf("  %-44s %10.4f %7.2f\n", x.label.c_str(), x.ms_per_step, x.percent);
   }
   if (rest == 0) return;
   const std::string label = fmt::format("others ({} rows)", rest);
   if (calls)
-    std::printf("  %-44s %11.1f %10.4f %7.2f\n", label.c_str(), others.calls_per_step, others.ms_per_step,
-                others.percent);
+    std::printf("  %-44s %11.1f %10.4f %7.2f %9s\n", label.c_str(), others.calls_per_step, others.ms_per_step,
+                others.percent, "-");
   else
     std::printf("  %-44s %10.4f %7.2f\n", label.c_str(), others.ms_per_step, others.percent);
 }
 
-void json_profile_rows(JsonWriter& j, const std::string& key, const std::vector<runtime::ProfileRow>& rows) {
+void json_profile_rows(JsonWriter& j, const std::string& key, const std::vector<runtime::ProfileRow>& rows,
+                       const std::map<std::string, PassTraffic>* traffic = nullptr) {
   j.key(key).begin_array();
   for (const runtime::ProfileRow& x : rows) {
     j.begin_object().kv("label", x.label);
     if (!x.graph.empty()) j.kv("graph", x.graph);
     j.kv("calls_per_step", x.calls_per_step).kv("ms_per_step", x.ms_per_step).kv("percent", x.percent);
+    const double gbps = row_gbps(x, traffic);
+    if (gbps >= 0) j.kv("bytes_per_step", traffic->at(x.label).bytes).kv("gb_per_s", gbps);
     j.end_object();
   }
   j.end_array();
@@ -141,6 +196,7 @@ void run_bench(const BenchCli& c) {
   io::make_synthetic(t.data_path, c.batch, 1, bp.in_h, bp.in_w, bp.in_c, static_cast<int>(probe.num_classes), 1);
   runtime::BenchResult r;
   runtime::ProfileResult prof;
+  std::map<std::string, PassTraffic> traffic;  // --profile: the fused passes' compulsory bytes a step, per label
   runtime::StartupTimes startup;
   std::int64_t device_used = -1;
   int recomputed = 0;  // values the plan recomputes (--recompute bn-relu, within --recompute-budget)
@@ -159,7 +215,12 @@ void run_bench(const BenchCli& c) {
       device_used = total_b - free_b;
     }
     // After the timed steps, on their own: the profile runs node by node, so it never touches the figures above.
-    if (c.profile) prof = trainer.profile(0, c.profile_steps);
+    if (c.profile) {
+      prof = trainer.profile(0, c.profile_steps);
+      traffic = fused_pass_traffic(trainer.plan());
+      // With --conv-stats a BN's statistics come from its convolution's sums: that pass does not read its input.
+      if (startup.engines_stats > 0) traffic.erase(ops::fused_kind_label(ops::FusedKind::BN_STATS));
+    }
   }
   if (!is_root_rank()) return;
   const double per_rank = r.images_per_s / static_cast<double>(r.ranks);
@@ -194,7 +255,7 @@ void run_bench(const BenchCli& c) {
     if (c.profile) {
       j.kv("profile_steps", prof.steps).kv("profile_total_ms_per_step", prof.total_ms_per_step);
       j.kv("profile_wall_ms_per_step", prof.wall_ms_per_step);
-      json_profile_rows(j, "profile", prof.kernels);
+      json_profile_rows(j, "profile", prof.kernels, &traffic);
       json_profile_rows(j, "profile_graphs", prof.graphs);
       json_profile_rows(j, "profile_graph_kernels", prof.graph_kernels);
       json_profile_rows(j, "profile_nodes", prof.details);
@@ -230,7 +291,7 @@ void run_bench(const BenchCli& c) {
               prof.total_ms_per_step, prof.wall_ms_per_step,
               prof.wall_ms_per_step > 0 ? 100.0 * (1.0 - prof.total_ms_per_step / prof.wall_ms_per_step) : 0.0);
   print_profile_table("subgraph", prof.graphs, false);
-  print_profile_table("kernel", prof.kernels, true);
+  print_profile_table("kernel", prof.kernels, true, &traffic);
   if (!prof.details.empty()) {
     // Every convolution pass on its own row (all of them: which layers fell back to the legacy API shows here).
     std::printf("\n  %-72s %-16s %10s\n", "convolution pass [engine]", "kernel", "ms/step");

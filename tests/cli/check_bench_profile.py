@@ -4,8 +4,12 @@
 Usage: check_bench_profile.py RENAISSANCE_EXECUTABLE
 Runs a small CPU benchmark with --profile three times (text, --json, and with --fused-kernels off) and checks that
 both tables are printed, that the expected kernel rows appear (the fused element-wise passes, or with them off the
-plain BN and ReLU nodes), and that the per-kernel times add up to the profiled total.
+plain BN and ReLU nodes), and that the per-kernel times add up to the profiled total. The fused passes' GB/s column:
+their bytes a step against the activation sizes of `renaissance plan`'s layer table (a BN -> ReLU pass reads x and
+writes y: twice the CBR outputs; its backward reads dy and x and writes dx: three times), plus the per-channel
+vectors.
 """
+import re
 import json
 import subprocess
 import sys
@@ -39,22 +43,25 @@ def main():
     headers = [i for i, l in enumerate(lines) if l.split()[:1] in (["subgraph"], ["kernel"])]
     check(len(headers) == 2, "two tables (subgraph, kernel)", text)
     check(lines[headers[0]].split() == ["subgraph", "ms/step", "%"], "subgraph table header", text)
-    check(lines[headers[1]].split() == ["kernel", "calls/step", "ms/step", "%"], "kernel table header", text)
+    check(lines[headers[1]].split() == ["kernel", "calls/step", "ms/step", "%", "GB/s"], "kernel table header", text)
     check(any(l.split()[:1] == ["train_base/DEEP_FWD_BWD"] for l in lines), "a DEEP_FWD_BWD subgraph row", text)
     def kernel_rows_of(lines, header):
-        # label (it may hold a space: "FUSED:relu+bn backward"), calls/step, ms/step, % — up to the first blank line
+        # label (it may hold a space: "FUSED:relu+bn backward"), calls/step, ms/step, %, GB/s — up to a blank line
         rows = {}
         for l in lines[header + 1:]:
             if not l.strip():
                 break
             f = l.split()
-            rows[" ".join(f[:-3])] = f[-3:]
+            rows[" ".join(f[:-4])] = f[-4:]
         return rows
 
     kernel_rows = kernel_rows_of(lines, headers[1])
     for k in EXPECTED:
         check(k in kernel_rows, f"a {k} row in the kernel table", text)
-        check(len(kernel_rows[k]) == 3, f"the {k} row has calls, ms and %", text)
+        check(len(kernel_rows[k]) == 4, f"the {k} row has calls, ms, % and GB/s", text)
+    for k in ("FUSED:bn+relu", "FUSED:relu+bn backward"):
+        check(float(kernel_rows[k][3]) > 0, f"the {k} row has a bandwidth", text)
+    check(kernel_rows["CONV_FWD"][3] == "-", "no bandwidth for a convolution row", text)
     check(float(kernel_rows["CONV_FWD"][0]) == 3.0, "3 convolutions forward per step", text)
     check(float(kernel_rows["SOFTMAX_CE_FWD"][0]) == 1.0, "1 softmax-CE forward per step", text)
     check(float(kernel_rows["FUSED:bn+relu"][0]) == 3.0, "3 fused BN + ReLU passes per step", text)
@@ -87,6 +94,22 @@ def main():
     gms = sum(r["ms_per_step"] for r in j["profile_graphs"])
     check(abs(gms - total) <= 0.01 * total, f"subgraph rows sum to the total within 1% ({gms} vs {total})", out)
     check(all("graph" in r for r in j["profile_graph_kernels"]), "(subgraph, kernel) rows name their subgraph", out)
+    # The fused passes' bytes a step against the CBR layers' output sizes from `renaissance plan` (FP32 on the CPU).
+    plan = subprocess.run([cli, "plan", "--model", "fmnist_cnn", "--batch", "32"], capture_output=True, text=True,
+                          timeout=120)
+    check(plan.returncode == 0, "renaissance plan runs", plan.stdout + plan.stderr)
+    outs = [tuple(int(v) for v in m.groups()) for m in re.finditer(r"^\d+\s+cbr\d+\s+CBR\s+\S+\s+->\s+(\d+)x(\d+)x(\d+)",
+                                                                     plan.stdout, re.M)]
+    check(len(outs) == 3, "three CBR layers in the plan's table", plan.stdout)
+    act = sum(h * w * c for h, w, c in outs) * 32 * 4
+    vectors = sum(c for _, _, c in outs) * 4 * 16 + 4096  # gamma, beta, statistics and their gradients; hyper
+    for k, times in (("FUSED:bn+relu", 2), ("FUSED:relu+bn backward", 3)):
+        b = labels[k].get("bytes_per_step")
+        check(b is not None and times * act <= b <= times * act + vectors,
+              f"{k}: {b} bytes a step, {times} x {act} activation bytes plus at most {vectors}", out)
+        gbps = b / (labels[k]["ms_per_step"] * 1e-3) / 1e9
+        check(abs(labels[k]["gb_per_s"] - gbps) <= 1e-6 * gbps, f"{k}: gb_per_s is its bytes over its time", out)
+    check("bytes_per_step" not in labels["CONV_FWD"], "no bytes for a convolution row", out)
     print(f"bench --profile: {len(rows)} kernel rows, {len(j['profile_graphs'])} subgraph rows, "
           f"{total:.3f} ms/step in kernels")
 
