@@ -8,7 +8,6 @@
 #include <renaissance/comm/communicator.h>
 #include <renaissance/core/error.h>
 #include <renaissance/io/importers.h>
-#include <renaissance/ops/fused.h>
 #include <renaissance/plan/arch_plan.h>
 #include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
@@ -25,7 +24,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -59,44 +57,8 @@ struct BenchCli {
 
 constexpr std::size_t kProfileRows = 40;  ///< rows of a profile table before "others"
 
-/// What a training step's fused element-wise passes of one profile label ("FUSED:bn+relu") must move.
-struct PassTraffic {
-  int passes = 0;          ///< distinct passes of the train graph (the double-buffered input's A/B copies once)
-  double bytes = 0;        ///< their operands' bytes, each input read once and each output written once
-};
-
-/// Per profile label, the compulsory traffic of the train graph's fused passes (plan::Node::fusions, the passes
-/// the backends run with --fused-kernels on), at the full batch (TRAIN_BASE). The profile divides it by the label's
-/// time: an effective bandwidth, what a pass would move at the least (re-reads, e.g. a statistics pass and then
-/// the apply reading x again, are not counted).
-std::map<std::string, PassTraffic> fused_pass_traffic(const plan::CompiledPlan& p) {
-  std::map<std::string, PassTraffic> out;
-  if (!p.config.fuse_kernels) return out;
-  const plan::MemoryPlan& m = p.plan(plan::Variant::TRAIN_BASE);
-  std::set<std::vector<TensorId>> seen;
-  for (int gi = 0; gi < plan::kGraphIds; ++gi) {
-    for (const plan::Node& n : p.train.bucket(static_cast<plan::GraphId>(gi))) {
-      for (const plan::FusedPass& f : n.fusions) {
-        if (f.fallback_only) continue;
-        std::vector<TensorId> key{static_cast<TensorId>(f.kind)};
-        double bytes = 0;
-        for (const auto* v : {&f.inputs, &f.outputs})
-          for (const plan::FusedOperand& o : *v) {
-            key.push_back(o.id);
-            if (o.id != kNoTensor) bytes += static_cast<double>(m.tensor(o.id).bytes());
-          }
-        if (!seen.insert(key).second) continue;
-        PassTraffic& t = out[ops::fused_kind_label(f.kind)];
-        ++t.passes;
-        t.bytes += bytes;
-      }
-    }
-  }
-  return out;
-}
-
 /// GB/s of a kernel row when `traffic` knows its label and its calls a step are those passes; < 0: none.
-double row_gbps(const runtime::ProfileRow& x, const std::map<std::string, PassTraffic>* traffic) {
+double row_gbps(const runtime::ProfileRow& x, const std::map<std::string, runtime::PassTraffic>* traffic) {
   if (traffic == nullptr || x.ms_per_step <= 0) return -1;
   const auto it = traffic->find(x.label);
   if (it == traffic->end() || std::abs(x.calls_per_step - it->second.passes) > 1e-6) return -1;
@@ -106,7 +68,7 @@ double row_gbps(const runtime::ProfileRow& x, const std::map<std::string, PassTr
 /// One profile table: the slowest kProfileRows rows, then the rest as "others". With `traffic` (the kernel table),
 /// a GB/s column for the fused passes.
 void print_profile_table(const char* title, const std::vector<runtime::ProfileRow>& rows, bool calls,
-                         const std::map<std::string, PassTraffic>* traffic = nullptr) {
+                         const std::map<std::string, runtime::PassTraffic>* traffic = nullptr) {
   if (calls)
     std::printf("\n  %-44s %11s %10s %7s %9s\n", title, "calls/step", "ms/step", "%", "GB/s");
   else
@@ -139,7 +101,7 @@ void print_profile_table(const char* title, const std::vector<runtime::ProfileRo
 }
 
 void json_profile_rows(JsonWriter& j, const std::string& key, const std::vector<runtime::ProfileRow>& rows,
-                       const std::map<std::string, PassTraffic>* traffic = nullptr) {
+                       const std::map<std::string, runtime::PassTraffic>* traffic = nullptr) {
   j.key(key).begin_array();
   for (const runtime::ProfileRow& x : rows) {
     j.begin_object().kv("label", x.label);
@@ -196,7 +158,7 @@ void run_bench(const BenchCli& c) {
   io::make_synthetic(t.data_path, c.batch, 1, bp.in_h, bp.in_w, bp.in_c, static_cast<int>(probe.num_classes), 1);
   runtime::BenchResult r;
   runtime::ProfileResult prof;
-  std::map<std::string, PassTraffic> traffic;  // --profile: the fused passes' compulsory bytes a step, per label
+  std::map<std::string, runtime::PassTraffic> traffic;  // --profile: the fused passes' compulsory bytes a step, per label
   runtime::StartupTimes startup;
   std::int64_t device_used = -1;
   int recomputed = 0;  // values the plan recomputes (--recompute bn-relu, within --recompute-budget)
@@ -217,9 +179,9 @@ void run_bench(const BenchCli& c) {
     // After the timed steps, on their own: the profile runs node by node, so it never touches the figures above.
     if (c.profile) {
       prof = trainer.profile(0, c.profile_steps);
-      traffic = fused_pass_traffic(trainer.plan());
+      traffic = runtime::fused_pass_traffic(trainer.plan());
       // With --conv-stats a BN's statistics come from its convolution's sums: that pass does not read its input.
-      if (startup.engines_stats > 0) traffic.erase(ops::fused_kind_label(ops::FusedKind::BN_STATS));
+      if (startup.engines_stats > 0) traffic.erase(runtime::kBnStatsLabel);
     }
   }
   if (!is_root_rank()) return;

@@ -1,9 +1,12 @@
 #include <renaissance/core/error.h>
+#include <renaissance/ops/fused.h>
+#include <renaissance/plan/compiler.h>
 #include <renaissance/runtime/profiler.h>
 
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -177,6 +180,34 @@ ProfileResult StepProfiler::result(std::int64_t steps) const {
   sort_rows(r.graph_kernels);
   sort_rows(r.details);
   return r;
+}
+
+const char* const kBnStatsLabel = ops::fused_kind_label(ops::FusedKind::BN_STATS);
+
+std::map<std::string, PassTraffic> fused_pass_traffic(const plan::CompiledPlan& p) {
+  std::map<std::string, PassTraffic> out;
+  if (!p.config.fuse_kernels) return out;
+  const plan::MemoryPlan& m = p.plan(plan::Variant::TRAIN_BASE);
+  std::set<std::vector<TensorId>> seen;  // (kind, operands): the A/B copies of the first layer's passes once
+  for (int gi = 0; gi < plan::kGraphIds; ++gi) {
+    for (const plan::Node& n : p.train.bucket(static_cast<plan::GraphId>(gi))) {
+      for (const plan::FusedPass& f : n.fusions) {
+        if (f.fallback_only) continue;
+        std::vector<TensorId> key{static_cast<TensorId>(f.kind)};
+        double bytes = 0;
+        for (const auto* v : {&f.inputs, &f.outputs})
+          for (const plan::FusedOperand& o : *v) {
+            key.push_back(o.id);
+            if (o.id != kNoTensor) bytes += static_cast<double>(m.tensor(o.id).bytes());
+          }
+        if (!seen.insert(key).second) continue;
+        PassTraffic& t = out[ops::fused_kind_label(f.kind)];
+        ++t.passes;
+        t.bytes += bytes;
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace renaissance::runtime

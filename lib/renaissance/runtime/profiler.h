@@ -5,9 +5,14 @@
 #include <renaissance/runtime/executor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+namespace renaissance::plan {
+struct CompiledPlan;
+}
 
 namespace renaissance::runtime {
 
@@ -58,5 +63,20 @@ class StepProfiler final : public OpTimer {
   struct Impl;
   std::unique_ptr<Impl> m;
 };
+
+/// What a training step's fused element-wise passes of one profile label ("FUSED:bn+relu") must move.
+struct PassTraffic {
+  int passes = 0;    ///< distinct passes of the train graph (the double-buffered input's A/B copies once)
+  double bytes = 0;  ///< their operands' bytes, each input read once and each output written once
+};
+
+/// Per profile label, the compulsory traffic of the train graph's fused passes (plan::Node::fusions, the passes the
+/// backends run with --fused-kernels on; none when it is off), at the full batch (TRAIN_BASE). `bench --profile`
+/// divides it by the label's time: an effective bandwidth, what the passes move at the least (re-reads, e.g. a
+/// statistics pass and then the apply reading x again, are not counted).
+std::map<std::string, PassTraffic> fused_pass_traffic(const plan::CompiledPlan& p);
+
+/// The profile label of the BN statistics pass (with --conv-stats its sums come from the convolution: no traffic).
+extern const char* const kBnStatsLabel;
 
 }  // namespace renaissance::runtime
