@@ -182,27 +182,9 @@ struct Runner {
   }
 };
 
-// ---- the statistics pass over y (the unfused baseline) and the FP64 finalize ------------------------------------
-// Block: 8 column vectors of 8 halves (64 columns) x 32 row lanes; partials[block_y][2][N] over the block's rows.
-__global__ void stats_pass(const __half* __restrict__ y, int M, int N, int rows_per_block, float* __restrict__ part) {
-  const int cv = threadIdx.x % 8, lane = threadIdx.x / 8;
-  const int c0 = (blockIdx.x * 8 + cv) * 8;
-  const int r0 = blockIdx.y * rows_per_block, r1 = min(M, r0 + rows_per_block);
-  float s1[8] = {}, s2[8] = {};
-  if (c0 < N) {
-    for (int r = r0 + lane; r < r1; r += 32) {
-      const uint4 v = *reinterpret_cast<const uint4*>(y + static_cast<size_t>(r) * N + c0);
-      const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __half22float2(h[j]);
-        s1[2 * j] += f.x;
-        s2[2 * j] += f.x * f.x;
-        s1[2 * j + 1] += f.y;
-        s2[2 * j + 1] += f.y * f.y;
-      }
-    }
-  }
+// The statistics passes' end: the block's 32 row lanes added in a fixed tree; partials[block_y][2][N].
+__device__ void block_sums_to_partials(const float* s1, const float* s2, int cv, int lane, int c0, int N,
+                                       float* __restrict__ part) {
   __shared__ float red[2][8][32][8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -224,6 +206,30 @@ __global__ void stats_pass(const __half* __restrict__ y, int M, int N, int rows_
       part[(static_cast<size_t>(blockIdx.y) * 2 + 0) * N + c0 + j] = red[0][cv][0][j];
       part[(static_cast<size_t>(blockIdx.y) * 2 + 1) * N + c0 + j] = red[1][cv][0][j];
     }
+}
+
+// ---- the statistics pass over y (the unfused baseline) and the FP64 finalize ------------------------------------
+// Block: 8 column vectors of 8 halves (64 columns) x 32 row lanes; partials[block_y][2][N] over the block's rows.
+__global__ void stats_pass(const __half* __restrict__ y, int M, int N, int rows_per_block, float* __restrict__ part) {
+  const int cv = threadIdx.x % 8, lane = threadIdx.x / 8;
+  const int c0 = (blockIdx.x * 8 + cv) * 8;
+  const int r0 = blockIdx.y * rows_per_block, r1 = min(M, r0 + rows_per_block);
+  float s1[8] = {}, s2[8] = {};
+  if (c0 < N) {
+    for (int r = r0 + lane; r < r1; r += 32) {
+      const uint4 v = *reinterpret_cast<const uint4*>(y + static_cast<size_t>(r) * N + c0);
+      const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __half22float2(h[j]);
+        s1[2 * j] += f.x;
+        s2[2 * j] += f.x * f.x;
+        s1[2 * j + 1] += f.y;
+        s2[2 * j + 1] += f.y * f.y;
+      }
+    }
+  }
+  block_sums_to_partials(s1, s2, cv, lane, c0, N, part);
 }
 
 // The unfused backward statistics: g = dx' masked by the ReLU sign formed from x (stored), s1 = sum g,
@@ -262,27 +268,7 @@ __global__ void bwd_stats_pass(const __half* __restrict__ dxp, const __half* __r
       *reinterpret_cast<uint4*>(g + o) = gv;
     }
   }
-  __shared__ float red[2][8][32][8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    red[0][cv][lane][j] = s1[j];
-    red[1][cv][lane][j] = s2[j];
-  }
-  __syncthreads();
-  for (int s = 16; s > 0; s >>= 1) {
-    if (lane < s)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        red[0][cv][lane][j] += red[0][cv][lane + s][j];
-        red[1][cv][lane][j] += red[1][cv][lane + s][j];
-      }
-    __syncthreads();
-  }
-  if (lane == 0 && c0 < N)
-    for (int j = 0; j < 8; ++j) {
-      part[(static_cast<size_t>(blockIdx.y) * 2 + 0) * N + c0 + j] = red[0][cv][0][j];
-      part[(static_cast<size_t>(blockIdx.y) * 2 + 1) * N + c0 + j] = red[1][cv][0][j];
-    }
+  block_sums_to_partials(s1, s2, cv, lane, c0, N, part);
 }
 
 // sum[n] = sum over g of p1[g * stride + n] (FP64, g in order), the same for p2.
