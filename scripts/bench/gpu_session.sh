@@ -34,6 +34,8 @@
 # convstats: --conv-stats's GPU tests, ResNet-50 b256 bench deterministic (off) and not (off, on), its profile and
 #   two --deterministic off trainings compared bit for bit, into convstats-tests.log and convstats.log (with
 #   `kernels` and KERNELS_FILTER=ConvStats: the per-shape timings).
+# cutlass: the CUTLASS statistics-epilogue probe (tests/bench/probes/cutlass_stats), built on this machine by
+#   `scripts/bench/cutlass_probe.sh build` and carried as .deps/cutlass-probe, into cutlass-probe.log.
 # DEADLINE (s, default 570): `tests` gets what is left of it after the build, so one call fits the device's 600 s.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -240,6 +242,13 @@ PY
         --benchmark_out="$OUT/kernels.json" --benchmark_out_format=json >"$OUT/kernels.log" 2>&1
       say "kernels exit $?"; grep -E "GB/s" "$OUT/kernels.log" | sed -E 's/ +/ /g' | head -100
       python3 scripts/bench/conv_stats_summary.py "$OUT/kernels.json" | grep -v "^no ConvStats" ;;
+    cutlass)
+      if [[ -x .deps/cutlass-probe ]]; then
+        timeout "${CUTLASS_TIMEOUT:-300}" .deps/cutlass-probe >"$OUT/cutlass-probe.log" 2>&1
+        say "cutlass probe exit $?"; grep -E "^per step|^sums|^backward" "$OUT/cutlass-probe.log"
+      else
+        say "cutlass: no .deps/cutlass-probe (build it here: scripts/bench/cutlass_probe.sh build, then carry it)"
+      fi ;;
     fmnist)
       "$RN" data import fashion-mnist --src data/cache/fashion-mnist --out data/fm.h5 >/dev/null || exit 1
       # shellcheck disable=SC2086  # FMNIST_ARGS: options, split on purpose
