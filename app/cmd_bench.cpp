@@ -179,9 +179,7 @@ void run_bench(const BenchCli& c) {
     // After the timed steps, on their own: the profile runs node by node, so it never touches the figures above.
     if (c.profile) {
       prof = trainer.profile(0, c.profile_steps);
-      traffic = runtime::fused_pass_traffic(trainer.plan());
-      // With --conv-stats a BN's statistics come from its convolution's sums: that pass does not read its input.
-      if (startup.engines_stats > 0) traffic.erase(runtime::kBnStatsLabel);
+      traffic = runtime::fused_pass_traffic(trainer.plan(), startup.engines_stats > 0);
     }
   }
   if (!is_root_rank()) return;

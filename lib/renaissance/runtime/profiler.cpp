@@ -182,9 +182,7 @@ ProfileResult StepProfiler::result(std::int64_t steps) const {
   return r;
 }
 
-const char* const kBnStatsLabel = ops::fused_kind_label(ops::FusedKind::BN_STATS);
-
-std::map<std::string, PassTraffic> fused_pass_traffic(const plan::CompiledPlan& p) {
+std::map<std::string, PassTraffic> fused_pass_traffic(const plan::CompiledPlan& p, bool stats_from_convs) {
   std::map<std::string, PassTraffic> out;
   if (!p.config.fuse_kernels) return out;
   const plan::MemoryPlan& m = p.plan(plan::Variant::TRAIN_BASE);
@@ -192,7 +190,7 @@ std::map<std::string, PassTraffic> fused_pass_traffic(const plan::CompiledPlan& 
   for (int gi = 0; gi < plan::kGraphIds; ++gi) {
     for (const plan::Node& n : p.train.bucket(static_cast<plan::GraphId>(gi))) {
       for (const plan::FusedPass& f : n.fusions) {
-        if (f.fallback_only) continue;
+        if (f.fallback_only || (stats_from_convs && f.kind == ops::FusedKind::BN_STATS)) continue;
         std::vector<TensorId> key{static_cast<TensorId>(f.kind)};
         double bytes = 0;
         for (const auto* v : {&f.inputs, &f.outputs})

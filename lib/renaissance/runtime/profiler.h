@@ -73,10 +73,8 @@ struct PassTraffic {
 /// Per profile label, the compulsory traffic of the train graph's fused passes (plan::Node::fusions, the passes the
 /// backends run with --fused-kernels on; none when it is off), at the full batch (TRAIN_BASE). `bench --profile`
 /// divides it by the label's time: an effective bandwidth, what the passes move at the least (re-reads, e.g. a
-/// statistics pass and then the apply reading x again, are not counted).
-std::map<std::string, PassTraffic> fused_pass_traffic(const plan::CompiledPlan& p);
-
-/// The profile label of the BN statistics pass (with --conv-stats its sums come from the convolution: no traffic).
-extern const char* const kBnStatsLabel;
+/// statistics pass and then the apply reading x again, are not counted). `stats_from_convs` (--conv-stats took
+/// effect): the BN statistics passes get no entry, since their sums come from the convolutions, not from reading x.
+std::map<std::string, PassTraffic> fused_pass_traffic(const plan::CompiledPlan& p, bool stats_from_convs);
 
 }  // namespace renaissance::runtime
