@@ -60,35 +60,72 @@ constexpr int kAlign = 8;
 using TileShape = Shape<_128, _128, _64>;
 using ClusterShape = Shape<_1, _1, _1>;
 constexpr int kTileM = 128, kTileN = 128;
+// The epilogue subtile: the forward GEMMs take CUTLASS's choice (128x32 for this tile), the backward ones one subtile
+// of 128x128 (measured on an H100, session 27: forward 4.86 ms a step with the automatic subtile against 5.23 with
+// 128x128; backward 9.27 against 7.98).
+// PROBE_PINGPONG: the ping-pong schedule (two consumer warpgroups on two tiles, one's epilogue beside the other's
+// main loop) instead of the cooperative one (both on one tile, the epilogue not overlapped).
+using FwdEpiTile = cutlass::epilogue::collective::EpilogueTileAuto;
+#ifdef PROBE_PINGPONG
+using MainSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using EpiSchedule = cutlass::epilogue::TmaWarpSpecialized;
+constexpr const char* kScheduleName = "ping-pong";
+using BwdEpiTile = Shape<_64, _128>;  // a warp-specialized (not cooperative) epilogue's subtile is 64 rows
+#else
+using MainSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using EpiSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+constexpr const char* kScheduleName = "cooperative";
+using BwdEpiTile = Shape<_128, _128>;
+#endif
+// VisitCheckOOB = true (CUTLASS's default) tests every element's coordinate before adding it. Every M here is a
+// multiple of the tile's; columns past N (N = 64) come from TMA's zero fill of w, so they add 0 (the identity).
+#ifndef PROBE_CHECK_OOB
+#define PROBE_CHECK_OOB false
+#endif
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
 template <class T>
 using Identity = cutlass::epilogue::thread::Identity<T>;
 
 // Per-tile partial sums over the tile's rows, one per column: partials[m_tile * round_up(N, 128) + n] (FP32).
-using RowPartials = fus::Sm90RowReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape, float, float,
-                                          kRound, Stride<_0, _1, _0>, 4, true, /*FinalReduction=*/false>;
+// PROBE_NOSWAP: CUTLASS's Sm90RowReduction copied with its "swap shuffle" turned off (scripts/bench/cutlass_probe.sh
+// generates the copy from the fetched headers). The first runs' statistics GEMM took 5x the plain GEMM; in its PTX
+// the per-tile reduction's lane-dependent swaps go through local memory (a 1,232-1,616-byte stack frame), which the
+// plain shuffle-down tree (fixed order too) does not need.
+#ifdef PROBE_NOSWAP
+#include "row_reduction_noswap.hpp"
+#define PROBE_ROW_REDUCTION fus::Sm90RowReductionNoSwap
+constexpr const char* kRowReductionName = "CUTLASS's without the swap shuffle";
+#else
+#define PROBE_ROW_REDUCTION fus::Sm90RowReduction
+constexpr const char* kRowReductionName = "CUTLASS's";
+#endif
+using RowPartials = PROBE_ROW_REDUCTION<cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape, float, float,
+                                          kRound, Stride<_0, _1, _0>, 4, true, /*FinalReduction=*/false,
+                                          /*VisitCheckOOB=*/PROBE_CHECK_OOB>;
 using ToHalf = fus::Sm90Compute<Identity, ElementD, float, kRound>;
+// The reductions take FP32 inputs: the no-OOB-check path converts its input fragment as whole FP32 words.
+using ToFloat = fus::Sm90Compute<Identity, float, float, kRound>;
 
 using StatsFusion = fus::Sm90SplitTreeVisitor<
     fus::Sm90EVT<ToHalf, fus::Sm90AccFetch>,  // input: y as stored (FP16)
     fus::Sm90EVT<ToHalf, fus::Sm90SplitTreeFetch>,  // output: y
-    fus::Sm90EVT<RowPartials, fus::Sm90SplitTreeFetch>,  // aux: sum y
+    fus::Sm90EVT<RowPartials, fus::Sm90EVT<ToFloat, fus::Sm90SplitTreeFetch>>,  // aux: sum y
     fus::Sm90EVT<RowPartials, fus::Sm90EVT<fus::Sm90Compute<cutlass::square, float, float, kRound>,
                                            fus::Sm90SplitTreeFetch>>>;  // aux: sum y^2
 using PlainFusion = fus::Sm90EVT<ToHalf, fus::Sm90AccFetch>;
 
-template <class Fusion, class LayoutB_ = LayoutB>
+template <class Fusion, class LayoutB_ = LayoutB, class EpiTile = FwdEpiTile>
 struct GemmOf {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD, kAlign, ElementD, LayoutD,
-      kAlign, cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
+      EpiTile, float, float, ElementC, LayoutD, kAlign, ElementD, LayoutD,
+      kAlign, EpiSchedule, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlign, ElementB, LayoutB_, kAlign,
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      MainSchedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
@@ -137,13 +174,13 @@ using BwdFusion = fus::Sm90TopologicalVisitor<
     ToHalf,                                              // 1 dX' as an FP16 store would hold it
     XLoad,                                               // 2 x, the BN input
     PerChannel, PerChannel, PerChannel,                  // 3 mean, 4 a, 5 b
-    fus::Sm90Compute<MaskedGrad, ElementD, float, kRound>,  // 6 g
+    fus::Sm90Compute<MaskedGrad, float, float, kRound>,  // 6 g (FP16 values, held in FP32)
     RowPartials,                                         // 7 sum g (passes g on)
     fus::Sm90Compute<Centered, float, float, kRound>,    // 8 g (x - mean)
     RowPartials,                                         // 9 sum g (x - mean)
     ToHalf>;                                             // 10 store g
-using BwdGemm = GemmOf<BwdFusion, cutlass::layout::RowMajor>::Gemm;
-using BwdPlainGemm = GemmOf<PlainFusion, cutlass::layout::RowMajor>::Gemm;
+using BwdGemm = GemmOf<BwdFusion, cutlass::layout::RowMajor, BwdEpiTile>::Gemm;
+using BwdPlainGemm = GemmOf<PlainFusion, cutlass::layout::RowMajor, BwdEpiTile>::Gemm;
 
 template <class Gemm>
 struct Runner {
@@ -352,8 +389,9 @@ int main() {
                            {14 * 14, 1024, 512, 1},  {7 * 7, 512, 2048, 3},    {7 * 7, 2048, 512, 2}};
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device %s, %d SMs; CUTLASS %d.%d.%d; tile %dx%dx64, cooperative, cluster 1x1\n", prop.name,
-              prop.multiProcessorCount, CUTLASS_MAJOR, CUTLASS_MINOR, CUTLASS_PATCH, kTileM, kTileN);
+  std::printf("device %s, %d SMs; CUTLASS %d.%d.%d; tile %dx%dx64, %s, cluster 1x1; row reduction: %s\n",
+              prop.name, prop.multiProcessorCount, CUTLASS_MAJOR, CUTLASS_MINOR, CUTLASS_PATCH, kTileM, kTileN,
+              kScheduleName, kRowReductionName);
   cudaStream_t s, side;
   CK(cudaStreamCreate(&s));
   CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
