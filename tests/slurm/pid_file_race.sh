@@ -3,7 +3,8 @@
 # daemons do when they start and exit): `status` runs N times while another process writes and removes the
 # controller's PID file as fast as it can; every call must end 0 (running) or 3 (not running). A read that ends the
 # script when the file goes between its test and its read (bash's $(<FILE) under set -e did: slurm.twonode_stop
-# failed once that way in CI, as munged exited) ends some calls with 1 (about 8 % of them on the 2-core CI machine). No Slurm, no root.
+# failed once that way in CI, as munged exited) ends some calls with 1 (about 8 % of them on the 2-core CI machine).
+# No Slurm, no root.
 #   tests/slurm/pid_file_race.sh SCRIPT [N]     SCRIPT: scripts/slurm-local or scripts/slurm-twonode
 set -uo pipefail
 script=$1
