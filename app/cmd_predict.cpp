@@ -80,6 +80,8 @@ void run_predict(const PredictCli& c) {
   RN_CHECK_CTX(c.first < n, c.data, "--first {} is past the end of the {} split ({} samples)", c.first, c.split, n);
   // Without --count: 256 samples from --first, or as many as the split has from there.
   const std::int64_t count = c.count > 0 ? c.count : std::min<std::int64_t>(n - c.first, 256);
+  RN_CHECK_CTX(count <= n - c.first, c.data, "--first {} --count {}: samples [{}, {}) are past the end of the {} split "
+               "({} samples)", c.first, count, c.first, c.first + count, c.split, n);
   runtime::TrainOptions t;
   t.data_path = c.data;
   t.backend = pick_backend(c.device);
