@@ -7,6 +7,7 @@
 #include <renaissance/core/paths.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/hdf5_util.h>
+#include <renaissance/io/weights.h>
 #include <renaissance/runtime/trainer.h>
 
 #include <CLI/CLI.hpp>
@@ -90,8 +91,9 @@ void run_predict(const PredictCli& c) {
   t.ema = c.ema;
   t.epochs = 1;
   const blueprint::BluePrint bp = c.model.load();
+  const io::WeightsFile weights = io::read_weights(c.weights);  // verified before the Trainer's start-up
   runtime::Trainer trainer(bp, t);
-  trainer.load_weights(c.weights);
+  trainer.load_weights(weights, c.weights);
   const std::vector<float> logits = trainer.logits(split, c.first, count, c.ema);
   const std::int64_t classes = trainer.plan().arch.num_classes;
 

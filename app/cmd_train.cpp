@@ -15,6 +15,7 @@
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/io/tensorboard.h>
+#include <renaissance/io/weights.h>
 #include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
 
@@ -372,9 +373,11 @@ void run_eval(const EvalCli& c) {
   RN_CHECK(c.weights.empty() != c.checkpoint.empty(), "eval needs exactly one of --weights and --checkpoint");
   blueprint::BluePrint bp = c.model.load();
   if (!c.checkpoint.empty() && !c.model_given) bp = checkpoint_model(c.checkpoint);
+  // Read and verified before the Trainer times its engines: a corrupt or wrong file costs no start-up.
+  const io::WeightsFile weights = c.weights.empty() ? io::WeightsFile{} : io::read_weights(c.weights);
   runtime::Trainer trainer(bp, t);
   if (c.checkpoint.empty())
-    trainer.load_weights(c.weights);
+    trainer.load_weights(weights, c.weights);
   else
     trainer.load_checkpoint(c.checkpoint, /*weights_only=*/true);
   const std::string& source = c.checkpoint.empty() ? c.weights : c.checkpoint;

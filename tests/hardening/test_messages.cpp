@@ -71,7 +71,12 @@ TEST(HardeningMessages, AFileOfAnotherKindSaysWhatItIs) {
   const std::string data = tiny_data();
   EXPECT_CLEAN_ERROR(run("train --data " + data + " --epochs 1 --batch 32 --resume " + data),
                      data + ": it is a Renaissance dataset, not a checkpoint");
-  EXPECT_CLEAN_ERROR(run("eval --data " + data + " --weights " + data), "it is a Renaissance dataset, not a weights file");
+  // eval and predict read the weights file before the model's start-up (engine timing on a GPU): no start-up line.
+  for (const std::string& cmd : std::vector<std::string>{"eval", "predict --out " + (d / "logits.h5").string()}) {
+    const CliResult r = run(cmd + " --data " + data + " --weights " + data);
+    EXPECT_CLEAN_ERROR(r, "it is a Renaissance dataset, not a weights file");
+    EXPECT_EQ(r.out.find("start-up"), std::string::npos) << "refused before start-up:\n" << r.out;
+  }
   const fs::path w = d / "w.h5";
   ASSERT_EQ(run("train --data " + data + " --epochs 1 --max-steps 1 --batch 32 --save " + w.string()).code, 0);
   EXPECT_CLEAN_ERROR(run("eval --data " + data + " --checkpoint " + w.string()), "it is a weights file (--save), not a checkpoint");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <renaissance/blueprint/blueprint.h>
+#include <renaissance/io/weights.h>
 #include <renaissance/plan/compiler.h>
 #include <renaissance/runtime/data_pipeline.h>
 #include <renaissance/runtime/executor.h>
@@ -269,6 +270,9 @@ class Trainer {
   /// Loads a weights file written for the same architecture; the first tensor that is missing or has
   /// another shape is an error naming it. EMA weights are loaded when both sides have them.
   void load_weights(const std::string& path);
+  /// The same from a file already read (io::read_weights, `path` for messages): `eval` and `predict` read and verify
+  /// the file before the Trainer is built, so a corrupt or wrong file costs no start-up (engine timing).
+  void load_weights(const io::WeightsFile& wf, const std::string& path);
   /// FP32 logits [count][classes] of samples [first, first + count) of `split`: the inference graph on the current
   /// weights (ema: the EMA weights), no augmentation, the dataset's normalisation. A last partial batch is padded
   /// with copies of its last sample. For checks against other frameworks (`renaissance predict`). hflip: of each

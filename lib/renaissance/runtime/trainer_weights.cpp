@@ -27,8 +27,9 @@ void Trainer::save_weights(const std::string& path) const {
   io::write_weights(path, out, meta);
 }
 
-void Trainer::load_weights(const std::string& path) {
-  const io::WeightsFile wf = io::read_weights(path);
+void Trainer::load_weights(const std::string& path) { load_weights(io::read_weights(path), path); }
+
+void Trainer::load_weights(const io::WeightsFile& wf, const std::string& path) {
   const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
   for (const DTensor& t : mp.tensors()) {
     std::string group, name;
