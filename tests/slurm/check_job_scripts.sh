@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The conventions every job script keeps (issue 17), checked without Slurm: bash syntax; `#SBATCH --open-mode=append`
 # (a requeued job's log keeps the lines before the preemption); the thread counts exported from the job's cores per
-# task (RENAISSANCE_CPU_THREADS, OMP_NUM_THREADS, SRUN_CPUS_PER_TASK); every srun passes them on with -c. The Slurm tests
+# task (RENAISSANCE_CPU_THREADS, OMP_NUM_THREADS, SRUN_CPUS_PER_TASK); every srun passes them on with -c; MODEL_FILE
+# (--model-file) is honoured where MODEL is; the first line says the restart count (jobs/README.md). The Slurm tests
 # run train-cpu.sbatch and train-multinode.sbatch for real; this covers every script, the GPU ones included.
 #   tests/slurm/check_job_scripts.sh JOBS_DIR        exit 0: all keep them; 1: each miss is named
 set -uo pipefail
@@ -18,6 +19,12 @@ for f in "$dir"/*.sbatch; do
   for v in RENAISSANCE_CPU_THREADS OMP_NUM_THREADS SRUN_CPUS_PER_TASK; do
     grep -qE "^export $v=.*SLURM_CPUS_PER_TASK" "$f" || miss "$name" "$v is not exported from SLURM_CPUS_PER_TASK"
   done
+  if grep -qE '^MODEL=' "$f"; then
+    grep -qF 'MODEL_ARGS=(--model-file "${MODEL_FILE}")' "$f" || miss "$name" "MODEL_FILE is not passed as --model-file"
+    grep -qE -- '--model "\$\{MODEL\}"' <(grep -vE '^[[:space:]]*(#|if )' "$f") &&
+      miss "$name" "--model \"\${MODEL}\" outside MODEL_ARGS (it would exclude --model-file)"
+  fi
+  grep -qE '^echo "job .*restart \$\{SLURM_RESTART_COUNT:-0\}' "$f" || miss "$name" "its first line has no restart count"
   sruns=$(grep -cE '^[[:space:]]*srun[[:space:]]' "$f")
   ((sruns > 0)) || miss "$name" "no srun"
   while IFS= read -r line; do
