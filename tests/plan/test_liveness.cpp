@@ -450,7 +450,7 @@ TEST(Liveness, ARecomputeBudgetRecomputesTheFewestValuesThatKeepTheArenaWithinIt
 TEST(Liveness, RecomputedBnReluBringsTheArenasBelowTheirTargets) {
   // Issue 15's memory targets, `bench --amp --batch 256 --recompute bn-relu` (momentum, no EMA, 224x224): ResNet-50
   // <= 9.5 GiB (PyTorch eager peaks at 11.0 GiB) and MobileNetV2 <= 0.85 x PyTorch eager's 6.76 GiB peak (both on the
-  // H200, docs/benchmarks.md). Without recomputation the pool is already at its liveness bound (10.89 and 6.90 GiB):
+  // H200, docs/benchmarks.md). Without recomputation the pool is already at its liveness bound (10.89 and 6.87 GiB):
   // what the step keeps between its forward and backward passes has to shrink (ResNet-50: 11.05 GiB with the block
   // ends' 1-bit ReLU masks, TrainConfig::relu_masks).
   struct Want {
