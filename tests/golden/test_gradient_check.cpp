@@ -68,6 +68,8 @@ std::vector<GradPlan> plans() {
       {"fc", seq(flatten(), fc(K)), false},
       {"fc_bn1d", seq(flatten(), fc(8), bn(), fc(K)), false},
       {"add2_identity", seq(conv(K, 3, 1, 1), add2(seq(conv(K, 3, 1, 1), bn()), seq()), gap()), false},
+      // The model's first layer a residual add whose shortcut is the data buffer itself (kChannels == K).
+      {"add2_identity_off_the_data", seq(add2(seq(conv(K, 3, 1, 1), bn()), seq()), gap()), false},
       {"add2_projection",
        seq(conv(K, 3, 1, 1), add2(seq(conv(8, 3, 2, 1), bn()), seq(conv(8, 1, 2, 0), bn())), gap(), fc(K)), false},
       {"basic_block", seq(conv(K, 3, 1, 1), block(0, 8, BlockKind::RESNET_3_3, 2), gap(), fc(K)), true},
@@ -203,6 +205,53 @@ TEST_P(GradientCheck, CompiledBackwardMatchesCentralDifferences) {
       "gradient check %s: %zu tensors, %d probes, %d skipped at kinks, worst |g - numeric|/max(|g|,1) %.2g "
       "(%s)\n",
       p.name, analytic.size(), checked, skipped_total, worst, worst_at.c_str());
+}
+
+/// Options of a CPU trainer on `path` for the tests here.
+runtime::TrainOptions cpu_options(const std::string& path) {
+  runtime::TrainOptions o;
+  o.data_path = path;
+  o.backend = runtime::Backend::CPU;
+  o.batch = kBatch;
+  o.epochs = 1;
+  o.validate = false;
+  o.seed = 11;
+  return o;
+}
+
+TEST(ResidualAdd, AShortcutStraightOffTheDataBufferAddsTheInput) {
+  // add2(main, identity) as a model's first layer: its shortcut is the data buffer (the compiler once left it
+  // unconnected and the CPU backend dereferenced no tensor). The reference: the same network behind a 1x1 convolution
+  // with identity weights (exact in FP32), whose shortcut is a feature like any block's; same FC weights, same logits.
+  using namespace bp;
+  const BatchFile batch;
+  const Layer head = seq(gap(), fc(kClasses), softmax_ce(kClasses));
+  const BluePrint direct{"residual_off_data", kHw, kHw, kChannels, seq(add2(seq(relu()), seq()), head)};
+  const BluePrint behind{"residual_off_identity_conv", kHw, kHw, kChannels,
+                         seq(conv(kChannels, 1, 1, 0), add2(seq(relu()), seq()), head)};
+  runtime::Trainer a(direct, cpu_options(batch.path()));
+  runtime::Trainer b(behind, cpu_options(batch.path()));
+  auto named = [](const runtime::Trainer& t, Region r) {
+    for (const DTensor& d : t.plan().plan(plan::Variant::TRAIN_BASE).tensors())
+      if (d.region == r) return d.name;
+    return std::string();
+  };
+  for (Region r : {Region::W_FC_WEIGHT, Region::W_FC_BIAS}) {
+    std::vector<float> v = a.tensor_values(named(a, r));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.25f * std::sin(0.9f * static_cast<float>(i) + 0.3f);
+    a.set_tensor_values(named(a, r), v);
+    b.set_tensor_values(named(b, r), v);
+  }
+  const std::string conv_w = named(b, Region::W_FIRST_CONV);
+  ASSERT_FALSE(conv_w.empty());
+  std::vector<float> eye(static_cast<std::size_t>(kChannels * kChannels), 0.0f);  // [out][1][1][in]
+  for (std::int64_t c = 0; c < kChannels; ++c) eye[static_cast<std::size_t>(c * kChannels + c)] = 1.0f;
+  b.set_tensor_values(conv_w, eye);
+  const std::vector<float> la = a.logits(io::Split::val, 0, kBatch), lb = b.logits(io::Split::val, 0, kBatch);
+  ASSERT_EQ(la.size(), lb.size());
+  for (std::size_t i = 0; i < la.size(); ++i) EXPECT_EQ(la[i], lb[i]) << "logit " << i;
+  // and it trains: a step leaves a finite loss
+  EXPECT_TRUE(std::isfinite(train_step(a)));
 }
 
 INSTANTIATE_TEST_SUITE_P(OneLayerPlans, GradientCheck, ::testing::ValuesIn(plans()),

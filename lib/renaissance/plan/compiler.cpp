@@ -18,6 +18,7 @@ namespace renaissance::plan {
 namespace {
 
 constexpr int kData = -1;  // feature key of the data buffer
+constexpr int kNone = -2;  // no second input (every layer but a residual add's end)
 
 std::string full_name(const LoweredLayer& l, const std::string& local) { return l.layer.name + "." + local; }
 
@@ -27,7 +28,7 @@ bool is_fused_owner(const ArchPlan& arch, int owner) {
 
 /// Forward data chain over the lowered layers: which feature each layer reads and writes.
 struct Chain {
-  std::vector<int> x, x2, y;  // feature keys (index of the owning lowered layer, or kData)
+  std::vector<int> x, x2, y;  // feature keys (index of the owning lowered layer, or kData; x2: kNone where unused)
 };
 
 Chain forward_chain(const std::vector<LoweredLayer>& layers) {
@@ -35,7 +36,7 @@ Chain forward_chain(const std::vector<LoweredLayer>& layers) {
   Chain c;
   const std::size_t n = layers.size();
   c.x.assign(n, kData);
-  c.x2.assign(n, kData);
+  c.x2.assign(n, kNone);
   c.y.assign(n, kData);
   struct Open {
     int block_in, shortcut_out;
@@ -82,7 +83,8 @@ struct Build {
   LayerIds layer_ids(std::size_t i, TensorId data) const {
     LayerIds l = ids[i];
     l.x = feat(chain.x[i], data);
-    l.x2 = chain.x2[i] == kData ? kNoTensor : feat(chain.x2[i], data);
+    // A shortcut straight off the data buffer (an add2 whose shortcut is the identity, first in the model) reads it.
+    l.x2 = chain.x2[i] == kNone ? kNoTensor : feat(chain.x2[i], data);
     l.y = feature[i] != kNoTensor ? feature[i] : l.x;
     return l;
   }
@@ -110,7 +112,7 @@ class GradWalker {
         if (!has(i)) continue;
         const TensorId dy = view(i);
         for (int key : {m_b.chain.x[ii], m_b.chain.x2[ii]}) {
-          if (key == kData) continue;  // a residual add straight off the data buffer has nothing to feed
+          if (key == kData || key == kNone) continue;  // a residual add straight off the data buffer has nothing to feed
           if (has(key)) {
             const TensorId dst = unshare(key, L.owner, out);
             push(out, L.owner, tag(compute_node(OpKind::ACCUMULATE, {dy}, {dst}), L));
@@ -459,7 +461,7 @@ class CompileRun {
     std::vector<int> readers(lowered.size(), 0);
     for (std::size_t j = 0; j < lowered.size(); ++j)
       for (int key : {b.chain.x[j], b.chain.x2[j]})
-        if (key != kData) ++readers[static_cast<std::size_t>(key)];
+        if (key >= 0) ++readers[static_cast<std::size_t>(key)];
     auto output_unread_by_backward = [](LayerKind k) {
       return k == LayerKind::Conv || k == LayerKind::Fc || k == LayerKind::Bn2d || k == LayerKind::Bn1d ||
              k == LayerKind::Add2End || k == LayerKind::MaxPool || k == LayerKind::Gap || k == LayerKind::Flatten;
