@@ -150,6 +150,7 @@ def cifar_round_trips():
 
 
 def expect_error(args, must_name, what, out):
+    existed = os.path.exists(out)  # an existing --out must stay, and nothing else appear beside it
     r = imp(*args)
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     ok = True
@@ -160,7 +161,8 @@ def expect_error(args, must_name, what, out):
         fail(f"{what}: the error does not name {must_name}:\n{r.stderr}")
         ok = False
     d = os.path.dirname(out)
-    left = [e for e in os.listdir(d) if e.startswith(os.path.basename(out))]
+    name = os.path.basename(out)
+    left = [e for e in os.listdir(d) if e.startswith(name) and not (existed and e == name)]
     if left:
         fail(f"{what}: left {left} behind")
         ok = False
@@ -244,6 +246,31 @@ def bad_inputs(good):
     # class became 129 samples); a link elsewhere is followed, as torchvision's os.walk(followlinks=True) does.
     root = tree("link_cycle", lambda r: os.symlink("..", os.path.join(r, cls, "again")))
     expect_error(["folder", root, "--out", out], os.path.join(root, cls, "again"), "a link to a folder holding it", out)
+    # Two class folders linking to each other: a cycle through both (each class filled with copies of both).
+    root = tree("link_mutual", lambda r: (os.symlink(os.path.join("..", "n00000001"), os.path.join(r, cls, "to1")),
+                                          os.symlink(os.path.join("..", "n00000002"),
+                                                     os.path.join(r, "train", "n00000001", "to2"))))
+    expect_error(["folder", root, "--out", out], "which holds it through other links",
+                 "two folders linking to each other", out)
+    # --out inside the tree: the finished dataset would replace an image being imported (or join a class folder).
+    root = tree("out_inside", lambda r: None)
+    image = os.path.join(root, cls, sorted(os.listdir(os.path.join(root, cls)))[0])
+    before = open(image, "rb").read()
+    expect_error(["folder", root, "--out", image], "the folder being imported", "--out is one of the images", image)
+    if open(image, "rb").read() != before:
+        fail("--out is one of the images: the image was changed")
+    new_in_val = os.path.join(root, "val", "n00000000", "dataset.h5")
+    expect_error(["folder", root, "--out", new_in_val], "the folder being imported", "--out inside val/", new_in_val)
+    linked = os.path.join(base, "linked_images")
+    shutil.rmtree(linked, ignore_errors=True)
+    shutil.copytree(os.path.join(good, "val", "n00000000"), linked)
+    root = tree("out_linked", lambda r: os.symlink(linked, os.path.join(r, cls, "more")))
+    image = os.path.join(linked, sorted(os.listdir(linked))[0])
+    before = open(image, "rb").read()
+    expect_error(["folder", root, "--out", image], "(through a linked folder)", "--out is an image of a linked folder",
+                 image)
+    if open(image, "rb").read() != before:
+        fail("--out is an image of a linked folder: the image was changed")
     root = tree("link_out", lambda r: os.symlink(os.path.join(r, "val", "n00000000"), os.path.join(r, cls, "more")))
     r = imp("folder", root, "--out", out)
     if r.returncode != 0:

@@ -18,6 +18,8 @@
 #include <set>
 #include <thread>
 
+#include <sys/stat.h>
+
 namespace renaissance::io {
 
 namespace fs = std::filesystem;
@@ -43,20 +45,32 @@ std::vector<std::string> class_files(const fs::path& dir, std::int64_t& other) {
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
   if (ec) RN_IO_FAIL(dir.string(), "check its permissions", "cannot list the class folder: {}", ec.message());
+  // The real folders from the class folder down to the entry being looked at (containers[d]: the folder holding the
+  // entries of depth d). Linked folders are followed (as torchvision's os.walk(followlinks=True) does), but a link to
+  // one of them would repeat its images until the path is too long: a link to the folder holding it (3 images became
+  // 129 samples), or two class folders linking to each other (a cycle through both).
+  std::vector<fs::path> containers;
+  {
+    std::error_code cec;
+    containers.push_back(fs::canonical(dir, cec));
+  }
   for (; it != end; it.increment(ec)) {
     if (ec) RN_IO_FAIL(dir.string(), "check its permissions", "cannot list the class folder: {}", ec.message());
     std::error_code fec;
-    // Linked folders are followed (as torchvision's os.walk(followlinks=True) does), but one that contains the link
-    // would repeat its images until the path is too long: 3 images became 129 samples, all of one class.
-    if (it->is_symlink(fec) && it->is_directory(fec)) {
+    containers.resize(static_cast<std::size_t>(it.depth()) + 1);
+    if (it->is_directory(fec)) {
       std::error_code cec;
-      const fs::path target = fs::canonical(it->path(), cec);
-      const fs::path here = cec ? fs::path() : fs::canonical(it->path().parent_path(), cec);
-      const fs::path rel = cec ? fs::path("..") : here.lexically_relative(target);
-      if (!rel.empty() && *rel.begin() != "..")
-        RN_IO_FAIL(it->path().string(), "remove the link, or point it outside the folder that holds it",
-                   "a link to the folder {} that contains it: importing would repeat its images without end",
-                   target.string());
+      const fs::path real = fs::canonical(it->path(), cec);
+      if (!cec && it->is_symlink(fec))
+        for (const fs::path& c : containers) {
+          const fs::path rel = c.lexically_relative(real);
+          if (!rel.empty() && *rel.begin() != "..")
+            RN_IO_FAIL(it->path().string(), "remove the link, or point it outside the folders that lead to it",
+                       "a link to the folder {}, which holds it{}: importing would repeat its images without end",
+                       real.string(), c == containers.back() ? "" : " through other links");
+        }
+      containers.push_back(cec ? it->path() : real);
+      continue;
     }
     if (!it->is_regular_file(fec)) continue;
     if (!image_extension(it->path())) {
@@ -157,6 +171,33 @@ void process(const Item& item, const FolderImportOptions& o, Result& r) {
   if (item.split == Split::train) r.sums = pixel_sums(back.pixels.data(), back.height * back.width, o.channels);
 }
 
+/// `out` is finally renamed into place: inside train/ or val/ it would add a file to a class folder or replace one of
+/// the images being imported (`--out DIR/train/cat/0.png` replaced that image with the dataset), and a listed image
+/// reached through a link would be replaced as well.
+void refuse_output_in_tree(const std::string& out, const std::vector<fs::path>& roots, const std::vector<Item>& items) {
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(out, ec);
+  if (ec) return;  // resolve_output_file (the caller's) names what is wrong with the path
+  for (const fs::path& root : roots) {
+    std::error_code rec;
+    const fs::path r = fs::canonical(root, rec);
+    if (rec) continue;
+    const fs::path rel = target.lexically_relative(r);
+    if (!rel.empty() && *rel.begin() != ".." && rel != ".")
+      RN_IO_FAIL(out, "write the dataset outside the image folders (e.g. next to DIR)",
+                 "--out lies inside {}, the folder being imported: the finished dataset would {}", root.string(),
+                 fs::exists(target, rec) ? "replace a file there" : "become a file of that tree");
+  }
+  struct stat ost {};
+  if (::stat(target.c_str(), &ost) != 0) return;  // a new file cannot be one of the images
+  for (const Item& it : items) {
+    struct stat ist {};
+    if (::stat(it.path.c_str(), &ist) == 0 && ist.st_dev == ost.st_dev && ist.st_ino == ost.st_ino)
+      RN_IO_FAIL(out, "write the dataset to a new file",
+                 "--out is the image {} being imported (through a linked folder)", it.path);
+  }
+}
+
 }  // namespace
 
 FolderImportSummary import_folder(const std::string& out_path, const std::string& dir,
@@ -209,6 +250,7 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
     sum.other_files += ignored;
   }
   RN_CHECK_CTX(sum.classes.size() <= (std::size_t(1) << 30), dir, "{} classes", sum.classes.size());
+  refuse_output_in_tree(out_path, {train_dir, val_dir}, items);
 
   std::optional<DatasetWriter> writer;
   if (o.storage == Storage::raw)
