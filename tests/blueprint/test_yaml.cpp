@@ -64,8 +64,8 @@ TEST(Yaml, EveryFieldRoundTrips) {
   bp.root = rb::seq(
       rb::conv(8, 3, 2, 1).named("stem"), rb::conv(8, 3, 1, 1, 4, true), rb::conv(8, 3, 1, 1, rb::kDepthwise),
       rb::dwconv(5, 2, 2).named("dw"), rb::bn().named("true"),
-      rb::relu().named("null"), rb::tanh().named("123"), rb::identity().named("a\\b\nc"), rb::cbr(16, 1).named(""),
-      rb::maxpool(3, 2, 1).named("pool/1"), rb::seq(), rb::seq().named("empty"),
+      rb::relu().named("null"), rb::tanh().named("123"), rb::identity().named("a\\b c\"d"), rb::cbr(16, 1).named(""),
+      rb::maxpool(3, 2, 1).named("pool.1"), rb::seq(), rb::seq().named("empty"),
       rb::seq(rb::bn(), rb::seq(rb::relu())).named("nested"),
       rb::repeat(3, rb::seq(rb::cbr(16, 3, 1, 1), rb::bn())).named("r"), rb::repeat(1, rb::relu()),
       rb::repeat(2, rb::repeat(2, rb::block(4, 16, BlockKind::MBV2_INV_RESIDUAL))),
@@ -254,6 +254,15 @@ TEST(YamlErrors, NonPositiveValues) {
   expect_error(model("  - conv: {out: 6, k: 3, groups: 4}\n"), {"bad.yaml:4", "divisible by 'groups'"});
   expect_error(model("  - softmax_ce: {classes: 0}\n"), {"bad.yaml:4", "'classes' must be a positive integer"});
   expect_error("name: m\ninput: [8, 0, 3]\nlayers: []\n", {"bad.yaml:2", "field 'input[1] (W)' must be a positive integer, got 0"});
+}
+
+TEST(YamlErrors, LayerNamesThatCannotBeHdf5PathsAreRefused) {
+  // A '/' in a name trained to the end and then failed to save (/params/a/b.w); a NUL cut the name short.
+  expect_error(model("  - conv: {out: 4, k: 3, name: \"a/b\"}\n"),
+               {"bad.yaml:4", "layers[0].conv", "name 'a/b': '/' is not allowed in a layer name"});
+  expect_error(model("  - relu\n  - bn: {name: \"x\\0y\"}\n"),
+               {"bad.yaml:5", "layers[1].bn", "name 'x\\x00y': the control character 0x00 is not allowed"});
+  expect_error(model("  - relu: {name: \"two\\nlines\"}\n"), {"bad.yaml:4", "the control character 0x0a"});
 }
 
 TEST(YamlErrors, RepeatCountBelowOne) {

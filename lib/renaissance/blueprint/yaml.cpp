@@ -106,6 +106,13 @@ class Parser {
   std::string m_source;
 };
 
+/// `s` for a message: control characters as \xNN.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) out += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, char(c));
+  return out;
+}
+
 /// The parameter map of one node: rejects unknown and duplicate keys up front, then hands out
 /// typed, validated fields.
 class Fields {
@@ -153,7 +160,19 @@ class Fields {
   /// Every node may be named; an absent name stays empty so the planner names it.
   std::string name() const {
     const YAML::Node* v = find("name");
-    return v ? m_parser.parse_string(*v, m_path, "name") : std::string();
+    if (!v) return std::string();
+    const std::string n = m_parser.parse_string(*v, m_path, "name");
+    // Names become tensor names (NAME.w) and HDF5 paths (/params/NAME.w) of weights and checkpoints: a '/' made the
+    // save fail after the whole training, a NUL cut the path short.
+    for (const char c : n)
+      if (c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+        m_parser.fail(*v, m_path,
+                      fmt::format("name '{}': {} is not allowed in a layer name (names become tensor names NAME.w "
+                                  "and HDF5 paths /params/NAME.w; use letters, digits, '_', '-' or '.')",
+                                  printable(n), c == '/' ? std::string("'/'")
+                                                         : fmt::format("the control character 0x{:02x}",
+                                                                       static_cast<unsigned char>(c))));
+    return n;
   }
   /// groups: a positive integer or "depthwise".
   std::int64_t groups() const {
