@@ -210,6 +210,10 @@ def bad_inputs(good):
             f.write(data)
         return path
 
+    def sparse(path, size):
+        os.truncate(path, size)
+        return path
+
     out = os.path.join(fresh(os.path.join(WORK, "out")), "bad.h5")
     cls = os.path.join("train", "n00000002")
     cases = [
@@ -221,6 +225,8 @@ def bad_inputs(good):
         ("non-image file", lambda r: write(os.path.join(r, cls, "notes.jpg"), b"these are my notes, not an image\n")),
         ("20000x20000 PNG", lambda r: write(os.path.join(r, cls, "huge.png"), png_header(20000, 20000))),
         ("20000x20000 JPEG", lambda r: write(os.path.join(r, cls, "huge.jpg"), jpeg_claiming(20000, 20000, sample))),
+        # A 20 GB (sparse) file named .png: refused from its size, before it is read (it ended with std::bad_alloc).
+        ("20 GB file", lambda r: sparse(write(os.path.join(r, cls, "disk.png"), png_header(64, 64)), 20 << 30)),
     ]
     for what, mutate in cases:
         holder = {}

@@ -101,11 +101,25 @@ std::vector<std::string> subfolders(const fs::path& dir, std::int64_t& other) {
   return names;
 }
 
-std::vector<std::uint8_t> read_file(const std::string& path) {
+/// The file's bytes; one larger than any image within `limits` could be (8 bytes a pixel: a 16-bit RGBA PNG stored
+/// uncompressed, plus 16 MiB of metadata) is an Error (skippable with --skip-bad) before anything is allocated: a 20 GB
+/// file named .png ended the import with std::bad_alloc.
+std::vector<std::uint8_t> read_file(const std::string& path, const DecodeLimits& limits) {
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (ec) RN_IO_FAIL(path, "check the file's permissions", "cannot read the file's size: {}", ec.message());
+  const std::uintmax_t cap = static_cast<std::uintmax_t>(limits.max_pixels) * 8 + (std::uintmax_t(16) << 20);
+  if (size > cap)
+    RN_IO_FAIL(path, "remove it, pass --skip-bad, or raise --max-pixels",
+               "a file of {} bytes: larger than an image of at most {} pixels (--max-pixels) can be", size,
+               limits.max_pixels);
   std::ifstream f(path, std::ios::binary);
   if (!f) RN_IO_FAIL(path, "check the file's permissions", "cannot open the file");
-  std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) RN_IO_FAIL(path, "check the disk", "reading the file failed");
+  std::vector<std::uint8_t> b(static_cast<std::size_t>(size));
+  f.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(size));
+  if (f.bad() || f.gcount() != static_cast<std::streamsize>(size))
+    RN_IO_FAIL(path, "check the disk (or whether the file changed during the import)",
+               "reading the file failed after {} of {} bytes", f.gcount(), size);
   return b;
 }
 
@@ -124,7 +138,7 @@ struct Result {
 std::int64_t round_even(double v) { return static_cast<std::int64_t>(std::nearbyint(v)); }
 
 void process(const Item& item, const FolderImportOptions& o, Result& r) {
-  const std::vector<std::uint8_t> file = read_file(item.path);
+  const std::vector<std::uint8_t> file = read_file(item.path, o.limits);
   const ImageHeader hd = read_image_header(file.data(), file.size(), item.path, o.limits);
   Image img = decode_image(file.data(), file.size(), o.channels, item.path, o.limits);
   std::vector<std::uint8_t> scratch;
