@@ -97,6 +97,15 @@ TEST_F(Idx, TruncatedRawHeader) {
   EXPECT_THAT(import_error(train.labels), HasSubstr("truncated at byte offset 6"));
 }
 
+TEST_F(Idx, AHeaderClaimingHugeImagesIsReadAsTruncatedNotAllocated) {
+  // 16 bytes whose header claims 8192 images of 30000x30000: the first block's buffer was sized from the header
+  // (8192 x 900 MB, std::bad_alloc); blocks are now at most 64 MiB (one image here), and the read finds the end.
+  write_set(false);
+  write_bytes(train.images, {0, 0, 8, 3, 0, 0, 0x20, 0, 0, 0, 0x75, 0x30, 0, 0, 0x75, 0x30}, false);
+  write_bytes(train.labels, idx_labels_bytes(8192, 4, 0), false);
+  EXPECT_THAT(import_error(train.images), HasSubstr("truncated at byte offset 16"));
+}
+
 TEST_F(Idx, CountMismatch) {
   write_set(true);
   write_bytes(val.labels, idx_labels_bytes(8, 4, 1), true);

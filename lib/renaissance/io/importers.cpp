@@ -113,11 +113,14 @@ void import_split(DatasetWriter& writer, Split split, const IdxPair& src, const 
     RN_IO_FAIL(src.labels, "images and labels files do not belong together", "{} labels for {} images (in '{}')",
                n_labels, h.count, src.images);
   const std::int64_t sb = h.rows * h.cols;
+  // At most 64 MiB of pixels a block: a 16-byte file whose header claims 8192 images of 30000x30000 allocated 7 TB
+  // (std::bad_alloc) before the first read found it truncated.
+  const std::int64_t block = std::max<std::int64_t>(1, std::min<std::int64_t>(kBlockSamples, (64 << 20) / sb));
   std::vector<std::uint8_t> img;
   std::vector<std::uint8_t> raw_labels;
   std::vector<std::int32_t> lab;
-  for (std::int64_t start = 0; start < h.count; start += kBlockSamples) {
-    const std::int64_t n = std::min(kBlockSamples, h.count - start);
+  for (std::int64_t start = 0; start < h.count; start += block) {
+    const std::int64_t n = std::min(block, h.count - start);
     img.resize(static_cast<size_t>(n * sb));
     raw_labels.resize(static_cast<size_t>(n));
     lab.resize(static_cast<size_t>(n));
