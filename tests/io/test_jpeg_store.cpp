@@ -355,6 +355,15 @@ TEST(Pickle, MalformedInputIsAnErrorWithItsOffset) {
   EXPECT_THAT(load_error("\x80\x02s."), HasSubstr("pop from an empty stack"));
   EXPECT_THAT(load_error("\x80\x02K\x01K\x02."), HasSubstr("STOP with a stack"));
   EXPECT_THAT(load_error("\x80\x02K\x01"), HasSubstr("needs 1 more bytes"));
+  // Bytes that only add references: DUPs (a 390 KB tarball of them grew the stack to gigabytes), MARKs, a list
+  // appended to itself through the memo. Each is refused at the limit, at its offset.
+  const std::size_t over = (std::size_t(1) << 24) + 1;
+  EXPECT_THAT(load_error("\x80\x02]" + std::string(over, '2') + "."),
+              HasSubstr("pickle byte offset 16777219: more than 16777216 references to values"));
+  EXPECT_THAT(load_error("\x80\x02" + std::string(over, '(') + "."), HasSubstr("more than 16777216 references"));
+  std::string self_appends = std::string("\x80\x02]q\x00", 5);
+  for (std::size_t i = 0; i < over / 2 + 1; ++i) self_appends += std::string("h\x00" "a", 3);
+  EXPECT_THAT(load_error(self_appends + "."), HasSubstr("more than 16777216 references"));
   // Random bytes: never a crash, always an Error (or, rarely, a value).
   std::mt19937 rng(4);
   for (int t = 0; t < 2000; ++t) {

@@ -50,6 +50,13 @@ class Reader {
     if (++m_values > kMaxValues) fail(fmt::format("more than {} values", kMaxValues));
     return m_doc.make(k);
   }
+  /// Another reference to values that exist (DUP, GET, a MARK, an element put into a list or dict): bounded like the
+  /// values, or a few bytes of DUPs (a 390 KB tarball) grew the stack to gigabytes.
+  void refs(std::size_t n) {
+    m_refs += static_cast<std::int64_t>(n);
+    if (m_refs > kMaxValues)
+      fail(fmt::format("more than {} references to values (DUP, GET, MARK, APPEND)", kMaxValues));
+  }
   Value* pop() {
     if (m_stack.empty() || m_stack.size() <= (m_marks.empty() ? 0 : m_marks.back())) fail("pop from an empty stack");
     Value* v = m_stack.back();
@@ -86,6 +93,7 @@ class Reader {
   }
   void add_items(Value& container, std::vector<Value*> items) {
     if (container.kind == Value::Kind::list) {
+      refs(items.size());
       for (auto& v : items) container.items.push_back(std::move(v));
     } else {
       fail(fmt::format("APPEND to a {}", kind_name(container.kind)));
@@ -94,6 +102,7 @@ class Reader {
   void set_items(Value& dict, std::vector<Value*> kv) {
     if (dict.kind != Value::Kind::dict) fail(fmt::format("SETITEM on a {}", kind_name(dict.kind)));
     if (kv.size() % 2) fail("SETITEMS with an odd number of values");
+    refs(kv.size());
     for (auto& v : kv) dict.items.push_back(std::move(v));
   }
 
@@ -103,7 +112,7 @@ class Reader {
   std::vector<Value*> m_stack;
   std::vector<std::size_t> m_marks;
   std::map<std::uint64_t, Value*> m_memo;
-  std::int64_t m_values = 0;
+  std::int64_t m_values = 0, m_refs = 0;
   Document& m_doc;
 };
 
@@ -118,7 +127,11 @@ Value* Reader::run() {
         if (m_stack.size() != 1 || !m_marks.empty()) fail("STOP with a stack of more or less than one value");
         return m_stack.back();
       }
-      case '(': m_marks.push_back(m_stack.size()); break;  // MARK
+      case '(': {  // MARK
+        refs(1);
+        m_marks.push_back(m_stack.size());
+        break;
+      }
       case '}': m_stack.push_back(make(Value::Kind::dict)); break;
       case ']': m_stack.push_back(make(Value::Kind::list)); break;
       case ')': m_stack.push_back(make(Value::Kind::tuple)); break;
@@ -179,13 +192,18 @@ Value* Reader::run() {
         memo_put(k);
         break;
       }
-      case 'h': m_stack.push_back(memo_get(le(1))); break;  // BINGET
-      case 'j': m_stack.push_back(memo_get(le(4))); break;  // LONG_BINGET
+      case 'h':  // BINGET
+      case 'j': {  // LONG_BINGET
+        refs(1);
+        m_stack.push_back(memo_get(le(op == 'h' ? 1 : 4)));
+        break;
+      }
       case 'g': {                                           // GET
         const std::string s = line();
         char* end = nullptr;
         const unsigned long long k = std::strtoull(s.c_str(), &end, 10);
         if (s.empty() || *end) fail("GET with a malformed index");
+        refs(1);
         m_stack.push_back(memo_get(k));
         break;
       }
@@ -285,7 +303,11 @@ Value* Reader::run() {
       }
       case '0': (void)pop(); break;  // POP
       case '1': (void)pop_mark(); break;  // POP_MARK
-      case '2': m_stack.push_back(top()); break;  // DUP
+      case '2': {  // DUP
+        refs(1);
+        m_stack.push_back(top());
+        break;
+      }
       default:
         fail(fmt::format("unsupported opcode 0x{:02x} ('{}')", op, op >= 0x20 && op < 0x7f ? char(op) : '?'));
     }
