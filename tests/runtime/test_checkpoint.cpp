@@ -254,6 +254,23 @@ TEST(CheckpointDir, ABrokenNewestFallsBackToTheNewestValidOne) {
   EXPECT_EQ(fs::path(io::find_latest_checkpoint(d)).filename().string(), "ckpt-step00000050.h5");
 }
 
+TEST(CheckpointDir, AStepNameTooLargeForItsTypeIsNotOneOfOurs) {
+  // A stray ckpt-step<23 digits>.h5 ended --resume auto and rotation with "error: stoll" (std::out_of_range).
+  TempDir dir;
+  const std::string d = dir.file("ck");
+  io::Checkpoint ck = small_checkpoint();
+  ck.state.step = 10;
+  io::save_checkpoint_in_dir(d, ck, 1);
+  const fs::path stray = fs::path(d) / "ckpt-step99999999999999999999999.h5";
+  std::ofstream(stray) << "not ours";
+  EXPECT_EQ(fs::path(io::find_latest_checkpoint(d)).filename().string(), "ckpt-step00000010.h5");
+  ck.state.step = 20;
+  io::save_checkpoint_in_dir(d, ck, 1);  // keep 1: prunes step 10, leaves the stray file alone
+  EXPECT_FALSE(fs::exists(fs::path(d) / "ckpt-step00000010.h5"));
+  EXPECT_TRUE(fs::exists(stray));
+  EXPECT_EQ(fs::path(io::find_latest_checkpoint(d)).filename().string(), "ckpt-step00000020.h5");
+}
+
 // ---- exact resume through the Trainer ------------------------------------------------------------------------------
 
 TEST(CheckpointResume, MidEpochResumeIsBitIdenticalToAnUninterruptedRun) {

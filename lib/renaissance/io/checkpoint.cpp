@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <charconv>
 #include <regex>
 #include <thread>
 
@@ -194,7 +195,12 @@ std::int64_t step_of(const std::string& filename) {
   static const std::regex re(R"(ckpt-step([0-9]+)\.h5)");
   std::smatch m;
   if (!std::regex_match(filename, m, re)) return -1;
-  return std::stoll(m[1].str());
+  // A step past int64 (a stray ckpt-step99999999999999999999999.h5) is not a file of ours: ignored, not std::stoll's
+  // out_of_range, which ended resume and rotation with "error: stoll".
+  std::int64_t step = -1;
+  const std::string digits = m[1].str();
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  return ec == std::errc() && end == digits.data() + digits.size() ? step : -1;
 }
 
 /// ckpt-*.h5 files in `dir`, newest (highest step) first.
