@@ -44,4 +44,13 @@ TEST(HardeningConfig, ModelAndModelFileTogetherOrAKeySetTwiceAreErrorsNamingTheL
   EXPECT_CLEAN_ERROR(r, "option 'lr' is set twice (lines 1 and 3)");
   r = run(train + d.string());
   EXPECT_CLEAN_ERROR(r, d.string() + ": --config: is a directory, not a file");
+  // validate and no-validate exclude each other the same way (the file's no-validate beat --validate last).
+  write_text(d / "both_validate.yaml", "validate: last\nno-validate: true\n");
+  r = run(train + (d / "both_validate.yaml").string());
+  EXPECT_CLEAN_ERROR(r, "both_validate.yaml:2", "'validate' (line 1) and 'no-validate' cannot both be set");
+  write_text(d / "no_validate.yaml", "no-validate: true\n");
+  r = run(train + (d / "no_validate.yaml").string() + " --validate last");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("(no validation)"), std::string::npos) << "the command line's --validate last wins:\n" << r.out;
+  EXPECT_NE(r.out.find("val_top1"), std::string::npos) << r.out;
 }
