@@ -92,6 +92,7 @@ void run_predict(const PredictCli& c) {
   t.epochs = 1;
   const blueprint::BluePrint bp = c.model.load();
   const io::WeightsFile weights = io::read_weights(c.weights);  // verified before the Trainer's start-up
+  if (c.ema) weights.require_ema(c.weights);
   runtime::Trainer trainer(bp, t);
   trainer.load_weights(weights, c.weights);
   const std::vector<float> logits = trainer.logits(split, c.first, count, c.ema);

@@ -375,6 +375,7 @@ void run_eval(const EvalCli& c) {
   if (!c.checkpoint.empty() && !c.model_given) bp = checkpoint_model(c.checkpoint);
   // Read and verified before the Trainer times its engines: a corrupt or wrong file costs no start-up.
   const io::WeightsFile weights = c.weights.empty() ? io::WeightsFile{} : io::read_weights(c.weights);
+  if (!c.weights.empty() && c.ema) weights.require_ema(c.weights);
   runtime::Trainer trainer(bp, t);
   if (c.checkpoint.empty())
     trainer.load_weights(weights, c.weights);

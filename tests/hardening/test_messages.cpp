@@ -83,6 +83,27 @@ TEST(HardeningMessages, AFileOfAnotherKindSaysWhatItIs) {
   EXPECT_CLEAN_ERROR(run("checkpoint inspect " + w.string()), "not a checkpoint");
 }
 
+TEST(HardeningMessages, EmaAskedOfAFileWithoutEmaWeightsIsAnError) {
+  // eval/predict --ema on weights or a checkpoint of a run without --ema scored the plain weights as "(EMA)".
+  const fs::path d = temp_dir();
+  const std::string data = tiny_data(), w = (d / "w.h5").string(), ck = (d / "ck").string();
+  ASSERT_EQ(run("train --data " + data + " --epochs 1 --max-steps 1 --batch 32 --save " + w + " --checkpoint-dir " + ck)
+                .code,
+            0);
+  for (const std::string& cmd : std::vector<std::string>{"eval", "predict --out " + (d / "logits.h5").string()}) {
+    const CliResult r = run(cmd + " --data " + data + " --weights " + w + " --ema");
+    EXPECT_CLEAN_ERROR(r, w + ": --ema: the file has no EMA weights");
+    EXPECT_EQ(r.out.find("start-up"), std::string::npos) << "refused before start-up:\n" << r.out;
+  }
+  EXPECT_CLEAN_ERROR(run("eval --data " + data + " --checkpoint " + ck + "/latest.h5 --ema"),
+                     "--ema: the checkpoint has no EMA weights");
+  // With EMA weights in the file, --ema scores them.
+  ASSERT_EQ(run("train --data " + data + " --epochs 1 --max-steps 1 --batch 32 --ema --save " + w).code, 0);
+  const CliResult ok = run("eval --data " + data + " --weights " + w + " --ema");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("(EMA)"), std::string::npos) << ok.out;
+}
+
 TEST(HardeningMessages, RangeMessagesPrintPlainIntegers) {
   const fs::path d = temp_dir();
   for (const char* bad : {"--train 0 --val 1", "--train 5 --val -1", "--train 99999999999999999999 --val 1"}) {

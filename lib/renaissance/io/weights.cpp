@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -29,6 +30,11 @@ const NamedTensor* find_tensor(const std::vector<NamedTensor>& tensors, const st
 
 const NamedTensor* WeightsFile::find(const std::string& group, const std::string& name) const {
   return find_tensor(tensors, group, name);
+}
+
+void WeightsFile::require_ema(const std::string& path) const {
+  const bool has = std::any_of(tensors.begin(), tensors.end(), [](const NamedTensor& t) { return t.group == "ema"; });
+  RN_CHECK_CTX(has, path, "--ema: the file has no EMA weights (/ema; its run was without --ema); use it without --ema");
 }
 
 void write_weights(const std::string& path, const std::vector<NamedTensor>& tensors, const WeightsMeta& meta) {

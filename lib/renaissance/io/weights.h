@@ -47,6 +47,9 @@ struct WeightsFile {
   std::vector<NamedTensor> tensors;
   /// The tensor `group/name`, or nullptr.
   const NamedTensor* find(const std::string& group, const std::string& name) const;
+  /// `--ema` asks for the EMA weights: an Error naming `path` when the file has none (its run was without --ema),
+  /// which would otherwise score the plain weights under the EMA's name.
+  void require_ema(const std::string& path) const;
 };
 /// Reads and validates (format, version, checksums); errors name the file and the tensor.
 WeightsFile read_weights(const std::string& path);

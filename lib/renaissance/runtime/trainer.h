@@ -268,7 +268,8 @@ class Trainer {
   /// Masters (/params), BN running statistics (/bn) and EMA weights (/ema) as named tensors in HDF5.
   void save_weights(const std::string& path) const;
   /// Loads a weights file written for the same architecture; the first tensor that is missing or has
-  /// another shape is an error naming it. EMA weights are loaded when both sides have them.
+  /// another shape is an error naming it. EMA weights are loaded when the Trainer keeps an EMA
+  /// (TrainOptions::ema); a file without them is then an error.
   void load_weights(const std::string& path);
   /// The same from a file already read (io::read_weights, `path` for messages): `eval` and `predict` read and verify
   /// the file before the Trainer is built, so a corrupt or wrong file costs no start-up (engine timing).

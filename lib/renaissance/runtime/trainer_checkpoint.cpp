@@ -259,6 +259,9 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
   bool ema_from_params = false;
   std::map<std::string, std::vector<const io::NamedTensor*>> file_groups;
   for (const io::NamedTensor& nt : ck.tensors) file_groups[nt.group].push_back(&nt);
+  // Evaluating the EMA of a run that kept none would score the plain weights under the EMA's name.
+  RN_CHECK_CTX(!weights_only || !o.ema || !file_groups["ema"].empty(), path,
+               "--ema: the checkpoint has no EMA weights (its run was without --ema); score it without --ema");
   auto resolve = [&](bool by_position) -> std::string {
     loads.clear();
     ema_from_params = false;

@@ -30,14 +30,12 @@ void Trainer::save_weights(const std::string& path) const {
 void Trainer::load_weights(const std::string& path) { load_weights(io::read_weights(path), path); }
 
 void Trainer::load_weights(const io::WeightsFile& wf, const std::string& path) {
+  if (m_impl->opt.ema) wf.require_ema(path);
   const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
   for (const DTensor& t : mp.tensors()) {
     std::string group, name;
     if (!weights_group(t, &group, &name)) continue;
     const io::NamedTensor* src = wf.find(group, name);
-    if (!src && group == "ema") {
-      src = wf.find("params", name);  // a file without EMA: start the EMA at the weights
-    }
     RN_CHECK_CTX(src != nullptr, path, "tensor /{}/{} of model '{}' is missing (a different architecture?)", group,
                  name, m_plan->arch.model_name);
     RN_CHECK_CTX(src->shape == t.shape, path, "tensor /{}/{} has shape {} but the model needs {}", group, name,
