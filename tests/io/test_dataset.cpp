@@ -2,11 +2,16 @@
 #include "io_test_util.h"
 
 #include <renaissance/io/dataset.h>
+#include <renaissance/io/hdf5_util.h>
 
 #include <gmock/gmock.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 
 namespace renaissance::io {
@@ -178,6 +183,33 @@ TEST(DatasetWriter, AbandonedWriteLeavesNothing) {
     w.append(Split::train, img, lab, 1);
   }  // no finish(): as if the import threw
   EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(DatasetWriter, AStaleTemporaryOfAKilledWriterIsRemovedALiveOnesIsKept) {
+  // An import killed before its rename (SIGKILL, a node lost) left out.h5.tmp-<host>-<pid> behind for good (292 MB
+  // after an interrupted `data synthetic`); the next writer of out.h5 removes it, never a live writer's.
+  TempDir dir;
+  const std::string path = dir.file("out.h5");
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // its PID now names no process (until reused)
+  const std::string mine = temporary_name(path);   // "<path>.tmp-<host>-<this pid>"
+  const std::string dead = mine.substr(0, mine.rfind('-') + 1) + std::to_string(child);
+  const std::string live = mine.substr(0, mine.rfind('-') + 1) + "1";  // init: alive
+  const std::string other_host = path + ".tmp-another-host-" + std::to_string(child);
+  for (const std::string& f : {dead, live, other_host}) std::ofstream(f) << "partial";
+  {
+    DatasetWriter w(path, 2, 2, 1, 3);
+    const std::uint8_t img[4] = {1, 2, 3, 4};
+    const std::int32_t lab[1] = {2};
+    w.append(Split::train, img, lab, 1);
+    w.finish();
+  }
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other_host));
+  EXPECT_TRUE(fs::exists(path));
 }
 
 TEST(DatasetWriter, RejectsBadLabelsAndEmptyTrain) {

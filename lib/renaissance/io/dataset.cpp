@@ -411,6 +411,7 @@ void DatasetWriter::Impl::create(std::string target, int classes, DatasetWriterO
   // Same directory as the target so that the final rename is atomic (no cross-file-system copy). A symlink at the
   // target is followed (its file is replaced, the link stays); a device or directory there is refused.
   path = resolve_output_file(path, "--out");
+  remove_stale_temporaries(path);
   tmp_path = temporary_name(path);
 
   H5Handle fapl(make_file_access_plist(), H5Pclose);

@@ -604,9 +604,24 @@ bool is_stale_temporary(const std::string& filename) {
   return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
 
+void remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string prefix = p.filename().string() + ".tmp-";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code rec;
+    if (name.rfind(prefix, 0) == 0 && is_stale_temporary(name) && it->is_regular_file(rec))
+      fs::remove(it->path(), rec);
+  }
+}
+
 void write_file_atomically(const std::string& path, const std::vector<std::uint8_t>& bytes,
                            const std::function<void()>& halfway) {
   const std::string target = resolve_output_file(path, "output");
+  remove_stale_temporaries(target);
   const std::string tmp = temporary_name(target);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   RN_CHECK_CTX(fd >= 0, path, "cannot create '{}': {}", tmp, describe_write_errno(errno));

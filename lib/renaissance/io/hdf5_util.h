@@ -176,6 +176,10 @@ std::string temporary_name(const std::string& path);
 /// For a file name holding ".tmp-<host>-<pid>" (or an older ".tmp-<pid>"): true when its writer is a process of
 /// this host that no longer exists. A live writer's file, or another host's, is never stale.
 bool is_stale_temporary(const std::string& filename);
+/// Removes the stale temporaries of `path` ("<path>.tmp-..." in its directory, is_stale_temporary): what an import or
+/// a write killed before its rename left behind (a 292 MB dataset temporary stayed after the rerun finished).
+/// Writers call it before they create their own temporary.
+void remove_stale_temporaries(const std::string& path);
 
 namespace detail {
 /// Throws an Error "<what>: <HDF5 error stack>" with `context` (file/dataset) and a hint.
