@@ -1,6 +1,7 @@
 // `renaissance data ...`: import datasets into the Renaissance HDF5 format and inspect them.
 #include "cli_errors.h"
 #include "commands.h"
+#include "json_writer.h"
 
 #include <renaissance/core/error.h>
 #include <renaissance/core/paths.h>
@@ -26,25 +27,6 @@
 namespace renaissance::app {
 
 namespace {
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20)
-          out += fmt::format("\\u{:04x}", c);
-        else
-          out += ch;
-    }
-  }
-  return out;
-}
 
 template <typename T>
 std::string json_array(const std::vector<T>& v) {

@@ -10,6 +10,56 @@
 
 namespace renaissance::app {
 
+/// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no surrogates, at most
+/// U+10FFFF), or 0 where the bytes are not one.
+inline std::size_t utf8_sequence(const std::string& s, std::size_t i) {
+  const auto at = [&](std::size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  const unsigned c = at(0);
+  const auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xbf) { return at(k) >= lo && at(k) <= hi; };
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
+  if (c == 0xe0) return cont(1, 0xa0) && cont(2) ? 3 : 0;
+  if (c == 0xed) return cont(1, 0x80, 0x9f) && cont(2) ? 3 : 0;
+  if (c >= 0xe1 && c <= 0xef) return cont(1) && cont(2) ? 3 : 0;
+  if (c == 0xf0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+  if (c >= 0xf1 && c <= 0xf3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+  if (c == 0xf4) return cont(1, 0x80, 0x8f) && cont(2) && cont(3) ? 4 : 0;
+  return 0;
+}
+
+/// `s` as the inside of a JSON string: quotes, backslashes and control characters escaped, and every byte that is not
+/// part of well-formed UTF-8 (a class folder or path named in Latin-1) as U+FFFD, so the document stays valid JSON
+/// for strict readers.
+inline std::string json_escape(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = utf8_sequence(s, i);
+    if (n == 0) {
+      o += "\\ufffd";
+      ++i;
+      continue;
+    }
+    if (n > 1) {
+      o.append(s, i, n);
+      i += n;
+      continue;
+    }
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) o += fmt::format("\\u{:04x}", c);
+        else o += static_cast<char>(c);
+    }
+    ++i;
+  }
+  return o;
+}
+
 class JsonWriter {
  public:
   JsonWriter& begin_object() { return open('{'); }
@@ -35,21 +85,7 @@ class JsonWriter {
   }
   const std::string& str() const { return m_out; }
 
-  static std::string quote(const std::string& s) {
-    std::string o = "\"";
-    for (unsigned char c : s) {
-      switch (c) {
-        case '"': o += "\\\""; break;
-        case '\\': o += "\\\\"; break;
-        case '\n': o += "\\n"; break;
-        case '\t': o += "\\t"; break;
-        default:
-          if (c < 0x20) o += fmt::format("\\u{:04x}", c);
-          else o += static_cast<char>(c);
-      }
-    }
-    return o + "\"";
-  }
+  static std::string quote(const std::string& s) { return "\"" + json_escape(s) + "\""; }
 
  private:
   JsonWriter& open(char c) {

@@ -90,6 +90,17 @@ TEST_F(DataCli, SyntheticThenInspect) {
   EXPECT_EQ(ia, ib);
 }
 
+TEST_F(DataCli, InspectJsonStaysValidUtf8ForAPathThatIsNot) {
+  // A path (or class name) in Latin-1: its raw bytes went into the JSON, which strict UTF-8 readers reject. Bytes that
+  // are not well-formed UTF-8 become U+FFFD; well-formed ones (here 'é') stay as they are.
+  const std::string path = dir.file("caf\xc3\xa9-\xff.h5");
+  ASSERT_EQ(run(fmt::format("data synthetic --out '{}' --train 8 --val 2 --shape 2,2,1 --classes 2", path)).rc, 0);
+  const CliResult r = run(fmt::format("data inspect --json '{}'", path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("caf\xc3\xa9-\\ufffd.h5"));
+  EXPECT_EQ(r.out.find('\xff'), std::string::npos) << r.out;
+}
+
 TEST_F(DataCli, ImportIdx) {
   const std::vector<std::string> names = {"ti.gz", "tl.gz", "vi.gz", "vl.gz"};
   write_bytes(dir.file(names[0]), idx_images_bytes(30, 4, 4, 1), true);
