@@ -235,7 +235,7 @@ TEST(RenameBn, OneDAfterFcFlattenGapLookingBackPastActivations) {
 // ---- step 3: place_softmax_ce -----------------------------------------------------------------------
 
 TEST(PlaceSoftmaxCE, MovedToTheEndOnlyOnce) {
-  steps::Layers v = {L(K::Conv, rp::ConvParams{}), L(K::SoftmaxCE, rp::FcParams{5}), L(K::Fc, rp::FcParams{10}),
+  steps::Layers v = {L(K::Conv, rp::ConvParams{}), L(K::SoftmaxCE, rp::FcParams{10}), L(K::Fc, rp::FcParams{10}),
                      L(K::SoftmaxCE, rp::FcParams{10}, "loss"), L(K::Relu)};
   steps::Layers w = v;
   EXPECT_EQ(steps::place_softmax_ce(v, 0), 10);
@@ -252,6 +252,11 @@ TEST(PlaceSoftmaxCE, MovedToTheEndOnlyOnce) {
   EXPECT_EQ(kinds(none), (std::vector<K>{K::Fc, K::SoftmaxCE}));
   steps::Layers bad = {L(K::Fc, rp::FcParams{3})};
   expect_error([&] { steps::place_softmax_ce(bad, 0); }, {"softmax_ce"});
+  // Two that disagree on the classes: an error naming both counts (the last one used to win without a word).
+  steps::Layers two = {L(K::SoftmaxCE, rp::FcParams{128}), L(K::Fc, rp::FcParams{10}),
+                       L(K::SoftmaxCE, rp::FcParams{10}, "loss")};
+  expect_error([&] { steps::place_softmax_ce(two, 0); },
+               {"layer 'loss'", "a second softmax_ce with 10 classes, after one with 128"});
 }
 
 // ---- step 4: insert_identity_placeholders -----------------------------------------------------------

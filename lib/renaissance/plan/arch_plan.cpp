@@ -453,6 +453,12 @@ std::int64_t place_softmax_ce(Layers& layers, std::int64_t num_classes_override)
   std::string name;
   for (const ArchLayer& l : layers)
     if (l.kind == LayerKind::SoftmaxCE) {
+      // DESIGN: wherever it is, the loss goes to the end; two that disagree on the classes were resolved silently
+      // in favour of the last one.
+      RN_CHECK_CTX(classes == 0 || classes == l.fc().out,
+                   fmt::format("layer '{}'", l.name.empty() ? "softmax_ce" : l.name),
+                   "a second softmax_ce with {} classes, after one with {} (a model has one loss: remove one)",
+                   l.fc().out, classes);
       classes = l.fc().out;
       name = l.name;
     }
