@@ -434,6 +434,32 @@ TEST(CheckpointPortability, AnotherBatchSizeAmpSettingOrWorldSizeLoadsWithAWarni
   EXPECT_NE(we[0].find("2 rank"), std::string::npos) << we[0];
 }
 
+TEST(CheckpointPortability, ALargerBatchAfterManyStepsStillTrainsTheRestOfTheRun) {
+  // 20 steps of batch 8 (160 samples, epoch 1 of 2 at batch 64 has 5 batches): resumed with batch 64 the run ended at
+  // once, "done" after 0 steps, because its step count (20) was past the new run's 10. Now epoch 1 continues at its
+  // third batch (sample 128) and epoch 2 follows: 3 + 5 more steps, the optimizer's count going on from 20.
+  TempDir dir;
+  const std::string data = synthetic(dir);
+  auto o = options(data);
+  o.batch = 8;
+  o.max_steps = 20;
+  o.validate = false;
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  a.run();
+  const std::string p = dir.file("a.h5");
+  a.save_checkpoint(p);
+  auto o2 = options(data);
+  o2.batch = 64;
+  o2.validate = false;
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o2);
+  ASSERT_EQ(b.load_checkpoint(p).size(), 1u);  // the batch warning
+  const std::vector<runtime::EpochMetrics> h = b.run();
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].train_samples, 300 - 128);  // batches 3..5 of epoch 1 (the last one partial)
+  EXPECT_EQ(h[1].train_samples, 300);
+  EXPECT_EQ(b.steps(), 20 + 3 + 5);
+}
+
 // The checkpoint records --deterministic (in its run config); resuming with the other setting warns, like seed and
 // batch do.
 TEST(CheckpointPortability, AnotherDeterminismSettingLoadsWithAWarning) {

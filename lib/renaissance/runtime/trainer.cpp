@@ -253,6 +253,13 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
           I.world, n - shard.epoch_samples, n % o.batch);
   }
   const std::int64_t total_steps = o.max_steps > 0 ? std::min(o.max_steps, batches * o.epochs) : batches * o.epochs;
+  // The step in this run's units: a run resumed with another batch size (or dataset) continues at the checkpoint's
+  // sample in its own count of batches, while m_step, the optimizer's step and the checkpoints' names, goes on from
+  // the checkpoint's (4 -> 32 after 10 steps: the epoch's second of 2 batches is step 1 of the schedule and the run
+  // ends after its 6th, where it ended at once because 10 >= 6). Zero for a fresh run and a resume with the same
+  // batch. --max-steps counts optimizer steps (m_step).
+  const std::int64_t shift = m_step - (I.cur_epoch * batches + I.cur_position);
+  auto done = [&] { return (o.max_steps > 0 && m_step >= o.max_steps) || m_step - shift >= batches * o.epochs; };
   Schedule sched;
   sched.kind = o.schedule;
   sched.base_lr = o.lr;
@@ -270,7 +277,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
   std::vector<EpochMetrics> history;
   I.preempted = false;
   if (I.cur_position > 0) I.restore_partial_metrics();  // resuming mid-epoch: the epoch's sums so far
-  for (std::int64_t epoch = I.cur_epoch; epoch < o.epochs && m_step < total_steps; ++epoch) {
+  for (std::int64_t epoch = I.cur_epoch; epoch < o.epochs && !done(); ++epoch) {
     const bool lowres = epoch < o.lowres_epochs && o.start_resolution > 0;
     const double t0 = now_s();
     // The augmentation of a sample is keyed by its position in the global epoch order, whatever the rank count.
@@ -313,10 +320,10 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
         I.stage(s, *b, v);
         I.transfer(v, s);
       }
-      lr = sched.lr(m_step);
+      lr = sched.lr(m_step - shift);
       I.last_lr = lr;
       I.hyper[plan::kHyperLr] = static_cast<float>(lr);
-      I.last_momentum = sched.momentum_at(m_step);
+      I.last_momentum = sched.momentum_at(m_step - shift);
       I.hyper[plan::kHyperMomentum] = static_cast<float>(I.last_momentum);
       I.hyper[plan::kHyperStep] = static_cast<float>(m_step + 1);
       // EMA warm-up (TensorFlow's num_updates): min(decay, (1 + t) / (10 + t)) at step t, so a short run's average
@@ -341,9 +348,9 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
         observer.on_step_loss(m_step, epoch + 1, I.step_loss());
       const bool stop = I.stop_agreed();
       if (stop) I.preempted = true;  // before the checkpoint: a failed write is still a preemption (exit 75)
-      if (I.cur_position < batches && (stop || m_step >= total_steps || I.checkpoint_due(m_step))) {
+      if (I.cur_position < batches && (stop || done() || I.checkpoint_due(m_step))) {
         const std::vector<float> partial = I.gather_train_metrics();
-        if (stop || m_step >= total_steps) I.stopped_metrics = partial;
+        if (stop || done()) I.stopped_metrics = partial;
         if (!o.checkpoint_dir.empty()) I.write_checkpoint_in_dir(m_step, partial, observer);
       }
       if (stop) {
@@ -351,7 +358,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
         if (I.cur_position < batches) return history;  // the resumed run reports this epoch whole
         break;
       }
-      if (m_step >= total_steps) break;
+      if (done()) break;
     }
     const double train_s = now_s() - t0;
     ahead.end();  // validation below decodes ahead too
@@ -382,7 +389,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
                   "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
     m.train_top1 = acc[plan::kResultTop1] / count;
     I.replay_phase(Variant::TRAIN_BASE, plan::StepPhase::TRAIN_EPOCH_END);
-    const bool last_epoch = epoch + 1 >= o.epochs || m_step >= total_steps;
+    const bool last_epoch = epoch + 1 >= o.epochs || done();
     if (o.validate && (o.validate_each_epoch || last_epoch)) {
       m.validated = true;
       const EpochMetrics val = evaluate(false);
@@ -405,7 +412,7 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.cur_position = 0;
       I.stopped_metrics.clear();
       if (!o.checkpoint_dir.empty() &&
-          (I.preempted || m_step >= total_steps || o.checkpoint_each_epoch || I.checkpoint_due(m_step)))
+          (I.preempted || done() || o.checkpoint_each_epoch || I.checkpoint_due(m_step)))
         I.write_checkpoint_in_dir(m_step, std::vector<float>(plan::kResultSlots * I.comm_world(), 0.0f), observer);
       else if (o.checkpoint_keep_best && m.validated)
         I.keep_best_in_dir(m_step);
