@@ -434,6 +434,48 @@ TEST(CheckpointPortability, AnotherBatchSizeAmpSettingOrWorldSizeLoadsWithAWarni
   EXPECT_NE(we[0].find("2 rank"), std::string::npos) << we[0];
 }
 
+TEST(CheckpointPortability, WeightsFilesLoadAcrossAmpSettingsLikeCheckpoints) {
+  // `train --amp --save w.h5` then `eval --weights w.h5` (FP32) failed: "cbr1.conv.w has shape 32x3x3x8 but the
+  // model needs 32x3x3x1" (AMP pads the first conv's input channels to 8), and FP32 weights in an AMP eval the other
+  // way round. Weights files now load as checkpoints do: the padding cut or added, the rest as written.
+  TempDir dir;
+  const std::string data = synthetic(dir);
+  auto o = options(data);
+  o.max_steps = 3;
+  o.validate = false;
+  auto oa = o;
+  oa.amp = true;
+  runtime::Trainer amp(bp::zoo_model("fmnist_cnn"), oa), fp32(bp::zoo_model("fmnist_cnn"), o);
+  amp.run();
+  fp32.run();
+  const std::string wa = dir.file("amp.h5"), wf = dir.file("fp32.h5");
+  amp.save_weights(wa);
+  fp32.save_weights(wf);
+  const std::string first_conv = "cbr1.conv.w";
+  runtime::Trainer into_fp32(bp::zoo_model("fmnist_cnn"), o), into_amp(bp::zoo_model("fmnist_cnn"), oa);
+  into_fp32.load_weights(wa);
+  into_amp.load_weights(wf);
+  const auto padded = amp.tensor_values(first_conv), cut = into_fp32.tensor_values(first_conv);
+  ASSERT_EQ(padded.size(), cut.size() * 8);
+  for (std::size_t i = 0; i < cut.size(); ++i) EXPECT_EQ(cut[i], padded[i * 8]) << i;
+  const auto plain = fp32.tensor_values(first_conv), grown = into_amp.tensor_values(first_conv);
+  ASSERT_EQ(grown.size(), plain.size() * 8);
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(grown[i * 8], plain[i]);
+    for (int k = 1; k < 8; ++k) EXPECT_EQ(grown[i * 8 + k], 0.0f);
+  }
+  for (const char* t : {"fc1.w", "cbr2.conv.w", "cbr1.bn.running_var"}) {
+    EXPECT_TRUE(bit_equal(into_fp32.tensor_values(t), amp.tensor_values(t))) << t;
+    EXPECT_TRUE(bit_equal(into_amp.tensor_values(t), fp32.tensor_values(t))) << t;
+  }
+  // The same FP32 logits as from the AMP run's checkpoint (its path has matched across AMP settings all along).
+  const std::string ck = dir.file("amp-ck.h5");
+  amp.save_checkpoint(ck);
+  runtime::Trainer via_ck(bp::zoo_model("fmnist_cnn"), o);
+  via_ck.load_checkpoint(ck, /*weights_only=*/true);
+  EXPECT_TRUE(bit_equal(into_fp32.logits(io::Split::val, 0, 64), via_ck.logits(io::Split::val, 0, 64)));
+}
+
 TEST(CheckpointPortability, ALargerBatchAfterManyStepsStillTrainsTheRestOfTheRun) {
   // 20 steps of batch 8 (160 samples, epoch 1 of 2 at batch 64 has 5 batches): resumed with batch 64 the run ended at
   // once, "done" after 0 steps, because its step count (20) was past the new run's 10. Now epoch 1 continues at its

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <renaissance/blueprint/blueprint.h>
+#include <renaissance/io/checkpoint.h>
 #include <renaissance/io/weights.h>
 #include <renaissance/plan/compiler.h>
 #include <renaissance/runtime/data_pipeline.h>
@@ -302,6 +303,13 @@ class Trainer {
   std::string last_checkpoint() const;
 
  private:
+  /// load_checkpoint's work on tensors already read (`s`: the run state; weights files give the model and AMP alone),
+  /// `noun` ("the checkpoint", "the weights file") for messages. Matching by name, the first conv's channels padded
+  /// or cut across AMP settings, and where fused layers renamed tensors by position within each group when the file
+  /// lists them in the writer's plan order (in_plan_order: checkpoints); weights_only: no run state.
+  std::vector<std::string> load_state(const std::vector<io::NamedTensor>& tensors, const io::CheckpointState& s,
+                                      const std::string& path, bool weights_only, const char* noun,
+                                      bool in_plan_order);
   struct Impl;
   std::unique_ptr<Impl> m_impl;
   std::unique_ptr<plan::CompiledPlan> m_plan;

@@ -235,10 +235,15 @@ double Trainer::last_cycled_momentum() const { return m_impl->opt.onecycle_momen
 std::string Trainer::last_checkpoint() const { return m_impl->last_checkpoint; }
 
 std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool weights_only) {
+  const io::Checkpoint ck = io::read_checkpoint(path);
+  return load_state(ck.tensors, ck.state, path, weights_only, "the checkpoint", /*in_plan_order=*/true);
+}
+
+std::vector<std::string> Trainer::load_state(const std::vector<io::NamedTensor>& tensors, const io::CheckpointState& s,
+                                             const std::string& path, bool weights_only, const char* noun,
+                                             bool in_plan_order) {
   Impl& I = *m_impl;
   const TrainOptions& o = I.opt;
-  const io::Checkpoint ck = io::read_checkpoint(path);
-  const io::CheckpointState& s = ck.state;
   std::vector<std::string> warnings;
   auto warn = [&](std::string w) {
     if (I.comm_rank() == 0) spdlog::warn("{}: {}", path, w);
@@ -258,10 +263,10 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
   std::vector<Load> loads;
   bool ema_from_params = false;
   std::map<std::string, std::vector<const io::NamedTensor*>> file_groups;
-  for (const io::NamedTensor& nt : ck.tensors) file_groups[nt.group].push_back(&nt);
+  for (const io::NamedTensor& nt : tensors) file_groups[nt.group].push_back(&nt);
   // Evaluating the EMA of a run that kept none would score the plain weights under the EMA's name.
   RN_CHECK_CTX(!weights_only || !o.ema || !file_groups["ema"].empty(), path,
-               "--ema: the checkpoint has no EMA weights (its run was without --ema); score it without --ema");
+               "--ema: {} has no EMA weights (its run was without --ema); score it without --ema", noun);
   auto resolve = [&](bool by_position) -> std::string {
     loads.clear();
     ema_from_params = false;
@@ -279,7 +284,7 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
       }
       const io::NamedTensor* src = nullptr;
       if (!by_position) {
-        src = ck.find(from, name);
+        src = io::find_tensor(tensors, from, name);
       } else {
         const auto& list = file_groups[from];
         const std::size_t i = from == group ? next[group]++ : next["ema-from-params"]++;
@@ -289,17 +294,17 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
         src = nullptr;  // e.g. a BN's gamma against a beta: not the same tensor
       if (!src)
         return fmt::format(
-            "tensor /{}/{} of model '{}' is missing from the checkpoint, which was written for model "
-            "'{}' (a different architecture?)",
-            group, name, model, s.model);
+            "tensor /{}/{} of model '{}' is missing from {}, which was written for model '{}' (a different "
+            "architecture?)",
+            group, name, model, noun, s.model);
       const bool pad_channels = src->shape != t.shape && is_first_conv(t.region) && (s.amp != o.amp || weights_only) &&
                                 src->shape.n == t.shape.n && src->shape.h == t.shape.h && src->shape.w == t.shape.w;
       if (src->shape != t.shape && !pad_channels)
         return fmt::format(
-            "tensor /{}/{} has shape {} in the checkpoint{} (model '{}') but model '{}' needs {} (a "
-            "different architecture?)",
-            group, name, src->shape.str(), by_position ? fmt::format(" (as /{}/{})", from, src->name) : "", s.model,
-            model, t.shape.str());
+            "tensor /{}/{} has shape {} in {}{} (model '{}') but model '{}' needs {} (a different "
+            "architecture?)",
+            group, name, src->shape.str(), noun, by_position ? fmt::format(" (as /{}/{})", from, src->name) : "",
+            s.model, model, t.shape.str());
       RN_CHECK(t.dtype == DType::F32, "internal: checkpoint tensor '{}' is {}, not F32", t.name, dtype_name(t.dtype));
       loads.push_back({&t, src});
     }
@@ -307,15 +312,13 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
       const auto& list = file_groups[g];
       if (by_position) {
         if (next[g] != list.size())
-          return fmt::format("the checkpoint has {} tensors in /{} but model '{}' has {}", list.size(), g, model,
-                             next[g]);
+          return fmt::format("{} has {} tensors in /{} but model '{}' has {}", noun, list.size(), g, model, next[g]);
       } else {
         for (const io::NamedTensor* nt : list)
           if (!wanted.count(nt->group + "/" + nt->name))
             return fmt::format(
-                "tensor /{}/{} of the checkpoint (model '{}') is not in model '{}' (a different "
-                "architecture?)",
-                nt->group, nt->name, s.model, model);
+                "tensor /{}/{} of {} (model '{}') is not in model '{}' (a different architecture?)", nt->group,
+                nt->name, noun, s.model, model);
       }
     }
     return {};
@@ -326,7 +329,9 @@ std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool 
     // conv), and for the same model written with other fusion (a file from before FP32 plans fused Conv+BN+ReLU).
     // Elsewhere a name mismatch is another model.
     const bool fused_names = s.amp || o.amp || s.model == model;
-    RN_CHECK_CTX(fused_names && resolve(true).empty(), path, "{}", by_name);
+    // By position only where the file keeps the writer's plan order (checkpoints); a weights file lists its tensors
+    // by name, and same-shaped tensors in another order would load into the wrong layers.
+    RN_CHECK_CTX(in_plan_order && fused_names && resolve(true).empty(), path, "{}", by_name);
     if (!weights_only && !loads.empty())
       warn(
           fmt::format("tensor names differ (fused layers): matched by position within each group, e.g. /{}/{} "

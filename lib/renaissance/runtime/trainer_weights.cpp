@@ -31,18 +31,14 @@ void Trainer::load_weights(const std::string& path) { load_weights(io::read_weig
 
 void Trainer::load_weights(const io::WeightsFile& wf, const std::string& path) {
   if (m_impl->opt.ema) wf.require_ema(path);
-  const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
-  for (const DTensor& t : mp.tensors()) {
-    std::string group, name;
-    if (!weights_group(t, &group, &name)) continue;
-    const io::NamedTensor* src = wf.find(group, name);
-    RN_CHECK_CTX(src != nullptr, path, "tensor /{}/{} of model '{}' is missing (a different architecture?)", group,
-                 name, m_plan->arch.model_name);
-    RN_CHECK_CTX(src->shape == t.shape, path, "tensor /{}/{} has shape {} but the model needs {}", group, name,
-                 src->shape.str(), t.shape.str());
-    m_impl->ctx.upload(t.id, src->values.data(), static_cast<std::int64_t>(src->values.size() * sizeof(float)));
-  }
-  if (m_impl->opt.amp) m_impl->replay(Variant::TRAIN_BASE, GraphId::CAST_W_TO_A);
+  // The tensors are matched as a checkpoint's are (docs/checkpoints.md), by name, with the first conv's channels
+  // padded or cut across AMP settings: weights written by an AMP run failed in an FP32 eval (and an FP32 run's in an
+  // AMP eval) on the first conv's shape. Not by position: a weights file lists its tensors by name, not plan order.
+  io::CheckpointState s;
+  const auto attr = [&](const char* k) { return wf.attributes.count(k) ? wf.attributes.at(k) : std::string(); };
+  s.model = attr("model");
+  s.amp = attr("arch_plan").find("\namp: true\n") != std::string::npos;
+  (void)load_state(wf.tensors, s, path, /*weights_only=*/true, "the weights file", /*in_plan_order=*/false);
 }
 
 }  // namespace renaissance::runtime
