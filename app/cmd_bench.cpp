@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -117,7 +118,12 @@ void json_profile_rows(JsonWriter& j, const std::string& key, const std::vector<
 /// A directory of this process's, removed with what is in it when the scope ends (an error included).
 struct TempDir {
   std::filesystem::path path;
-  explicit TempDir(std::filesystem::path p) : path(std::move(p)) { std::filesystem::create_directories(path); }
+  explicit TempDir(std::filesystem::path p) : path(std::move(p)) {
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    RN_CHECK_CTX(!ec, path.string(), "bench: cannot create its temporary directory: {} (hint: point TMPDIR at a "
+                 "writable directory)", ec.message());
+  }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   ~TempDir() {
@@ -153,7 +159,12 @@ void run_bench(const BenchCli& c) {
   // The plan against the memory first: a batch that cannot fit is refused before its synthetic data is written.
   runtime::Trainer::check_memory(bp, t, c.batch, 1);
   // A synthetic dataset of one batch, in a private temporary directory, removed however the run ends.
-  const TempDir dir(std::filesystem::temp_directory_path() / fmt::format("renaissance-bench-{}", ::getpid()));
+  std::error_code tec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(tec);
+  RN_CHECK_CTX(!tec, std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
+               "bench: no temporary directory for its synthetic batch: {} (hint: set TMPDIR to a writable directory)",
+               tec.message());
+  const TempDir dir(tmp / fmt::format("renaissance-bench-{}", ::getpid()));
   t.data_path = (dir.path / "synthetic.h5").string();
   io::make_synthetic(t.data_path, c.batch, 1, bp.in_h, bp.in_w, bp.in_c, static_cast<int>(probe.num_classes), 1);
   runtime::BenchResult r;

@@ -149,7 +149,11 @@ std::pair<double, double> parse_range(const std::string& text, const char* optio
 
 void ensure_default_data(const std::string& path) {
   if (path != kDefaultData || std::filesystem::exists(path)) return;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::filesystem::create_directories(dir, ec);
+  RN_CHECK_CTX(!ec, dir.string(), "--data: cannot create the directory for the default dataset {}: {} (hint: pass "
+               "--data FILE)", path, ec.message());
   std::printf("importing Fashion-MNIST from %s into %s\n", io::kFashionMnistDir, path.c_str());
   io::import_fashion_mnist(path);
 }

@@ -104,6 +104,20 @@ TEST(HardeningMessages, EmaAskedOfAFileWithoutEmaWeightsIsAnError) {
   EXPECT_NE(ok.out.find("(EMA)"), std::string::npos) << ok.out;
 }
 
+TEST(HardeningMessages, FileSystemErrorsNameTheVariableOrOption) {
+  // std::filesystem's own text ("filesystem error: temp_directory_path: No such file or directory") named neither
+  // TMPDIR nor --data, and looked like a crash.
+  CliResult r =
+      run_shell("TMPDIR=/nonexistent/rn-tmp exec " + cli() + " bench --device cpu --batch 2 --steps 1 --warmup 0");
+  EXPECT_CLEAN_ERROR(r, "/nonexistent/rn-tmp", "set TMPDIR to a writable directory");
+  EXPECT_EQ(r.out.find("filesystem error"), std::string::npos) << r.out;
+  const fs::path d = temp_dir();
+  write_text(d / "data", "a file where the default dataset's directory would go\n");
+  r = run_shell("cd '" + d.string() + "' && exec " + cli() + " train --max-steps 1");
+  EXPECT_CLEAN_ERROR(r, "--data: cannot create the directory for the default dataset", "pass --data FILE");
+  EXPECT_EQ(r.out.find("filesystem error"), std::string::npos) << r.out;
+}
+
 TEST(HardeningMessages, RangeMessagesPrintPlainIntegers) {
   const fs::path d = temp_dir();
   for (const char* bad : {"--train 0 --val 1", "--train 5 --val -1", "--train 99999999999999999999 --val 1"}) {
