@@ -118,6 +118,16 @@ TEST(HardeningMessages, FileSystemErrorsNameTheVariableOrOption) {
   EXPECT_EQ(r.out.find("filesystem error"), std::string::npos) << r.out;
 }
 
+TEST(HardeningMessages, LayerNamesThatCollideInTheirTensorsSayHowToFixIt) {
+  // cbr 'c' names its convolution's weights c.conv.w, as a conv named 'c.conv' does.
+  const fs::path d = temp_dir();
+  write_text(d / "m.yaml", "name: m\ninput: [8, 8, 2]\nlayers:\n  - cbr: {out: 4, k: 3, name: c}\n"
+                           "  - conv: {out: 4, k: 3, pad: 1, name: c.conv}\n  - gap\n  - fc: {out: 10}\n"
+                           "  - softmax_ce: {classes: 10}\n");
+  EXPECT_CLEAN_ERROR(run("plan --model-file " + (d / "m.yaml").string()), "tensor 'c.conv.w' allocated twice",
+                     "rename one of them");
+}
+
 TEST(HardeningMessages, RangeMessagesPrintPlainIntegers) {
   const fs::path d = temp_dir();
   for (const char* bad : {"--train 0 --val 1", "--train 5 --val -1", "--train 99999999999999999999 --val 1"}) {

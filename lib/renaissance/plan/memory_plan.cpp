@@ -58,7 +58,10 @@ void check_param_region(ParamKind k, Region r, const char* what) {
 
 TensorId MemoryPlan::add(const std::string& name, const Shape& s, DType t, Region r, std::int64_t min_slot) {
   RN_CHECK(!m_finalized, "memory plan '{}': cannot allocate '{}' after finalize()", m_variant, name);
-  RN_CHECK(m_by_name.count(name) == 0, "memory plan '{}': tensor '{}' allocated twice", m_variant, name);
+  RN_CHECK(m_by_name.count(name) == 0,
+           "memory plan '{}': tensor '{}' allocated twice (two layers whose names give the same tensor name, as a "
+           "layer 'c' fused from conv, bn and relu and a layer 'c.conv' do: rename one of them)",
+           m_variant, name);
   RN_CHECK(s.n >= 0 && s.h >= 0 && s.w >= 0 && s.c >= 0, "memory plan '{}': tensor '{}' has negative shape {}",
            m_variant, name, s.str());
   const auto id = static_cast<TensorId>(m_tensors.size());
