@@ -273,10 +273,15 @@ def bad_inputs(good):
     root = tree("out_linked", lambda r: os.symlink(linked, os.path.join(r, cls, "more")))
     image = os.path.join(linked, sorted(os.listdir(linked))[0])
     before = open(image, "rb").read()
-    expect_error(["folder", root, "--out", image], "(through a linked folder)", "--out is an image of a linked folder",
+    expect_error(["folder", root, "--out", image], "(through a link)", "--out is an image of a linked folder",
                  image)
     if open(image, "rb").read() != before:
         fail("--out is an image of a linked folder: the image was changed")
+    # ... or the target of a linked file in a class folder.
+    root = tree("out_linked_file", lambda r: os.symlink(image, os.path.join(r, cls, "linked.jpg")))
+    expect_error(["folder", root, "--out", image], "(through a link)", "--out is the target of a linked image", image)
+    if open(image, "rb").read() != before:
+        fail("--out is the target of a linked image: the image was changed")
     root = tree("link_out", lambda r: os.symlink(os.path.join(r, "val", "n00000000"), os.path.join(r, cls, "more")))
     r = imp("folder", root, "--out", out)
     if r.returncode != 0:

@@ -17,8 +17,8 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
-#include <sys/stat.h>
 
 namespace renaissance::io {
 
@@ -30,6 +30,12 @@ struct Item {
   Split split;
   std::string path;
   std::int32_t label;
+  bool link = false;  ///< the file itself is a symbolic link
+};
+
+struct ClassFile {
+  std::string path;
+  bool link = false;
 };
 
 bool image_extension(const fs::path& p) {
@@ -40,8 +46,8 @@ bool image_extension(const fs::path& p) {
 
 /// The image files of one class folder in torchvision's order: sorted(os.walk(...)) then sorted(names), i.e. by
 /// (folder path, file name). Other files are counted.
-std::vector<std::string> class_files(const fs::path& dir, std::int64_t& other) {
-  std::vector<std::pair<std::string, std::string>> found;
+std::vector<ClassFile> class_files(const fs::path& dir, std::int64_t& other) {
+  std::vector<std::tuple<std::string, std::string, bool>> found;
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
   if (ec) RN_IO_FAIL(dir.string(), "check its permissions", "cannot list the class folder: {}", ec.message());
@@ -77,12 +83,12 @@ std::vector<std::string> class_files(const fs::path& dir, std::int64_t& other) {
       ++other;
       continue;
     }
-    found.emplace_back(it->path().parent_path().string(), it->path().filename().string());
+    found.emplace_back(it->path().parent_path().string(), it->path().filename().string(), it->is_symlink(fec));
   }
   std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
+  std::vector<ClassFile> out;
   out.reserve(found.size());
-  for (const auto& [folder, name] : found) out.push_back((fs::path(folder) / name).string());
+  for (const auto& [folder, name, link] : found) out.push_back({(fs::path(folder) / name).string(), link});
   return out;
 }
 
@@ -202,13 +208,26 @@ void refuse_output_in_tree(const std::string& out, const std::vector<fs::path>& 
                  "--out lies inside {}, the folder being imported: the finished dataset would {}", root.string(),
                  fs::exists(target, rec) ? "replace a file there" : "become a file of that tree");
   }
-  struct stat ost {};
-  if (::stat(target.c_str(), &ost) != 0) return;  // a new file cannot be one of the images
+  std::error_code xec;
+  if (!fs::exists(target, xec)) return;  // a new file cannot be one of the images
+  // The rename replaces the directory entry `target`: an image is lost when its own entry (its real folder and name;
+  // a linked file's target) is that one. One canonical() per folder, and per linked file, not per image: a stat of
+  // each of ImageNet's 1.28 M files would take minutes on a parallel file system.
+  std::map<std::string, fs::path> real_folder;
   for (const Item& it : items) {
-    struct stat ist {};
-    if (::stat(it.path.c_str(), &ist) == 0 && ist.st_dev == ost.st_dev && ist.st_ino == ost.st_ino)
+    std::error_code iec;
+    fs::path real;
+    if (it.link) {
+      real = fs::canonical(it.path, iec);
+    } else {
+      const fs::path p(it.path);
+      auto [pos, fresh] = real_folder.try_emplace(p.parent_path().string());
+      if (fresh) pos->second = fs::canonical(p.parent_path(), iec);
+      real = pos->second / p.filename();
+    }
+    if (!iec && real == target)
       RN_IO_FAIL(out, "write the dataset to a new file",
-                 "--out is the image {} being imported (through a linked folder)", it.path);
+                 "--out is the image {} being imported (through a link)", it.path);
   }
 }
 
@@ -248,11 +267,11 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
       if (it == label_of.end())
         RN_IO_FAIL((root / name).string(), "every val class must also be a train class (labels come from train's folders)",
                    "class folder '{}' has no counterpart in '{}'", name, train_dir.string());
-      const std::vector<std::string> files = class_files(root / name, sum.other_files);
+      const std::vector<ClassFile> files = class_files(root / name, sum.other_files);
       if (files.empty())
         RN_IO_FAIL((root / name).string(), "remove the folder or put the class's images into it",
                    "class folder holds no .jpg, .jpeg or .png files");
-      for (const std::string& f : files) items.push_back({s, f, it->second});
+      for (const ClassFile& f : files) items.push_back({s, f.path, it->second, f.link});
       total[static_cast<int>(s)] += static_cast<std::int64_t>(files.size());
     }
   };
