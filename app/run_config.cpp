@@ -17,8 +17,6 @@ namespace renaissance::app {
 
 namespace {
 
-/// Options that choose one thing between them: setting either on the command line overrides both in the file, and
-/// the file may set only one of them (as on the command line).
 /// Options that exclude each other on the command line (CLI11's excludes): one of a group on the command line
 /// overrides every key of the group in the file; two of a group in the file are an error.
 const std::vector<std::vector<std::string>> kExclusiveGroups = {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -20,7 +21,6 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <charconv>
 #include <regex>
 #include <thread>
 

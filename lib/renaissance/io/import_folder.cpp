@@ -19,7 +19,6 @@
 #include <thread>
 #include <tuple>
 
-
 namespace renaissance::io {
 
 namespace fs = std::filesystem;

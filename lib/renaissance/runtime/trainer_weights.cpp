@@ -30,14 +30,13 @@ void Trainer::save_weights(const std::string& path) const {
 void Trainer::load_weights(const std::string& path) { load_weights(io::read_weights(path), path); }
 
 void Trainer::load_weights(const io::WeightsFile& wf, const std::string& path) {
-  if (m_impl->opt.ema) wf.require_ema(path);
   // The tensors are matched as a checkpoint's are (docs/checkpoints.md), by name, with the first conv's channels
   // padded or cut across AMP settings: weights written by an AMP run failed in an FP32 eval (and an FP32 run's in an
   // AMP eval) on the first conv's shape. Not by position: a weights file lists its tensors by name, not plan order.
+  // load_state also refuses --ema for a file without /ema. Of the run state only the model name (for messages)
+  // matters with weights_only.
   io::CheckpointState s;
-  const auto attr = [&](const char* k) { return wf.attributes.count(k) ? wf.attributes.at(k) : std::string(); };
-  s.model = attr("model");
-  s.amp = attr("arch_plan").find("\namp: true\n") != std::string::npos;
+  if (const auto it = wf.attributes.find("model"); it != wf.attributes.end()) s.model = it->second;
   (void)load_state(wf.tensors, s, path, /*weights_only=*/true, "the weights file", /*in_plan_order=*/false);
 }
 
