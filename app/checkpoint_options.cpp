@@ -92,8 +92,8 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
   }
 }
 
-bool CheckpointCli::resume_into(runtime::Trainer& trainer, bool root) {
-  if (resume.empty()) return false;
+std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) const {
+  if (resume.empty()) return nullptr;
   std::string path = resume;
   if (resume == "auto") {
     path = io::find_latest_checkpoint(dir, [&](const std::string& w) {
@@ -102,13 +102,10 @@ bool CheckpointCli::resume_into(runtime::Trainer& trainer, bool root) {
     if (path.empty()) {
       if (root) std::printf("no checkpoint in %s: starting fresh\n", dir.c_str());
       std::fflush(stdout);
-      return false;
+      return nullptr;
     }
   }
-  trainer.load_checkpoint(path);
-  if (root) std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(trainer.steps()));
-  std::fflush(stdout);
-  return true;
+  return std::make_unique<runtime::InitialState>(runtime::InitialState::of_checkpoint(io::read_checkpoint(path), path));
 }
 
 void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed, const runtime::Trainer& trainer) {

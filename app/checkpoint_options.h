@@ -29,9 +29,9 @@ struct CheckpointCli {
   /// Validates the options, sets the checkpoint fields of `t` and, with a checkpoint directory, installs the
   /// SIGUSR1/SIGTERM handlers that request a checkpoint-and-stop at the next step boundary.
   void apply(runtime::TrainOptions& t);
-  /// --resume: loads the checkpoint into `trainer` (auto: the newest valid one in --checkpoint-dir; none there
-  /// starts fresh). Returns true when a checkpoint was loaded.
-  bool resume_into(runtime::Trainer& trainer, bool root);
+  /// --resume: reads the checkpoint to resume (auto: the newest valid one in --checkpoint-dir; none there starts
+  /// fresh: nullptr), for the Trainer to start from (matched against the plan before the device start-up).
+  std::unique_ptr<runtime::InitialState> read_resume(bool root) const;
   /// Adds the per-step loss log and the checkpoint messages to `obs` (rank 0 writes).
   /// `trainer` gives each step's learning rate to the loss log.
   void observe(runtime::TrainObserver& obs, bool root, bool resumed, const runtime::Trainer& trainer);

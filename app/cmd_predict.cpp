@@ -91,10 +91,10 @@ void run_predict(const PredictCli& c) {
   t.ema = c.ema;
   t.epochs = 1;
   const blueprint::BluePrint bp = c.model.load();
-  const io::WeightsFile weights = io::read_weights(c.weights);  // verified before the Trainer's start-up
+  io::WeightsFile weights = io::read_weights(c.weights);  // verified, and matched before the Trainer's start-up
   if (c.ema) weights.require_ema(c.weights);
-  runtime::Trainer trainer(bp, t);
-  trainer.load_weights(weights, c.weights);
+  const runtime::InitialState initial = runtime::InitialState::of_weights(std::move(weights), c.weights);
+  runtime::Trainer trainer(bp, t, &initial);
   const std::vector<float> logits = trainer.logits(split, c.first, count, c.ema);
   const std::int64_t classes = trainer.plan().arch.num_classes;
 

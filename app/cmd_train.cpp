@@ -237,8 +237,14 @@ void run_train(TrainCli& c) {
   c.gpu.apply(c.t, run_dir.empty() && !c.save.empty() ? "." : run_dir);
   const TrainPreflight preflight = preflight_train(
       {c.data, c.model.model_file, c.config, c.ckpt.resume, c.save, c.metrics, c.ckpt.loss_log, c.ckpt.dir}, c.t, root);
-  runtime::Trainer trainer(bp, c.t);
-  const bool resumed = c.ckpt.resume_into(trainer, root);
+  // The checkpoint to resume is read first: the Trainer matches it against the plan before its device start-up.
+  std::unique_ptr<runtime::InitialState> resume = c.ckpt.read_resume(root);
+  runtime::Trainer trainer(bp, c.t, resume.get());
+  const bool resumed = resume != nullptr;
+  if (resumed && root)
+    std::printf("resumed from %s at step %lld\n", resume->path.c_str(), static_cast<long long>(trainer.steps()));
+  std::fflush(stdout);
+  resume.reset();  // the host copy of the tensors
   if (root && comm)
     std::printf("data-parallel: %d ranks x %lld samples per step (global batch %lld)%s\n", comm->world_size(),
                 static_cast<long long>(c.t.batch / comm->world_size()), static_cast<long long>(c.t.batch),
@@ -377,14 +383,18 @@ void run_eval(const EvalCli& c) {
   RN_CHECK(c.weights.empty() != c.checkpoint.empty(), "eval needs exactly one of --weights and --checkpoint");
   blueprint::BluePrint bp = c.model.load();
   if (!c.checkpoint.empty() && !c.model_given) bp = checkpoint_model(c.checkpoint);
-  // Read and verified before the Trainer times its engines: a corrupt or wrong file costs no start-up.
-  const io::WeightsFile weights = c.weights.empty() ? io::WeightsFile{} : io::read_weights(c.weights);
-  if (!c.weights.empty() && c.ema) weights.require_ema(c.weights);
-  runtime::Trainer trainer(bp, t);
-  if (c.checkpoint.empty())
-    trainer.load_weights(weights, c.weights);
-  else
-    trainer.load_checkpoint(c.checkpoint, /*weights_only=*/true);
+  // Read and verified, then matched against the plan before the Trainer times its engines: a corrupt or wrong file
+  // costs no start-up.
+  runtime::InitialState initial;
+  if (c.checkpoint.empty()) {
+    io::WeightsFile weights = io::read_weights(c.weights);
+    if (c.ema) weights.require_ema(c.weights);
+    initial = runtime::InitialState::of_weights(std::move(weights), c.weights);
+  } else {
+    initial = runtime::InitialState::of_checkpoint(io::read_checkpoint(c.checkpoint), c.checkpoint,
+                                                   /*weights_only=*/true);
+  }
+  runtime::Trainer trainer(bp, t, &initial);
   const std::string& source = c.checkpoint.empty() ? c.weights : c.checkpoint;
   const runtime::EpochMetrics m = trainer.evaluate(c.ema);
   const bool tta = c.tta == "flip";

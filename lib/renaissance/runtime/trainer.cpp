@@ -86,7 +86,7 @@ double process_age_s() {
 
 }  // namespace
 
-Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
+Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts, const InitialState* initial) {
   const double t_begin = now_s();
   // The dataset decides the input channels and size the plan is compiled for.
   io::DatasetFile probe(opts.data_path);
@@ -131,6 +131,8 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
     RN_CHECK_CTX(!zero_gamma.empty(), bp.name,
                  "--zero-init-residual: the model has no residual sum whose branch ends in a BN");
   }
+  // A file to start from is matched against the plan before any device work (engine timing, capture).
+  if (initial) check_initial_state(*m_plan, opts, *initial);
   guard_arena(bp, opts, m_plan->arena_bytes());  // before the arena and the workspace exist
   const double t_compiled = now_s();
   m_impl = std::make_unique<Impl>(opts, *m_plan, std::move(probe));  // the file opened once
@@ -218,6 +220,7 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts) {
   } catch (const std::exception&) {
     m_impl->model_yaml.clear();  // a model the YAML form cannot express: checkpoints then need --model
   }
+  if (initial) (void)load_state(*initial);
 }
 
 Trainer::~Trainer() = default;

@@ -219,9 +219,26 @@ struct TrainObserver {
   std::function<void(const std::string& path, std::int64_t step)> on_checkpoint;
 };
 
+/// A file's state, read and verified, for a Trainer to start from: a checkpoint to resume or to evaluate, or a
+/// weights file (io::read_checkpoint, io::read_weights).
+struct InitialState {
+  std::vector<io::NamedTensor> tensors;
+  io::CheckpointState state;  ///< a weights file's: the model name alone
+  std::string path;           ///< for messages
+  bool weights_only = false;  ///< the masters, BN statistics and EMA weights alone (evaluation), no run state
+  bool checkpoint = true;     ///< false: a weights file (its tensors by name, not in the writer's plan order)
+  static InitialState of_checkpoint(io::Checkpoint ck, std::string path, bool weights_only = false);
+  static InitialState of_weights(io::WeightsFile wf, std::string path);
+  const char* noun() const { return checkpoint ? "the checkpoint" : "the weights file"; }
+  bool in_plan_order() const { return checkpoint; }
+};
+
 class Trainer {
  public:
-  Trainer(const blueprint::BluePrint& model, TrainOptions opts);
+  /// initial: a state the Trainer starts from (loaded as load_checkpoint / load_weights would, at the end of the
+  /// start-up; the warnings are logged). Its tensors are matched against the plan as soon as it is compiled, before
+  /// the device, the engine timing and the capture: a file of another architecture costs no start-up.
+  Trainer(const blueprint::BluePrint& model, TrainOptions opts, const InitialState* initial = nullptr);
   ~Trainer();
 
   /// Before any data exists: the arena of the plan a Trainer with these options compiles for a train split of
@@ -303,13 +320,10 @@ class Trainer {
   std::string last_checkpoint() const;
 
  private:
-  /// load_checkpoint's work on tensors already read (`s`: the run state; weights files give the model and AMP alone),
-  /// `noun` ("the checkpoint", "the weights file") for messages. Matching by name, the first conv's channels padded
-  /// or cut across AMP settings, and where fused layers renamed tensors by position within each group when the file
-  /// lists them in the writer's plan order (in_plan_order: checkpoints); weights_only: no run state.
-  std::vector<std::string> load_state(const std::vector<io::NamedTensor>& tensors, const io::CheckpointState& s,
-                                      const std::string& path, bool weights_only, const char* noun,
-                                      bool in_plan_order);
+  /// load_checkpoint's and load_weights's work on a state already read. Matching by name, the first conv's channels
+  /// padded or cut across AMP settings, and where fused layers renamed tensors by position within each group when
+  /// the file lists them in the writer's plan order (checkpoints); weights_only: no run state.
+  std::vector<std::string> load_state(const InitialState& st);
   struct Impl;
   std::unique_ptr<Impl> m_impl;
   std::unique_ptr<plan::CompiledPlan> m_plan;

@@ -234,57 +234,57 @@ double Trainer::last_lr() const { return m_impl->last_lr; }
 double Trainer::last_cycled_momentum() const { return m_impl->opt.onecycle_momentum ? m_impl->last_momentum : -1.0; }
 std::string Trainer::last_checkpoint() const { return m_impl->last_checkpoint; }
 
-std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool weights_only) {
-  const io::Checkpoint ck = io::read_checkpoint(path);
-  return load_state(ck.tensors, ck.state, path, weights_only, "the checkpoint", /*in_plan_order=*/true);
-}
+namespace {
 
-std::vector<std::string> Trainer::load_state(const std::vector<io::NamedTensor>& tensors, const io::CheckpointState& s,
-                                             const std::string& path, bool weights_only, const char* noun,
-                                             bool in_plan_order) {
-  Impl& I = *m_impl;
-  const TrainOptions& o = I.opt;
-  std::vector<std::string> warnings;
-  auto warn = [&](std::string w) {
-    if (I.comm_rank() == 0) spdlog::warn("{}: {}", path, w);
-    warnings.push_back(std::move(w));
-  };
-  const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
-  const std::string& model = m_plan->arch.model_name;
-  const bool same_optimizer = !weights_only && s.optimizer == plan::optimizer_name(o.optimizer);
+struct Load {
+  const DTensor* t;
+  const io::NamedTensor* src;
+};
 
-  // 1. Match every tensor before touching the arena (a failed load changes nothing); the first mismatch, in plan
-  //    order, is named. By name; where fused layers have other names (cbr1.conv.w for conv1.w: across AMP
-  //    settings or fusion), by position within each group (the file keeps the writer's plan order) when that fits exactly.
-  struct Load {
-    const DTensor* t;
-    const io::NamedTensor* src;
-  };
+/// How the file's tensors map onto the plan's (load_state's step 1).
+struct Matched {
   std::vector<Load> loads;
-  bool ema_from_params = false;
+  bool ema_from_params = false;  ///< a checkpoint without EMA: the EMA starts at the weights
+  bool same_optimizer = false;   ///< the optimizer moments are loaded
+  std::string by_position;       ///< non-empty: names differed (fused layers) and tensors matched by position
+};
+
+/// Matches every tensor of `st` to the plan before anything touches the arena (a failed load changes nothing); the
+/// first mismatch, in plan order, is the error. By name; where fused layers have other names (cbr1.conv.w for
+/// conv1.w: across AMP settings or fusion), by position within each group when the file keeps the writer's plan
+/// order (checkpoints) and that fits exactly.
+Matched match_state(const plan::CompiledPlan& cp, const TrainOptions& o, const InitialState& st) {
+  const plan::MemoryPlan& mp = cp.plan(Variant::TRAIN_BASE);
+  const std::string& model = cp.arch.model_name;
+  const io::CheckpointState& s = st.state;
+  const bool weights_only = st.weights_only;
+  const std::string& path = st.path;
+  const char* noun = st.noun();
+  Matched m;
+  m.same_optimizer = !weights_only && s.optimizer == plan::optimizer_name(o.optimizer);
   std::map<std::string, std::vector<const io::NamedTensor*>> file_groups;
-  for (const io::NamedTensor& nt : tensors) file_groups[nt.group].push_back(&nt);
+  for (const io::NamedTensor& nt : st.tensors) file_groups[nt.group].push_back(&nt);
   // Evaluating the EMA of a run that kept none would score the plain weights under the EMA's name.
   RN_CHECK_CTX(!weights_only || !o.ema || !file_groups["ema"].empty(), path,
                "--ema: {} has no EMA weights (its run was without --ema); score it without --ema", noun);
   auto resolve = [&](bool by_position) -> std::string {
-    loads.clear();
-    ema_from_params = false;
+    m.loads.clear();
+    m.ema_from_params = false;
     std::set<std::string> wanted;
     std::map<std::string, std::size_t> next;  // by position: the next file tensor of each group
     for (const DTensor& t : mp.tensors()) {
       std::string group, name;
       if (!checkpoint_group(t, &group, &name)) continue;
       wanted.insert(group + "/" + name);
-      if (group == "optimizer" && !same_optimizer) continue;
+      if (group == "optimizer" && !m.same_optimizer) continue;
       std::string from = group;
       if (group == "ema" && file_groups["ema"].empty()) {
         from = "params";  // a checkpoint without EMA: the EMA starts at the weights
-        ema_from_params = true;
+        m.ema_from_params = true;
       }
       const io::NamedTensor* src = nullptr;
       if (!by_position) {
-        src = io::find_tensor(tensors, from, name);
+        src = io::find_tensor(st.tensors, from, name);
       } else {
         const auto& list = file_groups[from];
         const std::size_t i = from == group ? next[group]++ : next["ema-from-params"]++;
@@ -306,7 +306,7 @@ std::vector<std::string> Trainer::load_state(const std::vector<io::NamedTensor>&
             group, name, src->shape.str(), noun, by_position ? fmt::format(" (as /{}/{})", from, src->name) : "",
             s.model, model, t.shape.str());
       RN_CHECK(t.dtype == DType::F32, "internal: checkpoint tensor '{}' is {}, not F32", t.name, dtype_name(t.dtype));
-      loads.push_back({&t, src});
+      m.loads.push_back({&t, src});
     }
     for (const char* g : {"params", "bn"}) {
       const auto& list = file_groups[g];
@@ -331,13 +331,92 @@ std::vector<std::string> Trainer::load_state(const std::vector<io::NamedTensor>&
     const bool fused_names = s.amp || o.amp || s.model == model;
     // By position only where the file keeps the writer's plan order (checkpoints); a weights file lists its tensors
     // by name, and same-shaped tensors in another order would load into the wrong layers.
-    RN_CHECK_CTX(in_plan_order && fused_names && resolve(true).empty(), path, "{}", by_name);
-    if (!weights_only && !loads.empty())
-      warn(
-          fmt::format("tensor names differ (fused layers): matched by position within each group, e.g. /{}/{} "
-                      "as {}",
-                      loads.front().src->group, loads.front().src->name, loads.front().t->name));
+    RN_CHECK_CTX(st.in_plan_order() && fused_names && resolve(true).empty(), path, "{}", by_name);
+    if (!m.loads.empty())
+      m.by_position = fmt::format(
+          "tensor names differ (fused layers): matched by position within each group, e.g. /{}/{} as {}",
+          m.loads.front().src->group, m.loads.front().src->name, m.loads.front().t->name);
   }
+  return m;
+}
+
+/// The options a checkpoint's run_config records (options_yaml: "key: value" lines).
+std::map<std::string, std::string> recorded_options(const std::string& run_config) {
+  std::map<std::string, std::string> was;
+  std::istringstream in(run_config);
+  for (std::string line; std::getline(in, line);) {
+    const auto colon = line.find(": ");
+    if (colon == std::string::npos) continue;
+    std::string v = line.substr(colon + 2);
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    was[line.substr(0, colon)] = v;
+  }
+  return was;
+}
+
+/// What a resume cannot continue with (the rest only warns).
+void check_resumable(const InitialState& st, const TrainOptions& o) {
+  if (st.weights_only) return;
+  std::map<std::string, std::string> was = recorded_options(st.state.run_config);
+  // The epoch's batches (and a mid-epoch checkpoint's position among them) depend on it.
+  RN_CHECK(!was.count("drop-last") || was["drop-last"] == fmt::format("{}", o.drop_last),
+           "{}: written with --drop-last {}, resumed with {}: an epoch's batches differ (hint: resume with the "
+           "setting it was written with)",
+           st.path, was["drop-last"], o.drop_last);
+}
+
+}  // namespace
+
+InitialState InitialState::of_checkpoint(io::Checkpoint ck, std::string path, bool weights_only) {
+  InitialState st;
+  st.tensors = std::move(ck.tensors);
+  st.state = std::move(ck.state);
+  st.path = std::move(path);
+  st.weights_only = weights_only;
+  st.checkpoint = true;
+  return st;
+}
+
+InitialState InitialState::of_weights(io::WeightsFile wf, std::string path) {
+  // Of the run state only the model name (for messages) matters with weights only.
+  InitialState st;
+  if (const auto it = wf.attributes.find("model"); it != wf.attributes.end()) st.state.model = it->second;
+  st.tensors = std::move(wf.tensors);
+  st.path = std::move(path);
+  st.weights_only = true;
+  st.checkpoint = false;
+  return st;
+}
+
+void trainer_detail::check_initial_state(const plan::CompiledPlan& cp, const TrainOptions& o, const InitialState& st) {
+  (void)match_state(cp, o, st);
+  check_resumable(st, o);
+}
+
+std::vector<std::string> Trainer::load_checkpoint(const std::string& path, bool weights_only) {
+  return load_state(InitialState::of_checkpoint(io::read_checkpoint(path), path, weights_only));
+}
+
+std::vector<std::string> Trainer::load_state(const InitialState& st) {
+  Impl& I = *m_impl;
+  const TrainOptions& o = I.opt;
+  const io::CheckpointState& s = st.state;
+  const bool weights_only = st.weights_only;
+  const std::string& path = st.path;
+  std::vector<std::string> warnings;
+  auto warn = [&](std::string w) {
+    if (I.comm_rank() == 0) spdlog::warn("{}: {}", path, w);
+    warnings.push_back(std::move(w));
+  };
+  const plan::MemoryPlan& mp = m_plan->plan(Variant::TRAIN_BASE);
+
+  // 1. Every tensor matched before the arena is touched (a failed load changes nothing).
+  const Matched matched = match_state(*m_plan, o, st);
+  const std::vector<Load>& loads = matched.loads;
+  const bool same_optimizer = matched.same_optimizer;
+  const bool ema_from_params = matched.ema_from_params;
+  if (!weights_only && !matched.by_position.empty()) warn(matched.by_position);
+  check_resumable(st, o);
 
   auto upload_tensors = [&] {
     for (const Load& l : loads) {
@@ -398,16 +477,8 @@ std::vector<std::string> Trainer::load_state(const std::vector<io::NamedTensor>&
     warn(fmt::format("written with optimizer '{}', resumed with '{}': the optimizer state starts at zero", s.optimizer,
                      plan::optimizer_name(o.optimizer)));
   if (ema_from_params) warn("the checkpoint has no EMA weights: the EMA starts at the loaded weights");
-  {  // The options the checkpoint's run_config records (options_yaml: "key: value" lines) against this run's.
-    std::map<std::string, std::string> was;
-    std::istringstream in(s.run_config);
-    for (std::string line; std::getline(in, line);) {
-      const auto colon = line.find(": ");
-      if (colon == std::string::npos) continue;
-      std::string v = line.substr(colon + 2);
-      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-      was[line.substr(0, colon)] = v;
-    }
+  {  // The options the checkpoint's run_config records against this run's.
+    std::map<std::string, std::string> was = recorded_options(s.run_config);
     auto differs = [&](const char* key, const std::string& now) { return was.count(key) && was[key] != now; };
     if (differs("epochs", fmt::format("{}", o.epochs)))
       warn(
@@ -433,11 +504,6 @@ std::vector<std::string> Trainer::load_state(const std::vector<io::NamedTensor>&
       warn(fmt::format("written with --onecycle-momentum {}, resumed with {}: the rest of the run follows the new "
                        "momentum",
                        was["onecycle-momentum"], onecycle_momentum_name(o)));
-    // The epoch's batches (and a mid-epoch checkpoint's position among them) depend on it.
-    RN_CHECK(!differs("drop-last", fmt::format("{}", o.drop_last)),
-             "{}: written with --drop-last {}, resumed with {}: an epoch's batches differ (hint: resume with the "
-             "setting it was written with)",
-             path, was["drop-last"], o.drop_last);
     std::error_code ec;
     if (was.count("data") && was["data"] != o.data_path && !std::filesystem::equivalent(was["data"], o.data_path, ec))
       warn(fmt::format("written with --data {}, resumed with --data {}: the rest of the run trains on another dataset",

@@ -107,6 +107,10 @@ inline std::string absolute_path(const std::string& path) {
   return ec ? path : p.lexically_normal().string();
 }
 
+/// Trainer's constructor: `st` matched against the compiled plan as load_state will match it, and what a resume
+/// cannot continue with (another --drop-last); throws the error load_state would throw, before any device work.
+void check_initial_state(const plan::CompiledPlan& cp, const TrainOptions& o, const InitialState& st);
+
 /// The weights file group of a tensor and its name there (EMA copies drop their ".ema" suffix).
 inline bool weights_group(const DTensor& t, std::string* group, std::string* name) {
   const RegionFamily f = region_family(t.region);

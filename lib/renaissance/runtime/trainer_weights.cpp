@@ -33,11 +33,8 @@ void Trainer::load_weights(const io::WeightsFile& wf, const std::string& path) {
   // The tensors are matched as a checkpoint's are (docs/checkpoints.md), by name, with the first conv's channels
   // padded or cut across AMP settings: weights written by an AMP run failed in an FP32 eval (and an FP32 run's in an
   // AMP eval) on the first conv's shape. Not by position: a weights file lists its tensors by name, not plan order.
-  // load_state also refuses --ema for a file without /ema. Of the run state only the model name (for messages)
-  // matters with weights_only.
-  io::CheckpointState s;
-  if (const auto it = wf.attributes.find("model"); it != wf.attributes.end()) s.model = it->second;
-  (void)load_state(wf.tensors, s, path, /*weights_only=*/true, "the weights file", /*in_plan_order=*/false);
+  // load_state also refuses --ema for a file without /ema.
+  (void)load_state(InitialState::of_weights(wf, path));
 }
 
 }  // namespace renaissance::runtime
