@@ -4,6 +4,7 @@
 #include <kernels/cpu/thread_pool.h>
 #include <renaissance/core/error.h>
 
+#include <cmath>
 #include <vector>
 
 namespace renaissance::cpu {
@@ -18,12 +19,13 @@ void accumulate_metrics(const float* logits, const std::int32_t* labels, std::in
     for (std::int64_t i = b0; i < b1; ++i) {
       const float* z = logits + i * classes;
       const std::int32_t t = labels[i];
+      const bool nan_label = std::isnan(z[t]);
       std::int64_t r = 0, best = 0;
       for (std::int64_t k = 0; k < classes; ++k) {
-        r += z[k] > z[t] || (z[k] == z[t] && k < t);
+        r += z[k] > z[t] || (z[k] == z[t] && k < t) || (std::isnan(z[k]) && !nan_label);
         if (z[k] > z[best]) best = k;
       }
-      rank[i] = r;
+      rank[i] = nan_label ? classes : r;  // a NaN logit of the label is never correct
       if (predicted) predicted[i] = static_cast<std::int32_t>(best);
       loss[i] = detail::sample_ce(z, classes, t, label_smoothing);
     }

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads)
     ArgBest best{false, 0.0f, 0};
     for (int k = lane; k < classes; k += 32) {
       const float v = detail::to_float(z[k]);
-      rank += (v > zt || (v == zt && k < t)) ? 1 : 0;
+      rank += (v > zt || (v == zt && k < t) || (isnan(v) && !isnan(zt))) ? 1 : 0;
       if (!isnan(v) && (!best.valid || v > best.v)) best = ArgBest{true, v, k};
     }
     rank = detail::warp_sum(rank);
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads)
     const detail::RowStats r = detail::row_stats(z, classes, lane);
     if (lane == 0) {
       sample_loss[n] = detail::sample_ce(r, zt, classes, smoothing);
-      sample_rank[n] = rank;
+      sample_rank[n] = isnan(zt) ? classes : rank;  // a NaN logit of the label is never correct (the CPU's rule)
       if (predicted != nullptr) predicted[n] = (isnan(detail::to_float(z[0])) || !best.valid) ? 0 : best.k;
     }
   }

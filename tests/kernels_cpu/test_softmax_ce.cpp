@@ -5,6 +5,9 @@
 
 #include "kernel_test_util.h"
 
+#include <cmath>
+#include <limits>
+
 namespace renaissance::cpu::test {
 namespace {
 
@@ -84,6 +87,23 @@ TEST(Metrics, TopKCountsLossAndPredictions) {
   EXPECT_EQ(result[2], 2.0f);
   EXPECT_EQ(result[3], 13.0f);
   EXPECT_EQ(pred, (std::vector<std::int32_t>{0, 5, 1}));
+}
+
+// NaN logits count as wrong: weights with a NaN made every comparison false, so every sample had rank 0 and an
+// evaluation of NaN logits reported top-1 1.0.
+TEST(Metrics, NanLogitsAreNeverCorrect) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Vec z = {nan, nan, nan, nan, nan, nan,  // all NaN, label 0: wrong
+                 nan, 1, 2, 3, 4, 5,            // label 5 is the largest number, but a NaN outranks it: top-5 only
+                 1, 0, nan, 0, 0, 0,            // the label's own logit is NaN: wrong
+                 3, 0, 0, 0, 0, 0};             // no NaN: right
+  const std::vector<std::int32_t> labels = {0, 5, 2, 0};
+  float result[4] = {};
+  accumulate_metrics(z.data(), labels.data(), 4, 6, 0.0f, result, nullptr);
+  EXPECT_TRUE(std::isnan(result[0]));
+  EXPECT_EQ(result[1], 1.0f);
+  EXPECT_EQ(result[2], 2.0f);
+  EXPECT_EQ(result[3], 4.0f);
 }
 
 }  // namespace
