@@ -605,4 +605,44 @@ TEST(CheckpointPortability, AnotherArchitectureFailsNamingTheFirstMismatchingTen
   EXPECT_NE(missing.find("is missing"), std::string::npos) << missing;
 }
 
+// A NaN or an infinity in a file (a diverged run; a damaged file of format 1, which has no checksums) is refused
+// naming the tensor, for a checkpoint and a weights file alike, before a Trainer is started from it; an evaluation
+// of NaN weights reported loss nan and top-1 1.0.
+TEST(CheckpointPortability, NonFiniteValuesAreRefusedNamingTheTensor) {
+  TempDir dir;
+  const std::string data = synthetic(dir);
+  auto o = options(data);
+  o.max_steps = 2;
+  o.validate = false;
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  a.run();
+  const std::string ck = dir.file("ck.h5"), w = dir.file("w.h5");
+  a.save_checkpoint(ck);
+  a.save_weights(w);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    io::Checkpoint c = io::read_checkpoint(ck);
+    for (io::NamedTensor& t : c.tensors)
+      if (t.group == "bn" && t.name == "cbr2.bn.running_var") t.values[5] = bad;
+    const std::string bad_ck = dir.file("bad-ck.h5");
+    io::write_checkpoint(bad_ck, c);
+    const runtime::InitialState st = runtime::InitialState::of_checkpoint(io::read_checkpoint(bad_ck), bad_ck);
+    const std::string msg = message_of([&] { runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o, &st); });
+    EXPECT_NE(msg.find(bad_ck), std::string::npos) << msg;
+    EXPECT_NE(msg.find("/bn/cbr2.bn.running_var"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("element 5"), std::string::npos) << msg;
+    io::WeightsFile wf = io::read_weights(w);
+    for (io::NamedTensor& t : wf.tensors)
+      if (t.group == "params" && t.name == "fc1.w") t.values[0] = bad;
+    const runtime::InitialState sw = runtime::InitialState::of_weights(wf, w);
+    const std::string wmsg = message_of([&] { runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o, &sw); });
+    EXPECT_NE(wmsg.find("/params/fc1.w"), std::string::npos) << wmsg;
+    EXPECT_NE(wmsg.find("non-finite"), std::string::npos) << wmsg;
+  }
+  // The file itself, unchanged, still starts a Trainer, with its weights.
+  const runtime::InitialState good = runtime::InitialState::of_checkpoint(io::read_checkpoint(ck), ck);
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o, &good);
+  EXPECT_EQ(b.steps(), 2);
+  EXPECT_TRUE(bit_equal(b.logits(io::Split::val, 0, 64), a.logits(io::Split::val, 0, 64)));
+}
+
 }  // namespace

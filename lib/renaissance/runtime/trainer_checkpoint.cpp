@@ -337,6 +337,14 @@ Matched match_state(const plan::CompiledPlan& cp, const TrainOptions& o, const I
           "tensor names differ (fused layers): matched by position within each group, e.g. /{}/{} as {}",
           m.loads.front().src->group, m.loads.front().src->name, m.loads.front().t->name);
   }
+  // A NaN or an infinity (a diverged run, a damaged file of format 1 without checksums) would make every result NaN:
+  // an evaluation scored nothing, a resumed run trained nothing.
+  for (const Load& l : m.loads)
+    for (std::size_t i = 0; i < l.src->values.size(); ++i)
+      RN_CHECK_CTX(std::isfinite(l.src->values[i]), path,
+                   "tensor /{}/{} of {} holds a non-finite value ({} at element {}): a diverged run or a damaged "
+                   "file; load an earlier checkpoint",
+                   l.src->group, l.src->name, noun, l.src->values[i], i);
   return m;
 }
 
