@@ -112,17 +112,40 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
                            {{"--save", f.save}, {"--metrics", f.metrics}, {"--loss-log", f.loss_log}});
     if (!f.checkpoint_dir.empty()) {
       require_writable_dir(f.checkpoint_dir, "--checkpoint-dir");
-      // --save onto one of the directory's own checkpoints (the one --resume auto will load, say) would destroy it.
-      if (!f.save.empty()) {
-        std::error_code ec;
-        const fs::path sp = fs::weakly_canonical(f.save, ec), dp = fs::weakly_canonical(f.checkpoint_dir, ec);
+      // An output onto one of the directory's own files (the checkpoint --resume auto will load, say) would destroy
+      // it: --save, --metrics and --loss-log alike.
+      std::error_code ec;
+      const fs::path dp = fs::weakly_canonical(fs::absolute(f.checkpoint_dir, ec), ec);
+      for (const auto& [option, path] : {std::pair<const char*, const std::string&>{"--save", f.save},
+                                         {"--metrics", f.metrics},
+                                         {"--loss-log", f.loss_log}}) {
+        if (path.empty()) continue;
+        const fs::path sp = fs::weakly_canonical(fs::absolute(path, ec), ec);
         const std::string name = sp.filename().string();
-        const bool own = name == io::kLatestCheckpoint || (name.rfind("ckpt-step", 0) == 0 && sp.extension() == ".h5");
-        RN_CHECK_CTX(!(own && sp.parent_path() == dp), f.save,
-                     "--save would overwrite a checkpoint of --checkpoint-dir {} (save the weights elsewhere)",
-                     f.checkpoint_dir);
+        const bool own = name == io::kLatestCheckpoint || name == io::kBestCheckpoint ||
+                         name == io::kCheckpointLock || (name.rfind("ckpt-step", 0) == 0 && sp.extension() == ".h5");
+        RN_CHECK_CTX(!(own && sp.parent_path() == dp), path,
+                     "{} would overwrite {} of --checkpoint-dir {} (write it elsewhere)", option,
+                     name == io::kCheckpointLock ? "the lock file" : "a checkpoint", f.checkpoint_dir);
       }
       out.lock = std::make_unique<io::CheckpointDirLock>(f.checkpoint_dir);
+      // A fresh run (no --resume) would overwrite an earlier run's checkpoints step by step, move latest.h5 back to
+      // its own and prune the rest: the earlier run's work lost without a word.
+      if (f.resume.empty()) {
+        std::string found, newest;  // any of the directory's own files; the newest ckpt-step*.h5
+        for (const fs::directory_entry& e : fs::directory_iterator(f.checkpoint_dir, ec)) {
+          const std::string name = e.path().filename().string();
+          const bool step = name.rfind("ckpt-step", 0) == 0 && e.path().extension() == ".h5";
+          if (step && name > newest) newest = name;
+          if (step || name == io::kLatestCheckpoint || name == io::kBestCheckpoint) found = name;
+        }
+        if (!newest.empty()) found = newest;
+        RN_CHECK_CTX(found.empty(), f.checkpoint_dir,
+                     "--checkpoint-dir holds the checkpoints of an earlier run ({}): a fresh run would overwrite "
+                     "them (hint: --resume auto continues that run; to start afresh, use another directory or remove "
+                     "its checkpoints)",
+                     found);
+      }
     }
   }
   // The dataset, on every rank (each reads its own copy of the path).

@@ -65,6 +65,40 @@ TEST(HardeningOutputs, AnOutputThatIsAnInputIsRefusedBeforeAnyWork) {
   EXPECT_TRUE(read_text(ck) == ck_before && read_text(w) == w_before && read_text(data) == before);
 }
 
+// Found by a hostile-input hunt: --metrics and --loss-log overwrote a checkpoint of --checkpoint-dir (only --save
+// was checked); "m.h5" and "$PWD/m.h5" were not seen to be one file while neither existed; a fresh run into a
+// directory holding an earlier run's checkpoints overwrote them and moved latest.h5 back, without a word.
+TEST(HardeningOutputs, NoOutputOverwritesACheckpointAndSpellingsOfOnePathAreOneFile) {
+  const fs::path d = temp_dir();
+  const fs::path ck = d / "ck";
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --batch 32 ";
+  ASSERT_EQ(run(train + "--max-steps 2 --checkpoint-every 1 --checkpoint-dir " + ck.string()).code, 0);
+  const fs::path step2 = ck / "ckpt-step00000002.h5";
+  ASSERT_TRUE(fs::exists(step2));
+  const std::string step2_before = read_text(step2), latest_target = fs::read_symlink(ck / "latest.h5").string();
+  const std::string resume = "--max-steps 3 --checkpoint-dir " + ck.string() + " --resume auto ";
+  CliResult r = run(train + resume + "--metrics " + step2.string());
+  EXPECT_CLEAN_ERROR(r, "--metrics would overwrite a checkpoint of --checkpoint-dir");
+  r = run(train + resume + "--loss-log " + (ck / "." / "latest.h5").string());
+  EXPECT_CLEAN_ERROR(r, "--loss-log would overwrite a checkpoint of --checkpoint-dir");
+  // A fresh run (no --resume) into that directory.
+  r = run(train + "--max-steps 1 --checkpoint-every 1 --checkpoint-dir " + ck.string());
+  EXPECT_CLEAN_ERROR(r, "--checkpoint-dir holds the checkpoints of an earlier run (ckpt-step00000002.h5)",
+                     "--resume auto");
+  EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << r.out;
+  EXPECT_TRUE(read_text(step2) == step2_before) << "the checkpoint changed";
+  EXPECT_EQ(fs::read_symlink(ck / "latest.h5").string(), latest_target);
+  // Two spellings of one new file, relative and absolute.
+  const std::string in_d = "cd " + d.string() + " && exec " + cli() + " " + train;
+  r = run_shell(in_d + "--max-steps 1 --save m.h5 --loss-log " + (d / "m.h5").string());
+  EXPECT_CLEAN_ERROR(r, "--save and --loss-log name the same file");
+  r = run_shell(in_d + "--max-steps 1 --metrics l.jsonl --loss-log ./l.jsonl");
+  EXPECT_CLEAN_ERROR(r, "--metrics and --loss-log name the same file");
+  EXPECT_FALSE(fs::exists(d / "m.h5") || fs::exists(d / "l.jsonl"));
+  // The directory resumes as before.
+  EXPECT_EQ(run(train + resume).code, 0);
+}
+
 TEST(HardeningOutputs, SaveOntoASymlinkReplacesItsTargetAndADeviceIsNeverReplaced) {
   const fs::path d = temp_dir();
   fs::create_directories(d / "real");

@@ -96,9 +96,11 @@ bool same_file(const std::string& a, const std::string& b) {
   if (a.empty() || b.empty()) return false;
   std::error_code ec;
   if (fs::equivalent(a, b, ec) && !ec) return true;
-  const fs::path ca = fs::weakly_canonical(a, ec);
+  // Absolute first: weakly_canonical leaves a relative path relative when nothing of it exists yet, so "m.h5" and
+  // "$PWD/m.h5" (or "l.jsonl" and "./l.jsonl") compared unequal.
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ec), ec);
   if (ec) return false;
-  const fs::path cb = fs::weakly_canonical(b, ec);
+  const fs::path cb = fs::weakly_canonical(fs::absolute(b, ec), ec);
   return !ec && ca == cb;
 }
 
