@@ -178,6 +178,22 @@ CLI::Validator seed_value() {
       "UINT");
 }
 
+void read_integers_as_decimal(CLI::App& app) {
+  const CLI::Validator decimal(
+      [](std::string& text) -> std::string {
+        const std::size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+        std::size_t end = sign;  // "0010" -> "10", "-007" -> "-7", "00" -> "0"; "0x1f" stays hexadecimal
+        while (end + 1 < text.size() && text[end] == '0' && std::isdigit(static_cast<unsigned char>(text[end + 1])))
+          ++end;
+        text.erase(sign, end - sign);
+        return {};
+      },
+      "");
+  for (CLI::Option* o : app.get_options())
+    if (o->get_type_name() == "INT" || o->get_type_name() == "UINT") o->transform(decimal);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_integers_as_decimal(*sub);
+}
+
 CLI::Option* add_recompute_budget_option(CLI::App& cmd, std::int64_t& bytes) {
   return cmd
       .add_option("--recompute-budget", bytes,

@@ -135,8 +135,7 @@ struct TempDir {
 void run_bench(const BenchCli& c) {
   if (!c.cpu_winograd.empty()) runtime::set_cpu_winograd(c.cpu_winograd == "on");
   RN_CHECK(c.profile_steps >= 1, "--profile-steps must be at least 1, got {}", c.profile_steps);
-  blueprint::BluePrint bp = c.model.load();
-  if (c.model.resolution > 0) bp.in_h = bp.in_w = c.model.resolution;
+  const blueprint::BluePrint bp = c.model.load();  // --resolution applied (zoo models and model files)
   plan::BuildOptions bo;
   const plan::ArchPlan probe = plan::ArchPlan::build(bp, bo);
   runtime::TrainOptions t;
@@ -329,7 +328,13 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--profile-steps", c->profile_steps, "Steps the profile times")->capture_default_str();
   c->gpu.add_to(*cmd);
   add_comm_timeout_option(*cmd, c->comm_timeout);
-  cmd->callback([c] { run_bench(*c); });
+  cmd->callback([c, cmd] {
+    // As train checks it: 0, a negative or a NaN timeout would abort every collective at once, or none.
+    const double s = c->comm_timeout;
+    RN_CHECK(cmd->count("--comm-timeout") == 0 || (std::isfinite(s) && s > 0 && s <= 1e9),
+             "--comm-timeout must be a number of seconds > 0, got {}", s);
+    run_bench(*c);
+  });
 }
 
 }  // namespace renaissance::app

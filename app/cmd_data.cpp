@@ -406,7 +406,9 @@ void register_data_command(CLI::App& app) {
   bd->add_option("--batch", bargs->o.batch, "Images per nvJPEG batch (--device cpu: per loader batch)")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
-  bd->add_option("--images", bargs->o.images, "Images of the train split to use (0: all)")->capture_default_str();
+  bd->add_option("--images", bargs->o.images, "Images of the train split to use (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   bd->add_option("--size", bargs->o.size, "The rendered size (square)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

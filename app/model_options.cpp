@@ -24,7 +24,17 @@ void ModelOptions::add_to(CLI::App& cmd) {
 }
 
 blueprint::BluePrint ModelOptions::load() const {
-  if (!model_file.empty()) return blueprint::load_blueprint_file(model_file);
+  if (!model_file.empty()) {
+    // A model file fixes its classes in its layers (the last layer's outputs, softmax_ce): --classes cannot change
+    // them, and was ignored by train, eval and predict.
+    RN_CHECK_CTX(classes == 0, model_file,
+                 "--classes {}: a model file sets its own classes in its layers; edit the file (--classes is for "
+                 "zoo models, --model)",
+                 classes);
+    blueprint::BluePrint bp = blueprint::load_blueprint_file(model_file);
+    if (resolution > 0) bp.in_h = bp.in_w = resolution;  // a shape that does not fit is an error naming the layer
+    return bp;
+  }
   blueprint::ZooOptions z;
   z.num_classes = classes;
   z.resolution = resolution;  // train/eval/predict build from the blueprint: --resolution must reach it

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -56,7 +58,7 @@ void apply_run_config(CLI::App& cmd, const std::string& path) {
     RN_CHECK_CTX(seen == line_of.end(), where, "option '{}' is set twice (lines {} and {})", key,
                  seen == line_of.end() ? 0 : seen->second, line);
     line_of[key] = line;
-    RN_CHECK_CTX(key != "config", where, "'config' cannot be set from a configuration file");
+    RN_CHECK_CTX(key != "config" && key != "help", where, "'{}' cannot be set from a configuration file", key);
     RN_CHECK_CTX(cmd.get_option_no_throw("--" + key) != nullptr, where, "unknown option '{}' (see `renaissance {} --help`)",
                  key, cmd.get_name());
     entries.emplace_back(key, kv.second);
@@ -82,6 +84,12 @@ void apply_run_config(CLI::App& cmd, const std::string& path) {
     CLI::Option* opt = cmd.get_option_no_throw("--" + key);
     if (opt->count() > 0 || overridden[key]) continue;  // the command line wins
     RN_CHECK_CTX(value.IsScalar(), where, "option '{}' needs a single value", key);
+    if (opt->get_expected_max() == 0) {  // a flag: CLI11 would read -1 as off and 5 as on without a word
+      std::string v = value.Scalar();
+      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      RN_CHECK_CTX(v == "true" || v == "false" || v == "yes" || v == "no" || v == "on" || v == "off", where,
+                   "option '{}' is a flag: true or false, got '{}'", key, value.Scalar());
+    }
     try {
       opt->add_result(value.Scalar());
       opt->run_callback();

@@ -54,3 +54,54 @@ TEST(HardeningConfig, ModelAndModelFileTogetherOrAKeySetTwiceAreErrorsNamingTheL
   EXPECT_EQ(r.out.find("(no validation)"), std::string::npos) << "the command line's --validate last wins:\n" << r.out;
   EXPECT_NE(r.out.find("val_top1"), std::string::npos) << r.out;
 }
+
+// Found by a hostile-input hunt: integers with a leading zero were read as octal (CLI11 converts with base 0:
+// "--epochs 010" trained 8 epochs, "09" was refused), on the command line and in run.yaml; a flag in run.yaml took
+// any number (-1 off, 5 on) and 'help: true' was accepted; --classes was ignored with --model-file by train, eval
+// and predict.
+TEST(HardeningConfig, IntegersAreDecimalFlagsAreBooleansAndModelFilesKeepTheirClasses) {
+  const fs::path d = temp_dir();
+  const std::string train = "train --data " + tiny_data() + " --max-steps 1 --no-validate ";
+  CliResult r = run(train + "--epochs 010 --batch 032");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("10 epochs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("batch 32,"), std::string::npos) << r.out;
+  r = run(train + "--epochs 09 --batch 32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("9 epochs"), std::string::npos) << r.out;
+  write_text(d / "octal.yaml", "epochs: 010\nbatch: 032\n");
+  r = run(train + "--config " + (d / "octal.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("10 epochs"), std::string::npos) << r.out;
+  for (const std::string& bad : {"ema: -1\n", "drop-last: 5\n", "no-flip: maybe\n"}) {
+    write_text(d / "flag.yaml", bad);
+    r = run(train + "--batch 32 --config " + (d / "flag.yaml").string());
+    EXPECT_CLEAN_ERROR(r, "flag.yaml:1", "is a flag: true or false, got");
+  }
+  write_text(d / "flag.yaml", "drop-last: yes\nema: false\n");
+  r = run(train + "--batch 32 --config " + (d / "flag.yaml").string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  write_text(d / "help.yaml", "help: true\n");
+  r = run(train + "--batch 32 --config " + (d / "help.yaml").string());
+  EXPECT_CLEAN_ERROR(r, "help.yaml:1", "'help' cannot be set from a configuration file");
+  // --classes with a model file: refused by every command that builds a model, before any work.
+  const std::string model = " --model-file " + std::string(RENAISSANCE_SOURCE_DIR) + "/models/fmnist_cnn.yaml";
+  for (const std::string& cmd : {train + "--batch 32" + model, "plan" + model, "bench --device cpu --steps 1" + model,
+                                 "eval --data " + tiny_data() + " --weights w.h5" + model}) {
+    r = run(cmd + " --classes 3");
+    EXPECT_CLEAN_ERROR(r, "fmnist_cnn.yaml", "--classes 3: a model file sets its own classes");
+  }
+  // --resolution reaches a model file (it was ignored by train): 32x32 against a 28x28 data set.
+  r = run(train + "--batch 32" + model + " --resolution 32");
+  EXPECT_CLEAN_ERROR(r, "images are 28x28 but model 'fmnist_cnn' expects 32x32");
+}
+
+TEST(HardeningConfig, BenchTimeoutsAndDecodeCountsAreChecked) {
+  for (const std::string& t : {"0", "-1", "nan"}) {
+    const CliResult r = run("bench --device cpu --model fmnist_cnn --batch 8 --steps 1 --comm-timeout " + t);
+    EXPECT_CLEAN_ERROR(r, "--comm-timeout must be a number of seconds > 0");
+  }
+  const CliResult r = run("data bench-decode " + tiny_data() + " --device cpu --images -5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--images"), std::string::npos) << r.out;
+}
