@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 
 namespace renaissance::app {
@@ -81,8 +82,13 @@ void run_predict(const PredictCli& c) {
   RN_CHECK_CTX(c.first < n, c.data, "--first {} is past the end of the {} split ({} samples)", c.first, c.split, n);
   // Without --count: 256 samples from --first, or as many as the split has from there.
   const std::int64_t count = c.count > 0 ? c.count : std::min<std::int64_t>(n - c.first, 256);
-  RN_CHECK_CTX(count <= n - c.first, c.data, "--first {} --count {}: samples [{}, {}) are past the end of the {} split "
-               "({} samples)", c.first, count, c.first, c.first + count, c.split, n);
+  // The range's end as text: --first + --count may pass 2^63 (it printed a negative end).
+  const std::string end = count > std::numeric_limits<std::int64_t>::max() - c.first
+                              ? fmt::format("{} + {}", c.first, count)
+                              : fmt::format("{}", c.first + count);
+  RN_CHECK_CTX(count <= n - c.first, c.data,
+               "--first {} --count {}: samples [{}, {}) are past the end of the {} split ({} samples)", c.first, count,
+               c.first, end, c.split, n);
   runtime::TrainOptions t;
   t.data_path = c.data;
   t.backend = pick_backend(c.device);

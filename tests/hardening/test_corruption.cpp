@@ -9,6 +9,8 @@
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/weights.h>
 
+#include <cstring>
+
 namespace {
 
 using namespace hardening;
@@ -83,6 +85,26 @@ void replace_chunked(const fs::path& p, const std::string& link, hid_t type, con
   H5Dclose(d);
   H5Pclose(dcpl);
   H5Sclose(sp);
+  H5Fclose(f);
+}
+
+/// Replaces a root attribute of a format 1 file (no checksum header) with a 64-bit integer or a string.
+void set_root_attr(const std::string& file, const char* name, long long value, const char* text = nullptr) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << file;
+  if (H5Aexists(f, name) > 0) H5Adelete(f, name);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  hid_t type = H5Tcopy(text ? H5T_C_S1 : H5T_STD_I64LE);
+  if (text) H5Tset_size(type, std::strlen(text) + 1);
+  const hid_t a = H5Acreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(a, 0) << name;
+  if (text)
+    H5Awrite(a, type, text);
+  else
+    H5Awrite(a, H5T_NATIVE_LLONG, &value);
+  H5Aclose(a);
+  H5Tclose(type);
+  H5Sclose(space);
   H5Fclose(f);
 }
 
@@ -225,5 +247,33 @@ TEST(HardeningCorruption, FilesThatCrashHdf5ItselfAreErrorsNotCrashes) {
   for (const std::string& f : {segv, free_}) {
     const CliResult r = run("checkpoint inspect " + f);
     EXPECT_CLEAN_ERROR(r, "INVALID", f);
+  }
+}
+
+// Found by a hostile-input hunt on format 1 files (no checksums, so edits go unnoticed): a seed attribute that is
+// text ended every command with "error: stoull"; a step near 2^63 wrapped to negative steps, negative checkpoint
+// names and a rotation that kept every file.
+TEST(HardeningCorruption, CheckpointAttributesOutOfRangeAreErrorsNamingThem) {
+  const fs::path d = temp_dir();
+  const fs::path corpus = fs::path(RENAISSANCE_SOURCE_DIR) / "tests" / "fuzz" / "corpus";
+  const std::string src = (corpus / "fuzz_checkpoint" / "tiny_adam.h5").string();
+  struct Case {
+    const char* attr;
+    long long value;
+    const char* text;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"seed", 0, "abc", "attribute 'seed' = 'abc' is not a seed"},
+           {"seed", 0, "-1", "attribute 'seed' = '-1' is not a seed"},
+           {"step", 9223372036854775806LL, nullptr, "attribute 'step' = 9223372036854775806 is out of range"},
+           {"batch", 1LL << 40, nullptr, "attribute 'batch' = 1099511627776 is out of range"}}) {
+    const std::string ck = (d / (std::string(c.attr) + ".h5")).string();
+    fs::copy_file(src, ck, fs::copy_options::overwrite_existing);
+    set_root_attr(ck, c.attr, c.value, c.text);
+    const CliResult r = run("checkpoint inspect " + ck);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("stoull"), std::string::npos) << r.out;
   }
 }

@@ -127,7 +127,9 @@ TEST(HardeningPreflight, PredictWithoutCountStopsWhereTheSplitEnds) {
   H5Fclose(f);
   // An explicit --count past the end is refused before the model is built (no start-up line), naming the range.
   for (const auto& [args, range] : std::vector<std::pair<std::string, std::string>>{
-           {" --count 65", "samples [0, 65)"}, {" --first 60 --count 5", "samples [60, 65)"}}) {
+           {" --count 65", "samples [0, 65)"},
+           {" --first 60 --count 5", "samples [60, 65)"},
+           {" --first 60 --count 9223372036854775807", "samples [60, 60 + 9223372036854775807)"}}) {
     const CliResult bad = run("predict --device cpu --data " + tiny_data() + " --weights " + w + args + " --out " + out);
     EXPECT_CLEAN_ERROR(bad, range + " are past the end of the val split (64 samples)");
     EXPECT_EQ(bad.out.find("start-up"), std::string::npos) << "refused before start-up:\n" << bad.out;

@@ -112,6 +112,26 @@ TEST_F(Idx, CountMismatch) {
   EXPECT_THAT(import_error(val.labels), HasSubstr("8 labels for 9 images"));
 }
 
+// A count damaged downwards (9 images and labels written, 7 in both headers): the two files still agree, and the
+// import dropped the last samples without a word.
+TEST_F(Idx, BytesAfterTheCountedItemsAreAnError) {
+  for (const bool gz : {true, false}) {
+    write_set(gz);
+    std::vector<std::uint8_t> images = idx_images_bytes(9, 6, 5, 2), labels = idx_labels_bytes(9, 4, 1);
+    images[7] = 7;  // the big-endian count's low byte
+    labels[7] = 7;
+    write_bytes(val.images, images, gz);
+    write_bytes(val.labels, labels, gz);
+    const std::string out = dir.file("out.h5");
+    const std::string msg = error_of([&] { import_idx(out, train, val, 4); });
+    EXPECT_THAT(msg, HasSubstr(val.images));
+    EXPECT_THAT(msg, HasSubstr("60 more byte(s) after the 7 images the header counts"));
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_THAT(error_of([&] { (void)read_idx_labels(val.labels); }),
+                HasSubstr("2 more byte(s) after the 7 labels the header counts"));
+  }
+}
+
 TEST_F(Idx, ImageSizeMismatch) {
   write_set(true);
   write_bytes(val.images, idx_images_bytes(9, 5, 6, 2), true);

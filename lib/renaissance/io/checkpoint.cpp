@@ -111,14 +111,21 @@ std::string require_string(hid_t obj, const char* name, const std::string& ctx) 
   return attr_text(obj, name, ctx);
 }
 
-std::int64_t require_int(hid_t obj, const char* name, const std::string& ctx, std::int64_t min_value) {
+/// The largest step, epoch or sample count a checkpoint may record (2^50): far past any run, and far enough below
+/// 2^63 that the counts a resumed run adds to it cannot overflow (a step of 2^63 - 2 wrapped to negative steps,
+/// negative checkpoint names and a rotation that kept every file).
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 50;
+
+std::int64_t require_int(hid_t obj, const char* name, const std::string& ctx, std::int64_t min_value,
+                         std::int64_t max_value = kMaxCount) {
   RN_CHECK_CTX(attr_exists(obj, name, ctx), ctx, "attribute '{}' is missing (not a complete checkpoint)", name);
   H5Handle attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), ctx, "open attribute '{}'", name), H5Aclose);
   H5Handle type(H5_CHECK(H5Aget_type(attr), ctx, "attribute '{}' type", name), H5Tclose);
   RN_CHECK_CTX(H5Tget_class(type) == H5T_INTEGER, ctx, "attribute '{}' is not an integer", name);
   long long v = 0;
   H5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &v), ctx, "read attribute '{}'", name);
-  RN_CHECK_CTX(v >= min_value, ctx, "attribute '{}' = {} is out of range (>= {} expected)", name, v, min_value);
+  RN_CHECK_CTX(v >= min_value && v <= max_value, ctx, "attribute '{}' = {} is out of range ({} to {} expected)", name,
+               v, min_value, max_value);
   return v;
 }
 
@@ -337,12 +344,18 @@ Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& ver
   s.epoch = require_int(file, "epoch", path, 0);
   s.position = require_int(file, "position", path, 0);
   s.samples_done = require_int(file, "samples_done", path, 0);
-  s.batch = require_int(file, "batch", path, 1);
-  s.world_size = require_int(file, "world_size", path, 1);
-  s.amp = require_int(file, "amp", path, 0) != 0;
-  const std::int64_t tensor_count = require_int(file, "tensor_count", path, 1);
+  s.batch = require_int(file, "batch", path, 1, std::int64_t{1} << 31);
+  s.world_size = require_int(file, "world_size", path, 1, std::int64_t{1} << 24);
+  s.amp = require_int(file, "amp", path, 0, 1) != 0;
+  const std::int64_t tensor_count = require_int(file, "tensor_count", path, 1, std::int64_t{1} << 24);
   RN_CHECK_CTX(attr_exists(file, "seed", path), path, "attribute 'seed' is missing (not a complete checkpoint)");
-  s.seed = std::stoull(attr_text(file, "seed", path));
+  {
+    // Decimal digits, as write_checkpoint writes it ("error: stoull" for text; "-1" wrapped to 2^64 - 1).
+    const std::string text = attr_text(file, "seed", path);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), s.seed);
+    RN_CHECK_CTX(!text.empty() && ec == std::errc() && end == text.data() + text.size(), path,
+                 "attribute 'seed' = '{}' is not a seed (an integer from 0 to 2^64 - 1)", text);
+  }
   s.optimizer = require_string(file, "optimizer", path);
   s.model = require_string(file, "model", path);
   s.model_yaml = require_string(file, "model_yaml", path);

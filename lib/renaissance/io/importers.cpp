@@ -64,6 +64,20 @@ class IdxStream {
     m_offset += n;
   }
 
+  /// After the last item the header counts: more bytes mean a count damaged downwards (or another file appended),
+  /// and importing would drop samples without a word.
+  void expect_end(const std::string& items) {
+    unsigned char extra[4096];
+    const int r = gzread(m_gz, extra, sizeof extra);
+    if (r > 0) {
+      std::int64_t more = r;
+      for (int k; (k = gzread(m_gz, extra, sizeof extra)) > 0;) more += k;
+      RN_IO_FAIL(m_path, "the header's count is wrong, or the file was damaged; download it again",
+                 "{} more byte(s) after the {} the header counts (from byte offset {}, uncompressed)", more, items,
+                 m_offset);
+    }
+  }
+
   std::uint32_t read_be32(const char* what) {
     unsigned char b[4];
     read_exact(b, 4, what);
@@ -134,6 +148,8 @@ void import_split(DatasetWriter& writer, Split split, const IdxPair& src, const 
     }
     writer.append(split, img.data(), lab.data(), n);
   }
+  images.expect_end(fmt::format("{} images", h.count));
+  labels.expect_end(fmt::format("{} labels", n_labels));
 }
 
 std::string find_source(const std::string& dir, const std::string& stem) {
@@ -164,6 +180,7 @@ IdxImages read_idx_images(const std::string& path) {
   out.cols = h.cols;
   out.pixels.resize(static_cast<size_t>(h.count * h.rows * h.cols));
   s.read_exact(out.pixels.data(), static_cast<std::int64_t>(out.pixels.size()), "the pixels");
+  s.expect_end(fmt::format("{} images", h.count));
   return out;
 }
 
@@ -172,6 +189,7 @@ std::vector<std::int32_t> read_idx_labels(const std::string& path) {
   const std::int64_t n = read_labels_header(s);
   std::vector<std::uint8_t> raw(static_cast<size_t>(n));
   s.read_exact(raw.data(), n, "the labels");
+  s.expect_end(fmt::format("{} labels", n));
   return std::vector<std::int32_t>(raw.begin(), raw.end());
 }
 
