@@ -189,8 +189,11 @@ void read_integers_as_decimal(CLI::App& app) {
         return {};
       },
       "");
-  for (CLI::Option* o : app.get_options())
-    if (o->get_type_name() == "INT" || o->get_type_name() == "UINT") o->transform(decimal);
+  for (CLI::Option* o : app.get_options()) {
+    // CLI11 appends each check's description ("INT:INT in [1 - 65536]", "UINT:UINT"): the type is the first word.
+    const std::string type = o->get_type_name().substr(0, o->get_type_name().find(':'));
+    if (type == "INT" || type == "UINT") o->transform(decimal);
+  }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_integers_as_decimal(*sub);
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -99,8 +100,10 @@ void run_predict(const PredictCli& c) {
   const blueprint::BluePrint bp = c.model.load();
   io::WeightsFile weights = io::read_weights(c.weights);  // verified, and matched before the Trainer's start-up
   if (c.ema) weights.require_ema(c.weights);
-  const runtime::InitialState initial = runtime::InitialState::of_weights(std::move(weights), c.weights);
-  runtime::Trainer trainer(bp, t, &initial);
+  auto initial =
+      std::make_unique<runtime::InitialState>(runtime::InitialState::of_weights(std::move(weights), c.weights));
+  runtime::Trainer trainer(bp, t, initial.get());
+  initial.reset();  // the host copy of the tensors
   const std::vector<float> logits = trainer.logits(split, c.first, count, c.ema);
   const std::int64_t classes = trainer.plan().arch.num_classes;
 
@@ -110,7 +113,8 @@ void run_predict(const PredictCli& c) {
   std::int64_t correct = 0;
   for (std::int64_t i = 0; i < count; ++i) {
     const float* row = logits.data() + i * classes;
-    correct += (std::max_element(row, row + classes) - row) == labels[static_cast<std::size_t>(i)];
+    const std::int32_t y = labels[static_cast<std::size_t>(i)];
+    correct += (std::max_element(row, row + classes) - row) == y && !std::isnan(row[y]);  // NaN: never correct
   }
 
   io::hdf5_init();

@@ -385,16 +385,17 @@ void run_eval(const EvalCli& c) {
   if (!c.checkpoint.empty() && !c.model_given) bp = checkpoint_model(c.checkpoint);
   // Read and verified, then matched against the plan before the Trainer times its engines: a corrupt or wrong file
   // costs no start-up.
-  runtime::InitialState initial;
+  auto initial = std::make_unique<runtime::InitialState>();
   if (c.checkpoint.empty()) {
     io::WeightsFile weights = io::read_weights(c.weights);
     if (c.ema) weights.require_ema(c.weights);
-    initial = runtime::InitialState::of_weights(std::move(weights), c.weights);
+    *initial = runtime::InitialState::of_weights(std::move(weights), c.weights);
   } else {
-    initial = runtime::InitialState::of_checkpoint(io::read_checkpoint(c.checkpoint), c.checkpoint,
-                                                   /*weights_only=*/true);
+    *initial = runtime::InitialState::of_checkpoint(io::read_checkpoint(c.checkpoint), c.checkpoint,
+                                                    /*weights_only=*/true);
   }
-  runtime::Trainer trainer(bp, t, &initial);
+  runtime::Trainer trainer(bp, t, initial.get());
+  initial.reset();  // the host copy of the tensors (a checkpoint's optimizer moments too), not needed from here
   const std::string& source = c.checkpoint.empty() ? c.weights : c.checkpoint;
   const runtime::EpochMetrics m = trainer.evaluate(c.ema);
   const bool tta = c.tta == "flip";

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <functional>
+#include <vector>
 
 namespace renaissance::app {
 
@@ -25,14 +27,24 @@ void ModelOptions::add_to(CLI::App& cmd) {
 
 blueprint::BluePrint ModelOptions::load() const {
   if (!model_file.empty()) {
-    // A model file fixes its classes in its layers (the last layer's outputs, softmax_ce): --classes cannot change
-    // them, and was ignored by train, eval and predict.
-    RN_CHECK_CTX(classes == 0, model_file,
-                 "--classes {}: a model file sets its own classes in its layers; edit the file (--classes is for "
-                 "zoo models, --model)",
-                 classes);
     blueprint::BluePrint bp = blueprint::load_blueprint_file(model_file);
     if (resolution > 0) bp.in_h = bp.in_w = resolution;  // a shape that does not fit is an error naming the layer
+    if (classes > 0) {
+      // As `plan` applies it: the loss of a file without one; a file's own softmax_ce must agree (its last layer is
+      // built for its classes). train, eval and predict ignored --classes here.
+      std::vector<std::int64_t> found;
+      std::function<void(const blueprint::Layer&)> walk = [&](const blueprint::Layer& l) {
+        if (l.kind == blueprint::NodeKind::SoftmaxCE) found.push_back(l.count);
+        for (const blueprint::Layer& c : l.children) walk(c);
+      };
+      walk(bp.root);
+      for (const std::int64_t k : found)
+        RN_CHECK_CTX(k == classes, model_file,
+                     "--classes {}: the model file's softmax_ce has {} classes (its last layer is built for them); "
+                     "leave --classes out or edit the file",
+                     classes, k);
+      if (found.empty()) bp.root = blueprint::seq(bp.root, blueprint::softmax_ce(classes));
+    }
     return bp;
   }
   blueprint::ZooOptions z;

@@ -129,22 +129,35 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
                      name == io::kCheckpointLock ? "the lock file" : "a checkpoint", f.checkpoint_dir);
       }
       out.lock = std::make_unique<io::CheckpointDirLock>(f.checkpoint_dir);
-      // A fresh run (no --resume) would overwrite an earlier run's checkpoints step by step, move latest.h5 back to
-      // its own and prune the rest: the earlier run's work lost without a word.
-      if (f.resume.empty()) {
+      // A fresh run (no --resume), or one resumed from a file of another directory, would overwrite the directory's
+      // checkpoints step by step, move latest.h5 back to its own and prune the rest: that run's work lost without a
+      // word. --resume auto, or a file of the directory itself, continues the directory's own run.
+      const bool own_resume =
+          f.resume == "auto" ||
+          (!f.resume.empty() && fs::weakly_canonical(fs::absolute(f.resume, ec), ec).parent_path() == dp);
+      if (!own_resume) {
         std::string found, newest;  // any of the directory's own files; the newest ckpt-step*.h5
-        for (const fs::directory_entry& e : fs::directory_iterator(f.checkpoint_dir, ec)) {
-          const std::string name = e.path().filename().string();
-          const bool step = name.rfind("ckpt-step", 0) == 0 && e.path().extension() == ".h5";
+        fs::directory_iterator it(f.checkpoint_dir, ec);
+        for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+          const std::string name = it->path().filename().string();
+          const bool step = name.rfind("ckpt-step", 0) == 0 && it->path().extension() == ".h5";
           if (step && name > newest) newest = name;
           if (step || name == io::kLatestCheckpoint || name == io::kBestCheckpoint) found = name;
         }
+        RN_CHECK_CTX(!ec, f.checkpoint_dir, "--checkpoint-dir: cannot list the directory: {}", ec.message());
         if (!newest.empty()) found = newest;
-        RN_CHECK_CTX(found.empty(), f.checkpoint_dir,
-                     "--checkpoint-dir holds the checkpoints of an earlier run ({}): a fresh run would overwrite "
-                     "them (hint: --resume auto continues that run; to start afresh, use another directory or remove "
-                     "its checkpoints)",
-                     found);
+        if (f.resume.empty())
+          RN_CHECK_CTX(found.empty(), f.checkpoint_dir,
+                       "--checkpoint-dir holds the checkpoints of an earlier run ({}): a fresh run would overwrite "
+                       "them (hint: --resume auto continues that run; to start afresh, use another directory or "
+                       "remove its checkpoints)",
+                       found);
+        else
+          RN_CHECK_CTX(found.empty(), f.checkpoint_dir,
+                       "--checkpoint-dir holds the checkpoints of another run ({}), and --resume {} is not one of "
+                       "them: the resumed run would overwrite them (hint: resume into a new or empty "
+                       "--checkpoint-dir, or --resume auto to continue the directory's own run)",
+                       found, f.resume);
       }
     }
   }

@@ -87,8 +87,10 @@ void apply_run_config(CLI::App& cmd, const std::string& path) {
     if (opt->get_expected_max() == 0) {  // a flag: CLI11 would read -1 as off and 5 as on without a word
       std::string v = value.Scalar();
       std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      RN_CHECK_CTX(v == "true" || v == "false" || v == "yes" || v == "no" || v == "on" || v == "off", where,
-                   "option '{}' is a flag: true or false, got '{}'", key, value.Scalar());
+      // YAML's booleans, as yaml-cpp reads them.
+      RN_CHECK_CTX(v == "true" || v == "false" || v == "yes" || v == "no" || v == "on" || v == "off" || v == "y" ||
+                       v == "n",
+                   where, "option '{}' is a flag: true or false (yes/no, on/off), got '{}'", key, value.Scalar());
     }
     try {
       opt->add_result(value.Scalar());

@@ -4,6 +4,7 @@
 #include <kernels/cpu/thread_pool.h>
 #include <renaissance/core/error.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -25,7 +26,7 @@ void accumulate_metrics(const float* logits, const std::int32_t* labels, std::in
         r += z[k] > z[t] || (z[k] == z[t] && k < t) || (std::isnan(z[k]) && !nan_label);
         if (z[k] > z[best]) best = k;
       }
-      rank[i] = nan_label ? classes : r;  // a NaN logit of the label is never correct
+      rank[i] = nan_label ? std::max<std::int64_t>(classes, 5) : r;  // a NaN label logit: not even in the top 5
       if (predicted) predicted[i] = static_cast<std::int32_t>(best);
       loss[i] = detail::sample_ce(z, classes, t, label_smoothing);
     }

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads)
     const detail::RowStats r = detail::row_stats(z, classes, lane);
     if (lane == 0) {
       sample_loss[n] = detail::sample_ce(r, zt, classes, smoothing);
-      sample_rank[n] = isnan(zt) ? classes : rank;  // a NaN logit of the label is never correct (the CPU's rule)
+      sample_rank[n] = isnan(zt) ? max(classes, 5) : rank;  // a NaN label logit: not in the top 5 (the CPU's rule)
       if (predicted != nullptr) predicted[n] = (isnan(detail::to_float(z[0])) || !best.valid) ? 0 : best.k;
     }
   }

@@ -22,8 +22,8 @@ struct LossCase {
 
 std::vector<LossCase> loss_cases() {
   return {{37, 10, DType::F32}, {37, 10, DType::F16}, {5, 1000, DType::F32}, {5, 1000, DType::F16},
-          {1, 1, DType::F32},   {70, 33, DType::F16}, {600, 10, DType::F16}};  // more samples than the metrics total's
-                                                                               // 256-sample chunks
+          {1, 1, DType::F32},   {70, 33, DType::F16}, {40, 3, DType::F32},
+          {600, 10, DType::F16}};  // more samples than the metrics total's 256-sample chunks
 }
 
 std::int64_t stride_for(std::int64_t k, DType t) { return t == DType::F16 ? align_up(k, 8) : k; }

@@ -69,6 +69,13 @@ TEST(HardeningConfig, IntegersAreDecimalFlagsAreBooleansAndModelFilesKeepTheirCl
   r = run(train + "--epochs 09 --batch 32");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("9 epochs"), std::string::npos) << r.out;
+  // Options with a range check too (CLI11 names their type "INT:INT in [...]"), the seed among them.
+  r = run("data synthetic --out " + (d / "s.h5").string() + " --train 010 --val 010 --shape 28,28,1 --classes 010");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("train 10, val 10 samples of 28x28x1, 10 classes"), std::string::npos) << r.out;
+  ASSERT_EQ(run(train + "--batch 32 --seed 010 --checkpoint-dir " + (d / "ck").string()).code, 0);
+  r = run("checkpoint inspect " + (d / "ck" / "latest.h5").string());
+  EXPECT_NE(r.out.find("seed          10\n"), std::string::npos) << r.out;
   write_text(d / "octal.yaml", "epochs: 010\nbatch: 032\n");
   r = run(train + "--config " + (d / "octal.yaml").string());
   ASSERT_EQ(r.code, 0) << r.out;
@@ -76,21 +83,30 @@ TEST(HardeningConfig, IntegersAreDecimalFlagsAreBooleansAndModelFilesKeepTheirCl
   for (const std::string& bad : {"ema: -1\n", "drop-last: 5\n", "no-flip: maybe\n"}) {
     write_text(d / "flag.yaml", bad);
     r = run(train + "--batch 32 --config " + (d / "flag.yaml").string());
-    EXPECT_CLEAN_ERROR(r, "flag.yaml:1", "is a flag: true or false, got");
+    EXPECT_CLEAN_ERROR(r, "flag.yaml:1", "is a flag: true or false (yes/no, on/off), got");
   }
-  write_text(d / "flag.yaml", "drop-last: yes\nema: false\n");
+  write_text(d / "flag.yaml", "drop-last: yes\nema: n\n");
   r = run(train + "--batch 32 --config " + (d / "flag.yaml").string());
   EXPECT_EQ(r.code, 0) << r.out;
   write_text(d / "help.yaml", "help: true\n");
   r = run(train + "--batch 32 --config " + (d / "help.yaml").string());
   EXPECT_CLEAN_ERROR(r, "help.yaml:1", "'help' cannot be set from a configuration file");
-  // --classes with a model file: refused by every command that builds a model, before any work.
+  // --classes with a model file whose softmax_ce has other classes: refused by every command that builds a model,
+  // before any work (train, eval and predict ignored it; plan failed on a shape).
   const std::string model = " --model-file " + std::string(RENAISSANCE_SOURCE_DIR) + "/models/fmnist_cnn.yaml";
   for (const std::string& cmd : {train + "--batch 32" + model, "plan" + model, "bench --device cpu --steps 1" + model,
                                  "eval --data " + tiny_data() + " --weights w.h5" + model}) {
     r = run(cmd + " --classes 3");
-    EXPECT_CLEAN_ERROR(r, "fmnist_cnn.yaml", "--classes 3: a model file sets its own classes");
+    EXPECT_CLEAN_ERROR(r, "fmnist_cnn.yaml", "--classes 3: the model file's softmax_ce has 10 classes");
   }
+  // A model file without a loss gets it from --classes, in train as in plan.
+  write_text(d / "noloss.yaml", "name: noloss\ninput: [28, 28, 1]\nlayers:\n  - cbr: {out: 4, k: 3, pad: 1}\n"
+                                "  - gap\n  - fc: {out: 10}\n");
+  r = run(train + "--batch 32 --model-file " + (d / "noloss.yaml").string());
+  EXPECT_CLEAN_ERROR(r, "no number of classes was given");
+  r = run(train + "--batch 32 --model-file " + (d / "noloss.yaml").string() + " --classes 10");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(run("plan --model-file " + (d / "noloss.yaml").string() + " --classes 10").code, 0);
   // --resolution reaches a model file (it was ignored by train): 32x32 against a 28x28 data set.
   r = run(train + "--batch 32" + model + " --resolution 32");
   EXPECT_CLEAN_ERROR(r, "images are 28x28 but model 'fmnist_cnn' expects 32x32");

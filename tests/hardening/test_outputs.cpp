@@ -87,7 +87,16 @@ TEST(HardeningOutputs, NoOutputOverwritesACheckpointAndSpellingsOfOnePathAreOneF
                      "--resume auto");
   EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << r.out;
   EXPECT_TRUE(read_text(step2) == step2_before) << "the checkpoint changed";
+  // A run resumed from another directory's checkpoint into this one would overwrite them too; one of the
+  // directory's own files (an earlier step: a roll-back) continues its run.
+  ASSERT_EQ(run(train + "--max-steps 1 --checkpoint-dir " + (d / "other").string()).code, 0);
+  r = run(train + "--max-steps 3 --checkpoint-dir " + ck.string() + " --resume " + (d / "other" / "latest.h5").string());
+  EXPECT_CLEAN_ERROR(r, "--checkpoint-dir holds the checkpoints of another run (ckpt-step00000002.h5), and --resume");
+  EXPECT_TRUE(read_text(step2) == step2_before) << "the checkpoint changed";
   EXPECT_EQ(fs::read_symlink(ck / "latest.h5").string(), latest_target);
+  const CliResult back = run(train + "--max-steps 2 --checkpoint-dir " + ck.string() + " --resume " +
+                             (ck / "ckpt-step00000001.h5").string());
+  EXPECT_EQ(back.code, 0) << back.out;
   // Two spellings of one new file, relative and absolute.
   const std::string in_d = "cd " + d.string() + " && exec " + cli() + " " + train;
   r = run_shell(in_d + "--max-steps 1 --save m.h5 --loss-log " + (d / "m.h5").string());

@@ -104,6 +104,13 @@ TEST(Metrics, NanLogitsAreNeverCorrect) {
   EXPECT_EQ(result[1], 1.0f);
   EXPECT_EQ(result[2], 2.0f);
   EXPECT_EQ(result[3], 4.0f);
+  // With 5 classes or fewer every rank is in the top 5: a NaN label logit still is not.
+  const Vec few = {nan, 1, 2, 0, 1, 2};
+  const std::vector<std::int32_t> first = {0, 2};
+  float r3[4] = {};
+  accumulate_metrics(few.data(), first.data(), 2, 3, 0.0f, r3, nullptr);
+  EXPECT_EQ(r3[1], 1.0f);
+  EXPECT_EQ(r3[2], 1.0f);
 }
 
 }  // namespace

@@ -605,9 +605,10 @@ TEST(CheckpointPortability, AnotherArchitectureFailsNamingTheFirstMismatchingTen
   EXPECT_NE(missing.find("is missing"), std::string::npos) << missing;
 }
 
-// A NaN or an infinity in a file (a diverged run; a damaged file of format 1, which has no checksums) is refused
-// naming the tensor, for a checkpoint and a weights file alike, before a Trainer is started from it; an evaluation
-// of NaN weights reported loss nan and top-1 1.0.
+// A NaN or an infinity in a file (a diverged run; a damaged file of format 1, which has no checksums) makes the file
+// invalid, naming the tensor and element, for a checkpoint and a weights file alike, so `--resume auto` falls back
+// to the newest checkpoint without one; a state built by hand is refused by the Trainer before its start-up. An
+// evaluation of NaN weights reported loss nan and top-1 1.0.
 TEST(CheckpointPortability, NonFiniteValuesAreRefusedNamingTheTensor) {
   TempDir dir;
   const std::string data = synthetic(dir);
@@ -616,31 +617,41 @@ TEST(CheckpointPortability, NonFiniteValuesAreRefusedNamingTheTensor) {
   o.validate = false;
   runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
   a.run();
-  const std::string ck = dir.file("ck.h5"), w = dir.file("w.h5");
-  a.save_checkpoint(ck);
+  const std::string ckdir = dir.file("ck"), w = dir.file("w.h5");
+  a.save_checkpoint(dir.file("first.h5"));
+  const std::string good = io::save_checkpoint_in_dir(ckdir, io::read_checkpoint(dir.file("first.h5")), 5);
   a.save_weights(w);
   for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    io::Checkpoint c = io::read_checkpoint(ck);
+    io::Checkpoint c = io::read_checkpoint(good);
+    c.state.step = 3;
     for (io::NamedTensor& t : c.tensors)
       if (t.group == "bn" && t.name == "cbr2.bn.running_var") t.values[5] = bad;
-    const std::string bad_ck = dir.file("bad-ck.h5");
-    io::write_checkpoint(bad_ck, c);
-    const runtime::InitialState st = runtime::InitialState::of_checkpoint(io::read_checkpoint(bad_ck), bad_ck);
-    const std::string msg = message_of([&] { runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o, &st); });
-    EXPECT_NE(msg.find(bad_ck), std::string::npos) << msg;
+    const std::string newest = io::save_checkpoint_in_dir(ckdir, c, 5);  // latest.h5 points at it
+    const std::string msg = message_of([&] { (void)io::read_checkpoint(newest); });
+    EXPECT_NE(msg.find(newest), std::string::npos) << msg;
     EXPECT_NE(msg.find("/bn/cbr2.bn.running_var"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("non-finite value"), std::string::npos) << msg;
     EXPECT_NE(msg.find("element 5"), std::string::npos) << msg;
+    EXPECT_EQ(io::find_latest_checkpoint(ckdir), good);  // --resume auto falls back past it
     io::WeightsFile wf = io::read_weights(w);
     for (io::NamedTensor& t : wf.tensors)
       if (t.group == "params" && t.name == "fc1.w") t.values[0] = bad;
-    const runtime::InitialState sw = runtime::InitialState::of_weights(wf, w);
-    const std::string wmsg = message_of([&] { runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o, &sw); });
+    const std::string bad_w = dir.file("bad-w.h5");
+    io::WeightsMeta meta;
+    meta.strings["model"] = "fmnist_cnn";
+    io::write_weights(bad_w, wf.tensors, meta);
+    const std::string wmsg = message_of([&] { (void)io::read_weights(bad_w); });
     EXPECT_NE(wmsg.find("/params/fc1.w"), std::string::npos) << wmsg;
-    EXPECT_NE(wmsg.find("non-finite"), std::string::npos) << wmsg;
+    EXPECT_NE(wmsg.find("non-finite value"), std::string::npos) << wmsg;
+    // A state built by hand: the Trainer refuses it before its start-up.
+    const runtime::InitialState sw = runtime::InitialState::of_weights(wf, bad_w);
+    const std::string tmsg = message_of([&] { runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o, &sw); });
+    EXPECT_NE(tmsg.find("/params/fc1.w"), std::string::npos) << tmsg;
+    EXPECT_NE(tmsg.find("non-finite"), std::string::npos) << tmsg;
   }
-  // The file itself, unchanged, still starts a Trainer, with its weights.
-  const runtime::InitialState good = runtime::InitialState::of_checkpoint(io::read_checkpoint(ck), ck);
-  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o, &good);
+  // The good file starts a Trainer, with its weights.
+  const runtime::InitialState st = runtime::InitialState::of_checkpoint(io::read_checkpoint(good), good);
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o, &st);
   EXPECT_EQ(b.steps(), 2);
   EXPECT_TRUE(bit_equal(b.logits(io::Split::val, 0, 64), a.logits(io::Split::val, 0, 64)));
 }

@@ -161,6 +161,7 @@ std::vector<float> read_dataset(hid_t parent, const std::string& name, const std
   if (n > 0)
     H5_CHECK(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), ctx,
              "read (checksum mismatch or truncated file?)");
+  require_finite(values, ctx);
   if (dims_out) *dims_out = dims;
   return values;
 }

@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -587,6 +588,13 @@ std::string run_contained(const std::string& path, const std::function<std::stri
 
 std::string temporary_name(const std::string& path) {
   return fmt::format("{}.tmp-{}-{}", path, host_name(), static_cast<long>(::getpid()));
+}
+
+void require_finite(const std::vector<float>& values, const std::string& ctx) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i]))
+      RN_FAIL_CTX(ctx, "holds a non-finite value ({} at element {}): written by a diverged run, or damaged", values[i],
+                  i);
 }
 
 bool is_stale_temporary(const std::string& filename) {

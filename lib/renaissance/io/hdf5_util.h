@@ -85,6 +85,11 @@ void write_string_array_attr(hid_t obj, const std::string& name, const std::vect
 /// Any attribute as text: strings (fixed or variable length), integers, floats; 1-D arrays as "[a, b]" (strings
 /// quoted in arrays). For inspection and for attributes that changed type between versions.
 std::string read_attr_text(hid_t obj, const std::string& name, const std::string& ctx);
+
+/// Every value finite (checkpoint and weights tensors as read): a NaN or an infinity, written by a diverged run or
+/// left by damage to a format 1 file (no checksums), would make every result NaN. Throws Error at `ctx` naming the
+/// first such value and its element.
+void require_finite(const std::vector<float>& values, const std::string& ctx);
 /// The memory layout of a tensor stored as [N, H, W, C]: "[C]" for a vector (1x1x1xC: BN parameters and statistics,
 /// biases), else "OHWI" (convolution weights; FC weights as [out, 1, 1, in]).
 const char* tensor_layout(std::int64_t n, std::int64_t h, std::int64_t w);

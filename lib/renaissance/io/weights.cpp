@@ -161,6 +161,7 @@ WeightsFile read_weights_from(const std::string& path, const VerifiedFile& verif
       t.values.resize(static_cast<std::size_t>(t.shape.elems()));
       H5_CHECK(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.values.data()), ctx,
                "read (checksum mismatch or truncated file?)");
+      require_finite(t.values, ctx);
       out.tensors.push_back(std::move(t));
     }
   }

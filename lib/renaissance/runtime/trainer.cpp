@@ -555,7 +555,8 @@ Trainer::TtaResult Trainer::evaluate_flip_tta(bool ema) {
     for (const double v : z) sum += std::exp(v - top);
     const std::int32_t y = labels[static_cast<std::size_t>(i)];
     r.loss += top + std::log(sum) - z[static_cast<std::size_t>(y)];
-    r.top1 += best == y ? 1.0 : 0.0;
+    // A NaN logit of the label (all NaN: best stays 0) is never correct, as the step's metrics count.
+    r.top1 += best == y && !std::isnan(z[static_cast<std::size_t>(y)]) ? 1.0 : 0.0;
   }
   r.top1 /= static_cast<double>(n);
   r.loss /= static_cast<double>(n);
