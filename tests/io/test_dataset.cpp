@@ -212,6 +212,33 @@ TEST(DatasetWriter, AStaleTemporaryOfAKilledWriterIsRemovedALiveOnesIsKept) {
   EXPECT_TRUE(fs::exists(path));
 }
 
+// Found by a hostile-input hunt: blank (constant) images were written with a std of 0, which every reader refuses,
+// and the rename replaced the file already at `path` with it.
+TEST(DatasetWriter, ConstantImagesAreAnErrorAndTheFileAtThePathStays) {
+  TempDir dir;
+  const std::string path = dir.file("out.h5");
+  std::ofstream(path) << "an earlier import";
+  {
+    DatasetWriter w(path, 2, 2, 1, 3);
+    const std::uint8_t img[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+    const std::int32_t lab[2] = {0, 2};
+    w.append(Split::train, img, lab, 2);
+    std::string msg;
+    try {
+      w.finish();
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("channel 0 has a standard deviation of 0 (every pixel 7)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  }
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.h5"});
+  std::ifstream in(path);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "an earlier import");
+}
+
 TEST(DatasetWriter, RejectsBadLabelsAndEmptyTrain) {
   TempDir dir;
   const std::string path = dir.file("out.h5");

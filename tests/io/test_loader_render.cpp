@@ -234,6 +234,26 @@ TEST(AugmentGeometry, RandomResizedCropFallsBackToTheCentreCropOfTorchvision) {
   EXPECT_EQ(g.virt_h, 8);
 }
 
+// Found by a hostile-input hunt: a 60000x1 image at --val-resize 65535 is 3.9e9 pixels wide; the int32 geometry
+// wrapped, and the error said "resize to -362867296x65535" without the sample.
+TEST(AugmentGeometry, AResizePast2To31PixelsIsAnErrorNamingTheSample) {
+  AugmentSpec s;
+  s.out_h = s.out_w = 28;
+  s.crop = CropMode::center;
+  s.resize_short = 65535;
+  std::string msg;
+  try {
+    (void)sample_geometry(s, 1, 0, 17, 1, 60000);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("sample 17: a 60000x1 image resized to a short side of 65535 would be 3932100000x65535"),
+            std::string::npos)
+      << msg;
+  s.resize_short = 256;  // 15,360,000 wide: fits
+  EXPECT_EQ(sample_geometry(s, 1, 0, 17, 1, 60000).virt_w, 15360000);
+}
+
 TEST(AugmentGeometry, BoxesLieInsideAndDependOnlyOnTheKey) {
   AugmentSpec s;
   s.out_h = s.out_w = 32;

@@ -649,6 +649,19 @@ TEST(CheckpointPortability, NonFiniteValuesAreRefusedNamingTheTensor) {
     EXPECT_NE(tmsg.find("/params/fc1.w"), std::string::npos) << tmsg;
     EXPECT_NE(tmsg.find("non-finite"), std::string::npos) << tmsg;
   }
+  // A negative running variance (NaN after the BN, zeros after its ReLU: a plausible-looking, meaningless score).
+  {
+    io::WeightsFile wf = io::read_weights(w);
+    for (io::NamedTensor& t : wf.tensors)
+      if (t.group == "bn" && t.name == "cbr1.bn.running_var") t.values[2] = -0.5f;
+    io::WeightsMeta meta;
+    meta.strings["model"] = "fmnist_cnn";
+    const std::string neg = dir.file("neg-var.h5");
+    io::write_weights(neg, wf.tensors, meta);
+    const std::string msg = message_of([&] { (void)io::read_weights(neg); });
+    EXPECT_NE(msg.find("/bn/cbr1.bn.running_var"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("a running variance of -0.5 at element 2"), std::string::npos) << msg;
+  }
   // The good file starts a Trainer, with its weights.
   const runtime::InitialState st = runtime::InitialState::of_checkpoint(io::read_checkpoint(good), good);
   runtime::Trainer b(bp::zoo_model("fmnist_cnn"), o, &st);

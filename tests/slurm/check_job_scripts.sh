@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The conventions every job script keeps (issue 17), checked without Slurm: bash syntax; `#SBATCH --open-mode=append`
 # (a requeued job's log keeps the lines before the preemption); the thread counts exported from the job's cores per
-# task (RENAISSANCE_CPU_THREADS, OMP_NUM_THREADS, SRUN_CPUS_PER_TASK); every srun passes them on with -c; MODEL_FILE
+# task (RENAISSANCE_CPU_THREADS, OMP_NUM_THREADS, SRUN_CPUS_PER_TASK); every srun passes them on with -c; BATCH is
+# checked before any srun (exit 2); MODEL_FILE
 # (--model-file) is honoured where MODEL is; the first line says the restart count (jobs/README.md). The Slurm tests
 # run train-cpu.sbatch and train-multinode.sbatch for real; this covers every script, the GPU ones included.
 #   tests/slurm/check_job_scripts.sh JOBS_DIR        exit 0: all keep them; 1: each miss is named
@@ -25,6 +26,13 @@ for f in "$dir"/*.sbatch; do
       miss "$name" "--model \"\${MODEL}\" outside MODEL_ARGS (it would exclude --model-file)"
   fi
   grep -qE '^echo "job .*restart \$\{SLURM_RESTART_COUNT:-0\}' "$f" || miss "$name" "its first line has no restart count"
+  # BATCH not a decimal integer: refused with exit 2 before any srun (bash arithmetic made it exit 0 untrained).
+  for bad in 08 1.5 abc 0; do
+    out=$(env -i PATH=/usr/bin:/bin BATCH=$bad bash "$f" 2>&1)
+    rc=$?
+    ((rc == 2)) && [[ $out == *"BATCH must be a positive integer (per rank), got '$bad'"* ]] ||
+      miss "$name" "BATCH=$bad: exit $rc, not 2 with the message: $out"
+  done
   sruns=$(grep -cE '^[[:space:]]*srun[[:space:]]' "$f")
   ((sruns > 0)) || miss "$name" "no srun"
   while IFS= read -r line; do

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace renaissance::io {
 
@@ -61,6 +62,12 @@ SampleGeometry sample_geometry(const AugmentSpec& a, std::uint64_t seed, std::in
         a.resize_short > 0 ? a.resize_short
                            : round_even(static_cast<double>(std::max(a.out_h, a.out_w)) / 0.875);
     const ResizeCrop rc = resize_short_center_crop(src_h, src_w, short_side, a.out_h, a.out_w);
+    // A very elongated image at a large short side passes 2^31 pixels on its long side (it wrapped to a negative size).
+    RN_CHECK(rc.resized_h <= std::numeric_limits<std::int32_t>::max() &&
+                 rc.resized_w <= std::numeric_limits<std::int32_t>::max(),
+             "sample {}: a {}x{} image resized to a short side of {} would be {}x{} pixels, past 2^31 on a side (a "
+             "smaller --val-resize, or crop the image)",
+             sample, src_w, src_h, short_side, rc.resized_w, rc.resized_h);
     g.virt_h = static_cast<std::int32_t>(rc.resized_h);
     g.virt_w = static_cast<std::int32_t>(rc.resized_w);
     g.top = static_cast<std::int32_t>(rc.top);

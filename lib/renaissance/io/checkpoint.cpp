@@ -394,6 +394,7 @@ Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& ver
       t.group = group;
       t.name = name;
       t.values = read_dataset(g, name, ctx, &dims);
+      require_valid_statistics(name, t.values, ctx);
       RN_CHECK_CTX(dims.size() == 4, ctx, "tensor must have rank 4 (n, h, w, c), has {}", dims.size());
       t.shape = Shape{static_cast<std::int64_t>(dims[0]), static_cast<std::int64_t>(dims[1]),
                       static_cast<std::int64_t>(dims[2]), static_cast<std::int64_t>(dims[3])};

@@ -639,6 +639,13 @@ void DatasetWriter::finish() {
     const long double var = std::max<long double>(m.sumsq[ch] / n - mu * mu, 0.0L);
     mean[ch] = static_cast<float>(mu / 255.0L);
     stddev[ch] = static_cast<float>(std::sqrt(var) / 255.0L);
+    // The reader refuses a std of 0 (nothing to normalise by): checked here, before the file replaces `path`, which
+    // a blank import used to destroy, leaving a file that no command opens.
+    if (!(stddev[ch] > 0.0f))
+      RN_IO_FAIL(ctx, "every train image has the same value in this channel (blank or constant images?)",
+                 "the train images' channel {} has a standard deviation of 0 (every pixel {}): it cannot be "
+                 "normalised; nothing was written",
+                 ch, static_cast<int>(std::lround(static_cast<double>(mu))));
   }
   write_string_attr(m.file, "format", kDatasetFormat, ctx);
   write_int_attr(m.file, "version", kDatasetVersion, ctx);

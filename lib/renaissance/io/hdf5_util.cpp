@@ -597,6 +597,15 @@ void require_finite(const std::vector<float>& values, const std::string& ctx) {
                   i);
 }
 
+void require_valid_statistics(const std::string& name, const std::vector<float>& values, const std::string& ctx) {
+  const std::string suffix = ".running_var";
+  if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return;
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (values[i] < 0.0f)
+      RN_FAIL_CTX(ctx, "a running variance of {} at element {}: a variance is never negative (a damaged file)",
+                  values[i], i);
+}
+
 bool is_stale_temporary(const std::string& filename) {
   const auto at = filename.rfind(".tmp-");
   if (at == std::string::npos) return false;

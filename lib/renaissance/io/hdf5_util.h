@@ -90,6 +90,9 @@ std::string read_attr_text(hid_t obj, const std::string& name, const std::string
 /// left by damage to a format 1 file (no checksums), would make every result NaN. Throws Error at `ctx` naming the
 /// first such value and its element.
 void require_finite(const std::vector<float>& values, const std::string& ctx);
+/// A BN running variance (a tensor named "*.running_var") must be >= 0: a negative one made every normalised value
+/// NaN, which the ReLU after it turned into zeros, so an evaluation returned a plausible-looking, meaningless score.
+void require_valid_statistics(const std::string& name, const std::vector<float>& values, const std::string& ctx);
 /// The memory layout of a tensor stored as [N, H, W, C]: "[C]" for a vector (1x1x1xC: BN parameters and statistics,
 /// biases), else "OHWI" (convolution weights; FC weights as [out, 1, 1, in]).
 const char* tensor_layout(std::int64_t n, std::int64_t h, std::int64_t w);

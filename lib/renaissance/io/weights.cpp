@@ -162,6 +162,7 @@ WeightsFile read_weights_from(const std::string& path, const VerifiedFile& verif
       H5_CHECK(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.values.data()), ctx,
                "read (checksum mismatch or truncated file?)");
       require_finite(t.values, ctx);
+      require_valid_statistics(name, t.values, ctx);
       out.tensors.push_back(std::move(t));
     }
   }
