@@ -89,8 +89,13 @@ def imagenet_like(a):
 
 def read_idx(path):
     op = gzip.open if path.endswith(".gz") else open
-    with op(path, "rb") as f:
-        data = f.read()
+    try:
+        with op(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:
+        raise SystemExit(f"make_image_folder: {path}: {getattr(e, 'strerror', None) or e}")
+    if len(data) < 8:
+        raise SystemExit(f"{path}: not an idx file ({len(data)} bytes)")
     magic = struct.unpack(">I", data[:4])[0]
     ndim = data[3]
     dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
@@ -117,26 +122,64 @@ def fashion_mnist(a):
         print(f"{split}: {n} {a.format.upper()} files in {a.out}/{split}")
 
 
+def positive(text):
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def non_negative(text):
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def quality(text):
+    v = int(text)
+    if not 1 <= v <= 100:
+        raise argparse.ArgumentTypeError(f"a JPEG quality is 1 to 100, got {v}")
+    return v
+
+
+def size(text):
+    parts = text.split("x")
+    if len(parts) != 2 or not all(p.isdigit() and 8 <= int(p) <= 16384 for p in parts):
+        raise argparse.ArgumentTypeError(f"WxH with each side from 8 to 16384 pixels (e.g. 500x375), got '{text}'")
+    return text
+
+
+def check_out(path):
+    """OUT is a directory, or will be one: before any image is made."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SystemExit(f"make_image_folder: {path}: exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise SystemExit(f"make_image_folder: {path}: the directory {parent} does not exist or is not writable")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="kind", required=True)
     im = sub.add_parser("imagenet-like", help="generated ImageNet-like JPEGs")
     im.add_argument("out")
-    im.add_argument("--classes", type=int, default=1000)
-    im.add_argument("--train-per-class", type=int, default=50)
-    im.add_argument("--val-per-class", type=int, default=5)
-    im.add_argument("--size", default="500x375", help="WxH before jitter (20%% are portrait)")
-    im.add_argument("--quality", type=int, default=90)
-    im.add_argument("--seed", type=int, default=0)
-    im.add_argument("--workers", type=int, default=0, help="processes (0: all CPUs)")
+    im.add_argument("--classes", type=positive, default=1000)
+    im.add_argument("--train-per-class", type=positive, default=50)
+    im.add_argument("--val-per-class", type=non_negative, default=5)
+    im.add_argument("--size", type=size, default="500x375", help="WxH before jitter (20%% are portrait)")
+    im.add_argument("--quality", type=quality, default=90)
+    im.add_argument("--seed", type=non_negative, default=0)
+    im.add_argument("--workers", type=non_negative, default=0, help="processes (0: all CPUs)")
     fm = sub.add_parser("fashion-mnist", help="Fashion-MNIST's idx files as a folder of PNG or JPEG files")
     fm.add_argument("out")
     fm.add_argument("--src", default="/usr/share/datasets/fashion-mnist")
     fm.add_argument("--format", choices=["png", "jpeg"], default="png")
-    fm.add_argument("--quality", type=int, default=95)
-    fm.add_argument("--train-limit", type=int, default=None, help="the first N train images only")
-    fm.add_argument("--val-limit", type=int, default=None, help="the first N test images only")
+    fm.add_argument("--quality", type=quality, default=95)
+    fm.add_argument("--train-limit", type=non_negative, default=None, help="the first N train images only")
+    fm.add_argument("--val-limit", type=non_negative, default=None, help="the first N test images only")
     a = ap.parse_args()
+    check_out(a.out)
     (imagenet_like if a.kind == "imagenet-like" else fashion_mnist)(a)
 
 

@@ -25,24 +25,45 @@ STYLES = {
 }
 
 
+# The keys each line may carry and must be numbers (or null) when it does; "step" and "epoch" integers.
+NUMBERS = ("train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "ema_val_top1", "lr", "loss", "momentum")
+INTEGERS = ("step", "epoch")
+
+
+def is_number(v, integer=False):
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) if integer else isinstance(v, (int, float))
+
+
 def load_jsonl(path, required, what):
     rows = []
     try:
-        f = open(path)
+        f = open(path, encoding="utf-8")
     except OSError as e:
         sys.exit(f"plot_metrics: {path}: {e.strerror}")
     with f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"plot_metrics: {path}:{n}: not a JSON object: {e}")
-            if not isinstance(row, dict):
-                sys.exit(f"plot_metrics: {path}:{n}: not a JSON object")
-            rows.append(row)
+        try:
+            lines = list(f)
+        except (OSError, UnicodeDecodeError) as e:
+            sys.exit(f"plot_metrics: {path}: cannot read it as UTF-8 text ({e})")
+    for n, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            sys.exit(f"plot_metrics: {path}:{n}: not a JSON object: {e}")
+        if not isinstance(row, dict):
+            sys.exit(f"plot_metrics: {path}:{n}: not a JSON object")
+        for key in INTEGERS:
+            if key in row and not is_number(row[key], integer=True):
+                sys.exit(f"plot_metrics: {path}:{n}: '{key}' must be an integer, got {json.dumps(row[key])}")
+        for key in NUMBERS:
+            if key in row and row[key] is not None and not is_number(row[key]):
+                sys.exit(f"plot_metrics: {path}:{n}: '{key}' must be a number, got {json.dumps(row[key])}")
+        rows.append(row)
     if not rows:
         sys.exit(f"plot_metrics: {path}: empty (no {what})")
     for key in required:
@@ -108,6 +129,15 @@ def main():
     args = ap.parse_args()
     if len(args.loss_log) > len(args.files):
         sys.exit(f"plot_metrics: {len(args.loss_log)} --loss-log files for {len(args.files)} runs")
+    # Before any work: a writable PNG that is none of the inputs.
+    if os.path.splitext(args.out)[1].lower() != ".png":
+        sys.exit(f"plot_metrics: --out {args.out}: the figure is a PNG; name it *.png")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
+        sys.exit(f"plot_metrics: --out {args.out}: the directory {out_dir} does not exist or is not writable")
+    for p in args.files + args.loss_log:
+        if os.path.exists(args.out) and os.path.samefile(p, args.out):
+            sys.exit(f"plot_metrics: --out {args.out} is the input {p}")
     runs = [load_jsonl(p, ("epoch", "step", "train_loss"), "`renaissance train --metrics`") for p in args.files]
     steps = [load_jsonl(p, ("step", "loss"), "`renaissance train --loss-log`") for p in args.loss_log]
     try:
@@ -122,7 +152,10 @@ def main():
 
     labels = [os.path.splitext(os.path.basename(p))[0] for p in args.files]
     fig = make_figure(plt, MaxNLocator, runs, steps, labels, args.title)
-    fig.savefig(args.out, dpi=110)
+    try:
+        fig.savefig(args.out, dpi=110)
+    except OSError as e:
+        sys.exit(f"plot_metrics: --out {args.out}: {e.strerror or e}")
     print(f"wrote {args.out}")
 
 
