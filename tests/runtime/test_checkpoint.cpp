@@ -621,6 +621,16 @@ TEST(CheckpointPortability, NonFiniteValuesAreRefusedNamingTheTensor) {
   a.save_checkpoint(dir.file("first.h5"));
   const std::string good = io::save_checkpoint_in_dir(ckdir, io::read_checkpoint(dir.file("first.h5")), 5);
   a.save_weights(w);
+  // `w` with one value changed, written as a new weights file (checksums of its own).
+  auto altered_weights = [&](const char* group, const char* name, std::size_t i, float v, const std::string& path) {
+    io::WeightsFile wf = io::read_weights(w);
+    for (io::NamedTensor& t : wf.tensors)
+      if (t.group == group && t.name == name) t.values[i] = v;
+    io::WeightsMeta meta;
+    meta.strings["model"] = "fmnist_cnn";
+    io::write_weights(path, wf.tensors, meta);
+    return wf;
+  };
   for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     io::Checkpoint c = io::read_checkpoint(good);
     c.state.step = 3;
@@ -633,13 +643,8 @@ TEST(CheckpointPortability, NonFiniteValuesAreRefusedNamingTheTensor) {
     EXPECT_NE(msg.find("non-finite value"), std::string::npos) << msg;
     EXPECT_NE(msg.find("element 5"), std::string::npos) << msg;
     EXPECT_EQ(io::find_latest_checkpoint(ckdir), good);  // --resume auto falls back past it
-    io::WeightsFile wf = io::read_weights(w);
-    for (io::NamedTensor& t : wf.tensors)
-      if (t.group == "params" && t.name == "fc1.w") t.values[0] = bad;
     const std::string bad_w = dir.file("bad-w.h5");
-    io::WeightsMeta meta;
-    meta.strings["model"] = "fmnist_cnn";
-    io::write_weights(bad_w, wf.tensors, meta);
+    const io::WeightsFile wf = altered_weights("params", "fc1.w", 0, bad, bad_w);
     const std::string wmsg = message_of([&] { (void)io::read_weights(bad_w); });
     EXPECT_NE(wmsg.find("/params/fc1.w"), std::string::npos) << wmsg;
     EXPECT_NE(wmsg.find("non-finite value"), std::string::npos) << wmsg;
@@ -651,13 +656,8 @@ TEST(CheckpointPortability, NonFiniteValuesAreRefusedNamingTheTensor) {
   }
   // A negative running variance (NaN after the BN, zeros after its ReLU: a plausible-looking, meaningless score).
   {
-    io::WeightsFile wf = io::read_weights(w);
-    for (io::NamedTensor& t : wf.tensors)
-      if (t.group == "bn" && t.name == "cbr1.bn.running_var") t.values[2] = -0.5f;
-    io::WeightsMeta meta;
-    meta.strings["model"] = "fmnist_cnn";
     const std::string neg = dir.file("neg-var.h5");
-    io::write_weights(neg, wf.tensors, meta);
+    (void)altered_weights("bn", "cbr1.bn.running_var", 2, -0.5f, neg);
     const std::string msg = message_of([&] { (void)io::read_weights(neg); });
     EXPECT_NE(msg.find("/bn/cbr1.bn.running_var"), std::string::npos) << msg;
     EXPECT_NE(msg.find("a running variance of -0.5 at element 2"), std::string::npos) << msg;
