@@ -97,6 +97,7 @@ void run_predict(const PredictCli& c) {
   t.amp = c.amp;
   t.ema = c.ema;
   t.epochs = 1;
+  t.inference_only = true;
   const blueprint::BluePrint bp = c.model.load();
   io::WeightsFile weights = io::read_weights(c.weights);  // verified, and matched before the Trainer's start-up
   if (c.ema) weights.require_ema(c.weights);

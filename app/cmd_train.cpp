@@ -12,6 +12,7 @@
 #include <renaissance/comm/communicator.h>
 #include <renaissance/comm/watchdog.h>
 #include <renaissance/core/error.h>
+#include <renaissance/core/hash.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/io/tensorboard.h>
@@ -156,6 +157,36 @@ void ensure_default_data(const std::string& path) {
                "--data FILE)", path, ec.message());
   std::printf("importing Fashion-MNIST from %s into %s\n", io::kFashionMnistDir, path.c_str());
   io::import_fashion_mnist(path);
+}
+
+/// Options that were given (on the command line or in run.yaml) but do nothing with the others, or leave the run
+/// short of what they promise: a warning each on rank 0 (they ran silently; errors would break a recipe's keys under
+/// another --optimizer or --schedule on the command line).
+void warn_inapplicable_options(const CLI::App& cmd, const TrainCli& c) {
+  if (!is_root_rank()) return;
+  auto given = [&](const char* o) { return cmd.count(o) > 0; };
+  const runtime::TrainOptions& t = c.t;
+  if (given("--warmup-epochs") && t.warmup_epochs > 0 && c.schedule == "onecycle")
+    spdlog::warn("--warmup-epochs {} has no effect with --schedule onecycle, which rises for --onecycle-pct of the run "
+                 "instead (the warm-up is for constant, step and cosine)",
+                 t.warmup_epochs);
+  if (given("--step-epochs") && c.schedule != "step")
+    spdlog::warn("--step-epochs {} has no effect with --schedule {} (it sets the decay of --schedule step)",
+                 t.step_epochs, c.schedule);
+  if (given("--momentum") && (c.optimizer == "sgd" || c.optimizer == "adam" || c.optimizer == "adamw"))
+    spdlog::warn("--momentum {} has no effect with --optimizer {} (it is for momentum, nesterov and lars{})",
+                 t.momentum, c.optimizer, c.optimizer == "sgd" ? "" : "; adam's first moment is --beta1");
+  if (given("--start-resolution") && t.start_resolution > 0 && t.lowres_epochs == 0)
+    spdlog::warn("--start-resolution {} has no effect without --lowres-epochs (the epochs trained at that size)",
+                 t.start_resolution);
+  if (t.warmup_epochs >= static_cast<double>(t.epochs) && t.warmup_epochs > 0 && c.schedule != "onecycle")
+    spdlog::warn("--warmup-epochs {} >= --epochs {}: the run ends within its warm-up, and the learning rate never "
+                 "reaches --lr {}",
+                 t.warmup_epochs, t.epochs, t.lr);
+  if (t.lowres_epochs >= t.epochs && t.start_resolution > 0)
+    spdlog::warn("--lowres-epochs {} >= --epochs {}: every epoch trains at --start-resolution {}, none at the "
+                 "model's resolution",
+                 t.lowres_epochs, t.epochs, t.start_resolution);
 }
 
 void run_train(TrainCli& c) {
@@ -380,6 +411,7 @@ void run_eval(const EvalCli& c) {
   t.amp = c.amp;
   t.ema = c.ema;
   t.epochs = 1;
+  t.inference_only = true;
   RN_CHECK(c.weights.empty() != c.checkpoint.empty(), "eval needs exactly one of --weights and --checkpoint");
   blueprint::BluePrint bp = c.model.load();
   if (!c.checkpoint.empty() && !c.model_given) bp = checkpoint_model(c.checkpoint);
@@ -394,6 +426,18 @@ void run_eval(const EvalCli& c) {
     *initial = runtime::InitialState::of_checkpoint(io::read_checkpoint(c.checkpoint), c.checkpoint,
                                                     /*weights_only=*/true);
   }
+  // Under mpirun/srun the val batches are dealt over the ranks: every rank must score the same images with the same
+  // weights, or the sums blend two evaluations under rank 0's file names.
+  require_same_on_ranks(comm.get(), io::DatasetFile(c.data).content_fingerprint(), "the dataset's content", c.data,
+                        "give every rank the same dataset file (copy it again, or use a shared path)");
+  std::uint64_t weights_fp = kFnv1aOffset;
+  for (const io::NamedTensor& nt : initial->tensors) {
+    weights_fp = fnv1a(nt.group.data(), nt.group.size(), weights_fp);
+    weights_fp = fnv1a(nt.name.data(), nt.name.size(), weights_fp);
+    weights_fp = fnv1a(nt.values.data(), nt.values.size() * sizeof(float), weights_fp);
+  }
+  require_same_on_ranks(comm.get(), weights_fp, "the content of the weights", initial->path,
+                        "give every rank the same weights or checkpoint file");
   runtime::Trainer trainer(bp, t, initial.get());
   initial.reset();  // the host copy of the tensors (a checkpoint's optimizer moments too), not needed from here
   const std::string& source = c.checkpoint.empty() ? c.weights : c.checkpoint;
@@ -579,6 +623,7 @@ void register_train_command(CLI::App& app) {
   cmd->callback([c, cmd] {
     if (!c->config.empty()) apply_run_config(*cmd, c->config);
     check_train_numbers(*cmd);
+    warn_inapplicable_options(*cmd, *c);
     c->config_text = cmd->config_to_str(true, false);
     run_train(*c);
   });

@@ -95,6 +95,23 @@ void check_train_numbers(const CLI::App& cmd) {
   }
 }
 
+void require_same_on_ranks(runtime::Communicator* comm, std::uint64_t mine, const std::string& what,
+                           const std::string& path, const std::string& hint) {
+  if (!comm || comm->world_size() <= 1) return;
+  std::vector<std::uint8_t> theirs(8);
+  for (int i = 0; i < 8; ++i) theirs[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(mine >> (8 * i));
+  comm->broadcast(theirs, 0);
+  std::uint64_t root_fp = 0;
+  for (int i = 0; i < 8 && i < static_cast<int>(theirs.size()); ++i) root_fp |= std::uint64_t(theirs[i]) << (8 * i);
+  const std::int64_t bad = comm->agree_max(root_fp == mine ? -1 : comm->rank());
+  if (bad >= 0)
+    throw Error(fmt::format("{} differs between ranks: rank {}'s copy of {} does not match rank 0's (content "
+                            "fingerprint {:016x} on rank 0{})",
+                            what, bad, path, root_fp,
+                            bad == comm->rank() ? fmt::format(", {:016x} here", mine) : std::string()),
+                "data-parallel run", hint);
+}
+
 TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions& t, bool root) {
   TrainPreflight out;
   RN_CHECK(t.schedule != runtime::ScheduleKind::STEP || t.step_epochs >= 1,
@@ -167,22 +184,9 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
   RN_CHECK_CTX(data.size(io::Split::train) > 0, f.data, "the train split is empty");
   RN_CHECK_CTX(!t.validate || data.size(io::Split::val) > 0, f.data,
                "the val split is empty: nothing to validate on (pass --no-validate, or add validation samples)");
-  if (t.comm && t.comm->world_size() > 1) {
-    // Same shapes but other contents (another copy of the file on a node) would train silently on other data.
-    const std::uint64_t mine = data.content_fingerprint();
-    std::vector<std::uint8_t> theirs(8);
-    for (int i = 0; i < 8; ++i) theirs[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(mine >> (8 * i));
-    t.comm->broadcast(theirs, 0);
-    std::uint64_t root_fp = 0;
-    for (int i = 0; i < 8 && i < static_cast<int>(theirs.size()); ++i) root_fp |= std::uint64_t(theirs[i]) << (8 * i);
-    const std::int64_t bad = t.comm->agree_max(root_fp == mine ? -1 : t.comm->rank());
-    if (bad >= 0)
-      throw Error(fmt::format("the dataset's content differs between ranks: rank {}'s copy of {} does not match rank "
-                              "0's (content fingerprint {:016x} on rank 0{})",
-                              bad, f.data, root_fp,
-                              bad == t.comm->rank() ? fmt::format(", {:016x} here", mine) : std::string()),
-                  "data-parallel run", "give every rank the same dataset file (copy it again, or use a shared path)");
-  }
+  // Same shapes but other contents (another copy of the file on a node) would train silently on other data.
+  require_same_on_ranks(t.comm, data.content_fingerprint(), "the dataset's content", f.data,
+                        "give every rank the same dataset file (copy it again, or use a shared path)");
   return out;
 }
 

@@ -19,6 +19,8 @@
 #   finalize-stop   rank 1 stops itself on its way into MPI_Finalize: the job ends within the timeout, exit 3
 #   sigterm-mpirun  SIGTERM to scripts/mpirun-preemptible mid-run: the ranks checkpoint and the launcher exits 75
 #   data-differs    rank 1's dataset has the same shapes but other contents: every rank reports it, exit 1
+#   eval-differs    `eval` with another dataset or other weights on rank 1: every rank reports it, exit 1; the same
+#                   inputs on 2 ranks give one process's top-1
 #   compile-once    (issue 16) 4 ranks: only rank 0 compiles the plan (each rank reports its process's compilation
 #                   count, RENAISSANCE_TEST_PLAN_REPORT), the others receive it, and all hold the same plan hash
 #   mismatch-4ranks rank 2 of 4 runs with another --lr: all 4 ranks stop with the same message naming rank 2
@@ -266,6 +268,35 @@ PYEOF
       grep -q "error: rank $r/2: data-parallel run: the dataset's content differs between ranks: rank 1's copy" out.txt ||
         fail "rank $r did not report the difference"
     done
+    ;;
+  eval-differs)
+    # eval deals the val batches over the ranks and sums them: another dataset or other weights on one rank blended
+    # two evaluations under rank 0's file names, exit 0. The same inputs on both ranks score as one process does.
+    "$CLI" train --model-file "$MODEL" --data ds.h5 --batch 32 --max-steps 2 "${DEV[@]}" --save w.h5 >/dev/null 2>&1 ||
+      fail "cannot train the weights"
+    "$CLI" train --model-file "$MODEL" --data ds.h5 --batch 32 --max-steps 3 "${DEV[@]}" --save w_other.h5 \
+      >/dev/null 2>&1 || fail "cannot train the other weights"
+    "$CLI" data synthetic --out ds_other.h5 --train 200 --val 50 --shape 28,28,1 --classes 10 --seed 4 >/dev/null
+    EVAL=(eval --model-file "$MODEL" --data ds.h5 --weights w.h5 --batch 8 "${DEV[@]}" --json)
+    for case in "--data ds_other.h5 the dataset's content" "--weights w_other.h5 the content of the weights"; do
+      read -r opt val what <<<"$case"
+      export RANK1_OPT=$opt RANK1_VAL=$val
+      launch2 ./rank_wrapper.sh "${EVAL[@]}" >out.txt 2>&1
+      rc=$?
+      cat out.txt
+      ((rc == 1)) || fail "$opt on rank 1: exit $rc, not 1"
+      for r in 0 1; do
+        grep -q "error: rank $r/2: data-parallel run: $what differs between ranks: rank 1's copy" out.txt ||
+          fail "$opt on rank 1: rank $r did not report the difference"
+      done
+    done
+    unset RANK1_OPT RANK1_VAL
+    one=$("$CLI" "${EVAL[@]}" 2>/dev/null) || fail "eval on one process"
+    two=$(launch2 "$CLI" "${EVAL[@]}" 2>/dev/null) || fail "eval on 2 ranks"
+    echo "1 process: $one"
+    echo "2 ranks:   $two"
+    [[ $(grep -o '"val_top1":[^,]*' <<<"$one") == $(grep -o '"val_top1":[^,]*' <<<"$two") ]] ||
+      fail "2 ranks score another top-1 than one process"
     ;;
   compile-once)
     RENAISSANCE_TEST_PLAN_REPORT=1 launchn 4 "$CLI" "${TRAIN[@]}" >out.txt 2>&1 ||

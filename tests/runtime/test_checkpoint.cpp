@@ -504,6 +504,29 @@ TEST(CheckpointPortability, ALargerBatchAfterManyStepsStillTrainsTheRestOfTheRun
 
 // The checkpoint records --deterministic (in its run config); resuming with the other setting warns, like seed and
 // batch do.
+// Found by a hunt: a checkpoint 5 batches into an epoch, resumed on a dataset whose epoch has 2 batches, had no
+// batches left in that epoch; the run then ended a batch early and cut a later epoch short, with only the warning
+// about another dataset. Refused, naming the places, and nothing is loaded.
+TEST(CheckpointPortability, APlaceInTheEpochPastAShorterEpochIsAnError) {
+  TempDir dir;
+  auto o = options(synthetic(dir));
+  o.max_steps = 5;
+  o.validate = false;
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  a.run();
+  const std::string p = dir.file("a.h5");
+  a.save_checkpoint(p);
+  auto small = options(synthetic(dir, 50));  // 2 batches of 32 per epoch
+  small.validate = false;
+  runtime::Trainer b(bp::zoo_model("fmnist_cnn"), small);
+  const auto before = b.state_values();
+  const std::string msg = message_of([&] { b.load_checkpoint(p); });
+  EXPECT_NE(msg.find("written 5 batch(es) into epoch 1, but an epoch of"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("has 2 batch(es) at --batch 32"), std::string::npos) << msg;
+  EXPECT_TRUE(bit_equal(b.state_values(), before));
+  EXPECT_EQ(b.steps(), 0);
+}
+
 TEST(CheckpointPortability, AnotherDeterminismSettingLoadsWithAWarning) {
   TempDir dir;
   const std::string data = synthetic(dir);

@@ -366,6 +366,63 @@ TEST(TrainCli, DecodeOption) {
   EXPECT_NE(missing.out.find("none.h5"), std::string::npos) << missing.out;
 }
 
+// Found by a hunt: a BN on 1x1 features (after a GAP and an FC) sees one value per channel in an epoch's last batch
+// of one sample; the kernels stopped the run at that step, after the epoch's work and its checkpoints, naming no
+// layer. The plan knows it: refused before the first step, naming the layer and the way out. Evaluation never trains.
+TEST(TrainCli, ABatchNormOverOneValuePerChannelIsRefusedBeforeTheFirstStep) {
+  const fs::path d = temp_dir() / "one_value_bn";
+  fs::create_directories(d);
+  const std::string data = (d / "d.h5").string();
+  renaissance::io::make_synthetic(data, 33, 8, 8, 8, 3, 4, 5);
+  std::ofstream(d / "m.yaml") << "name: gapbn\ninput: [8, 8, 3]\nlayers:\n  - conv: {out: 8, k: 3, pad: 1}\n  - gap\n"
+                                 "  - fc: {out: 16}\n  - bn\n  - relu\n  - fc: {out: 4}\n  - softmax_ce: {classes: 4}\n";
+  const std::string base = "train --device cpu --model-file " + (d / "m.yaml").string() + " --data " + data +
+                           " --epochs 1 --save " + (d / "w.h5").string();
+  CliRun r = run(base + " --batch 16");  // 33 = 2 x 16 + 1
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("layer 'bn1d1': its batch normalisation would see one value per channel in the last batch of "
+                       "each epoch"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--drop-last"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << "refused before the first step:\n" << r.out;
+  r = run(base + " --batch 1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("in every batch (batch 1)"), std::string::npos) << r.out;
+  r = run(base + " --batch 16 --drop-last");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run(base + " --batch 11");  // 33 = 3 x 11
+  ASSERT_EQ(r.code, 0) << r.out;
+  // One sample through predict and eval: inference, no batch statistics.
+  r = run("predict --device cpu --model-file " + (d / "m.yaml").string() + " --data " + data + " --weights " +
+          (d / "w.h5").string() + " --count 1 --out " + (d / "p.h5").string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = run("eval --device cpu --model-file " + (d / "m.yaml").string() + " --data " + data + " --weights " +
+          (d / "w.h5").string() + " --batch 1");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// Found by a hunt: options that do nothing with the others ran without a word (results bit-identical to leaving
+// them out); each now says so, and so does a run that ends within its warm-up.
+TEST(TrainCli, OptionsWithoutEffectAreNamed) {
+  const std::string base = "train --device cpu --data " + synthetic(28, 1) + " --epochs 2 --batch 64 --max-steps 1 "
+                           "--no-validate ";
+  CliRun r = run(base + "--warmup-epochs 1 --step-epochs 3 --optimizer adam --momentum 0.5 --start-resolution 28");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* w : {"--warmup-epochs 1 has no effect with --schedule onecycle",
+                        "--step-epochs 3 has no effect with --schedule onecycle",
+                        "--momentum 0.5 has no effect with --optimizer adam",
+                        "--start-resolution 28 has no effect without --lowres-epochs"})
+    EXPECT_NE(r.out.find(w), std::string::npos) << w << "\n" << r.out;
+  r = run(base + "--schedule cosine --warmup-epochs 3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("--warmup-epochs 3 >= --epochs 2: the run ends within its warm-up"), std::string::npos)
+      << r.out;
+  r = run(base + "--schedule cosine --warmup-epochs 1 --optimizer nesterov --momentum 0.8");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("has no effect"), std::string::npos) << r.out;
+}
+
 TEST(TrainCli, EvalReproducesTheFinalValidation) {
   const fs::path w = temp_dir() / "w.h5";
   const fs::path m = temp_dir() / "m2.jsonl";

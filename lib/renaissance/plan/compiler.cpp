@@ -390,6 +390,24 @@ std::vector<Compiler::VariantTensors> Compiler::derive_all_shapes(const std::vec
   return all;
 }
 
+std::optional<SingleValueBatchNorm> single_value_batch_norm(const CompiledPlan& plan) {
+  const std::vector<Compiler::VariantTensors> all =
+      Compiler::derive_all_shapes(Compiler::lower(plan.arch), plan.specs, plan.arch);
+  for (std::size_t v = 0; v < all.size(); ++v) {
+    if (!is_train_variant(static_cast<Variant>(v))) continue;
+    for (std::size_t i = 0; i < all[v].layers.size(); ++i) {
+      const ArchLayer& l = all[v].layers[i].layer;
+      const auto& params = all[v].tensors[i].params;
+      const bool has_bn = std::any_of(params.begin(), params.end(),
+                                      [](const ParamDesc& p) { return p.kind == ParamKind::BN_WEIGHT; });
+      // A layer's BNs see at least its output's positions (a block ends in one; the others sit before a stride).
+      if (has_bn && l.out_shape.n * l.out_shape.h * l.out_shape.w <= 1)
+        return SingleValueBatchNorm{l.name, static_cast<Variant>(v), plan.specs[v].batch_size};
+    }
+  }
+  return std::nullopt;
+}
+
 namespace {
 std::atomic<std::int64_t> g_compilations{0};
 }  // namespace

@@ -9,6 +9,8 @@
 #include <renaissance/plan/step_schedule.h>
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace renaissance::plan {
@@ -88,6 +90,17 @@ class Compiler {
   static std::vector<VariantTensors> derive_all_shapes(const std::vector<LoweredLayer>& lowered,
                                                        const std::vector<CompileSpec>& specs, const ArchPlan& arch);
 };
+
+/// A layer whose batch normalisation would see one value per channel in a training variant: batch x height x width
+/// of its output is 1 (an epoch's last batch of one sample before a BN on 1x1 features, or --batch 1). The batch
+/// statistics are then undefined and the kernels stop the run at that step, after the work before it.
+struct SingleValueBatchNorm {
+  std::string layer;
+  Variant variant = Variant::TRAIN_BASE;
+  std::int64_t batch = 0;  ///< the variant's batch (per rank)
+};
+/// The first such layer of `plan`'s training variants, in variant then layer order; nullopt when there is none.
+std::optional<SingleValueBatchNorm> single_value_batch_norm(const CompiledPlan& plan);
 
 // Serialisation for the MPI broadcast: deserialize(serialize(x)) == x; the hash covers every byte.
 std::vector<std::uint8_t> serialize(const CompiledPlan& plan);

@@ -131,6 +131,21 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts, const Ini
     RN_CHECK_CTX(!zero_gamma.empty(), bp.name,
                  "--zero-init-residual: the model has no residual sum whose branch ends in a BN");
   }
+  // A batch normalisation that would see one value per channel (a last batch of one sample before a BN on 1x1
+  // features): the kernels stopped the run at that step, after the epoch's work (--sync-bn sums over the ranks).
+  const int world = opts.comm ? opts.comm->world_size() : 1;
+  if (!opts.inference_only && !(opts.sync_bn && world > 1))
+    if (const auto one = plan::single_value_batch_norm(*m_plan)) {
+      const bool last = one->variant == plan::Variant::TRAIN_LAST || one->variant == plan::Variant::TRAIN_LOWRES_LAST;
+      const std::string per_rank = world > 1 ? " per rank" : "";
+      RN_FAIL_CTX(fmt::format("layer '{}'", one->layer),
+                  "its batch normalisation would see one value per channel in {} (batch {}{}): batch statistics need "
+                  "at least two (hint: {})",
+                  last ? "the last batch of each epoch, the samples --batch leaves over" : "every batch", one->batch,
+                  per_rank,
+                  last ? "--drop-last, or a --batch that leaves more than one sample over"
+                       : (world > 1 ? "a larger --batch, or --sync-bn" : "a larger --batch"));
+    }
   // A file to start from is matched against the plan before any device work (engine timing, capture).
   if (initial) check_initial_state(*m_plan, opts, *initial);
   guard_arena(bp, opts, m_plan->arena_bytes());  // before the arena and the workspace exist

@@ -68,6 +68,9 @@ struct TrainOptions {
   /// order (another set each epoch) are left out, as PyTorch's DataLoader(drop_last=True). Off: the last, partial
   /// batch is trained (sharding.h).
   bool drop_last = false;
+  /// eval, predict: no training step will run, so the train variants are not checked for what only a step needs
+  /// (a batch normalisation over one value per channel).
+  bool inference_only = false;
   std::int64_t max_steps = -1;  ///< stop after this many optimizer steps (-1: all epochs)
   Augmentation augmentation;
   /// Host threads that decode (JPEG stores), augment and normalise samples (issue 12); 0: every CPU of the affinity

@@ -459,6 +459,18 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
                     "run)",
                     s.batch, o.batch, s.epoch + 1, position * o.batch, s.samples_done));
   }
+  {
+    // Another dataset (or batch) whose epoch is shorter than the checkpoint's place in its epoch: the epoch had no
+    // batches left, the run's end came one batch early and a later epoch was cut short, without a word.
+    const std::int64_t batches = shard_layout(I.data.size(io::Split::train), o.batch, I.comm_world(), I.comm_rank(),
+                                              o.drop_last)
+                                     .batches();
+    RN_CHECK_CTX(position < batches, path,
+                 "written {} batch(es) into epoch {}, but an epoch of {} has {} batch(es) at --batch {}: the "
+                 "checkpoint's place is past this epoch's end (hint: resume with the dataset and batch it was written "
+                 "with)",
+                 position, s.epoch + 1, o.data_path, batches, o.batch);
+  }
   if (s.amp != o.amp)
     warn(fmt::format("written {} AMP, resumed {}: the loss scale starts afresh and results differ",
                      s.amp ? "with" : "without", o.amp ? "with it" : "without it"));
