@@ -598,7 +598,12 @@ void register_train_command(CLI::App& app) {
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 53));  // (NonNegativeNumber printed a 309-digit bound)
   cmd->add_option("--tensorboard", c->tensorboard,
                   "Write TensorBoard event files into this directory (losses, accuracies, lr, loss scale, img/s, "
-                  "the run's options)");
+                  "the run's options)")
+      ->check(CLI::Validator(
+          [](std::string& dir) -> std::string {
+            return dir.empty() ? "needs a directory (an empty path wrote no events without a word)" : "";
+          },
+          ""));
   add_comm_timeout_option(*cmd, c->comm_timeout);
   cmd->add_option("--fused-kernels", c->fused_kernels,
                   "on: the compiler's fused passes (BN+ReLU, BN+add+ReLU, ReLU+BN backward; `plan --nodes` lists "

@@ -120,4 +120,12 @@ TEST(HardeningConfig, BenchTimeoutsAndDecodeCountsAreChecked) {
   const CliResult r = run("data bench-decode " + tiny_data() + " --device cpu --images -5");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--images"), std::string::npos) << r.out;
+  // An empty --tensorboard (run.yaml: tensorboard: "") wrote no events without a word.
+  CliResult tb = run("train --data " + tiny_data() + " --max-steps 1 --tensorboard ''");
+  EXPECT_EQ(tb.code, 2) << tb.out;
+  EXPECT_NE(tb.out.find("--tensorboard"), std::string::npos) << tb.out;
+  const fs::path d = temp_dir();
+  write_text(d / "tb.yaml", "tensorboard: \"\"\n");
+  tb = run("train --data " + tiny_data() + " --max-steps 1 --config " + (d / "tb.yaml").string());
+  EXPECT_CLEAN_ERROR(tb, "tb.yaml:1", "needs a directory");
 }

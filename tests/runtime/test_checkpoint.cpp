@@ -684,6 +684,17 @@ TEST(CheckpointPortability, NonFiniteValuesAreRefusedNamingTheTensor) {
     const std::string msg = message_of([&] { (void)io::read_weights(neg); });
     EXPECT_NE(msg.find("/bn/cbr1.bn.running_var"), std::string::npos) << msg;
     EXPECT_NE(msg.find("a running variance of -0.5 at element 2"), std::string::npos) << msg;
+    // A checkpoint the same way: invalid, and `checkpoint inspect` lists that tensor as the bad one.
+    io::Checkpoint c = io::read_checkpoint(good);
+    for (io::NamedTensor& t : c.tensors)
+      if (t.group == "bn" && t.name == "cbr1.bn.running_var") t.values[2] = -0.5f;
+    const std::string neg_ck = dir.file("neg-var-ck.h5");
+    io::write_checkpoint(neg_ck, c);
+    const io::CheckpointReport r = io::inspect_checkpoint(neg_ck);
+    EXPECT_FALSE(r.valid);
+    EXPECT_NE(r.error.find("a running variance of -0.5"), std::string::npos) << r.error;
+    for (const auto& e : r.tensors)
+      EXPECT_EQ(e.ok, !(e.group == "bn" && e.name == "cbr1.bn.running_var")) << e.group << "/" << e.name;
   }
   // The good file starts a Trainer, with its weights.
   const runtime::InitialState st = runtime::InitialState::of_checkpoint(io::read_checkpoint(good), good);

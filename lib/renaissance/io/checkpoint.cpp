@@ -457,7 +457,7 @@ void list_with_hdf5(const VerifiedFile& verified, const std::string& path, Check
       e.name = name;
       try {
         std::vector<hsize_t> dims;
-        (void)read_dataset(g, name, path, &dims);
+        require_valid_statistics(name, read_dataset(g, name, path, &dims), path);  // as read_checkpoint checks it
         for (hsize_t d : dims) e.dims.push_back(static_cast<std::int64_t>(d));
         e.ok = true;
       } catch (const std::exception&) {
