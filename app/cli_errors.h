@@ -35,8 +35,8 @@ CLI::Validator seed_value();
 
 /// Every integer option of `app` and its subcommands reads its value in decimal: CLI11 converts with base 0, so
 /// "--epochs 010" trained 8 epochs (octal) and "09" was refused; leading zeros are dropped before the conversion
-/// ("0x14" stays hexadecimal)
-/// (also for run.yaml values, which go through the same options). Call after every option is registered.
+/// ("0x14" stays hexadecimal), also for run.yaml values, which go through the same options. Call after every option
+/// is registered.
 void read_integers_as_decimal(CLI::App& app);
 
 /// `--recompute-budget SIZE` (train, bench, plan) into `bytes` (0 when not given).

@@ -428,15 +428,19 @@ void run_eval(const EvalCli& c) {
   }
   // Under mpirun/srun the val batches are dealt over the ranks: every rank must score the same images with the same
   // weights, or the sums blend two evaluations under rank 0's file names.
-  require_same_on_ranks(comm.get(), io::DatasetFile(c.data).content_fingerprint(), "the dataset's content", c.data,
-                        "give every rank the same dataset file (copy it again, or use a shared path)");
-  std::uint64_t weights_fp = kFnv1aOffset;
-  for (const io::NamedTensor& nt : initial->tensors) {
-    weights_fp = fnv1a(nt.group.data(), nt.group.size(), weights_fp);
-    weights_fp = fnv1a(nt.name.data(), nt.name.size(), weights_fp);
-    weights_fp = fnv1a(nt.values.data(), nt.values.size() * sizeof(float), weights_fp);
-  }
-  require_same_on_ranks(comm.get(), weights_fp, "the content of the weights", initial->path,
+  require_same_on_ranks(
+      comm.get(), [&] { return io::DatasetFile(c.data).content_fingerprint(); }, "the dataset's content", c.data,
+      "give every rank the same dataset file (copy it again, or use a shared path)");
+  const auto weights_fingerprint = [&] {
+    std::uint64_t h = kFnv1aOffset;
+    for (const io::NamedTensor& nt : initial->tensors) {
+      h = fnv1a(nt.group.data(), nt.group.size(), h);
+      h = fnv1a(nt.name.data(), nt.name.size(), h);
+      h = fnv1a(nt.values.data(), nt.values.size() * sizeof(float), h);
+    }
+    return h;
+  };
+  require_same_on_ranks(comm.get(), weights_fingerprint, "the content of the weights", initial->path,
                         "give every rank the same weights or checkpoint file");
   runtime::Trainer trainer(bp, t, initial.get());
   initial.reset();  // the host copy of the tensors (a checkpoint's optimizer moments too), not needed from here

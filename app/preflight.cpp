@@ -95,9 +95,10 @@ void check_train_numbers(const CLI::App& cmd) {
   }
 }
 
-void require_same_on_ranks(runtime::Communicator* comm, std::uint64_t mine, const std::string& what,
-                           const std::string& path, const std::string& hint) {
+void require_same_on_ranks(runtime::Communicator* comm, const std::function<std::uint64_t()>& fingerprint,
+                           const std::string& what, const std::string& path, const std::string& hint) {
   if (!comm || comm->world_size() <= 1) return;
+  const std::uint64_t mine = fingerprint();
   std::vector<std::uint8_t> theirs(8);
   for (int i = 0; i < 8; ++i) theirs[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(mine >> (8 * i));
   comm->broadcast(theirs, 0);
@@ -139,8 +140,7 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
         if (path.empty()) continue;
         const fs::path sp = fs::weakly_canonical(fs::absolute(path, ec), ec);
         const std::string name = sp.filename().string();
-        const bool own = name == io::kLatestCheckpoint || name == io::kBestCheckpoint ||
-                         name == io::kCheckpointLock || (name.rfind("ckpt-step", 0) == 0 && sp.extension() == ".h5");
+        const bool own = io::is_checkpoint_file_name(name) || name == io::kCheckpointLock;
         RN_CHECK_CTX(!(own && sp.parent_path() == dp), path,
                      "{} would overwrite {} of --checkpoint-dir {} (write it elsewhere)", option,
                      name == io::kCheckpointLock ? "the lock file" : "a checkpoint", f.checkpoint_dir);
@@ -153,16 +153,7 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
           f.resume == "auto" ||
           (!f.resume.empty() && fs::weakly_canonical(fs::absolute(f.resume, ec), ec).parent_path() == dp);
       if (!own_resume) {
-        std::string found, newest;  // any of the directory's own files; the newest ckpt-step*.h5
-        fs::directory_iterator it(f.checkpoint_dir, ec);
-        for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
-          const std::string name = it->path().filename().string();
-          const bool step = name.rfind("ckpt-step", 0) == 0 && it->path().extension() == ".h5";
-          if (step && name > newest) newest = name;
-          if (step || name == io::kLatestCheckpoint || name == io::kBestCheckpoint) found = name;
-        }
-        RN_CHECK_CTX(!ec, f.checkpoint_dir, "--checkpoint-dir: cannot list the directory: {}", ec.message());
-        if (!newest.empty()) found = newest;
+        const std::string found = io::checkpoint_file_in(f.checkpoint_dir);
         if (f.resume.empty())
           RN_CHECK_CTX(found.empty(), f.checkpoint_dir,
                        "--checkpoint-dir holds the checkpoints of an earlier run ({}): a fresh run would overwrite "
@@ -185,7 +176,7 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
   RN_CHECK_CTX(!t.validate || data.size(io::Split::val) > 0, f.data,
                "the val split is empty: nothing to validate on (pass --no-validate, or add validation samples)");
   // Same shapes but other contents (another copy of the file on a node) would train silently on other data.
-  require_same_on_ranks(t.comm, data.content_fingerprint(), "the dataset's content", f.data,
+  require_same_on_ranks(t.comm, [&] { return data.content_fingerprint(); }, "the dataset's content", f.data,
                         "give every rank the same dataset file (copy it again, or use a shared path)");
   return out;
 }

@@ -7,6 +7,8 @@
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/runtime/trainer.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,11 +31,12 @@ struct TrainFiles {
   std::string checkpoint_dir;
 };
 
-/// Under mpirun/srun: `mine` (a content fingerprint of `what` at `path` on this rank) against rank 0's; a rank that
-/// differs is the same error on every rank ("<what> differs between ranks: rank R's copy of PATH ..."), with `hint`.
-/// Collective; nothing without a communicator of more than one rank.
-void require_same_on_ranks(runtime::Communicator* comm, std::uint64_t mine, const std::string& what,
-                           const std::string& path, const std::string& hint);
+/// Under mpirun/srun: `fingerprint()` (a content fingerprint of `what` at `path` on this rank) against rank 0's; a
+/// rank that differs is the same error on every rank ("<what> differs between ranks: rank R's copy of PATH ..."),
+/// with `hint`. Collective; without a communicator of more than one rank nothing is done, `fingerprint` not called
+/// (a dataset's reads its labels and two blocks).
+void require_same_on_ranks(runtime::Communicator* comm, const std::function<std::uint64_t()>& fingerprint,
+                           const std::string& what, const std::string& path, const std::string& hint);
 
 /// Held from before the first step to the end of the run.
 struct TrainPreflight {

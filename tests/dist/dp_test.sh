@@ -104,6 +104,21 @@ exec "$CLI" "\${args[@]}"
 WRAP
 chmod +x rank_wrapper.sh
 
+# rank1_differs OPT VAL WHAT ARGS...: `renaissance ARGS` on 2 ranks, rank 1 with OPT's value VAL, exits 1 and every
+# rank reports "WHAT differs between ranks: rank 1's copy".
+rank1_differs() {
+  local opt=$1 val=$2 what=$3 rc r
+  shift 3
+  RANK1_OPT=$opt RANK1_VAL=$val launch2 ./rank_wrapper.sh "$@" >out.txt 2>&1
+  rc=$?
+  cat out.txt
+  ((rc == 1)) || fail "$opt on rank 1: exit $rc, not 1"
+  for r in 0 1; do
+    grep -q "error: rank $r/2: data-parallel run: $what differs between ranks: rank 1's copy" out.txt ||
+      fail "$opt on rank 1: rank $r did not report the difference"
+  done
+}
+
 if [[ $MODE == equality* ]] && ! "$PY" -c "import h5py, numpy" 2>/dev/null; then
   echo "SKIP: $PY has no h5py/numpy (the weights comparison needs them; scripts/setup installs python3-h5py)"
   exit 77
@@ -259,15 +274,7 @@ PYEOF
     ;;
   data-differs)
     "$CLI" data synthetic --out ds_other.h5 --train 200 --val 50 --shape 28,28,1 --classes 10 --seed 4 >/dev/null
-    export RANK1_OPT=--data RANK1_VAL=ds_other.h5
-    launch2 ./rank_wrapper.sh "${TRAIN[@]}" >out.txt 2>&1
-    rc=$?
-    cat out.txt
-    ((rc == 1)) || fail "exit $rc, not 1"
-    for r in 0 1; do
-      grep -q "error: rank $r/2: data-parallel run: the dataset's content differs between ranks: rank 1's copy" out.txt ||
-        fail "rank $r did not report the difference"
-    done
+    rank1_differs --data ds_other.h5 "the dataset's content" "${TRAIN[@]}"
     ;;
   eval-differs)
     # eval deals the val batches over the ranks and sums them: another dataset or other weights on one rank blended
@@ -278,19 +285,8 @@ PYEOF
       >/dev/null 2>&1 || fail "cannot train the other weights"
     "$CLI" data synthetic --out ds_other.h5 --train 200 --val 50 --shape 28,28,1 --classes 10 --seed 4 >/dev/null
     EVAL=(eval --model-file "$MODEL" --data ds.h5 --weights w.h5 --batch 8 "${DEV[@]}" --json)
-    for case in "--data ds_other.h5 the dataset's content" "--weights w_other.h5 the content of the weights"; do
-      read -r opt val what <<<"$case"
-      export RANK1_OPT=$opt RANK1_VAL=$val
-      launch2 ./rank_wrapper.sh "${EVAL[@]}" >out.txt 2>&1
-      rc=$?
-      cat out.txt
-      ((rc == 1)) || fail "$opt on rank 1: exit $rc, not 1"
-      for r in 0 1; do
-        grep -q "error: rank $r/2: data-parallel run: $what differs between ranks: rank 1's copy" out.txt ||
-          fail "$opt on rank 1: rank $r did not report the difference"
-      done
-    done
-    unset RANK1_OPT RANK1_VAL
+    rank1_differs --data ds_other.h5 "the dataset's content" "${EVAL[@]}"
+    rank1_differs --weights w_other.h5 "the content of the weights" "${EVAL[@]}"
     one=$("$CLI" "${EVAL[@]}" 2>/dev/null) || fail "eval on one process"
     two=$(launch2 "$CLI" "${EVAL[@]}" 2>/dev/null) || fail "eval on 2 ranks"
     echo "1 process: $one"

@@ -211,19 +211,36 @@ std::int64_t step_of(const std::string& filename) {
   return ec == std::errc() && end == digits.data() + digits.size() ? step : -1;
 }
 
-/// ckpt-*.h5 files in `dir`, newest (highest step) first.
-std::vector<std::pair<std::int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
+/// ckpt-*.h5 files in `dir`, newest (highest step) first. `error` (optional) receives a failure to list `dir`.
+std::vector<std::pair<std::int64_t, fs::path>> checkpoints_in(const fs::path& dir, std::error_code* error = nullptr) {
   std::vector<std::pair<std::int64_t, fs::path>> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::int64_t s = step_of(e.path().filename().string());
-    if (s >= 0 && e.is_regular_file(ec)) out.emplace_back(s, e.path());
+  std::error_code ec, entry_ec;
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::int64_t s = step_of(it->path().filename().string());
+    if (s >= 0 && it->is_regular_file(entry_ec)) out.emplace_back(s, it->path());
   }
+  if (error) *error = ec;
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;
 }
 
 }  // namespace
+
+bool is_checkpoint_file_name(const std::string& filename) {
+  return step_of(filename) >= 0 || filename == kLatestCheckpoint || filename == kBestCheckpoint;
+}
+
+std::string checkpoint_file_in(const std::string& dir) {
+  std::error_code ec;
+  const auto steps = checkpoints_in(dir, &ec);
+  if (ec == std::errc::no_such_file_or_directory) return {};
+  RN_CHECK_CTX(!ec, dir, "cannot list the checkpoint directory: {}", ec.message());
+  if (!steps.empty()) return steps.front().second.filename().string();
+  for (const char* name : {kLatestCheckpoint, kBestCheckpoint})
+    if (fs::symlink_status(fs::path(dir) / name, ec).type() != fs::file_type::not_found) return name;
+  return {};
+}
 
 const NamedTensor* Checkpoint::find(const std::string& group, const std::string& name) const {
   return find_tensor(tensors, group, name);

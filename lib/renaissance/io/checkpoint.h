@@ -115,6 +115,12 @@ std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt)
 /// replaces it).
 double best_checkpoint_top1(const std::string& dir);
 
+/// One of a checkpoint directory's own files: ckpt-stepNNNNNNNN.h5, latest.h5 or best.h5.
+bool is_checkpoint_file_name(const std::string& filename);
+/// What a run writing into `dir` would overwrite: its newest ckpt-step*.h5 (by step), else latest.h5 or best.h5
+/// when there, else empty. Throws Error when `dir` exists but cannot be listed.
+std::string checkpoint_file_in(const std::string& dir);
+
 /// The newest valid checkpoint in `dir`: latest.h5 when it resolves to a file that validates, else the newest
 /// ckpt-*.h5 that validates. Each skipped file is reported through `warn` (with the reason). Empty when the
 /// directory is missing or holds no valid checkpoint.

@@ -1,4 +1,5 @@
 // Checkpoints and resume (DESIGN §10, docs/checkpoints.md).
+#include <renaissance/io/hdf5_util.h>
 #include <renaissance/runtime/trainer_impl.h>
 
 namespace renaissance::runtime {
@@ -337,14 +338,6 @@ Matched match_state(const plan::CompiledPlan& cp, const TrainOptions& o, const I
           "tensor names differ (fused layers): matched by position within each group, e.g. /{}/{} as {}",
           m.loads.front().src->group, m.loads.front().src->name, m.loads.front().t->name);
   }
-  // A NaN or an infinity (a diverged run, a damaged file of format 1 without checksums) would make every result NaN:
-  // an evaluation scored nothing, a resumed run trained nothing.
-  for (const Load& l : m.loads)
-    for (std::size_t i = 0; i < l.src->values.size(); ++i)
-      RN_CHECK_CTX(std::isfinite(l.src->values[i]), path,
-                   "tensor /{}/{} of {} holds a non-finite value ({} at element {}): a diverged run or a damaged "
-                   "file; load an earlier checkpoint",
-                   l.src->group, l.src->name, noun, l.src->values[i], i);
   return m;
 }
 
@@ -397,7 +390,10 @@ InitialState InitialState::of_weights(io::WeightsFile wf, std::string path) {
 }
 
 void trainer_detail::check_initial_state(const plan::CompiledPlan& cp, const TrainOptions& o, const InitialState& st) {
-  (void)match_state(cp, o, st);
+  // Files are checked for NaNs and infinities as they are read (io::read_checkpoint, io::read_weights); a state built
+  // otherwise is checked here, once, as the loads will take it.
+  for (const Load& l : match_state(cp, o, st).loads)
+    io::require_finite(l.src->values, fmt::format("{}: tensor /{}/{}", st.path, l.src->group, l.src->name));
   check_resumable(st, o);
 }
 
