@@ -191,6 +191,17 @@ TEST_F(JpegStore, AnUnknownStorageIsRefused) {
   EXPECT_THAT(error_of([&] { DatasetFile f(path); }), HasSubstr("attribute 'storage' is 'webp'"));
 }
 
+TEST_F(JpegStore, ImportParametersOutOfRangeAreRefused) {
+  // Only descriptive (data inspect shows them), yet a store whose attributes no writer makes is not read as valid.
+  set_int_attr(path, "jpeg_quality", 0);
+  EXPECT_THAT(error_of([&] { DatasetFile f(path); }), HasSubstr("attribute 'jpeg_quality' = 0"));
+  set_int_attr(path, "jpeg_quality", 90);
+  set_int_attr(path, "max_side", -5);
+  EXPECT_THAT(error_of([&] { DatasetFile f(path); }), HasSubstr("attribute 'max_side' = -5"));
+  set_int_attr(path, "max_side", 0);
+  EXPECT_NO_THROW(DatasetFile f(path));
+}
+
 TEST(DatasetVersions, Version2RawFilesStillRead) {
   TempDir dir;
   const std::string path = dir.file("v2.h5");

@@ -1313,8 +1313,16 @@ void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache
     const long long ch = read_int_attr(m.file, "channels", path);
     if (ch != 1 && ch != 3) RN_IO_FAIL(path, kRecreateHint, "attribute 'channels' = {}: a JPEG store has 1 or 3", ch);
     m.jpeg.channels = ch;
-    if (H5Aexists(m.file, "jpeg_quality") > 0) m.jpeg.quality = static_cast<int>(read_int_attr(m.file, "jpeg_quality", path));
-    if (H5Aexists(m.file, "max_side") > 0) m.jpeg.max_side = read_int_attr(m.file, "max_side", path);
+    if (H5Aexists(m.file, "jpeg_quality") > 0) {
+      const long long q = read_int_attr(m.file, "jpeg_quality", path);
+      if (q < 1 || q > 100) RN_IO_FAIL(path, kRecreateHint, "attribute 'jpeg_quality' = {}: a JPEG quality is 1 to 100", q);
+      m.jpeg.quality = static_cast<int>(q);
+    }
+    if (H5Aexists(m.file, "max_side") > 0) {
+      m.jpeg.max_side = read_int_attr(m.file, "max_side", path);
+      if (m.jpeg.max_side < 0)
+        RN_IO_FAIL(path, kRecreateHint, "attribute 'max_side' = {}: a side is >= 0 (0: never resized)", m.jpeg.max_side);
+    }
   }
 
   for (Split s : kAllSplits) {
