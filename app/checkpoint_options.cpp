@@ -94,18 +94,21 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
 
 std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) const {
   if (resume.empty()) return nullptr;
-  std::string path = resume;
-  if (resume == "auto") {
-    path = io::find_latest_checkpoint(dir, [&](const std::string& w) {
-      if (root) spdlog::warn("{}", w);
-    });
-    if (path.empty()) {
-      if (root) std::printf("no checkpoint in %s: starting fresh\n", dir.c_str());
-      std::fflush(stdout);
-      return nullptr;
-    }
+  if (resume != "auto")
+    return std::make_unique<runtime::InitialState>(runtime::InitialState::of_checkpoint(io::read_checkpoint(resume), resume));
+  io::Checkpoint found;  // read once: finding the newest valid checkpoint validates it whole
+  const std::string path = io::find_latest_checkpoint(
+      dir,
+      [&](const std::string& w) {
+        if (root) spdlog::warn("{}", w);
+      },
+      &found);
+  if (path.empty()) {
+    if (root) std::printf("no checkpoint in %s: starting fresh\n", dir.c_str());
+    std::fflush(stdout);
+    return nullptr;
   }
-  return std::make_unique<runtime::InitialState>(runtime::InitialState::of_checkpoint(io::read_checkpoint(path), path));
+  return std::make_unique<runtime::InitialState>(runtime::InitialState::of_checkpoint(std::move(found), path));
 }
 
 void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed, const runtime::Trainer& trainer) {

@@ -708,11 +708,13 @@ double best_checkpoint_top1(const std::string& dir) {
   }
 }
 
-std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt) {
-  if (ckpt.state.val_top1 < 0) return {};
+std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt, double best_top1) {
+  if (!(ckpt.state.val_top1 >= 0)) return {};  // none (-1), or NaN
   const fs::path best = fs::path(dir) / kBestCheckpoint;
   std::error_code ec;
-  if (fs::exists(best, ec)) {
+  if (!std::isnan(best_top1)) {
+    if (best_top1 >= ckpt.state.val_top1) return {};
+  } else if (fs::exists(best, ec)) {
     try {
       if (read_checkpoint(best.string()).state.val_top1 >= ckpt.state.val_top1) return {};
     } catch (const std::exception&) {
@@ -723,7 +725,8 @@ std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt)
   return best.string();
 }
 
-std::string find_latest_checkpoint(const std::string& dir, const std::function<void(const std::string&)>& warn) {
+std::string find_latest_checkpoint(const std::string& dir, const std::function<void(const std::string&)>& warn,
+                                   Checkpoint* found) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return {};
   auto skip = [&](const std::string& why) {
@@ -734,7 +737,8 @@ std::string find_latest_checkpoint(const std::string& dir, const std::function<v
   if (fs::is_symlink(latest, ec) || fs::exists(latest, ec)) {
     const fs::path target = fs::weakly_canonical(latest, ec);
     try {
-      (void)read_checkpoint(target.string());
+      Checkpoint c = read_checkpoint(target.string());
+      if (found) *found = std::move(c);
       return target.string();
     } catch (const std::exception& e) {
       skip(fmt::format("skipping {} ({}): {}", latest.string(), target.string(), e.what()));
@@ -745,7 +749,8 @@ std::string find_latest_checkpoint(const std::string& dir, const std::function<v
     (void)step;
     if (path.string() == tried) continue;
     try {
-      (void)read_checkpoint(path.string());
+      Checkpoint c = read_checkpoint(path.string());
+      if (found) *found = std::move(c);
       return path.string();
     } catch (const std::exception& e) {
       skip(fmt::format("skipping {}: {}", path.string(), e.what()));

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -109,8 +110,10 @@ std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckp
 /// removes it).
 inline constexpr const char* kBestCheckpoint = "best.h5";
 /// Writes `dir`/best.h5 when `ckpt` has validation metrics and its val_top1 beats the one best.h5 holds (or there is
-/// none, or it cannot be read). Returns the path written, or empty.
-std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt);
+/// none, or it cannot be read). `best_top1`: that value when the caller knows it (what best_checkpoint_top1 gave, or
+/// the val_top1 it last wrote), so best.h5 is not read again; NaN: read it. Returns the path written, or empty.
+std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt,
+                                 double best_top1 = std::numeric_limits<double>::quiet_NaN());
 /// The val_top1 recorded in `dir`/best.h5; -1 when there is none, or it cannot be read (save_best_checkpoint then
 /// replaces it).
 double best_checkpoint_top1(const std::string& dir);
@@ -123,7 +126,9 @@ std::string checkpoint_file_in(const std::string& dir);
 
 /// The newest valid checkpoint in `dir`: latest.h5 when it resolves to a file that validates, else the newest
 /// ckpt-*.h5 that validates. Each skipped file is reported through `warn` (with the reason). Empty when the
-/// directory is missing or holds no valid checkpoint.
-std::string find_latest_checkpoint(const std::string& dir, const std::function<void(const std::string&)>& warn = {});
+/// directory is missing or holds no valid checkpoint. `found`, if given, receives the checkpoint read to validate it
+/// (so a caller that resumes from it does not read it twice).
+std::string find_latest_checkpoint(const std::string& dir, const std::function<void(const std::string&)>& warn = {},
+                                   Checkpoint* found = nullptr);
 
 }  // namespace renaissance::io

@@ -198,7 +198,9 @@ void Trainer::Impl::on_rank0_agreed(const std::string& what, const std::function
 }
 
 void Trainer::Impl::save_best_in_dir(const io::Checkpoint& ck, std::int64_t step) {
-  const std::string best = io::save_best_checkpoint(opt.checkpoint_dir, ck);
+  // best.h5 is read once a run (its val_top1), not at every checkpoint: this run is the directory's only writer.
+  if (std::isnan(best_top1)) best_top1 = io::best_checkpoint_top1(opt.checkpoint_dir);
+  const std::string best = io::save_best_checkpoint(opt.checkpoint_dir, ck, best_top1);
   if (best.empty()) return;
   best_top1 = ck.state.val_top1;
   spdlog::info("best val_top1 so far ({:.4f}, step {}): {}", ck.state.val_top1, step, best);
