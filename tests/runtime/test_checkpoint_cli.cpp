@@ -304,6 +304,36 @@ TEST_P(PreemptionCli, SignalWritesACheckpointExits75AndTheResumedRunContinuesThe
   EXPECT_EQ(lines_of(d / "full.jsonl"), lines_of(d / "part.jsonl"));
 }
 
+// A signal that lands as the run's last step ends (--max-steps in mid-epoch) is no preemption: the run reports its
+// epoch and exits 0, as it would have without the signal (it used to exit 75, and the resumed run, with nothing left
+// to train, reported nothing: the epoch's metrics were lost).
+TEST(PreemptionAtTheEnd, ASignalWithTheLastStepEndsTheRunNormally) {
+  const fs::path d = temp_dir();
+  const std::string common = "--max-steps 2 --metrics ";
+  const CliRun full = run(train_args(common + (d / "mfull.jsonl").string()));
+  ASSERT_EQ(full.code, 0) << full.out;
+  const std::string args = train_args(common + (d / "mpart.jsonl").string() + " --checkpoint-dir " +
+                                      (d / "ck").string() + " --resume auto --loss-log " + (d / "part.jsonl").string());
+  Child c = start(args, d / "signalled.log", {"RENAISSANCE_TEST_STEP_DELAY_MS=1500"});
+  ASSERT_TRUE(wait_for([&] { return lines_of(d / "part.jsonl").size() >= 2; })) << "no steps";
+  ASSERT_EQ(::kill(c.pid, SIGTERM), 0);  // while the last step's delay runs: before the step's stop agreement
+  const CliRun last = c.wait();
+  ASSERT_EQ(last.code, 0) << last.out;
+  EXPECT_EQ(last.out.find("preempted by"), std::string::npos) << last.out;
+  EXPECT_NE(last.out.find("val_top1"), std::string::npos) << last.out;
+  const auto field = [](const std::string& line, const std::string& key) {
+    const std::size_t at = line.find("\"" + key + "\":");
+    return at == std::string::npos ? std::string() : line.substr(at, line.find(',', at) - at);
+  };
+  const auto a = lines_of(d / "mfull.jsonl"), b = lines_of(d / "mpart.jsonl");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  for (const char* k : {"step", "train_loss", "val_loss", "val_top1"}) {
+    EXPECT_FALSE(field(a[0], k).empty()) << k << " in " << a[0];
+    EXPECT_EQ(field(a[0], k), field(b[0], k)) << a[0] << "\n" << b[0];
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Signals, PreemptionCli, ::testing::Values(SIGUSR1, SIGTERM),
                          [](const ::testing::TestParamInfo<int>& i) { return i.param == SIGUSR1 ? "USR1" : "TERM"; });
 

@@ -364,7 +364,9 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.cur_position = first_batch + b->index + 1;
       if (observer.on_step_loss && (!observer.wants_step_loss || observer.wants_step_loss(m_step)))
         observer.on_step_loss(m_step, epoch + 1, I.step_loss());
-      const bool stop = I.stop_agreed();
+      // A stop request that comes with the run's last step is no preemption: the run ends here anyway and reports
+      // its epoch (a resumed run would find nothing left to do, and the epoch would go unreported).
+      const bool stop = I.stop_agreed() && !done();
       if (stop) I.preempted = true;  // before the checkpoint: a failed write is still a preemption (exit 75)
       if (I.cur_position < batches && (stop || done() || I.checkpoint_due(m_step))) {
         const std::vector<float> partial = I.gather_train_metrics();
@@ -372,7 +374,6 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
         if (!o.checkpoint_dir.empty()) I.write_checkpoint_in_dir(m_step, partial, observer);
       }
       if (stop) {
-        I.preempted = true;
         if (I.cur_position < batches) return history;  // the resumed run reports this epoch whole
         break;
       }
