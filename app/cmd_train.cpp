@@ -12,7 +12,6 @@
 #include <renaissance/comm/communicator.h>
 #include <renaissance/comm/watchdog.h>
 #include <renaissance/core/error.h>
-#include <renaissance/core/hash.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/io/tensorboard.h>
@@ -270,6 +269,12 @@ void run_train(TrainCli& c) {
       {c.data, c.model.model_file, c.config, c.ckpt.resume, c.save, c.metrics, c.ckpt.loss_log, c.ckpt.dir}, c.t, root);
   // The checkpoint to resume is read first: the Trainer matches it against the plan before its device start-up.
   std::unique_ptr<runtime::InitialState> resume = c.ckpt.read_resume(root);
+  // Every rank reads the checkpoint it resumes from: one that found another (node-local directories, another
+  // --resume file) or none would train other replicas under averaged gradients and blend their metrics.
+  require_same_on_ranks(
+      comm.get(), [&] { return state_fingerprint(resume.get()); }, "the checkpoint to resume from",
+      resume ? resume->path : "(none found: a fresh start)",
+      "give every rank the same checkpoint: one --checkpoint-dir on a shared file system, or the same --resume file");
   runtime::Trainer trainer(bp, c.t, resume.get());
   const bool resumed = resume != nullptr;
   if (resumed && root)
@@ -431,17 +436,9 @@ void run_eval(const EvalCli& c) {
   require_same_on_ranks(
       comm.get(), [&] { return io::DatasetFile(c.data).content_fingerprint(); }, "the dataset's content", c.data,
       "give every rank the same dataset file (copy it again, or use a shared path)");
-  const auto weights_fingerprint = [&] {
-    std::uint64_t h = kFnv1aOffset;
-    for (const io::NamedTensor& nt : initial->tensors) {
-      h = fnv1a(nt.group.data(), nt.group.size(), h);
-      h = fnv1a(nt.name.data(), nt.name.size(), h);
-      h = fnv1a(nt.values.data(), nt.values.size() * sizeof(float), h);
-    }
-    return h;
-  };
-  require_same_on_ranks(comm.get(), weights_fingerprint, "the content of the weights", initial->path,
-                        "give every rank the same weights or checkpoint file");
+  require_same_on_ranks(
+      comm.get(), [&] { return state_fingerprint(initial.get()); }, "the content of the weights", initial->path,
+      "give every rank the same weights or checkpoint file");
   runtime::Trainer trainer(bp, t, initial.get());
   initial.reset();  // the host copy of the tensors (a checkpoint's optimizer moments too), not needed from here
   const std::string& source = c.checkpoint.empty() ? c.weights : c.checkpoint;

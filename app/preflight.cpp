@@ -1,6 +1,7 @@
 #include "preflight.h"
 
 #include <renaissance/core/error.h>
+#include <renaissance/core/hash.h>
 #include <renaissance/core/paths.h>
 #include <renaissance/io/dataset.h>
 
@@ -111,6 +112,22 @@ void require_same_on_ranks(runtime::Communicator* comm, const std::function<std:
                             what, bad, path, root_fp,
                             bad == comm->rank() ? fmt::format(", {:016x} here", mine) : std::string()),
                 "data-parallel run", hint);
+}
+
+std::uint64_t state_fingerprint(const runtime::InitialState* state) {
+  if (!state) return 0;
+  std::uint64_t h = kFnv1aOffset;
+  for (const io::NamedTensor& nt : state->tensors) {
+    h = fnv1a(nt.group.data(), nt.group.size(), h);
+    h = fnv1a(nt.name.data(), nt.name.size(), h);
+    h = fnv1a(nt.values.data(), nt.values.size() * sizeof(float), h);
+  }
+  if (state->checkpoint && !state->weights_only) {
+    const io::CheckpointState& c = state->state;
+    for (const std::int64_t v : {c.step, c.epoch, c.position, c.samples_done, static_cast<std::int64_t>(c.seed)})
+      h = fnv1a(&v, sizeof v, h);
+  }
+  return h;
 }
 
 TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions& t, bool root) {

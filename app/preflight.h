@@ -38,6 +38,10 @@ struct TrainFiles {
 void require_same_on_ranks(runtime::Communicator* comm, const std::function<std::uint64_t()>& fingerprint,
                            const std::string& what, const std::string& path, const std::string& hint);
 
+/// A content fingerprint of a state to start from, for require_same_on_ranks: its tensors (group, name, values) and,
+/// of a checkpoint, where it resumes (step, epoch, position, seed). No state (a fresh start): 0.
+std::uint64_t state_fingerprint(const runtime::InitialState* state);
+
 /// Held from before the first step to the end of the run.
 struct TrainPreflight {
   std::unique_ptr<io::CheckpointDirLock> lock;  ///< rank 0 with --checkpoint-dir

@@ -21,6 +21,8 @@
 #   data-differs    rank 1's dataset has the same shapes but other contents: every rank reports it, exit 1
 #   eval-differs    `eval` with another dataset or other weights on rank 1: every rank reports it, exit 1; the same
 #                   inputs on 2 ranks give one process's top-1
+#   resume-differs  rank 1 resumes another checkpoint, or none (node-local directories), or runs with another
+#                   --checkpoint-every: every rank reports it before the first step, exit 1; the same checkpoint resumes
 #   compile-once    (issue 16) 4 ranks: only rank 0 compiles the plan (each rank reports its process's compilation
 #                   count, RENAISSANCE_TEST_PLAN_REPORT), the others receive it, and all hold the same plan hash
 #   mismatch-4ranks rank 2 of 4 runs with another --lr: all 4 ranks stop with the same message naming rank 2
@@ -293,6 +295,33 @@ PYEOF
     echo "2 ranks:   $two"
     [[ $(grep -o '"val_top1":[^,]*' <<<"$one") == $(grep -o '"val_top1":[^,]*' <<<"$two") ]] ||
       fail "2 ranks score another top-1 than one process"
+    ;;
+  resume-differs)
+    # Each rank reads the checkpoint it resumes from: another file on rank 1, or none (node-local directories), trained
+    # other replicas under averaged gradients and blended their metrics, exit 0. Checkpoint options that decide the
+    # collectives of every step (--checkpoint-every here) failed at the first step or hung.
+    R=(train --model-file "$MODEL" --data ds.h5 --batch 32 "${DEV[@]}")
+    "$CLI" "${R[@]}" --lr 0.05 --max-steps 3 --checkpoint-dir ckA >/dev/null 2>&1 || fail "cannot write checkpoint A"
+    "$CLI" "${R[@]}" --lr 0.02 --max-steps 3 --checkpoint-dir ckB >/dev/null 2>&1 || fail "cannot write checkpoint B"
+    rank1_differs --resume ckB/ckpt-step00000003.h5 "the checkpoint to resume from" "${R[@]}" --lr 0.05 --max-steps 6 \
+      --resume ckA/ckpt-step00000003.h5
+    mkdir -p empty
+    rank1_differs --checkpoint-dir empty "the checkpoint to resume from" "${R[@]}" --lr 0.05 --max-steps 6 \
+      --checkpoint-dir ckA --resume auto
+    RANK1_OPT=--checkpoint-every RANK1_VAL=2 launch2 ./rank_wrapper.sh "${R[@]}" --lr 0.05 --max-steps 4 \
+      --checkpoint-dir ckC --checkpoint-every 1 >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 1)) || fail "--checkpoint-every 2 on rank 1: exit $rc, not 1"
+    for r in 0 1; do
+      grep -q "error: rank $r/2: data-parallel run: the configuration of rank 1 differs from rank 0's: .*checkpoint every is 1 on rank 0 but 2 on rank 1" out.txt ||
+        fail "rank $r did not report the differing --checkpoint-every"
+    done
+    [[ ! -e ckC/latest.h5 ]] || fail "a checkpoint was written despite the mismatch"
+    # The same checkpoint on both ranks resumes.
+    launch2 "$CLI" "${R[@]}" --lr 0.05 --max-steps 6 --resume ckA/ckpt-step00000003.h5 >out.txt 2>&1 ||
+      { cat out.txt; fail "resuming the same checkpoint on 2 ranks"; }
+    grep -q "resumed from ckA/ckpt-step00000003.h5 at step 3" out.txt || { cat out.txt; fail "no resume line"; }
     ;;
   compile-once)
     RENAISSANCE_TEST_PLAN_REPORT=1 launchn 4 "$CLI" "${TRAIN[@]}" >out.txt 2>&1 ||

@@ -123,6 +123,25 @@ TEST(Replicas, RunOptionsNameWhatDiffers) {
   EXPECT_NE(tb.find("lr=0.2\n"), std::string::npos) << tb;
 }
 
+TEST(Replicas, CheckpointOptionsAreComparedTheirDirectoryNot) {
+  // They decide the collectives of every step (the stop agreement, the checkpoint's metric gather, the best-of check):
+  // ranks that differ there would hang or mismatch at the first step. Rank 0 alone writes: the path may differ.
+  TrainOptions a, b, c, d;
+  b.checkpoint_dir = "/scratch/node1/ck";
+  c.checkpoint_dir = "/scratch/node2/ck";
+  d.checkpoint_dir = c.checkpoint_dir;
+  d.checkpoint_every = 5;
+  EXPECT_NE(describe_run_options(a), describe_run_options(b));
+  EXPECT_EQ(describe_run_options(b), describe_run_options(c));
+  EXPECT_NE(describe_run_options(c), describe_run_options(d));
+  EXPECT_NE(describe_run_options(d).find("checkpoint every=5\n"), std::string::npos);
+  TrainOptions e = c, f = c;
+  e.checkpoint_keep_best = true;
+  f.checkpoint_each_epoch = true;
+  EXPECT_NE(describe_run_options(c), describe_run_options(e));
+  EXPECT_NE(describe_run_options(c), describe_run_options(f));
+}
+
 TEST(Replicas, OneRankHasNothingToCheck) {
   Communicator one;  // the default communicator: one rank
   EXPECT_NO_THROW(check_replica_inputs(one, "x=1\n"));
