@@ -173,10 +173,18 @@ void inspect(const std::string& path, bool json, bool quick) {
     }
     const std::vector<std::int64_t> hist = f.label_histogram(s);
     out += "  labels:";
+    // Many classes (a label set of thousands): the classes without samples are counted, not listed.
+    const bool sparse = hist.size() > 100;
+    std::size_t listed = 0, empty = 0;
     for (size_t k = 0; k < hist.size(); ++k) {
+      if (sparse && hist[k] == 0) {
+        ++empty;
+        continue;
+      }
       const std::string name = k < f.class_names().size() ? fmt::format(" ({})", f.class_names()[k]) : "";
-      out += fmt::format("{}{}{}: {}", k ? ", " : " ", k, name, hist[k]);
+      out += fmt::format("{}{}{}: {}", listed++ ? ", " : " ", k, name, hist[k]);
     }
+    if (empty) out += fmt::format("{}{} of {} classes without samples", listed ? "; " : " ", empty, hist.size());
     out += "\n";
   }
   if (quick)
@@ -361,7 +369,7 @@ void register_data_command(CLI::App& app) {
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 31));
   synth->add_option("--val", sargs->val, "Val samples")->required()->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 31));
   synth->add_option("--shape", sargs->shape, "Image shape H,W,C (e.g. 32,32,3)")->required();
-  synth->add_option("--classes", sargs->classes, "Number of classes")->required()->check(CLI::Range(1, 1 << 20));
+  synth->add_option("--classes", sargs->classes, "Number of classes")->required()->check(CLI::Range(1, io::kMaxClasses));
   synth->add_option("--seed", sargs->seed, "Random seed")->capture_default_str()->check(seed_value());
   synth->add_option("--deflate", sargs->deflate, "Deflate level 0-9 (0 = off)")
       ->capture_default_str()

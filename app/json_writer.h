@@ -1,6 +1,8 @@
 // A tiny streaming JSON writer for the CLI's machine-readable reports (no third-party JSON library needed).
 #pragma once
 
+#include <renaissance/core/utf8.h>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -10,22 +12,7 @@
 
 namespace renaissance::app {
 
-/// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no surrogates, at most
-/// U+10FFFF), or 0 where the bytes are not one.
-inline std::size_t utf8_sequence(const std::string& s, std::size_t i) {
-  const auto at = [&](std::size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
-  const unsigned c = at(0);
-  const auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xbf) { return at(k) >= lo && at(k) <= hi; };
-  if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
-  if (c == 0xe0) return cont(1, 0xa0) && cont(2) ? 3 : 0;
-  if (c == 0xed) return cont(1, 0x80, 0x9f) && cont(2) ? 3 : 0;
-  if (c >= 0xe1 && c <= 0xef) return cont(1) && cont(2) ? 3 : 0;
-  if (c == 0xf0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
-  if (c >= 0xf1 && c <= 0xf3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-  if (c == 0xf4) return cont(1, 0x80, 0x8f) && cont(2) && cont(3) ? 4 : 0;
-  return 0;
-}
+using renaissance::utf8_sequence;
 
 /// `s` as the inside of a JSON string: quotes, backslashes and control characters escaped, and every byte that is not
 /// part of well-formed UTF-8 (a class folder or path named in Latin-1) as U+FFFD, so the document stays valid JSON

@@ -9,18 +9,23 @@
   --folder (h5py + Pillow + torchvision's ImageFolder listing and Resize/CenterCrop formulas); the same file for 1
   and 3 threads;
 - CIFAR round trips: scripts/make_cifar_tarball.py tarballs (Python 2 opcodes as in the real files, and Python 3
-  protocol 2 and 4 pickles) checked by check_dataset.py --cifar (pickle.load(..., encoding="bytes"));
+  protocol 2, 4 and 5 pickles: numpy's _reconstruct, and _frombuffer in protocol 5) checked by check_dataset.py
+  --cifar (pickle.load(..., encoding="bytes"));
 - bad input: a corrupt JPEG, a truncated JPEG, a truncated PNG, a non-image file named .jpg, an empty class folder,
   a val class that train lacks, a 20000x20000 PNG and JPEG (headers only), a missing train folder, a corrupt and a
   truncated tarball: exit status 1 (not a crash: < 128), one error line naming the file, no output file and no
-  temporary left; --skip-bad turns unreadable images into a counted, listed skip.
+  temporary left; --skip-bad turns unreadable images into a counted, listed skip. Also: a subfolder of a class that
+  cannot be listed (its images were silently dropped), a class folder whose name is not UTF-8, --out inside a linked
+  class folder, a tarball with two members of one name, label names that are not UTF-8, a batch claiming 2^54 rows.
 Exit 0 all pass, 1 a failure, 77 numpy/h5py/Pillow missing.
 """
+import io
 import os
 import shutil
 import struct
 import subprocess
 import sys
+import tarfile
 import zlib
 
 try:
@@ -42,7 +47,8 @@ def fail(msg):
 
 
 def run(args, **kw):
-    return subprocess.run(args, capture_output=True, text=True, **kw)
+    # Paths are bytes: a Latin-1 folder name comes back in an error message as it is.
+    return subprocess.run(args, capture_output=True, text=True, errors="surrogateescape", **kw)
 
 
 def script(name, *args):
@@ -129,7 +135,7 @@ def round_trips(root):
 
 def cifar_round_trips():
     print("CIFAR round trips")
-    for variant, style, proto in ((10, "py2", 2), (100, "py2", 2), (10, "py3", 2), (100, "py3", 4)):
+    for variant, style, proto in ((10, "py2", 2), (100, "py2", 2), (10, "py3", 2), (100, "py3", 4), (10, "py3", 5)):
         tgz = os.path.join(WORK, f"cifar-{variant}-{style}{proto}.tar.gz")
         script("make_cifar_tarball.py", "--variant", str(variant), "--per-batch", "30", "--test", "20", "--style", style,
                "--protocol", str(proto), "--out", tgz)
@@ -314,6 +320,122 @@ def bad_inputs(good):
     notar = write(os.path.join(base, "plain.tar.gz"), b"hello" * 200)
     expect_error(["cifar10", notar, "--out", out], notar, "not a tarball", out)
 
+    def retar(name, change):
+        """The good CIFAR-10 tarball with its members changed by change(list of (TarInfo, bytes))."""
+        members = []
+        with tarfile.open(tgz) as t:
+            for m in t.getmembers():
+                members.append((m, t.extractfile(m).read() if m.isfile() else None))
+        change(members)
+        path = os.path.join(base, name)
+        with tarfile.open(path, "w:gz") as t:
+            for m, b in members:
+                m.size = len(b) if b is not None else 0
+                t.addfile(m, io.BytesIO(b) if b is not None else None)
+        return path
+
+    def member(members, base_name):
+        return next(i for i, (m, _) in enumerate(members) if m.name.endswith("/" + base_name))
+
+    # A second data_batch_1 appended (tar -r): tar extracts the last copy, the importer read the first.
+    def dup(ms):
+        m, b = ms[member(ms, "data_batch_1")]
+        other = tarfile.TarInfo(m.name)
+        ms.append((other, ms[member(ms, "data_batch_2")][1]))
+    dup_tgz = retar("dup.tar.gz", dup)
+    expect_error(["cifar10", dup_tgz, "--out", out], "two members named 'data_batch_1'", "a member twice", out)
+
+    # Label names that are not UTF-8 (stored as UTF-8 strings: h5py then failed to read them).
+    def bad_names(ms):
+        import pickle
+        i = member(ms, "batches.meta")
+        meta = pickle.loads(ms[i][1], encoding="bytes")
+        key = b"label_names" if b"label_names" in meta else "label_names"
+        meta[key] = [b"\xff\xfe"] + list(meta[key][1:])
+        ms[i] = (ms[i][0], pickle.dumps(meta, protocol=2))
+    names_tgz = retar("names.tar.gz", bad_names)
+    expect_error(["cifar10", names_tgz, "--out", out], "batches.meta", "a label name that is not UTF-8", out)
+
+    # A batch claiming 2^54 rows of 3072 bytes with no bytes: 2^54 * 3072 wrapped to 0 in 64 bits and passed the
+    # size check (protocol 2 opcodes written by hand: numpy cannot make such an array).
+    def huge_rows(ms):
+        shape = b"\x8a\x08" + struct.pack("<q", 2 ** 54) + b"\x8a\x08" + struct.pack("<q", 3072) + b"\x86"
+        dtype = (b"cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R" +
+                 b"(K\x03U\x01|NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb")
+        p = (b"\x80\x02}(U\x04datacnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85U\x01b\x87R" +
+             b"(K\x01" + shape + dtype + b"\x89T" + struct.pack("<i", 0) + b"tbU\x06labels]u.")
+        i = member(ms, "data_batch_1")
+        ms[i] = (ms[i][0], p)
+    rows_tgz = retar("rows.tar.gz", huge_rows)
+    expect_error(["cifar10", rows_tgz, "--out", out], "claims 18014398509481984 x 3072 but holds 0 bytes",
+                 "a batch claiming 2^54 rows", out)
+
+
+def listing_and_names(good):
+    """Folders that cannot be listed or named, and --out through a linked class folder."""
+    print("listing, names, links")
+    base = os.path.join(WORK, "listing")
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    out_dir = os.path.join(base, "out")
+    os.makedirs(out_dir)
+    out = os.path.join(out_dir, "o.h5")
+    cls = os.path.join("train", "n00000002")
+
+    def tree(name):
+        root = os.path.join(base, name)
+        shutil.copytree(good, root)
+        return root
+
+    # A subfolder of a class that cannot be listed: the listing stopped there and the class's remaining images were
+    # dropped, exit 0. Root reads any folder: as root the import runs as nobody (setpriv), the tree opened to it.
+    root = tree("locked")
+    locked = os.path.join(root, cls, "aaa_locked")  # listed early: most of the class came after it
+    os.makedirs(locked)
+    as_user = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            print("  (skipped: an unreadable subfolder needs setpriv to drop root)")
+            root = None
+        else:
+            as_user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+            for d, dirs, files in os.walk(base):
+                os.chmod(d, 0o777)
+                for f in files:
+                    os.chmod(os.path.join(d, f), 0o666)
+            probe = run(as_user + ["test", "-x", base])
+            if probe.returncode != 0:
+                print(f"  (skipped: nobody cannot reach {base})")
+                root = None
+    if root:
+        os.chmod(locked, 0)
+        r = run(as_user + [CLI, "data", "import", "folder", root, "--out", out])
+        os.chmod(locked, 0o777)
+        if r.returncode != 1 or locked not in r.stderr or "cannot list" not in r.stderr:
+            fail(f"an unreadable subfolder: exit {r.returncode} (expected 1, naming {locked}):\n{r.stdout}{r.stderr}")
+        else:
+            print(f"  an unreadable subfolder: exit 1, {r.stderr.strip().splitlines()[-1][:150]}")
+        if os.path.exists(out):
+            fail("an unreadable subfolder: a dataset was written")
+            os.remove(out)
+
+    # A class folder named in Latin-1: stored as a UTF-8 string, h5py could not read the class names back.
+    root = tree("latin1")
+    bad = os.path.join(os.fsencode(root), b"train", b"caf\xe9")
+    os.rename(os.path.join(root, "train", "n00000001"), bad)
+    os.rename(os.path.join(root, "val", "n00000001"), os.path.join(os.fsencode(root), b"val", b"caf\xe9"))
+    expect_error(["folder", root, "--out", out], os.fsdecode(bad), "a class folder named in Latin-1", out)
+
+    # --out inside a class folder reached through a link: the dataset became a file of that class.
+    root = tree("linked_class")
+    elsewhere = os.path.join(base, "elsewhere")
+    shutil.move(os.path.join(root, cls), elsewhere)
+    os.symlink(elsewhere, os.path.join(root, cls))
+    inside = os.path.join(root, cls, "new.h5")
+    expect_error(["folder", root, "--out", inside], "(through a link)", "--out inside a linked class folder", inside)
+    if os.path.exists(os.path.join(elsewhere, "new.h5")):
+        fail("--out inside a linked class folder: the file was written")
+
 
 def main():
     os.makedirs(WORK, exist_ok=True)
@@ -321,6 +443,7 @@ def main():
     round_trips(root)
     cifar_round_trips()
     bad_inputs(root)
+    listing_and_names(root)
     if FAILS:
         print(f"{len(FAILS)} failure(s)")
         return 1

@@ -159,6 +159,28 @@ TEST_F(DataCli, InspectRejectsBadFiles) {
   write_small(truncated);
   truncate_file(truncated, 0.5);
   expect_failure(fmt::format("data inspect '{}'", truncated), "truncated");
+
+  // A class count no writer makes (2^20 is the most): inspect built and printed a table of 10^8 zeros (3.7 GB).
+  const std::string classes = dir.file("classes.h5");
+  write_small(classes);
+  delete_attr(classes, "class_names");
+  set_int_attr(classes, "num_classes", 100000000);
+  expect_failure(fmt::format("data inspect --quick '{}'", classes), "attribute 'num_classes' = 100000000");
+}
+
+TEST_F(DataCli, InspectCountsTheClassesWithoutSamplesOfALargeLabelSet) {
+  const std::string path = dir.file("many.h5");
+  SmallSpec many;
+  many.classes = 5000;
+  write_small(path, many);
+  const CliResult r = run(fmt::format("data inspect --quick '{}'", path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // write_small's 50 train samples take a few of the 5,000 classes: those are listed, the rest counted.
+  const auto train = r.out.substr(r.out.find("/train:"));
+  const auto line = train.substr(train.find("labels:"), train.find('\n', train.find("labels:")) - train.find("labels:"));
+  EXPECT_THAT(line, ::testing::ContainsRegex(" of 5000 classes without samples$")) << line;
+  EXPECT_THAT(line, ::testing::Not(HasSubstr(": 0,"))) << line;
+  EXPECT_LT(line.size(), 2000u) << line;
 }
 
 TEST_F(DataCli, UsageErrors) {

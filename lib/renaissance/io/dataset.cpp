@@ -1,6 +1,7 @@
 #include <renaissance/io/dataset.h>
 
 #include <renaissance/core/paths.h>
+#include <renaissance/core/utf8.h>
 #include <renaissance/io/hdf5_util.h>
 
 #include <zlib.h>
@@ -397,7 +398,8 @@ void DatasetWriter::Impl::create(std::string target, int classes, DatasetWriterO
   path = std::move(target);
   num_classes = classes;
   options = opts;
-  RN_CHECK_CTX(num_classes >= 1, path, "num_classes must be >= 1, got {}", num_classes);
+  RN_CHECK_CTX(num_classes >= 1 && num_classes <= kMaxClasses, path, "num_classes must be in [1, {}], got {}",
+               kMaxClasses, num_classes);
   RN_CHECK_CTX(options.deflate_level >= 0 && options.deflate_level <= 9, path, "deflate level {} not in 0..9",
                options.deflate_level);
   RN_CHECK_CTX(options.chunk_samples >= 0, path, "chunk_samples must be >= 0, got {}", options.chunk_samples);
@@ -512,6 +514,9 @@ DatasetWriter::~DatasetWriter() = default;
 void DatasetWriter::set_class_names(std::vector<std::string> names) {
   RN_CHECK_CTX(names.empty() || static_cast<int>(names.size()) == m_impl->num_classes, m_impl->path,
                "{} class names given for {} classes", names.size(), m_impl->num_classes);
+  for (std::size_t k = 0; k < names.size(); ++k)
+    RN_CHECK_CTX(valid_utf8(names[k]) && names[k].find('\0') == std::string::npos, m_impl->path,
+                 "the name of class {} is not UTF-8 text without NUL bytes (class names are stored as UTF-8 strings)", k);
   m_impl->class_names = std::move(names);
 }
 
@@ -1295,8 +1300,9 @@ void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache
                "unsupported dataset version {} (this build reads versions 1 to {})", version, kDatasetVersion);
   m.version = static_cast<int>(version);
   const long long classes = read_int_attr(m.file, "num_classes", path);
-  if (classes < 1 || classes > (1LL << 30))
-    RN_IO_FAIL(path, kRecreateHint, "attribute 'num_classes' = {} is not a positive class count", classes);
+  if (classes < 1 || classes > kMaxClasses)
+    RN_IO_FAIL(path, kRecreateHint, "attribute 'num_classes' = {} is not a class count (1 to {})", classes,
+               kMaxClasses);
   m.num_classes = static_cast<int>(classes);
   if (m.version >= 3) {  // version 3 says how the images are stored
     const std::vector<std::string> storage =

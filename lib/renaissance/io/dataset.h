@@ -16,6 +16,9 @@ inline constexpr const char* kDatasetFormat = "renaissance-dataset";
 /// Version 3 adds the `storage` attribute and JPEG stores (issue 12); version 2 added /<split>/checksums (a CRC-32
 /// per block of samples); versions 1 and 2 stay readable (raw stores).
 inline constexpr int kDatasetVersion = 3;
+/// The most classes a dataset may have (written or read): 2^20, far beyond any real label set (ImageNet-21k has
+/// 21,841), and small enough that a per-class table of a corrupt file's claim stays small.
+inline constexpr int kMaxClasses = 1 << 20;
 
 /// How a split holds its images: raw uint8 [N,H,W,C], or each image's JPEG bytes (variable sizes).
 enum class Storage { raw, jpeg };

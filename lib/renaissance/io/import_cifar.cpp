@@ -1,5 +1,6 @@
 // `renaissance data import cifar10|cifar100`: the python-pickle tarballs of https://www.cs.toronto.edu/~kriz/cifar.html.
 #include <renaissance/core/error.h>
+#include <renaissance/core/utf8.h>
 #include <renaissance/io/hdf5_util.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/io/pickle.h>
@@ -56,6 +57,7 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& pat
     return done;
   };
   std::map<std::string, std::vector<std::uint8_t>> out;
+  std::map<std::string, std::string> taken_from;  // base name -> the member's whole name
   std::string long_name;
   for (;;) {
     unsigned char h[512];
@@ -72,8 +74,8 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& pat
     if (std::strtoul(chk.c_str(), nullptr, 8) != sum)
       RN_IO_FAIL(path, "this is not a tar archive, or it is corrupt", "bad tar header checksum at byte {}", offset - 512);
     std::int64_t size = 0;
-    if (h[124] & 0x80) {  // GNU base-256 size
-      for (int i = 125; i < 136; ++i) size = (size << 8) | h[i];
+    if (h[124] & 0x80) {  // GNU base-256 size (checked before each shift: 11 bytes would overflow 64 bits)
+      for (int i = 125; i < 136 && size <= (std::int64_t(1) << 40); ++i) size = (size << 8) | h[i];
     } else {
       const std::string sz(reinterpret_cast<char*>(h + 124), 12);
       size = static_cast<std::int64_t>(std::strtoull(sz.c_str(), nullptr, 8));
@@ -92,8 +94,14 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& pat
     const char type = static_cast<char>(h[156]);
     const std::int64_t padded = (size + 511) / 512 * 512;
     const std::string base = fs::path(name).filename().string();
-    const bool want = (type == '0' || type == '\0') &&
-                      std::find(wanted.begin(), wanted.end(), base) != wanted.end() && !out.count(base);
+    const bool want =
+        (type == '0' || type == '\0') && std::find(wanted.begin(), wanted.end(), base) != wanted.end();
+    // Two members of one base name (a second copy appended, as `tar -r` does, or a decoy in another folder): tar
+    // would extract the last, a reader of the first another batch: which one is meant is not for the importer to guess.
+    if (want && taken_from.count(base))
+      RN_IO_FAIL(path, "make a tarball with one member of each name (extract it and pack it again)",
+                 "the archive has two members named '{}': '{}' and '{}'", base, taken_from[base], name);
+    if (want) taken_from[base] = name;
     if (type == 'L' || want) {  // GNU long name, or a member we need
       if (size > kMaxMembers - held)
         RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "member '{}' has {} bytes ({} held already; {} in all "
@@ -134,29 +142,52 @@ struct Batch {
              what);
 }
 
-/// numpy's pickled uint8 array (numpy.core.multiarray._reconstruct + BUILD (version, shape, dtype, fortran, data)).
+/// numpy's pickled uint8 array: numpy.core.multiarray._reconstruct + BUILD (version, shape, dtype, fortran, data)
+/// (protocols 0-4), or numpy.core.numeric._frombuffer(bytes, dtype, shape, order) (protocol 5, the bytes in band).
 std::string array_bytes(const pickle::Value& v, const std::string& ctx, std::int64_t& rows, std::int64_t& cols) {
   using K = pickle::Value::Kind;
-  if (!v.is(K::object) || !v.callable || !v.callable->is(K::global) ||
-      (v.callable->s != "numpy.core.multiarray._reconstruct" && v.callable->s != "numpy._core.multiarray._reconstruct"))
-    bad(ctx, fmt::format("'data' is a {}, not a numpy array", pickle::kind_name(v.kind)));
-  if (!v.state || !v.state->is(K::tuple) || v.state->items.size() != 5) bad(ctx, "'data' has no array state");
-  const auto& st = v.state->items;
-  const pickle::Value& shape = *st[1];
+  const bool is_object = v.is(K::object) && v.callable && v.callable->is(K::global);
+  const bool reconstruct = is_object && (v.callable->s == "numpy.core.multiarray._reconstruct" ||
+                                         v.callable->s == "numpy._core.multiarray._reconstruct");
+  const bool frombuffer =
+      is_object && (v.callable->s == "numpy.core.numeric._frombuffer" || v.callable->s == "numpy._core.numeric._frombuffer");
+  if (!reconstruct && !frombuffer) bad(ctx, fmt::format("'data' is a {}, not a numpy array", pickle::kind_name(v.kind)));
+  // The parts, wherever each form keeps them.
+  const pickle::Value *shape_v = nullptr, *dtype_v = nullptr, *order_v = nullptr, *data_v = nullptr;
+  if (reconstruct) {
+    if (!v.state || !v.state->is(K::tuple) || v.state->items.size() != 5) bad(ctx, "'data' has no array state");
+    const auto& st = v.state->items;
+    shape_v = st[1];
+    dtype_v = st[2];
+    order_v = st[3];
+    data_v = st[4];
+  } else {
+    if (!v.args || !v.args->is(K::tuple) || v.args->items.size() != 4) bad(ctx, "'data' has no buffer arguments");
+    const auto& a = v.args->items;
+    data_v = a[0];
+    dtype_v = a[1];
+    shape_v = a[2];
+    order_v = a[3];
+  }
+  const pickle::Value& shape = *shape_v;
   if (!shape.is(K::tuple) || shape.items.size() != 2 || !shape.items[0]->is(K::integer) || !shape.items[1]->is(K::integer))
     bad(ctx, "'data' is not a 2-D array");
   rows = shape.items[0]->i;
   cols = shape.items[1]->i;
-  const pickle::Value& dtype = *st[2];
+  const pickle::Value& dtype = *dtype_v;
   const bool u1 = dtype.is(K::object) && dtype.args && !dtype.args->items.empty() &&
                   (dtype.args->items[0]->text_equals("u1") || dtype.args->items[0]->text_equals("|u1"));
   if (!u1) bad(ctx, "'data' is not uint8");
-  if (st[3]->is(K::boolean) || st[3]->is(K::integer)) {
-    if (st[3]->i != 0) bad(ctx, "'data' is in Fortran order");
+  if (order_v->is(K::boolean) || order_v->is(K::integer)) {
+    if (order_v->i != 0) bad(ctx, "'data' is in Fortran order");
+  } else if (order_v->is(K::str) && order_v->s != "C") {
+    bad(ctx, fmt::format("'data' is in order '{}', not C", order_v->s));
   }
   std::string bytes;
-  if (!pickle::as_bytes(*st[4], bytes)) bad(ctx, "'data' holds no raw bytes");
-  if (rows < 0 || cols <= 0 || static_cast<std::int64_t>(bytes.size()) != rows * cols)
+  if (!pickle::as_bytes(*data_v, bytes)) bad(ctx, "'data' holds no raw bytes");
+  // rows x cols compared without forming the product (a claim of 2^54 rows wrapped to the byte count).
+  if (rows < 0 || cols <= 0 || rows > static_cast<std::int64_t>(bytes.size()) / cols ||
+      static_cast<std::int64_t>(bytes.size()) != rows * cols)
     bad(ctx, fmt::format("'data' claims {} x {} but holds {} bytes", rows, cols, bytes.size()));
   return bytes;
 }
@@ -210,7 +241,11 @@ std::vector<std::string> names_of(const std::string& tarball, const std::string&
     std::string s;
     if (!n->is(pickle::Value::Kind::str) && !pickle::as_bytes(*n, s))
       RN_IO_FAIL(ctx, "the meta member is not CIFAR's", "a class name in '{}' is a {}", key, pickle::kind_name(n->kind));
-    names.push_back(n->is(pickle::Value::Kind::str) ? n->s : s);
+    std::string name = n->is(pickle::Value::Kind::str) ? n->s : s;
+    if (name.find('\0') != std::string::npos || !valid_utf8(name))
+      RN_IO_FAIL(ctx, "the meta member is not CIFAR's (its class names are ASCII words)",
+                 "class name {} of '{}' is not UTF-8 text without NUL bytes", names.size(), key);
+    names.push_back(std::move(name));
   }
   return names;
 }

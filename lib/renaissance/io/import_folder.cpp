@@ -1,5 +1,6 @@
 // `renaissance data import folder`: an ImageFolder tree of JPEG/PNG files into a JPEG store or a raw store.
 #include <renaissance/core/error.h>
+#include <renaissance/core/utf8.h>
 #include <renaissance/io/hdf5_util.h>
 #include <renaissance/io/image.h>
 #include <renaissance/io/importers.h>
@@ -59,11 +60,15 @@ std::vector<ClassFile> class_files(const fs::path& dir, std::int64_t& other) {
     std::error_code cec;
     containers.push_back(fs::canonical(dir, cec));
   }
+  // A failed increment (a subfolder that cannot be opened) leaves the iterator at its end: the loop would stop there
+  // and drop the rest of the class without a word, so the error is checked after the loop. The folder it could not
+  // open is the last one entered.
+  fs::path last_folder = dir;
   for (; it != end; it.increment(ec)) {
-    if (ec) RN_IO_FAIL(dir.string(), "check its permissions", "cannot list the class folder: {}", ec.message());
     std::error_code fec;
     containers.resize(static_cast<std::size_t>(it.depth()) + 1);
     if (it->is_directory(fec)) {
+      last_folder = it->path();
       std::error_code cec;
       const fs::path real = fs::canonical(it->path(), cec);
       if (!cec && it->is_symlink(fec))
@@ -84,6 +89,9 @@ std::vector<ClassFile> class_files(const fs::path& dir, std::int64_t& other) {
     }
     found.emplace_back(it->path().parent_path().string(), it->path().filename().string(), it->is_symlink(fec));
   }
+  if (ec)
+    RN_IO_FAIL(last_folder.string(), "check its permissions, or move it out of the class folder",
+               "cannot list this folder of class folder {}: {}", dir.string(), ec.message());
   std::sort(found.begin(), found.end());
   std::vector<ClassFile> out;
   out.reserve(found.size());
@@ -96,8 +104,13 @@ std::vector<std::string> subfolders(const fs::path& dir, std::int64_t& other) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code dec;
-    if (it->is_directory(dec))
+    if (it->is_directory(dec)) {
+      // The class names are stored as UTF-8 text (HDF5 strings, read by h5py as str).
+      if (!valid_utf8(it->path().filename().string()))
+        RN_IO_FAIL(it->path().string(), "rename the folder to UTF-8 text (its name is the class's name in the dataset)",
+                   "the class folder's name is not UTF-8");
       names.push_back(it->path().filename().string());
+    }
     else
       ++other;  // a file outside any class folder
   }
@@ -207,12 +220,26 @@ void refuse_output_in_tree(const std::string& out, const std::vector<fs::path>& 
                  "--out lies inside {}, the folder being imported: the finished dataset would {}", root.string(),
                  fs::exists(target, rec) ? "replace a file there" : "become a file of that tree");
   }
+  // The real folders the images lie in (one canonical() per folder, not per image: a stat of each of ImageNet's
+  // 1.28 M files would take minutes on a parallel file system). A new file in one of them, reached through a linked
+  // class folder, joins that class's images.
+  std::map<std::string, fs::path> real_folder;
+  for (const Item& it : items) {
+    const fs::path p(it.path);
+    auto [pos, fresh] = real_folder.try_emplace(p.parent_path().string());
+    if (fresh) {
+      std::error_code iec;
+      pos->second = fs::canonical(p.parent_path(), iec);
+      if (!iec && pos->second == target.parent_path())
+        RN_IO_FAIL(out, "write the dataset outside the image folders (e.g. next to DIR)",
+                   "--out lies inside {} (through a link), a folder being imported: the finished dataset would {}",
+                   p.parent_path().string(), fs::exists(target, iec) ? "replace a file there" : "become a file of it");
+    }
+  }
   std::error_code xec;
   if (!fs::exists(target, xec)) return;  // a new file cannot be one of the images
   // The rename replaces the directory entry `target`: an image is lost when its own entry (its real folder and name;
-  // a linked file's target) is that one. One canonical() per folder, and per linked file, not per image: a stat of
-  // each of ImageNet's 1.28 M files would take minutes on a parallel file system.
-  std::map<std::string, fs::path> real_folder;
+  // a linked file's target) is that one.
   for (const Item& it : items) {
     std::error_code iec;
     fs::path real;
@@ -220,9 +247,7 @@ void refuse_output_in_tree(const std::string& out, const std::vector<fs::path>& 
       real = fs::canonical(it.path, iec);
     } else {
       const fs::path p(it.path);
-      auto [pos, fresh] = real_folder.try_emplace(p.parent_path().string());
-      if (fresh) pos->second = fs::canonical(p.parent_path(), iec);
-      real = pos->second / p.filename();
+      real = real_folder.at(p.parent_path().string()) / p.filename();
     }
     if (!iec && real == target)
       RN_IO_FAIL(out, "write the dataset to a new file",
@@ -281,7 +306,8 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
     add_split(Split::val, val_dir, subfolders(val_dir, ignored));
     sum.other_files += ignored;
   }
-  RN_CHECK_CTX(sum.classes.size() <= (std::size_t(1) << 30), dir, "{} classes", sum.classes.size());
+  RN_CHECK_CTX(sum.classes.size() <= static_cast<std::size_t>(kMaxClasses), dir, "{} class folders: at most {}",
+               sum.classes.size(), kMaxClasses);
   refuse_output_in_tree(out_path, {train_dir, val_dir}, items);
 
   std::optional<DatasetWriter> writer;
@@ -315,6 +341,15 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
           r.bad = true;
           r.bad_reason = e.what();
         } else {
+          r.error = std::current_exception();
+        }
+      } catch (const std::bad_alloc&) {
+        // Every worker holds a decoded image (up to --max-pixels x channels bytes, and the resized copy): a folder of
+        // large images can exhaust the host's memory. Not a bad image, so not skipped with --skip-bad.
+        try {
+          RN_IO_FAIL(items[i].path, "import with fewer --threads, or a lower --max-pixels (or --size)",
+                     "out of memory while decoding or resizing it ({} worker threads)", threads);
+        } catch (...) {
           r.error = std::current_exception();
         }
       } catch (...) {
