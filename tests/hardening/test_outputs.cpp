@@ -108,6 +108,18 @@ TEST(HardeningOutputs, NoOutputOverwritesACheckpointAndSpellingsOfOnePathAreOneF
   EXPECT_EQ(run(train + resume).code, 0);
 }
 
+// /proc: a directory whose mode bits say writable (to root: access(2) said yes), in which no file can be made. The
+// check tried a real file: --save and --checkpoint-dir there failed after the training.
+TEST(HardeningOutputs, ADirectoryNoFileCanBeCreatedInIsRefusedBeforeTraining) {
+  if (!fs::is_directory("/proc/self")) GTEST_SKIP() << "no /proc";
+  for (const std::string& opt : {std::string("--save /proc/w.h5"), std::string("--checkpoint-dir /proc/ck"),
+                                 std::string("--metrics /proc/m.jsonl")}) {
+    const CliResult r = run("train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 " + opt);
+    EXPECT_CLEAN_ERROR(r, opt.substr(0, opt.find(' ')), "/proc");
+    EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << opt << ": refused before training\n" << r.out;
+  }
+}
+
 TEST(HardeningOutputs, SaveOntoASymlinkReplacesItsTargetAndADeviceIsNeverReplaced) {
   const fs::path d = temp_dir();
   fs::create_directories(d / "real");

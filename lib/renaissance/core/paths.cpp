@@ -1,12 +1,14 @@
 #include <renaissance/core/error.h>
 #include <renaissance/core/paths.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string>
 
 namespace renaissance {
 
@@ -22,6 +24,25 @@ const char* kind_of(const struct stat& st) {
   if (S_ISSOCK(st.st_mode)) return "a socket";
   if (S_ISREG(st.st_mode)) return "a file";
   return "not a regular file";
+}
+
+/// 0 when a file can be created in `dir` (made and removed again: access(2) answers from the mode bits, so it says
+/// yes for root on a read-only mount, on /proc, or on NFS with root_squash, and the write failed after the run's work);
+/// else the errno of the attempt.
+int create_probe(const std::string& dir) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const std::string probe =
+        (fs::path(dir) / (".renaissance-write-probe-" + std::to_string(::getpid()) + "-" + std::to_string(attempt)))
+            .string();
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(probe.c_str());
+      return 0;
+    }
+    if (errno != EEXIST) return errno;
+  }
+  return EEXIST;
 }
 
 std::string parent_of(const std::string& path) {
@@ -56,13 +77,14 @@ void require_writable_dir(const std::string& dir, const std::string& option) {
     const std::string anc = up.empty() ? std::string(".") : up.string();
     RN_CHECK_CTX(::stat(anc.c_str(), &st) == 0, dir, "{}: {}", option, std::strerror(errno));
     RN_CHECK_CTX(S_ISDIR(st.st_mode), dir, "{}: cannot create the directory: '{}' is {}", option, anc, kind_of(st));
-    RN_CHECK_CTX(::access(anc.c_str(), W_OK | X_OK) == 0, dir, "{}: cannot create the directory in '{}': {}", option,
-                 anc, std::strerror(errno));
+    const int err_create = create_probe(anc);
+    RN_CHECK_CTX(err_create == 0, dir, "{}: cannot create the directory in '{}': {}", option, anc,
+                 std::strerror(err_create));
     return;
   }
   RN_CHECK_CTX(S_ISDIR(st.st_mode), dir, "{}: is {}, not a directory", option, kind_of(st));
-  RN_CHECK_CTX(::access(dir.c_str(), W_OK | X_OK) == 0, dir, "{}: the directory is not writable: {}", option,
-               std::strerror(errno));
+  const int err_create = create_probe(dir);
+  RN_CHECK_CTX(err_create == 0, dir, "{}: the directory is not writable: {}", option, std::strerror(err_create));
 }
 
 std::string resolve_output_file(const std::string& path, const std::string& option) {
@@ -87,8 +109,9 @@ std::string resolve_output_file(const std::string& path, const std::string& opti
   struct stat dst {};
   RN_CHECK_CTX(::stat(dir.c_str(), &dst) == 0, path, "{}: the directory '{}' does not exist", option, dir);
   RN_CHECK_CTX(S_ISDIR(dst.st_mode), path, "{}: '{}' is {}, not a directory", option, dir, kind_of(dst));
-  RN_CHECK_CTX(::access(dir.c_str(), W_OK | X_OK) == 0, path, "{}: cannot write in the directory '{}': {}", option,
-               dir, std::strerror(errno));
+  const int err_create = create_probe(dir);
+  RN_CHECK_CTX(err_create == 0, path, "{}: cannot write in the directory '{}': {}", option, dir,
+               std::strerror(err_create));
   return target;
 }
 

@@ -15,7 +15,8 @@ void require_input_file(const std::string& path, const std::string& what);
 
 /// An output file a command will create or replace. Refused: an existing path that is not a regular file (a
 /// directory, a device such as /dev/null, a FIFO or socket), a dangling symlink, a directory that does not exist or
-/// is not writable. Returns the path to write and rename onto: `path` itself, or the file a symlink points to (the
+/// is not writable (a file is created there and removed: the permission bits do not tell for root on a read-only or
+/// special file system). Returns the path to write and rename onto: `path` itself, or the file a symlink points to (the
 /// link stays a link; it is never replaced by a rename).
 std::string resolve_output_file(const std::string& path, const std::string& option);
 
