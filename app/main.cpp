@@ -1,6 +1,7 @@
 // renaissance: one SPMD executable; every subcommand is registered from app/cmd_*.cpp.
 #include "cli_errors.h"
 #include "commands.h"
+#include "environment.h"
 
 #include <renaissance/core/error.h>
 #include <renaissance/comm/mpi_session.h>
@@ -68,6 +69,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    // The environment first: a run must not start with a setting it silently ignores. (Not for --help/--version.)
+    bool help = false;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      help = help || a == "-h" || a == "--help" || a == "--version";
+    }
+    if (!help) renaissance::app::check_environment();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return mpi.is_root() ? app.exit(e) : 0;  // --help, --version: printed once

@@ -129,3 +129,24 @@ TEST(HardeningConfig, BenchTimeoutsAndDecodeCountsAreChecked) {
   tb = run("train --data " + tiny_data() + " --max-steps 1 --config " + (d / "tb.yaml").string());
   EXPECT_CLEAN_ERROR(tb, "tb.yaml:1", "needs a directory");
 }
+
+// The RENAISSANCE_* variables: a value one does not take fell back to its default without a word (Winograd stayed on
+// with RENAISSANCE_CPU_WINOGRAD=false, RENAISSANCE_COMM_TIMEOUT=10s gave 300 s); now an error naming it, before any
+// work, for every variable the table lists. Unset, empty and valid values run.
+TEST(HardeningConfig, EnvironmentVariablesWithValuesTheyDoNotTakeAreErrorsNamingThem) {
+  const std::string train = cli() + " train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --no-validate";
+  for (const std::string bad :
+       {"RENAISSANCE_CPU_WINOGRAD=false", "RENAISSANCE_COMM_TIMEOUT=10s", "RENAISSANCE_CPU_THREADS=2x",
+        "RENAISSANCE_CPU_THREADS=0", "RENAISSANCE_CPU_ISA=avx-512", "RENAISSANCE_GEMM=mkl", "RENAISSANCE_GEMM_ISA=sse",
+        "RENAISSANCE_HDF5_OPEN_TIMEOUT=abc", "RENAISSANCE_DATASET_CACHE_MB=-1", "RENAISSANCE_JPEG_DIRECT_READ=no",
+        "RENAISSANCE_NCCL_LANES=3", "RENAISSANCE_MPI=sometimes"}) {
+    const std::string name = bad.substr(0, bad.find('='));
+    const CliResult r = run_shell("exec env " + bad + " " + train);
+    EXPECT_CLEAN_ERROR(r, name + ": '" + bad.substr(bad.find('=') + 1) + "' is not a value it takes");
+    EXPECT_EQ(r.out.find("training "), std::string::npos) << bad << ": refused before any work\n" << r.out;
+  }
+  const CliResult ok = run_shell("exec env RENAISSANCE_CPU_WINOGRAD=off RENAISSANCE_CPU_THREADS=1 "
+                                 "RENAISSANCE_COMM_TIMEOUT=12.5 RENAISSANCE_MPI= " + train);
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find(", 1 CPU threads\n"), std::string::npos) << "Winograd off, one thread: " << ok.out;
+}

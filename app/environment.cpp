@@ -1,0 +1,70 @@
+#include "environment.h"
+
+#include <renaissance/core/error.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace renaissance::app {
+
+namespace {
+
+bool one_of(const std::string& v, std::initializer_list<const char*> words) {
+  for (const char* w : words)
+    if (v == w) return true;
+  return false;
+}
+
+/// A whole decimal integer in [lo, hi].
+bool integer_in(const std::string& v, long long lo, long long hi) {
+  if (v.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  return errno == 0 && end && *end == '\0' && x >= lo && x <= hi;
+}
+
+/// A whole finite number in (0, 1e9).
+bool positive_seconds(const std::string& v) {
+  if (v.empty()) return false;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  return end && *end == '\0' && std::isfinite(x) && x > 0 && x < 1e9;
+}
+
+}  // namespace
+
+const std::vector<EnvVariable>& environment_variables() {
+  static const std::vector<EnvVariable> vars = {
+      {"RENAISSANCE_CPU_THREADS", "a thread count from 1 to 65536",
+       [](const std::string& v) { return integer_in(v, 1, 65536); }},
+      {"RENAISSANCE_CPU_WINOGRAD", "on, off, 1 or 0",
+       [](const std::string& v) { return one_of(v, {"on", "off", "1", "0"}); }},
+      {"RENAISSANCE_CPU_ISA", "generic, avx2 or avx512",
+       [](const std::string& v) { return one_of(v, {"generic", "avx2", "avx512"}); }},
+      {"RENAISSANCE_GEMM", "own or openblas", [](const std::string& v) { return one_of(v, {"own", "openblas"}); }},
+      {"RENAISSANCE_GEMM_ISA", "generic, avx2 or avx512",
+       [](const std::string& v) { return one_of(v, {"generic", "avx2", "avx512"}); }},
+      {"RENAISSANCE_COMM_TIMEOUT", "seconds, a number above 0", positive_seconds},
+      {"RENAISSANCE_HDF5_OPEN_TIMEOUT", "seconds, a number above 0", positive_seconds},
+      {"RENAISSANCE_DATASET_CACHE_MB", "a whole number of MiB, 0 or more",
+       [](const std::string& v) { return integer_in(v, 0, 1LL << 40); }},
+      {"RENAISSANCE_JPEG_DIRECT_READ", "0 or 1", [](const std::string& v) { return one_of(v, {"0", "1"}); }},
+      {"RENAISSANCE_NCCL_LANES", "1 or 2", [](const std::string& v) { return one_of(v, {"1", "2"}); }},
+      {"RENAISSANCE_MPI", "always, never or auto",
+       [](const std::string& v) { return one_of(v, {"always", "never", "auto"}); }},
+  };
+  return vars;
+}
+
+void check_environment() {
+  for (const EnvVariable& var : environment_variables()) {
+    const char* value = std::getenv(var.name);
+    if (!value || !*value) continue;
+    RN_CHECK_CTX(var.valid(value), var.name, "'{}' is not a value it takes ({}; unset it for the default)", value,
+                 var.takes);
+  }
+}
+
+}  // namespace renaissance::app
