@@ -20,7 +20,7 @@
 #   sigterm-mpirun  SIGTERM to scripts/mpirun-preemptible mid-run: the ranks checkpoint and the launcher exits 75
 #   data-differs    rank 1's dataset has the same shapes but other contents: every rank reports it, exit 1
 #   eval-differs    `eval` with another dataset or other weights on rank 1: every rank reports it, exit 1; the same
-#                   inputs on 2 ranks give one process's top-1
+#                   inputs on 2 ranks give one process's top-1; `predict` on 2 ranks is refused
 #   resume-differs  rank 1 resumes another checkpoint, or none (node-local directories), or runs with another
 #                   --checkpoint-every: every rank reports it before the first step, exit 1; the same checkpoint resumes
 #   compile-once    (issue 16) 4 ranks: only rank 0 compiles the plan (each rank reports its process's compilation
@@ -295,6 +295,14 @@ PYEOF
     echo "2 ranks:   $two"
     [[ $(grep -o '"val_top1":[^,]*' <<<"$one") == $(grep -o '"val_top1":[^,]*' <<<"$two") ]] ||
       fail "2 ranks score another top-1 than one process"
+    # predict has no data-parallel mode: on 2 ranks both computed and wrote --out over each other. Refused.
+    launch2 "$CLI" predict --model-file "$MODEL" --data ds.h5 --weights w.h5 --out p.h5 "${DEV[@]}" >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 1)) || fail "predict on 2 ranks: exit $rc, not 1"
+    grep -q "error: rank 0/2: predict: it runs in one process, and this job has 2 ranks" out.txt ||
+      fail "predict on 2 ranks: no error"
+    [[ ! -e p.h5 ]] || fail "predict on 2 ranks wrote --out"
     ;;
   resume-differs)
     # Each rank reads the checkpoint it resumes from: another file on rank 1, or none (node-local directories), trained
