@@ -6,6 +6,7 @@
 #include <renaissance/comm/mpi_session.h>
 #include <renaissance/comm/watchdog.h>
 #include <renaissance/core/error.h>
+#include <renaissance/io/dataset.h>
 #include <renaissance/runtime/devices.h>
 
 #include <fmt/format.h>
@@ -26,6 +27,9 @@ void ModelOptions::add_to(CLI::App& cmd) {
 }
 
 blueprint::BluePrint ModelOptions::load() const {
+  // The datasets' limit (a dataset, bench's synthetic batch among them, has at most that many classes).
+  RN_CHECK(classes >= 0 && classes <= io::kMaxClasses, "--classes must be in [1, {}], got {}", io::kMaxClasses,
+           classes);
   if (!model_file.empty()) {
     blueprint::BluePrint bp = blueprint::load_blueprint_file(model_file);
     if (resolution > 0) bp.in_h = bp.in_w = resolution;  // a shape that does not fit is an error naming the layer

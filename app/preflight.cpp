@@ -106,11 +106,14 @@ void require_same_on_ranks(runtime::Communicator* comm, const std::function<std:
   std::uint64_t root_fp = 0;
   for (int i = 0; i < 8 && i < static_cast<int>(theirs.size()); ++i) root_fp |= std::uint64_t(theirs[i]) << (8 * i);
   const std::int64_t bad = comm->agree_max(root_fp == mine ? -1 : comm->rank());
+  // Each rank names its own file (the paths may differ: node-local copies, another --resume): rank 0 and the rank
+  // that differs say which file they read.
   if (bad >= 0)
-    throw Error(fmt::format("{} differs between ranks: rank {}'s copy of {} does not match rank 0's (content "
-                            "fingerprint {:016x} on rank 0{})",
-                            what, bad, path, root_fp,
-                            bad == comm->rank() ? fmt::format(", {:016x} here", mine) : std::string()),
+    throw Error(fmt::format("{} differs between ranks: rank {}'s copy does not match rank 0's (content fingerprint "
+                            "{:016x} on rank 0; this rank, {}, read {}{})",
+                            what, bad, root_fp, comm->rank(), path,
+                            comm->rank() == 0 || mine == root_fp ? std::string()
+                                                                 : fmt::format(", fingerprint {:016x}", mine)),
                 "data-parallel run", hint);
 }
 

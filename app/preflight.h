@@ -32,7 +32,8 @@ struct TrainFiles {
 };
 
 /// Under mpirun/srun: `fingerprint()` (a content fingerprint of `what` at `path` on this rank) against rank 0's; a
-/// rank that differs is the same error on every rank ("<what> differs between ranks: rank R's copy of PATH ..."),
+/// rank that differs is the same error on every rank ("<what> differs between ranks: rank R's copy ...", each rank
+/// naming the PATH it read),
 /// with `hint`. Collective; without a communicator of more than one rank nothing is done, `fingerprint` not called
 /// (a dataset's reads its labels and two blocks).
 void require_same_on_ranks(runtime::Communicator* comm, const std::function<std::uint64_t()>& fingerprint,

@@ -30,19 +30,14 @@ const char* kind_of(const struct stat& st) {
 /// yes for root on a read-only mount, on /proc, or on NFS with root_squash, and the write failed after the run's work);
 /// else the errno of the attempt.
 int create_probe(const std::string& dir) {
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    const std::string probe =
-        (fs::path(dir) / (".renaissance-write-probe-" + std::to_string(::getpid()) + "-" + std::to_string(attempt)))
-            .string();
-    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      ::close(fd);
-      ::unlink(probe.c_str());
-      return 0;
-    }
-    if (errno != EEXIST) return errno;
-  }
-  return EEXIST;
+  std::string probe = (fs::path(dir) / ".renaissance-write-probe-XXXXXX").string();
+  const int fd = ::mkostemp(probe.data(), O_CLOEXEC);  // a unique name (O_EXCL), whoever else probes there
+  if (fd < 0) return errno;
+  ::close(fd);
+  if (::unlink(probe.c_str()) != 0)
+    RN_FAIL_CTX(probe, "created to check that the directory is writable, and it cannot be removed: {} (remove it by "
+                "hand)", std::strerror(errno));
+  return 0;
 }
 
 std::string parent_of(const std::string& path) {

@@ -278,6 +278,9 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
 
   FolderImportSummary sum;
   sum.classes = subfolders(train_dir, sum.other_files);
+  // Before the class folders are walked (a listing of millions of folders takes long on a parallel file system).
+  RN_CHECK_CTX(sum.classes.size() <= static_cast<std::size_t>(kMaxClasses), dir, "{} class folders: at most {}",
+               sum.classes.size(), kMaxClasses);
   if (sum.classes.empty())
     RN_IO_FAIL(train_dir.string(), "put each class's images in a subfolder named after the class",
                "no class folders");
@@ -306,8 +309,6 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
     add_split(Split::val, val_dir, subfolders(val_dir, ignored));
     sum.other_files += ignored;
   }
-  RN_CHECK_CTX(sum.classes.size() <= static_cast<std::size_t>(kMaxClasses), dir, "{} class folders: at most {}",
-               sum.classes.size(), kMaxClasses);
   refuse_output_in_tree(out_path, {train_dir, val_dir}, items);
 
   std::optional<DatasetWriter> writer;
