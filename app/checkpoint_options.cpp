@@ -29,6 +29,8 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal handler stores 
 
 extern "C" void on_preemption_signal(int sig) { g_stop_request.store(sig); }
 
+bool g_armed_early = false;  ///< arm_preemption_early installed the handlers
+
 void install_preemption_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_preemption_signal;
@@ -41,6 +43,23 @@ void install_preemption_handlers() {
 }  // namespace
 
 int preemption_signal() { return g_stop_request.load(); }
+
+void arm_preemption_early(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "train") != 0) return;
+  bool may_checkpoint = false;
+  for (int i = 2; i < argc; ++i)
+    for (const char* opt : {"--checkpoint-dir", "--config"})
+      if (std::strncmp(argv[i], opt, std::strlen(opt)) == 0) may_checkpoint = true;
+  if (!may_checkpoint) return;
+  install_preemption_handlers();
+  g_armed_early = true;
+  // Test hook: a start-up slow enough for a test to signal it (the line says when the handlers are in place).
+  if (const char* d = std::getenv("RENAISSANCE_TEST_STARTUP_DELAY_MS")) {
+    std::fprintf(stderr, "renaissance: test: preemption handlers armed, start-up delayed %s ms\n", d);
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(d)));
+  }
+}
 
 void CheckpointCli::add_to(CLI::App& cmd) {
   cmd.add_option("--checkpoint-dir", dir,
@@ -89,6 +108,15 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
   if (!dir.empty()) {
     install_preemption_handlers();
     t.stop_request = &g_stop_request;
+  } else if (g_armed_early) {
+    // No checkpoint directory after all (a --config without one): the signals get their default action back, and
+    // one that came during the start-up takes it now.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig : {SIGUSR1, SIGTERM}) sigaction(sig, &dfl, nullptr);
+    g_armed_early = false;
+    if (const int sig = g_stop_request.exchange(0)) ::raise(sig);
   }
 }
 

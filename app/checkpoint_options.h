@@ -46,6 +46,14 @@ struct CheckpointCli {
 /// The signal number that requested the stop (0: none).
 int preemption_signal();
 
+/// First thing in main, before the MPI start-up: a `train` command line that may checkpoint (--checkpoint-dir, or a
+/// --config that may name one) gets the SIGUSR1/SIGTERM handlers at once, so a preemption signal during the
+/// start-up (MPI_Init of many ranks, reading the checkpoint, timing engines) is kept for the first step boundary
+/// (checkpoint, exit 75) instead of killing the process (exit 138/143, which no job script requeues).
+/// CheckpointCli::apply keeps them with a checkpoint directory; without one it restores the default action and
+/// takes a signal that came meanwhile.
+void arm_preemption_early(int argc, char** argv);
+
 /// The model a checkpoint records (its model_yaml), for `eval --checkpoint` without --model.
 blueprint::BluePrint checkpoint_model(const std::string& path);
 

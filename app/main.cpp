@@ -1,4 +1,5 @@
 // renaissance: one SPMD executable; every subcommand is registered from app/cmd_*.cpp.
+#include "checkpoint_options.h"
 #include "cli_errors.h"
 #include "commands.h"
 #include "environment.h"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGXFSZ, SIG_IGN);
   std::atexit(warn_if_stdout_was_lost);
+  renaissance::app::arm_preemption_early(argc, argv);
   // MPI first: under mpirun or `srun --mpi=pmix` this process is one rank of a data-parallel job; started alone it
   // is a singleton of one rank (DESIGN §9).
   renaissance::comm::MpiSession mpi(&argc, &argv);

@@ -334,6 +334,44 @@ TEST(PreemptionAtTheEnd, ASignalWithTheLastStepEndsTheRunNormally) {
   }
 }
 
+// A signal during the start-up (before the options are even parsed: MPI_Init of many ranks, reading a checkpoint)
+// killed the process (exit 138 for SIGUSR1: no job script requeues that). The handlers are armed first thing for a
+// `train` that may checkpoint: the run stops at its first step boundary with a checkpoint and exits 75, and the
+// resumed run continues. Without a checkpoint directory (a --config that names none) the signal keeps its default.
+TEST(PreemptionAtTheStart, ASignalDuringTheStartUpIsKeptForTheFirstStep) {
+  const fs::path d = temp_dir();
+  const std::string args = train_args("--checkpoint-dir " + (d / "ck").string() + " --resume auto");
+  Child c = start(args, d / "early.log", {"RENAISSANCE_TEST_STARTUP_DELAY_MS=3000"});
+  const auto armed = [](const fs::path& log) {
+    return [log] {
+      std::ifstream f(log);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      return ss.str().find("preemption handlers armed") != std::string::npos;
+    };
+  };
+  ASSERT_TRUE(wait_for(armed(d / "early.log"))) << "no start-up line";
+  ASSERT_EQ(::kill(c.pid, SIGUSR1), 0);  // during the start-up delay: before MPI, parsing and CheckpointCli::apply
+  const CliRun pre = c.wait();
+  ASSERT_EQ(pre.code, 75) << pre.out;
+  EXPECT_NE(pre.out.find("preempted by SIGUSR1 at step 1"), std::string::npos) << pre.out;
+  EXPECT_EQ(renaissance::io::read_checkpoint((d / "ck" / "latest.h5").string()).state.step, 1);
+  const CliRun resumed = run(args);
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+
+  // A --config without a checkpoint directory: the signal taken at once, with its default action.
+  const fs::path yaml = d / "run.yaml";
+  std::ofstream(yaml) << "epochs: 1\n";
+  Child plain = start(train_args("--config " + yaml.string()), d / "plain.log",
+                      {"RENAISSANCE_TEST_STARTUP_DELAY_MS=3000"});
+  ASSERT_TRUE(wait_for(armed(d / "plain.log"))) << "no start-up line";
+  ASSERT_EQ(::kill(plain.pid, SIGUSR1), 0);
+  const CliRun killed = plain.wait();
+  EXPECT_EQ(killed.code, 128 + SIGUSR1) << killed.out;
+  EXPECT_EQ(killed.out.find("epoch 1/"), std::string::npos) << killed.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Signals, PreemptionCli, ::testing::Values(SIGUSR1, SIGTERM),
                          [](const ::testing::TestParamInfo<int>& i) { return i.param == SIGUSR1 ? "USR1" : "TERM"; });
 
