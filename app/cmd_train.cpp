@@ -266,7 +266,9 @@ void run_train(TrainCli& c) {
                                                           : std::string();
   c.gpu.apply(c.t, run_dir.empty() && !c.save.empty() ? "." : run_dir);
   const TrainPreflight preflight = preflight_train(
-      {c.data, c.model.model_file, c.config, c.ckpt.resume, c.save, c.metrics, c.ckpt.loss_log, c.ckpt.dir}, c.t, root);
+      {c.data, c.model.model_file, c.config, c.ckpt.resume, c.save, c.metrics, c.ckpt.loss_log, c.ckpt.dir,
+       c.tensorboard},
+      c.t, root);
   // The checkpoint to resume is read first: the Trainer matches it against the plan before its device start-up.
   std::unique_ptr<runtime::InitialState> resume = c.ckpt.read_resume(root);
   // Every rank reads the checkpoint it resumes from: one that found another (node-local directories, another

@@ -8,9 +8,13 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -60,6 +64,17 @@ void check_in_place_output(const std::string& path, const std::string& option) {
   if (path.empty()) return;
   RN_CHECK_CTX(!is_directory(path), path, "{}: is a directory, not a file", option);
   std::error_code ec;
+  if (fs::is_fifo(path, ec)) {
+    // A FIFO is fine with a reader (`--metrics >(jq ...)`); without one the run's first write blocked forever.
+    // The probe stays open for the life of the process: closing the only writer would hand a reader such as
+    // `cat FIFO` its end of file before the run has written a line.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    const int err = errno;
+    RN_CHECK_CTX(fd >= 0, path, "{}: a FIFO {}", option,
+                 err == ENXIO ? "that nothing reads: start its reader first" : std::string("that cannot be opened: ") +
+                                                                                  std::strerror(err));
+    return;
+  }
   if (fs::exists(path, ec)) return;
   const fs::path parent = fs::path(path).parent_path();
   require_writable_dir(parent.empty() ? "." : parent.string(), option);
@@ -145,6 +160,8 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
     if (!f.save.empty()) (void)resolve_output_file(f.save, "--save");
     check_in_place_output(f.metrics, "--metrics");
     check_in_place_output(f.loss_log, "--loss-log");
+    // The event directory before anything is written (a failing --tensorboard emptied an existing --metrics file).
+    if (!f.tensorboard.empty()) require_writable_dir(f.tensorboard, "--tensorboard");
     require_distinct_files({{"--data", f.data}, {"--resume", resume_file}, {"--model-file", f.model_file},
                             {"--config", f.config}},
                            {{"--save", f.save}, {"--metrics", f.metrics}, {"--loss-log", f.loss_log}});
@@ -166,6 +183,7 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
                      name == io::kCheckpointLock ? "the lock file" : "a checkpoint", f.checkpoint_dir);
       }
       out.lock = std::make_unique<io::CheckpointDirLock>(f.checkpoint_dir);
+      io::require_usable_checkpoint_entries(f.checkpoint_dir);
       // A fresh run (no --resume), or one resumed from a file of another directory, would overwrite the directory's
       // checkpoints step by step, move latest.h5 back to its own and prune the rest: that run's work lost without a
       // word. --resume auto, or a file of the directory itself, continues the directory's own run.

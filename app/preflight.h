@@ -29,6 +29,7 @@ struct TrainFiles {
   std::string data, model_file, config, resume;  ///< inputs (resume: a file, or "auto"/"")
   std::string save, metrics, loss_log;           ///< outputs
   std::string checkpoint_dir;
+  std::string tensorboard;  ///< an output directory
 };
 
 /// Under mpirun/srun: `fingerprint()` (a content fingerprint of `what` at `path` on this rank) against rank 0's; a

@@ -4,10 +4,13 @@
 // only when its writer process is dead; a failed write of --metrics or --loss-log fails the run.
 #include "hardening_util.h"
 
+#include <renaissance/io/checkpoint.h>
 #include <renaissance/io/hdf5_util.h>
 #include <renaissance/io/weights.h>
 
 #include <sys/stat.h>
+
+#include <thread>
 
 namespace {
 
@@ -178,4 +181,71 @@ TEST(HardeningOutputs, AFailedWriteOfMetricsOrLossLogFailsTheRun) {
     EXPECT_CLEAN_ERROR(r, opt + ": writing", "No space left on device");
     EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
   }
+}
+
+// The checkpoint directory's own names are replaced as directory entries: a symbolic link there (best.h5 ->
+// ../data.h5) was written through, and the run's own dataset became a checkpoint. A name that is a directory
+// (latest.h5) is refused before training; it failed at the first checkpoint.
+TEST(HardeningOutputs, CheckpointNamesInTheDirectoryAreReplacedNeverWrittenThrough) {
+  const fs::path d = temp_dir();
+  const fs::path data = d / "data.h5";
+  fs::copy_file(tiny_data(), data);
+  const std::string before = read_text(data);
+  const std::string ck = (d / "ck").string();
+  const std::string train = "train --data " + data.string() + " --epochs 1 --batch 32 --checkpoint-dir " + ck;
+  ASSERT_EQ(run(train + " --max-steps 2").code, 0);
+  fs::create_symlink("../data.h5", fs::path(ck) / "best.h5");
+  fs::create_symlink("../data.h5", fs::path(ck) / "ckpt-step00000003.h5");
+  const CliResult r = run(train + " --checkpoint-every 1 --keep 10 --keep-best val_top1 --resume auto");  // to the epoch end
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read_text(data), before) << "the dataset was written through a link";
+  for (const char* name : {"best.h5", "ckpt-step00000003.h5"}) {
+    EXPECT_FALSE(fs::is_symlink(fs::path(ck) / name)) << name;
+    EXPECT_NO_THROW(renaissance::io::read_checkpoint((fs::path(ck) / name).string())) << name;
+  }
+  fs::remove(fs::path(ck) / "latest.h5");
+  fs::create_directory(fs::path(ck) / "latest.h5");
+  const CliResult dir = run(train + " --max-steps 4 --resume auto");
+  EXPECT_CLEAN_ERROR(dir, ck + "/latest.h5", "not a file but a directory");
+  EXPECT_EQ(dir.out.find("epoch 1/"), std::string::npos) << "refused before training\n" << dir.out;
+}
+
+// --tensorboard is checked with the other outputs before anything is written (a file in its place failed after
+// --metrics had been opened, and emptied it); a FIFO that nothing reads is refused (the first write blocked forever),
+// one with a reader gets the lines.
+TEST(HardeningOutputs, ATensorboardPathOrAFifoWithoutReaderIsRefusedBeforeAnyOutputIsTouched) {
+  const fs::path d = temp_dir();
+  write_text(d / "keep.jsonl", "{\"old\":1}\n");
+  write_text(d / "tbfile", "not a directory\n");
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 ";
+  const CliResult tb = run(train + "--metrics " + (d / "keep.jsonl").string() + " --tensorboard " + (d / "tbfile").string());
+  EXPECT_CLEAN_ERROR(tb, (d / "tbfile").string() + ": --tensorboard");
+  EXPECT_EQ(read_text(d / "keep.jsonl"), "{\"old\":1}\n");
+  const fs::path fifo = d / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const CliResult no_reader = run(train + "--metrics " + fifo.string(), 60);
+  EXPECT_CLEAN_ERROR(no_reader, fifo.string() + ": --metrics: a FIFO that nothing reads");
+  const CliResult with_reader =
+      run_shell("cat " + fifo.string() + " > " + (d / "read.jsonl").string() + " & exec " + cli() + " " + train +
+                    "--metrics " + fifo.string(),
+                60);
+  ASSERT_EQ(with_reader.code, 0) << with_reader.out;
+  for (int i = 0; i < 200 && read_text(d / "read.jsonl").find("val_top1") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_NE(read_text(d / "read.jsonl").find("\"val_top1\""), std::string::npos) << read_text(d / "read.jsonl");
+}
+
+// An AMP run whose weights overflow: the loss scaling skips overflowing steps but cannot undo such an update. It went
+// on to "done", exit 0, saved NaN weights no reader accepts, and its NaN checkpoints pushed the good ones out. Now the
+// first checkpoint or weights file with a non-finite value is an error naming the tensor, and the earlier
+// checkpoint stays.
+TEST(HardeningOutputs, ADivergedAmpRunIsAnErrorAndKeepsItsLastGoodCheckpoint) {
+  const fs::path d = temp_dir();
+  const std::string ck = (d / "ck").string();
+  const CliResult r = run("train --data " + tiny_data() + " --epochs 1 --batch 32 --amp --lr 10000 --schedule constant "
+                          "--checkpoint-dir " + ck + " --checkpoint-every 1 --keep 1 --save " + (d / "w.h5").string());
+  EXPECT_CLEAN_ERROR(r, "the run diverged by step", "holds a non-finite value", "lower --lr");
+  EXPECT_FALSE(fs::exists(d / "w.h5"));
+  const auto last = renaissance::io::read_checkpoint((fs::path(ck) / "latest.h5").string());  // valid
+  EXPECT_GE(last.state.step, 1);
 }

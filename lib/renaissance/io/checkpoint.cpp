@@ -658,6 +658,38 @@ CheckpointDirLock::~CheckpointDirLock() {
   ::close(m_fd);  // releases the flock
 }
 
+namespace {
+
+/// A file of the directory is replaced as a directory entry: a symbolic link there (a user's, or one left by hand) is
+/// removed first, so the write never goes through it to a file elsewhere (best.h5 -> ../data.h5 overwrote the run's
+/// own dataset with a checkpoint).
+void replace_entry(const fs::path& file, const Checkpoint& ckpt) {
+  std::error_code ec;
+  if (fs::is_symlink(file, ec)) {
+    fs::remove(file, ec);
+    RN_CHECK_CTX(!ec, file.string(), "cannot remove the symbolic link to write the checkpoint in its place: {}",
+                 ec.message());
+  }
+  write_checkpoint(file.string(), ckpt);
+}
+
+}  // namespace
+
+void require_usable_checkpoint_entries(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_checkpoint_file_name(name)) continue;
+    std::error_code sec;
+    const fs::file_status st = fs::symlink_status(e.path(), sec);
+    RN_CHECK_CTX(!sec && (fs::is_regular_file(st) || fs::is_symlink(st)), e.path().string(),
+                 "--checkpoint-dir: a checkpoint name that is not a file but {} (a run would fail at its first "
+                 "checkpoint): remove or rename it",
+                 fs::is_directory(st) ? "a directory" : "a special file");
+  }
+}
+
 std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckpt, int keep) {
   RN_CHECK_CTX(keep >= 1, dir, "--keep must be >= 1, got {}", keep);
   std::error_code ec;
@@ -673,7 +705,7 @@ std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckp
   }
   const std::string name = checkpoint_file_name(ckpt.state.step);
   const fs::path file = fs::path(dir) / name;
-  write_checkpoint(file.string(), ckpt);
+  replace_entry(file, ckpt);
   // latest.h5 → the new file: a fresh symlink renamed over the old one (rename is atomic), updated last.
   const fs::path latest = fs::path(dir) / kLatestCheckpoint;
   const fs::path tmp_link = temporary_name(latest.string());
@@ -721,7 +753,7 @@ std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt,
       // an unreadable best.h5 is replaced
     }
   }
-  write_checkpoint(best.string(), ckpt);
+  replace_entry(best, ckpt);
   return best.string();
 }
 

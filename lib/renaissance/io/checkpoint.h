@@ -118,6 +118,11 @@ std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt,
 /// replaces it).
 double best_checkpoint_top1(const std::string& dir);
 
+/// Before a run writes into `dir`: its own names (latest.h5, best.h5, ckpt-step*.h5) are regular files or symbolic
+/// links (a run replaces the links themselves, never writing through them). A directory or a special file there is
+/// an Error naming it (latest.h5 as a directory failed only at the first checkpoint, after the training).
+void require_usable_checkpoint_entries(const std::string& dir);
+
 /// One of a checkpoint directory's own files: ckpt-stepNNNNNNNN.h5, latest.h5 or best.h5.
 bool is_checkpoint_file_name(const std::string& filename);
 /// What a run writing into `dir` would overwrite: its newest ckpt-step*.h5 (by step), else latest.h5 or best.h5

@@ -179,6 +179,7 @@ io::Checkpoint Trainer::Impl::make_checkpoint(std::int64_t step, const std::vect
     ctx.download(t.id, nt.values.data(), static_cast<std::int64_t>(nt.values.size() * sizeof(float)));
     ck.tensors.push_back(std::move(nt));
   }
+  require_not_diverged(ck.tensors, step);
   return ck;
 }
 

@@ -128,6 +128,22 @@ inline bool weights_group(const DTensor& t, std::string* group, std::string* nam
   return true;
 }
 
+/// Before a checkpoint or weights file is written, and at the end of an AMP epoch whose loss was not finite: every
+/// value finite, else the run diverged (AMP's loss scaling skips steps whose gradients overflow, but an update that
+/// makes the weights overflow is not undone: the run went on to "done" with NaN weights, exit 0, and its checkpoints,
+/// which no reader accepts, pushed the good ones out). Throws Error naming the first tensor; nothing is written.
+inline void require_not_diverged(const std::vector<io::NamedTensor>& tensors, std::int64_t step) {
+  for (const io::NamedTensor& nt : tensors)
+    for (std::size_t i = 0; i < nt.values.size(); ++i)
+      if (!std::isfinite(nt.values[i]))
+        throw Error(fmt::format("the run diverged by step {}: /{}/{} holds a non-finite value ({} at element {}); "
+                                "nothing more is written (the files written before stay)",
+                                step, nt.group, nt.name, nt.values[i], i),
+                    "training",
+                    "lower --lr (with --amp, the loss scaling skips overflowing steps but cannot undo an update that "
+                    "overflowed the weights)");
+}
+
 }  // namespace trainer_detail
 using namespace trainer_detail;  // NOLINT: the trainer's own files share these
 

@@ -12,6 +12,7 @@ void Trainer::save_weights(const std::string& path) const {
     nt.values = tensor_values(t.name);
     out.push_back(std::move(nt));
   }
+  require_not_diverged(out, m_step);
   io::WeightsMeta meta;
   meta.strings = {{"model", m_plan->arch.model_name},
                   {"arch_plan", m_plan->arch.to_yaml()},
