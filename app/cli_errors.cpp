@@ -197,6 +197,33 @@ void read_integers_as_decimal(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_integers_as_decimal(*sub);
 }
 
+void check_flags_and_paths(CLI::App& app) {
+  // A flag takes what run.yaml's flags take: CLI11 read any integer after '=' (--ema=5 on, --no-validate=-5 off).
+  const CLI::Validator boolean(
+      [](std::string& text) -> std::string {
+        std::string t;
+        for (char ch : text) t.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(ch))));
+        for (const char* w : {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0"})
+          if (t == w) return {};
+        return "a flag is on or off: true/false (yes/no, on/off, 1/0), got '" + text + "'";
+      },
+      "");
+  // A path option given an empty value was ignored without a word (--save "" trained and saved nothing).
+  const CLI::Validator path(
+      [](std::string& text) -> std::string { return text.empty() ? "needs a path, got an empty one" : ""; }, "");
+  for (CLI::Option* o : app.get_options()) {
+    const std::string name = o->get_name();
+    if (name == "--help" || name == "-h" || name == "--version") continue;
+    if (o->get_expected_max() == 0)
+      o->check(boolean);
+    else
+      for (const char* p : {"--save", "--metrics", "--loss-log", "--checkpoint-dir", "--config", "--data",
+                            "--model-file", "--weights", "--checkpoint", "--out", "--engine-cache"})
+        if (name == p) o->check(path);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) check_flags_and_paths(*sub);
+}
+
 CLI::Option* add_recompute_budget_option(CLI::App& cmd, std::int64_t& bytes) {
   return cmd
       .add_option("--recompute-budget", bytes,

@@ -39,6 +39,10 @@ CLI::Validator seed_value();
 /// is registered.
 void read_integers_as_decimal(CLI::App& app);
 
+/// Every flag of `app` and its subcommands takes only true/false (yes/no, on/off, y/n, 1/0) after '=', and the path
+/// options (--save, --data, --out, ...) refuse an empty value: a usage error (exit 2) naming the option.
+void check_flags_and_paths(CLI::App& app);
+
 /// `--recompute-budget SIZE` (train, bench, plan) into `bytes` (0 when not given).
 CLI::Option* add_recompute_budget_option(CLI::App& cmd, std::int64_t& bytes);
 

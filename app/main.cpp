@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   renaissance::app::register_checkpoint_command(app);
   renaissance::app::register_predict_command(app);
   renaissance::app::read_integers_as_decimal(app);
+  renaissance::app::check_flags_and_paths(app);
   // A bare `renaissance` shows what it can do (as git and docker do), not an error.
   if (argc <= 1) {
     if (mpi.is_root()) std::fputs(app.help().c_str(), stdout);

@@ -45,10 +45,14 @@ std::string check_text(const std::string& text, const Rule& r) {
     const auto [ptr, ec] = std::from_chars(first, text.data() + text.size(), v);
     ok = ec == std::errc() && ptr == text.data() + text.size() && v >= r.lo && v <= r.hi;
   } else {
+    // As the option holds it (a double) and as the kernels get it (hyper-parameters are floats): 1e999 was finite as
+    // a long double and became inf, 1e-400 became an lr of 0, 0.99999999999999999 a momentum of 1.
     char* end = nullptr;
-    const long double v = std::strtold(text.c_str(), &end);
-    ok = !text.empty() && end && *end == '\0' && std::isfinite(v) && (r.lo_open ? v > r.lo : v >= r.lo) &&
-         (r.hi_open ? v < r.hi : v <= r.hi);
+    const double v = std::strtod(text.c_str(), &end);
+    const auto in_range = [&](long double x) {
+      return std::isfinite(x) && (r.lo_open ? x > r.lo : x >= r.lo) && (r.hi_open ? x < r.hi : x <= r.hi);
+    };
+    ok = !text.empty() && end && *end == '\0' && in_range(v) && in_range(static_cast<float>(v));
   }
   return ok ? std::string() : fmt::format("{} must be {}, got '{}'", r.option, r.words, text);
 }
@@ -102,6 +106,7 @@ void check_train_numbers(const CLI::App& cmd) {
       {"--lowres-epochs", true, 0, 1000000, false, false, "an integer from 0 to 1000000"},
       {"--keep", true, 1, 1000000, false, false, "an integer from 1 to 1000000"},
       {"--comm-timeout", false, 0, 1e9, true, false, "a number of seconds > 0"},
+      {"--onecycle-div", false, 1, 1e9, false, false, "a number from 1 to 1e9"},  // CLI11's Range let NaN through
   };
   for (const Rule& r : rules) {
     const CLI::Option* opt = cmd.get_option_no_throw(r.option);

@@ -150,3 +150,45 @@ TEST(HardeningConfig, EnvironmentVariablesWithValuesTheyDoNotTakeAreErrorsNaming
   ASSERT_EQ(ok.code, 0) << ok.out;
   EXPECT_NE(ok.out.find(", 1 CPU threads\n"), std::string::npos) << "Winograd off, one thread: " << ok.out;
 }
+
+// Numbers are checked as the run holds them (a double, and the float the kernels get): 1e999 was finite as a long
+// double and trained with lr inf, 1e-400 and 1e-320 trained with lr 0, 0.99999999 became a momentum of 1.0f; CLI11's
+// Range let --onecycle-div nan through to a NaN learning rate at the first step.
+TEST(HardeningConfig, NumbersOutsideTheirRangeOnceConvertedAreRefusedBeforeTraining) {
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --no-validate ";
+  for (const auto& [opt, must] : std::vector<std::pair<std::string, std::string>>{
+           {"--lr 1e999", "--lr must be a finite number > 0"},
+           {"--lr 1e-400", "--lr must be a finite number > 0"},
+           {"--lr 1e-320", "--lr must be a finite number > 0"},
+           {"--momentum 0.99999999", "--momentum must be a number in [0, 1)"},
+           {"--weight-decay 1e400", "--weight-decay must be a finite number >= 0"},
+           {"--onecycle-div nan", "--onecycle-div must be a number from 1 to 1e9"},
+           {"--ema --ema-decay 1e-400", "--ema-decay must be a number in (0, 1)"}}) {
+    const CliResult r = run(train + opt);
+    EXPECT_CLEAN_ERROR(r, must);
+    EXPECT_EQ(r.out.find("training "), std::string::npos) << opt << ": refused before any work\n" << r.out;
+  }
+  EXPECT_EQ(run(train + "--lr 1e-30 --momentum 0.9999 --onecycle-div 1e9").code, 0);
+}
+
+// A second YAML document in run.yaml (after '---', or text after '...') was ignored without a word; a flag given a
+// value on the command line took any integer (--ema=5 on, --no-validate=-5 off); an empty path (--save "") was
+// ignored, the run saving nothing. All usage errors naming the file line or the option.
+TEST(HardeningConfig, ASecondDocumentAFlagValueOrAnEmptyPathIsRefused) {
+  const fs::path d = temp_dir();
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --no-validate ";
+  write_text(d / "two.yaml", "lr: 0.05\n---\nlr: 0.01\n");
+  EXPECT_CLEAN_ERROR(run(train + "--config " + (d / "two.yaml").string()),
+                     (d / "two.yaml").string() + ":3: a run configuration holds one YAML document");
+  const auto usage_error = [](const CliResult& r, const std::string& must) {  // exit 2, as CLI11's own
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(must), std::string::npos) << "'" << must << "' not in:\n" << r.out;
+  };
+  for (const std::string bad : {"--ema=5", "--sync-bn=-1", "--drop-last=maybe"})
+    usage_error(run(train + bad), bad.substr(0, bad.find('=')) + ": a flag is on or off");
+  EXPECT_EQ(run(train + "--drop-last=false --ema=yes").code, 0);
+  for (const std::string opt : {"--save", "--metrics", "--checkpoint-dir", "--config"})
+    usage_error(run(train + opt + " ''"), "error: train: " + opt + ": ");  // CLI11: "1 required TEXT missing"
+  write_text(d / "empty_save.yaml", "save: ''\n");
+  EXPECT_CLEAN_ERROR(run(train + "--config " + (d / "empty_save.yaml").string()), "--save: needs a path");
+}

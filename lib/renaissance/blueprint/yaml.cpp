@@ -661,18 +661,22 @@ void check_yaml_limits(const std::string& text, const std::string& source) {
   }
 }
 
+int second_yaml_document_line(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser events(in);
+  DocumentCounter counter;
+  for (int i = 0; i < 2 && events.HandleNextDocument(counter); ++i) {
+  }
+  return counter.documents > 1 ? std::max(1, counter.second_line) : 0;
+}
+
 BluePrint blueprint_from_yaml(const std::string& text, const std::string& source) {
   Parser parser(source);
   check_yaml_limits(text, source);
   try {
-    std::istringstream in(text);
-    YAML::Parser events(in);
-    DocumentCounter counter;
-    for (int i = 0; i < 2 && events.HandleNextDocument(counter); ++i) {
-    }
     // A second document would otherwise be ignored silently.
-    if (counter.documents > 1)
-      parser.fail_line(counter.second_line, "", "a model file holds one YAML document, found a second one");
+    if (const int second = second_yaml_document_line(text))
+      parser.fail_line(second, "", "a model file holds one YAML document, found a second one");
     return parser.parse_document(YAML::Load(text));
   } catch (const YAML::Exception& e) {
     // Malformed YAML, or yaml-cpp refusing an operation on a node: both point at a mark.

@@ -19,6 +19,11 @@ inline constexpr std::int64_t kMaxYamlAliasNodes = 1000000;   ///< nodes that al
 /// `source`:line and the limit. Malformed YAML is left to the caller's parser.
 void check_yaml_limits(const std::string& text, const std::string& source);
 
+/// The 1-based line where a second YAML document of `text` starts, or 0 when it holds one (or none): yaml-cpp's
+/// Load builds the first and ignores the rest without a word. Counted with a bounded loop (LoadAll never returns on
+/// some inputs). Malformed YAML throws YAML::Exception.
+int second_yaml_document_line(const std::string& text);
+
 /// Parses a model from YAML text. `source` names the file in error messages
 /// ("model.yaml:12: layers[3].conv: field 'k' must be a positive integer").
 BluePrint blueprint_from_yaml(const std::string& text, const std::string& source = "<yaml>");
