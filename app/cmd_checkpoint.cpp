@@ -75,10 +75,19 @@ void run_inspect(const InspectCli& c) {
     j.end_object().end_object();
     std::puts(j.str().c_str());
   } else {
-    std::printf(
-        "checkpoint %s: %s\n", c.file.c_str(),
-        r.valid ? fmt::format("valid ({} datasets, every checksum verified)", r.tensors.size()).c_str() : "INVALID");
-    for (const auto& [k, v] : r.attributes) {
+    // A format 1 file has no whole-file checksum: only each dataset's Fletcher32 was verified.
+    const auto version = r.attributes.find("version");
+    const bool format1 = version != r.attributes.end() && version->second == "1";
+    std::printf("checkpoint %s: %s\n", terminal_text(c.file).c_str(),
+                !r.valid  ? "INVALID"
+                : format1 ? fmt::format("valid ({} datasets, each one's Fletcher32 verified; a format 1 file has no "
+                                        "whole-file checksum)",
+                                        r.tensors.size())
+                                .c_str()
+                          : fmt::format("valid ({} datasets, every checksum verified)", r.tensors.size()).c_str());
+    for (const auto& [key, value] : r.attributes) {
+      // Names and values come from the file: printed with their control characters escaped.
+      const std::string k = terminal_text(key), v = terminal_text(value);
       if (is_long_attribute(k) && !c.full) {
         const auto lines = std::count(v.begin(), v.end(), '\n');
         std::printf("  %-13s (%lld lines of YAML; --full prints it)\n", k.c_str(), static_cast<long long>(lines));
@@ -93,13 +102,13 @@ void run_inspect(const InspectCli& c) {
       if (it == groups.end()) continue;
       std::printf("/%s (%zu)\n", g, it->second.size());
       for (const auto* e : it->second)
-        std::printf("  %-40s [%s]%s\n", e->name.c_str(), fmt::format("{}", fmt::join(e->dims, ", ")).c_str(),
+        std::printf("  %-40s [%s]%s\n", terminal_text(e->name).c_str(), fmt::format("{}", fmt::join(e->dims, ", ")).c_str(),
                     e->ok ? "" : "  BAD (checksum or read failure)");
     }
   }
   std::fflush(stdout);
   if (!r.valid) {
-    std::fprintf(stderr, "renaissance: error: %s\n", r.error.c_str());
+    std::fprintf(stderr, "renaissance: error: %s\n", terminal_text(r.error).c_str());
     set_exit_code(1);
   }
 }

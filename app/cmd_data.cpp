@@ -159,7 +159,15 @@ void inspect(const std::string& path, bool json, bool quick) {
   else
     out += "storage:     raw\n";
   out += fmt::format("mean:        {}\nstd:         {}\n", fmt::join(f.mean(), ", "), fmt::join(f.stddev(), ", "));
-  if (!f.class_names().empty()) out += fmt::format("class_names: {}\n", fmt::join(f.class_names(), ", "));
+  if (!f.class_names().empty()) {  // from the file: control characters escaped (a newline too, on one line)
+    std::vector<std::string> names;
+    for (const std::string& n : f.class_names()) {
+      std::string one;
+      for (const char ch : terminal_text(n)) one += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+      names.push_back(one);
+    }
+    out += fmt::format("class_names: {}\n", fmt::join(names, ", "));
+  }
   for (io::Split s : io::kAllSplits) {
     const io::SplitInfo& i = f.info(s);
     if (f.storage() == io::Storage::jpeg) {
@@ -181,7 +189,8 @@ void inspect(const std::string& path, bool json, bool quick) {
         ++empty;
         continue;
       }
-      const std::string name = k < f.class_names().size() ? fmt::format(" ({})", f.class_names()[k]) : "";
+      const std::string name =
+          k < f.class_names().size() ? fmt::format(" ({})", terminal_text(f.class_names()[k])) : "";
       out += fmt::format("{}{}{}: {}", listed++ ? ", " : " ", k, name, hist[k]);
     }
     if (empty) out += fmt::format("{}{} of {} classes without samples", listed ? "; " : " ", empty, hist.size());

@@ -6,6 +6,7 @@
 #include <renaissance/comm/mpi_session.h>
 #include <renaissance/core/error.h>
 #include <renaissance/core/paths.h>
+#include <renaissance/io/checkpoint.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/hdf5_util.h>
 #include <renaissance/io/weights.h>
@@ -83,7 +84,12 @@ void run_predict(const PredictCli& c) {
   const io::Split split = io::parse_split(c.split);
   // Before any work: --out must not be an input, and must be a file we can write.
   require_distinct_files({{"--data", c.data}, {"--weights", c.weights}}, {{"--out", c.out}});
-  (void)resolve_output_file(c.out, "--out");
+  const std::string target = resolve_output_file(c.out, "--out");
+  // A checkpoint directory's file (latest.h5 links to the newest checkpoint): the logits replaced it, and the next
+  // --resume auto started afresh.
+  for (const std::string& p : {c.out, target})
+    RN_CHECK_CTX(!io::is_checkpoint_file_name(std::filesystem::path(p).filename().string()), c.out,
+                 "--out would replace a checkpoint ({}): write the logits to a file of their own", p);
   const io::DatasetFile data(c.data);  // its size now; its labels, normalisation and class names for the output
   const std::int64_t n = data.size(split);
   RN_CHECK_CTX(c.first < n, c.data, "--first {} is past the end of the {} split ({} samples)", c.first, c.split, n);

@@ -249,3 +249,19 @@ TEST(HardeningOutputs, ADivergedAmpRunIsAnErrorAndKeepsItsLastGoodCheckpoint) {
   const auto last = renaissance::io::read_checkpoint((fs::path(ck) / "latest.h5").string());  // valid
   EXPECT_GE(last.state.step, 1);
 }
+
+// predict --out through latest.h5 replaced the newest checkpoint with logits (the next --resume auto started afresh).
+TEST(HardeningOutputs, PredictNeverReplacesACheckpoint) {
+  const fs::path d = temp_dir();
+  const std::string ck = (d / "ck").string();
+  ASSERT_EQ(run("train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 --checkpoint-dir " + ck +
+                " --save " + (d / "w.h5").string())
+                .code,
+            0);
+  const std::string before = read_text(fs::path(ck) / "ckpt-step00000002.h5");
+  for (const std::string out : {ck + "/latest.h5", ck + "/ckpt-step00000002.h5"}) {
+    const CliResult r = run("predict --data " + tiny_data() + " --weights " + (d / "w.h5").string() + " --out " + out);
+    EXPECT_CLEAN_ERROR(r, "--out would replace a checkpoint");
+  }
+  EXPECT_EQ(read_text(fs::path(ck) / "ckpt-step00000002.h5"), before);
+}

@@ -372,6 +372,24 @@ TEST(PreemptionAtTheStart, ASignalDuringTheStartUpIsKeptForTheFirstStep) {
   EXPECT_EQ(killed.out.find("epoch 1/"), std::string::npos) << killed.out;
 }
 
+// A resume with other hyper-parameters or augmentations (momentum, label smoothing, ...) changed them without a
+// word; the lr, schedule, epochs and data already warned.
+TEST(CheckpointCli, AResumeWithOtherHyperParametersSaysWhich) {
+  const fs::path d = temp_dir();
+  ASSERT_EQ(run(train_args("--max-steps 2 --checkpoint-dir " + (d / "ck").string())).code, 0);
+  const CliRun r = run(train_args("--max-steps 4 --momentum 0.5 --label-smoothing 0.25 --resume " +
+                                  (d / "ck" / "latest.h5").string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("written with --momentum 0.9 --label-smoothing "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", resumed with --momentum 0.5 --label-smoothing 0.25: the rest of the run trains with the "
+                       "new values"),
+            std::string::npos)
+      << r.out;
+  const CliRun same = run(train_args("--max-steps 4 --resume " + (d / "ck" / "latest.h5").string()));
+  ASSERT_EQ(same.code, 0) << same.out;
+  EXPECT_EQ(same.out.find("the rest of the run trains with the new values"), std::string::npos) << same.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Signals, PreemptionCli, ::testing::Values(SIGUSR1, SIGTERM),
                          [](const ::testing::TestParamInfo<int>& i) { return i.param == SIGUSR1 ? "USR1" : "TERM"; });
 

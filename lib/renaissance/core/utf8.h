@@ -33,4 +33,23 @@ inline bool valid_utf8(const std::string& s) {
   return true;
 }
 
+/// `s` safe to print on a terminal: control characters (ESC sequences that clear the screen or retitle it, carriage
+/// returns, ...) other than newline and tab become \xNN. For names and attributes read from files.
+inline std::string terminal_text(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  static const char* hex = "0123456789abcdef";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      o += "\\x";
+      o += hex[c >> 4];
+      o += hex[c & 15];
+    } else {
+      o += ch;
+    }
+  }
+  return o;
+}
+
 }  // namespace renaissance

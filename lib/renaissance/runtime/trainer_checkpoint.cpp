@@ -523,6 +523,21 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
       warn(fmt::format("written with --onecycle-momentum {}, resumed with {}: the rest of the run follows the new "
                        "momentum",
                        was["onecycle-momentum"], onecycle_momentum_name(o)));
+    {  // The other hyper-parameters and augmentations, said in one warning (they changed without a word).
+      std::map<std::string, std::string> now = recorded_options(options_yaml(o));
+      std::string before, after;
+      for (const char* key : {"momentum", "beta1", "beta2", "eps", "weight-decay", "lars-eta", "warmup-epochs",
+                              "step-epochs", "step-gamma", "label-smoothing", "ema-decay", "crop-padding", "flip",
+                              "crop", "crop-scale", "crop-ratio", "val-resize", "shuffle", "start-resolution",
+                              "lowres-epochs", "bn-momentum", "bn-eps"})
+        if (was.count(key) && now.count(key) && was[key] != now[key]) {
+          before += fmt::format("{}--{} {}", before.empty() ? "" : " ", key, was[key]);
+          after += fmt::format("{}--{} {}", after.empty() ? "" : " ", key, now[key]);
+        }
+      if (!before.empty())
+        warn(fmt::format("written with {}, resumed with {}: the rest of the run trains with the new values", before,
+                         after));
+    }
     std::error_code ec;
     if (was.count("data") && was["data"] != o.data_path && !std::filesystem::equivalent(was["data"], o.data_path, ec))
       warn(fmt::format("written with --data {}, resumed with --data {}: the rest of the run trains on another dataset",
