@@ -279,9 +279,13 @@ void register_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "Time training steps on synthetic data (images/s, ms/step, memory)");
   c->model.add_to(*cmd);
   cmd->add_option("--batch", c->batch, "Global batch size (each of N ranks steps batch/N)")->capture_default_str();
+  // Checked while parsing, before the start-up (it failed after it, naming no option, or ran for ever at 2^63).
   cmd->add_option("--warmup", c->warmup, "Warm-up steps (not timed; the first captures happen here)")
-      ->capture_default_str();
-  cmd->add_option("--steps", c->steps, "Timed steps")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 30));
+  cmd->add_option("--steps", c->steps, "Timed steps")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 30));
   cmd->add_flag("--amp", c->amp, "FP16 storage, fused layers, dynamic loss scaling");
   cmd->add_option("--graphs", c->graphs, "on: replay captured graphs; off: launch node by node")
       ->capture_default_str()

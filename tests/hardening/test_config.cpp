@@ -117,6 +117,13 @@ TEST(HardeningConfig, BenchTimeoutsAndDecodeCountsAreChecked) {
     const CliResult r = run("bench --device cpu --model fmnist_cnn --batch 8 --steps 1 --comm-timeout " + t);
     EXPECT_CLEAN_ERROR(r, "--comm-timeout must be a number of seconds > 0");
   }
+  // --steps and --warmup while parsing (they failed after the start-up naming no option; 2^63 ran for ever).
+  for (const std::string& s : {"--steps 0", "--warmup -1", "--steps 9223372036854775807", "--warmup 2000000000"}) {
+    const CliResult b = run("bench --device cpu --model fmnist_cnn --batch 8 " + s);
+    EXPECT_EQ(b.code, 2) << b.out;
+    EXPECT_NE(b.out.find(s.substr(0, s.find(' ')) + ": Value"), std::string::npos) << b.out;
+    EXPECT_EQ(b.out.find("start-up"), std::string::npos) << b.out;
+  }
   const CliResult r = run("data bench-decode " + tiny_data() + " --device cpu --images -5");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--images"), std::string::npos) << r.out;

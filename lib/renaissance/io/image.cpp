@@ -566,21 +566,25 @@ std::vector<std::uint8_t> encode_jpeg(const std::uint8_t* pixels, std::int64_t h
 
 // ---- resampling -------------------------------------------------------------------------------------------------------
 
-ResampleTable resample_table(std::int64_t in_size, std::int64_t out_size) {
+ResampleTable resample_table(std::int64_t in_size, std::int64_t out_size, std::int64_t first, std::int64_t count) {
   RN_CHECK(in_size > 0 && out_size > 0, "resample from {} to {} pixels", in_size, out_size);
+  if (count < 0) count = out_size - first;
+  RN_CHECK(first >= 0 && first + count <= out_size, "resample window [{}, {}) of {} pixels", first, first + count,
+           out_size);
   ResampleTable t;
   t.in_size = in_size;
   t.out_size = out_size;
+  t.first = first;
   // Pillow, precompute_coeffs() and normalize_coeffs_8bpc() (in0 = 0, in1 = in_size, the bilinear filter).
   const double scale = static_cast<double>(in_size) / static_cast<double>(out_size);
   const double filterscale = scale < 1.0 ? 1.0 : scale;
   const double support = 1.0 * filterscale;
   t.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
-  t.bounds.assign(static_cast<std::size_t>(out_size * 2), 0);
-  t.coeffs.assign(static_cast<std::size_t>(out_size * t.ksize), 0);
+  t.bounds.assign(static_cast<std::size_t>(count * 2), 0);
+  t.coeffs.assign(static_cast<std::size_t>(count * t.ksize), 0);
   std::vector<double> k(static_cast<std::size_t>(t.ksize));
   const double ss = 1.0 / filterscale;
-  for (std::int64_t xx = 0; xx < out_size; ++xx) {
+  for (std::int64_t xx = first; xx < first + count; ++xx) {
     const double center = (static_cast<double>(xx) + 0.5) * scale;
     double ww = 0.0;
     std::int64_t xmin = static_cast<std::int64_t>(center - support + 0.5);
@@ -599,11 +603,11 @@ ResampleTable resample_table(std::int64_t in_size, std::int64_t out_size) {
       if (ww != 0.0) k[static_cast<std::size_t>(x)] /= ww;
     for (std::int64_t x = 0; x < xmax; ++x) {
       const double v = k[static_cast<std::size_t>(x)];
-      t.coeffs[static_cast<std::size_t>(xx * t.ksize + x)] =
+      t.coeffs[static_cast<std::size_t>((xx - first) * t.ksize + x)] =
           static_cast<std::int32_t>(v < 0 ? -0.5 + v * (1 << 22) : 0.5 + v * (1 << 22));
     }
-    t.bounds[static_cast<std::size_t>(xx * 2)] = static_cast<std::int32_t>(xmin);
-    t.bounds[static_cast<std::size_t>(xx * 2 + 1)] = static_cast<std::int32_t>(xmax);
+    t.bounds[static_cast<std::size_t>((xx - first) * 2)] = static_cast<std::int32_t>(xmin);
+    t.bounds[static_cast<std::size_t>((xx - first) * 2 + 1)] = static_cast<std::int32_t>(xmax);
   }
   return t;
 }
@@ -635,9 +639,10 @@ void resample_window(const std::uint8_t* src, std::int64_t src_h, std::int64_t s
   ResampleTable tv;
   std::int64_t first = vy0, last = vy1;  // box rows needed
   if (need_v) {
-    tv = resample_table(box_h, virt_h);
-    first = tv.bounds[static_cast<std::size_t>(vy0 * 2)];
-    last = tv.bounds[static_cast<std::size_t>((vy1 - 1) * 2)] + tv.bounds[static_cast<std::size_t>((vy1 - 1) * 2 + 1)];
+    tv = resample_table(box_h, virt_h, vy0, vy1 - vy0);  // the window's rows only
+    first = tv.bounds[0];
+    last = tv.bounds[static_cast<std::size_t>((vy1 - 1 - vy0) * 2)] +
+           tv.bounds[static_cast<std::size_t>((vy1 - 1 - vy0) * 2 + 1)];
   }
   // Horizontal pass over box rows [first, last), virtual columns [vx0, vx1): into the temporary, or (no vertical
   // pass) straight into the output. Without one, the vertical pass reads the box's own rows.
@@ -645,15 +650,15 @@ void resample_window(const std::uint8_t* src, std::int64_t src_h, std::int64_t s
   std::int64_t vrow = 0;   // bytes between rows of vsrc
   std::int64_t vbase = 0;  // the box row vsrc starts at
   if (need_h) {
-    const ResampleTable th = resample_table(box_w, virt_w);
+    const ResampleTable th = resample_table(box_w, virt_w, vx0, vx1 - vx0);  // the window's columns only
     if (need_v) scratch.resize(static_cast<std::size_t>((last - first) * ncols * c));
     for (std::int64_t y = first; y < last; ++y) {
       const std::uint8_t* in = src + (y0 + y) * row + x0 * c;
       std::uint8_t* o = need_v ? scratch.data() + (y - first) * ncols * c : out_at(y, vx0);
       for (std::int64_t xx = vx0; xx < vx1; ++xx) {
-        const std::int32_t xmin = th.bounds[static_cast<std::size_t>(xx * 2)];
-        const std::int32_t xmax = th.bounds[static_cast<std::size_t>(xx * 2 + 1)];
-        const std::int32_t* k = th.coeffs.data() + xx * th.ksize;
+        const std::int32_t xmin = th.bounds[static_cast<std::size_t>((xx - vx0) * 2)];
+        const std::int32_t xmax = th.bounds[static_cast<std::size_t>((xx - vx0) * 2 + 1)];
+        const std::int32_t* k = th.coeffs.data() + (xx - vx0) * th.ksize;
         for (std::int64_t ch = 0; ch < c; ++ch) {
           std::int32_t ss = 1 << 21;
           for (std::int32_t x = 0; x < xmax; ++x) ss += static_cast<std::int32_t>(in[(xmin + x) * c + ch]) * k[x];
@@ -670,9 +675,9 @@ void resample_window(const std::uint8_t* src, std::int64_t src_h, std::int64_t s
     vrow = row;
   }
   for (std::int64_t yy = vy0; yy < vy1; ++yy) {
-    const std::int32_t ymin = tv.bounds[static_cast<std::size_t>(yy * 2)];
-    const std::int32_t ymax = tv.bounds[static_cast<std::size_t>(yy * 2 + 1)];
-    const std::int32_t* k = tv.coeffs.data() + yy * tv.ksize;
+    const std::int32_t ymin = tv.bounds[static_cast<std::size_t>((yy - vy0) * 2)];
+    const std::int32_t ymax = tv.bounds[static_cast<std::size_t>((yy - vy0) * 2 + 1)];
+    const std::int32_t* k = tv.coeffs.data() + (yy - vy0) * tv.ksize;
     std::uint8_t* o = out_at(yy, vx0);
     for (std::int64_t xc = 0; xc < ncols * c; ++xc) {
       std::int32_t ss = 1 << 21;
