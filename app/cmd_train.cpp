@@ -182,6 +182,15 @@ void warn_inapplicable_options(const CLI::App& cmd, const TrainCli& c) {
     spdlog::warn("--warmup-epochs {} >= --epochs {}: the run ends within its warm-up, and the learning rate never "
                  "reaches --lr {}",
                  t.warmup_epochs, t.epochs, t.lr);
+  if (given("--ema-decay") && !t.ema)
+    spdlog::warn("--ema-decay {} has no effect without --ema (no average is kept)", t.ema_decay);
+  for (const char* o : {"--crop-scale", "--crop-ratio"})
+    if (given(o) && c.crop != "random-resized")
+      spdlog::warn("{} has no effect with --crop {} (it shapes --crop random-resized)", o, c.crop);
+  if (given("--keep") && c.ckpt.dir.empty())
+    spdlog::warn("--keep {} has no effect without --checkpoint-dir (no checkpoints are written)", c.ckpt.keep);
+  if (given("--val-batch") && (c.no_validate || c.validate == "off"))
+    spdlog::warn("--val-batch has no effect: the run does not validate");
   if (t.lowres_epochs >= t.epochs && t.start_resolution > 0)
     spdlog::warn("--lowres-epochs {} >= --epochs {}: every epoch trains at --start-resolution {}, none at the "
                  "model's resolution",
