@@ -9,6 +9,8 @@
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/weights.h>
 
+#include <functional>
+
 #include <cstring>
 
 namespace {
@@ -276,4 +278,128 @@ TEST(HardeningCorruption, CheckpointAttributesOutOfRangeAreErrorsNamingThem) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("stoull"), std::string::npos) << r.out;
   }
+}
+
+namespace {
+
+/// A copy of a format 1 seed (no checksum header: HDF5 edits are not caught by a whole-file checksum).
+fs::path format1_copy(const std::string& seed_dir, const std::string& seed, const std::string& name) {
+  const fs::path corpus = fs::path(RENAISSANCE_SOURCE_DIR) / "tests" / "fuzz" / "corpus";
+  const fs::path out = temp_dir() / name;
+  fs::copy_file(corpus / seed_dir / seed, out, fs::copy_options::overwrite_existing);
+  return out;
+}
+
+/// Replaces `link` of a {1,1,1,k} tensor by a FP32 dataset in chunks of k-1 values with only its last (edge) chunk
+/// written: 4(k-1) + 4 stored bytes, as many as the k values need, one chunk never written.
+void edge_chunk_only(const fs::path& p, const std::string& link, hsize_t k) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << p;
+  ASSERT_GE(H5Ldelete(f, link.c_str(), H5P_DEFAULT), 0) << link;
+  const hsize_t dims[4] = {1, 1, 1, k}, cdims[4] = {1, 1, 1, k - 1};
+  const hid_t sp = H5Screate_simple(4, dims, nullptr);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 4, cdims);
+  H5Pset_fletcher32(dcpl);
+  const float fill = 0.5f;
+  H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &fill);
+  const hid_t d = H5Dcreate2(f, link.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  const hsize_t start[4] = {0, 0, 0, k - 1}, count[4] = {1, 1, 1, 1};
+  H5Sselect_hyperslab(sp, H5S_SELECT_SET, start, nullptr, count, nullptr);
+  const hsize_t one = 1;
+  const hid_t mem = H5Screate_simple(1, &one, nullptr);
+  const float v = 1.0f;
+  EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, mem, sp, H5P_DEFAULT, &v), 0);
+  H5Sclose(mem);
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(sp);
+  H5Fclose(f);
+}
+
+/// `link` replaced by a soft link to `target`, a second hard name of it, or an int32 dataset of `n` values.
+void relink(const fs::path& p, const std::string& link, const std::string& target, H5L_type_t type) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << p;
+  ASSERT_GE(H5Ldelete(f, link.c_str(), H5P_DEFAULT), 0) << link;
+  if (type == H5L_TYPE_SOFT)
+    EXPECT_GE(H5Lcreate_soft(target.c_str(), f, link.c_str(), H5P_DEFAULT, H5P_DEFAULT), 0);
+  else
+    EXPECT_GE(H5Lcreate_hard(f, target.c_str(), f, link.c_str(), H5P_DEFAULT, H5P_DEFAULT), 0);
+  H5Fclose(f);
+}
+
+}  // namespace
+
+// Format 1 files have no checksum header, so HDF5 edits reach the readers: a tensor that is a soft link or a second
+// name of another tensor loaded the other's values (inspect said valid); an edge chunk written alone passed the
+// stored-bytes count while a chunk was never written (its values read as the fill value); an int32 tensor in a
+// weights file was converted silently. Each is now an error naming the tensor, for checkpoints and weights.
+TEST(HardeningCorruption, Format1TensorsThatAreLinksUnstoredChunksOrIntegersAreRefused) {
+  struct Case {
+    const char* what;
+    std::function<void(const fs::path&)> edit;
+    const char* must;
+  };
+  const std::vector<Case> checkpoint_cases = {
+      {"soft", [](const fs::path& p) { relink(p, "/params/fc1.b", "/optimizer/fc1.b.m", H5L_TYPE_SOFT); },
+       "a soft link, not a tensor of its own"},
+      {"hard", [](const fs::path& p) { relink(p, "/params/fc1.b", "/optimizer/fc1.b.m", H5L_TYPE_HARD); },
+       "the same dataset as another name of the file"},
+      {"edge", [](const fs::path& p) { edge_chunk_only(p, "/params/fc1.b", 3); }, "only 1 of its 2 chunks are stored"},
+  };
+  for (const Case& c : checkpoint_cases) {
+    const fs::path ck = format1_copy("fuzz_checkpoint", "tiny_adam.h5", std::string("ck_") + c.what + ".h5");
+    c.edit(ck);
+    const CliResult r = run("checkpoint inspect " + ck.string());
+    EXPECT_NE(r.code, 0) << c.what << "\n" << r.out;
+    EXPECT_NE(r.out.find("/params/fc1.b"), std::string::npos) << c.what << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.must), std::string::npos) << c.what << "\n" << r.out;
+  }
+  const std::vector<Case> weights_cases = {
+      {"soft", [](const fs::path& p) { relink(p, "/params/fc1.b", "/bn/bn2d1.running_mean", H5L_TYPE_SOFT); },
+       "a soft link"},
+      {"edge", [](const fs::path& p) { edge_chunk_only(p, "/params/fc1.b", 3); }, "only 1 of its 2 chunks"},
+      {"int", [](const fs::path& p) {
+         std::vector<std::int32_t> v(3, 7);
+         replace_chunked(p, "/params/fc1.b", H5T_STD_I32LE, {1, 1, 1, 3}, {1, 1, 1, 3}, 0, v.data());
+       }, "not floating point"},
+  };
+  for (const Case& c : weights_cases) {
+    const fs::path w = format1_copy("fuzz_weights", "tiny_weights.h5", std::string("w_") + c.what + ".h5");
+    c.edit(w);
+    try {
+      (void)renaissance::io::read_weights(w.string());
+      ADD_FAILURE() << c.what << ": read";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("/params/fc1.b"), std::string::npos) << c.what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.must), std::string::npos) << c.what << ": " << e.what();
+    }
+  }
+  // /state and the metric attributes by what they mean: a loss scale of 0 (every AMP step NaN), an accuracy of 7.5.
+  const fs::path scale = format1_copy("fuzz_checkpoint", "tiny_adam.h5", "scale.h5");
+  {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    const hid_t f = H5Fopen(scale.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t d = H5Dopen2(f, "/state/loss_scale", H5P_DEFAULT);
+    float v[4] = {0, 0, 0, 0};
+    ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+    v[0] = 0.0f;
+    EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  const CliResult sr = run("checkpoint inspect " + scale.string());
+  EXPECT_NE(sr.code, 0) << sr.out;
+  EXPECT_NE(sr.out.find("/state/loss_scale: loss scale 0"), std::string::npos) << sr.out;
+  const fs::path top1 = format1_copy("fuzz_checkpoint", "tiny_adam.h5", "top1.h5");
+  set_root_attr(top1.string(), "val_top1", 0, "7.5");
+  const CliResult tr = run("checkpoint inspect " + top1.string());
+  EXPECT_NE(tr.code, 0) << tr.out;
+  EXPECT_NE(tr.out.find("attribute 'val_top1' = '7.5': an accuracy is a fraction"), std::string::npos) << tr.out;
+  // The seeds themselves still read.
+  EXPECT_EQ(run("checkpoint inspect " + format1_copy("fuzz_checkpoint", "tiny_adam.h5", "ok.h5").string()).code, 0);
 }

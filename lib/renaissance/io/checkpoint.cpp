@@ -132,7 +132,9 @@ std::int64_t require_int(hid_t obj, const char* name, const std::string& ctx, st
 /// Reads one FP32 dataset (rank 1-4) after checking that it carries the Fletcher32 filter.
 std::vector<float> read_dataset(hid_t parent, const std::string& name, const std::string& ctx,
                                 std::vector<hsize_t>* dims_out) {
+  require_hard_link(parent, name, ctx);
   H5Handle ds(H5_CHECK(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), ctx, "open"), H5Dclose);
+  require_plain_stored_tensor(ds, ctx);
   H5Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx, "creation properties"), H5Pclose);
   unsigned flags = 0;
   std::size_t nelmts = 0;
@@ -387,7 +389,11 @@ Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& ver
       const std::string text = attr_text(file, name, path);
       char* end = nullptr;
       *dst = std::strtod(text.c_str(), &end);
-      RN_CHECK_CTX(end && *end == '\0' && *dst >= 0, path, "attribute '{}' = '{}' is not a metric", name, text);
+      RN_CHECK_CTX(end && *end == '\0' && *dst >= 0 && std::isfinite(*dst), path,
+                   "attribute '{}' = '{}' is not a metric", name, text);
+      // Accuracies are fractions (an inf val_top1 in best.h5 kept every later epoch from replacing it).
+      RN_CHECK_CTX(std::string(name) == "val_loss" || *dst <= 1.0, path,
+                   "attribute '{}' = '{}': an accuracy is a fraction from 0 to 1", name, text);
     }
   RN_CHECK_CTX(s.samples_done >= s.position, path, "samples_done {} < position {}", s.samples_done, s.position);
   {
@@ -399,6 +405,17 @@ Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& ver
       *dst = read_dataset(g, name, ctx, nullptr);
       const std::size_t want = kStateSlots * (dst == &s.train_metrics ? static_cast<std::size_t>(s.world_size) : 1);
       RN_CHECK_CTX(dst->size() == want, ctx, "{} values, {} expected", dst->size(), want);
+    }
+    // What they mean, not only finite: a scale of 0 made every AMP step NaN; metric sums beyond their sample count were
+    // reported as the resumed epoch's accuracy (5.3e36).
+    RN_CHECK_CTX(s.loss_scale[0] > 0 && s.loss_scale[1] >= 0, path + ": /state/loss_scale",
+                 "loss scale {} with {} clean steps: a scale is > 0", s.loss_scale[0], s.loss_scale[1]);
+    for (std::size_t r = 0; r + kStateSlots <= s.train_metrics.size(); r += kStateSlots) {
+      const float loss = s.train_metrics[r], top1 = s.train_metrics[r + 1], top5 = s.train_metrics[r + 2],
+                  n = s.train_metrics[r + 3];
+      RN_CHECK_CTX(n >= 0 && loss >= 0 && top1 >= 0 && top5 >= top1 && top5 <= n, path + ": /state/train_metrics",
+                   "rank {}: loss sum {}, top-1 {}, top-5 {} over {} samples are not sums of a partial epoch",
+                   r / kStateSlots, loss, top1, top5, n);
     }
   }
   for (const char* group : kTensorGroups) {

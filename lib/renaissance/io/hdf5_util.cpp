@@ -597,6 +597,51 @@ void require_finite(const std::vector<float>& values, const std::string& ctx) {
                   i);
 }
 
+void require_hard_link(hid_t group, const std::string& name, const std::string& ctx) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5L_info2_t li;
+  H5_CHECK(H5Lget_info2(group, name.c_str(), &li, H5P_DEFAULT), ctx, "link info");
+#else
+  H5L_info_t li;
+  H5_CHECK(H5Lget_info(group, name.c_str(), &li, H5P_DEFAULT), ctx, "link info");
+#endif
+  RN_CHECK_CTX(li.type == H5L_TYPE_HARD, ctx, "a {} link, not a tensor of its own (edited by another tool?)",
+               li.type == H5L_TYPE_SOFT ? "soft" : li.type == H5L_TYPE_EXTERNAL ? "external" : "user-defined");
+}
+
+void require_plain_stored_tensor(hid_t ds, const std::string& ctx) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t oi;
+  H5_CHECK(H5Oget_info3(ds, &oi, H5O_INFO_BASIC), ctx, "object info");
+#else
+  H5O_info_t oi;
+  H5_CHECK(H5Oget_info2(ds, &oi, H5O_INFO_BASIC), ctx, "object info");
+#endif
+  RN_CHECK_CTX(oi.rc == 1, ctx, "the same dataset as another name of the file ({} names; edited by another tool?)",
+               oi.rc);
+  H5Handle type(H5_CHECK(H5Dget_type(ds), ctx, "type"), H5Tclose);
+  RN_CHECK_CTX(H5Tget_class(type) == H5T_FLOAT, ctx, "the tensor is not floating point");
+  H5Handle dcpl(H5_CHECK(H5Dget_create_plist(ds), ctx, "creation properties"), H5Pclose);
+  if (H5Pget_layout(dcpl) != H5D_CHUNKED) return;  // contiguous or compact: the caller's byte count decides
+  H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "dataspace"), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  RN_CHECK_CTX(rank >= 1 && rank <= 8, ctx, "the tensor has rank {}", rank);
+  hsize_t dims[8] = {0}, cdims[8] = {0};
+  H5Sget_simple_extent_dims(space, dims, nullptr);
+  H5_CHECK(H5Pget_chunk(dcpl, rank, cdims), ctx, "chunk shape");
+  hsize_t expected = 1;
+  for (int i = 0; i < rank; ++i) {
+    RN_CHECK_CTX(cdims[i] > 0, ctx, "a chunk dimension of 0");
+    expected *= (dims[i] + cdims[i] - 1) / cdims[i];
+  }
+  hsize_t stored = 0;
+  H5_CHECK(H5Dget_num_chunks(ds, space, &stored), ctx, "chunk count");
+  RN_CHECK_CTX(stored >= expected, ctx,
+               "only {} of its {} chunks are stored (a chunk never written reads as the fill value: a truncated or "
+               "edited file)",
+               stored, expected);
+}
+
 void require_valid_statistics(const std::string& name, const std::vector<float>& values, const std::string& ctx) {
   const std::string suffix = ".running_var";
   if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return;

@@ -90,6 +90,14 @@ std::string read_attr_text(hid_t obj, const std::string& name, const std::string
 /// left by damage to a format 1 file (no checksums), would make every result NaN. Throws Error at `ctx` naming the
 /// first such value and its element.
 void require_finite(const std::vector<float>& values, const std::string& ctx);
+
+/// For files HDF5 reads without our checksum header (format 1 checkpoints and weights; harmless on the others), a
+/// tensor as our writers make it. Before it is opened: `name` of `group` is a hard link (a soft or external link made
+/// one tensor silently another's, or another file's: a FIFO there stalled the reader).
+void require_hard_link(hid_t group, const std::string& name, const std::string& ctx);
+/// Once opened: no second name of another tensor, a floating-point type, and every chunk stored (a chunk never
+/// written reads as the fill value; a byte count let an edge chunk or a fill-value quarter through). Errors name ctx.
+void require_plain_stored_tensor(hid_t ds, const std::string& ctx);
 /// A BN running variance (a tensor named "*.running_var") must be >= 0: a negative one made every normalised value
 /// NaN, which the ReLU after it turned into zeros, so an evaluation returned a plausible-looking, meaningless score.
 void require_valid_statistics(const std::string& name, const std::vector<float>& values, const std::string& ctx);

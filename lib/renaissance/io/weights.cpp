@@ -136,7 +136,9 @@ WeightsFile read_weights_from(const std::string& path, const VerifiedFile& verif
       H5_CHECK(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT), path,
                "name in /{}", group);
       const std::string ctx = fmt::format("{}: /{}/{}", path, group, name);
+      require_hard_link(g, name, ctx);
       H5Handle ds(H5_CHECK(H5Dopen2(g, name, H5P_DEFAULT), ctx, "open"), H5Dclose);
+      require_plain_stored_tensor(ds, ctx);
       H5Handle space(H5_CHECK(H5Dget_space(ds), ctx, "dataspace"), H5Sclose);
       hsize_t dims[4] = {0, 0, 0, 0};
       RN_CHECK_CTX(H5Sget_simple_extent_ndims(space) == 4, ctx, "tensor must have rank 4 (n, h, w, c)");
