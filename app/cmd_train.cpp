@@ -53,6 +53,7 @@ struct TrainCli {
   std::string device = "auto";
   std::string metrics;
   std::string config;
+  std::set<std::string> from_config;  ///< the keys --config set (apply_run_config)
   std::string save;
   bool no_flip = false;
   std::string tta = "off";
@@ -205,6 +206,26 @@ void run_train(TrainCli& c) {
   const bool root = is_root_rank();
   c.t.optimizer = plan::optimizer_from_name(c.optimizer);
   c.t.schedule = runtime::schedule_from_name(c.schedule);
+  // The onecycle options without the onecycle schedule: typed on the command line, an error; set by a recipe
+  // (--config) that the command line runs with another --schedule or --optimizer, a warning, and left out.
+  const auto recipe_only = [&](const char* key) { return c.from_config.count(key) > 0; };
+  if (c.t.schedule != runtime::ScheduleKind::ONE_CYCLE && (c.onecycle_pct || c.onecycle_div) &&
+      (!c.onecycle_pct || recipe_only("onecycle-pct")) && (!c.onecycle_div || recipe_only("onecycle-div"))) {
+    if (root)
+      spdlog::warn("{}: onecycle-pct/onecycle-div have no effect with --schedule {}", c.config, c.schedule);
+    c.onecycle_pct.reset();
+    c.onecycle_div.reset();
+  }
+  const bool momentum_optimizer = c.t.optimizer == plan::OptimizerKind::MOMENTUM ||
+                                  c.t.optimizer == plan::OptimizerKind::NESTEROV ||
+                                  c.t.optimizer == plan::OptimizerKind::LARS;
+  if (c.onecycle_momentum != "off" && recipe_only("onecycle-momentum") &&
+      (c.t.schedule != runtime::ScheduleKind::ONE_CYCLE || !momentum_optimizer)) {
+    if (root)
+      spdlog::warn("{}: onecycle-momentum has no effect with --schedule {} --optimizer {}", c.config, c.schedule,
+                   c.optimizer);
+    c.onecycle_momentum = "off";
+  }
   RN_CHECK(c.t.schedule == runtime::ScheduleKind::ONE_CYCLE || (!c.onecycle_pct && !c.onecycle_div),
            "--onecycle-pct and --onecycle-div shape the onecycle schedule: they need --schedule onecycle (got {})",
            c.schedule);
@@ -638,7 +659,7 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--sync-bn", c->t.sync_bn,
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks)");
   cmd->callback([c, cmd] {
-    if (!c->config.empty()) apply_run_config(*cmd, c->config);
+    if (!c->config.empty()) c->from_config = apply_run_config(*cmd, c->config);
     check_train_numbers(*cmd);
     warn_inapplicable_options(*cmd, *c);
     c->config_text = cmd->config_to_str(true, false);

@@ -26,7 +26,7 @@ const std::vector<std::vector<std::string>> kExclusiveGroups = {
 
 }  // namespace
 
-void apply_run_config(CLI::App& cmd, const std::string& path) {
+std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
   require_input_file(path, "--config");
   std::string text;
   {
@@ -46,7 +46,8 @@ void apply_run_config(CLI::App& cmd, const std::string& path) {
   } catch (const YAML::ParserException& e) {
     RN_FAIL_CTX(fmt::format("{}:{}", path, e.mark.line + 1), "malformed YAML: {}", e.msg);
   }
-  if (root.IsNull()) return;
+  std::set<std::string> applied;
+  if (root.IsNull()) return applied;
   RN_CHECK_CTX(root.IsMap(), path, "a run configuration must be a YAML map of option: value");
   // Every key first: names, duplicates and exclusive pairs are errors before any value is applied.
   std::map<std::string, int> line_of;
@@ -101,7 +102,9 @@ void apply_run_config(CLI::App& cmd, const std::string& path) {
     } catch (const CLI::Error& e) {
       RN_FAIL_CTX(where, "option '{}': {}", key, e.what());
     }
+    applied.insert(key);
   }
+  return applied;
 }
 
 }  // namespace renaissance::app

@@ -199,3 +199,26 @@ TEST(HardeningConfig, ASecondDocumentAFlagValueOrAnEmptyPathIsRefused) {
   write_text(d / "empty_save.yaml", "save: ''\n");
   EXPECT_CLEAN_ERROR(run(train + "--config " + (d / "empty_save.yaml").string()), "--save: needs a path");
 }
+
+// A recipe's onecycle keys under another --schedule (or an optimizer without momentum) on the command line: the
+// comment of warn_inapplicable_options promised that a recipe's keys still work there, yet the run stopped with an
+// error. They are left out with a warning; the same options typed on the command line stay errors.
+TEST(HardeningConfig, ARecipesOnecycleKeysUnderAnotherScheduleWarn) {
+  const fs::path d = temp_dir();
+  write_text(d / "recipe.yaml", "onecycle-momentum: 0.85,0.95\nonecycle-pct: 0.25\nlr: 0.05\n");
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --no-validate --config " +
+                            (d / "recipe.yaml").string() + " ";
+  const CliResult cosine = run(train + "--schedule cosine");
+  ASSERT_EQ(cosine.code, 0) << cosine.out;
+  EXPECT_NE(cosine.out.find("onecycle-pct/onecycle-div have no effect with --schedule cosine"), std::string::npos)
+      << cosine.out;
+  EXPECT_NE(cosine.out.find("onecycle-momentum has no effect with --schedule cosine"), std::string::npos)
+      << cosine.out;
+  const CliResult adam = run(train + "--optimizer adam");
+  ASSERT_EQ(adam.code, 0) << adam.out;
+  EXPECT_NE(adam.out.find("onecycle-momentum has no effect with --schedule onecycle --optimizer adam"),
+            std::string::npos)
+      << adam.out;
+  EXPECT_CLEAN_ERROR(run("train --data " + tiny_data() + " --max-steps 1 --schedule cosine --onecycle-pct 0.3"),
+                     "they need --schedule onecycle");
+}
