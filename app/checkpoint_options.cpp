@@ -29,15 +29,18 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal handler stores 
 
 extern "C" void on_preemption_signal(int sig) { g_stop_request.store(sig); }
 
-bool g_armed_early = false;  ///< arm_preemption_early installed the handlers
+bool g_armed_early = false;          ///< arm_preemption_early installed the handlers
+struct sigaction g_previous[2] = {};  ///< SIGUSR1's and SIGTERM's actions before it did (SIG_IGN stays SIG_IGN)
 
-void install_preemption_handlers() {
+void install_preemption_handlers(struct sigaction* previous = nullptr) {
   struct sigaction sa {};
   sa.sa_handler = on_preemption_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
+  int i = 0;
   for (int sig : {SIGUSR1, SIGTERM})
-    RN_CHECK(sigaction(sig, &sa, nullptr) == 0, "cannot install the handler of signal {}", sig);
+    RN_CHECK(sigaction(sig, &sa, previous ? &previous[i++] : nullptr) == 0, "cannot install the handler of signal {}",
+             sig);
 }
 
 }  // namespace
@@ -51,7 +54,7 @@ void arm_preemption_early(int argc, char** argv) {
     for (const char* opt : {"--checkpoint-dir", "--config"})
       if (std::strncmp(argv[i], opt, std::strlen(opt)) == 0) may_checkpoint = true;
   if (!may_checkpoint) return;
-  install_preemption_handlers();
+  install_preemption_handlers(g_previous);
   g_armed_early = true;
   // Test hook: a start-up slow enough for a test to signal it (the line says when the handlers are in place).
   if (const char* d = std::getenv("RENAISSANCE_TEST_STARTUP_DELAY_MS")) {
@@ -59,6 +62,19 @@ void arm_preemption_early(int argc, char** argv) {
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(d)));
   }
+}
+
+void disarm_preemption_early() {
+  if (!g_armed_early) return;
+  g_armed_early = false;
+  // The actions the process had (a job script's `trap '' USR1` kept: an ignored signal stays ignored, and one that
+  // came during the start-up is dropped), and a signal that came meanwhile taken now with its default action.
+  int i = 0;
+  for (int sig : {SIGUSR1, SIGTERM}) sigaction(sig, &g_previous[i++], nullptr);
+  const int sig = g_stop_request.exchange(0);
+  if (sig == 0) return;
+  const struct sigaction& was = g_previous[sig == SIGUSR1 ? 0 : 1];
+  if (!(was.sa_flags & SA_SIGINFO) && was.sa_handler == SIG_DFL) ::raise(sig);
 }
 
 void CheckpointCli::add_to(CLI::App& cmd) {
@@ -108,15 +124,8 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
   if (!dir.empty()) {
     install_preemption_handlers();
     t.stop_request = &g_stop_request;
-  } else if (g_armed_early) {
-    // No checkpoint directory after all (a --config without one): the signals get their default action back, and
-    // one that came during the start-up takes it now.
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    for (int sig : {SIGUSR1, SIGTERM}) sigaction(sig, &dfl, nullptr);
-    g_armed_early = false;
-    if (const int sig = g_stop_request.exchange(0)) ::raise(sig);
+  } else {
+    disarm_preemption_early();  // no checkpoint directory after all (a --config without one)
   }
 }
 

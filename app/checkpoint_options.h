@@ -53,6 +53,10 @@ int preemption_signal();
 /// CheckpointCli::apply keeps them with a checkpoint directory; without one it restores the default action and
 /// takes a signal that came meanwhile.
 void arm_preemption_early(int argc, char** argv);
+/// Without a checkpoint directory after all: the actions the process had before arm_preemption_early (SIG_DFL, or a
+/// parent's SIG_IGN), and a signal that came meanwhile taken now if its action was the default. Called as soon as
+/// the options are read (and by CheckpointCli::apply); nothing when the handlers were not armed early.
+void disarm_preemption_early();
 
 /// The model a checkpoint records (its model_yaml), for `eval --checkpoint` without --model.
 blueprint::BluePrint checkpoint_model(const std::string& path);

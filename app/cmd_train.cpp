@@ -388,8 +388,9 @@ void run_train(TrainCli& c) {
     history = trainer.run(obs);
   } catch (const std::exception& e) {
     // Preempted, and the checkpoint could not be written (a full disk): still 75, so the job is requeued and resumes
-    // from the previous checkpoint, which the failed write left in place.
-    if (trainer.preempted()) {
+    // from the previous checkpoint, which the failed write left in place. Not when the run diverged: a requeued job
+    // would diverge again.
+    if (trainer.preempted() && !dynamic_cast<const runtime::DivergedError*>(&e)) {
       std::fprintf(stderr, "renaissance: error: %s\n", e.what());
       if (root)
         std::fprintf(stderr,
@@ -660,6 +661,7 @@ void register_train_command(CLI::App& app) {
                 "Data-parallel runs: BatchNorm statistics over the global batch (all ranks)");
   cmd->callback([c, cmd] {
     if (!c->config.empty()) c->from_config = apply_run_config(*cmd, c->config);
+    if (c->ckpt.dir.empty()) disarm_preemption_early();  // the options are read: no checkpoint directory
     check_train_numbers(*cmd);
     warn_inapplicable_options(*cmd, *c);
     c->config_text = cmd->config_to_str(true, false);

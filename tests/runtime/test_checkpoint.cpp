@@ -146,6 +146,28 @@ TEST(CheckpointFile, RoundTripsEveryTensorAndTheState) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
 }
 
+// The partial epoch's loss sum may be infinite (an AMP step whose logits overflowed FP16 adds an infinite loss; the
+// step is skipped and the weights stay finite): such a checkpoint reads back, the sum with it. The other state values,
+// a NaN among them, and the tensors stay refused.
+TEST(CheckpointFile, AnInfiniteLossSumOfAnAmpEpochReadsBackTheRestMustBeFinite) {
+  TempDir dir;
+  io::Checkpoint ck = small_checkpoint();
+  ck.state.train_metrics[0] = std::numeric_limits<float>::infinity();
+  io::write_checkpoint(dir.file("inf.h5"), ck);
+  const io::Checkpoint back = io::read_checkpoint(dir.file("inf.h5"));
+  EXPECT_TRUE(std::isinf(back.state.train_metrics[0]));
+  io::Checkpoint bad = small_checkpoint();
+  bad.state.train_metrics[1] = std::numeric_limits<float>::quiet_NaN();  // a top-1 sum
+  io::write_checkpoint(dir.file("nan.h5"), bad);
+  try {
+    (void)io::read_checkpoint(dir.file("nan.h5"));
+    ADD_FAILURE() << "read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/state/train_metrics: holds a non-finite value"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CheckpointFile, FlippedByteInATensorNamesTheFileAndTheTensor) {
   TempDir dir;
   const std::string p = dir.file("c.h5");

@@ -63,13 +63,16 @@ struct Child {
   }
 };
 
-Child start(const std::string& args, const fs::path& log, const std::vector<std::string>& env = {}) {
+/// `shell`: shell commands before the exec (e.g. "trap '' USR1;": a parent that ignores the signal).
+Child start(const std::string& args, const fs::path& log, const std::vector<std::string>& env = {},
+            const std::string& shell = "") {
   Child c;
   c.log = log;
   c.pid = ::fork();
   if (c.pid == 0) {
     for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    const std::string cmd = "exec " + std::string(RENAISSANCE_CLI) + " " + args + " > '" + log.string() + "' 2>&1";
+    const std::string cmd =
+        shell + "exec " + std::string(RENAISSANCE_CLI) + " " + args + " > '" + log.string() + "' 2>&1";
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -370,6 +373,14 @@ TEST(PreemptionAtTheStart, ASignalDuringTheStartUpIsKeptForTheFirstStep) {
   const CliRun killed = plain.wait();
   EXPECT_EQ(killed.code, 128 + SIGUSR1) << killed.out;
   EXPECT_EQ(killed.out.find("epoch 1/"), std::string::npos) << killed.out;
+  // A parent that ignores the signal (a job script's `trap '' USR1`): it stays ignored, the run trains to its end.
+  Child ignoring = start(train_args("--config " + yaml.string() + " --max-steps 2"), d / "ignoring.log",
+                         {"RENAISSANCE_TEST_STARTUP_DELAY_MS=3000"}, "trap '' USR1; ");
+  ASSERT_TRUE(wait_for(armed(d / "ignoring.log"))) << "no start-up line";
+  ASSERT_EQ(::kill(ignoring.pid, SIGUSR1), 0);
+  const CliRun ignored = ignoring.wait();
+  EXPECT_EQ(ignored.code, 0) << ignored.out;
+  EXPECT_NE(ignored.out.find("done: 2 steps"), std::string::npos) << ignored.out;
 }
 
 // A resume with other hyper-parameters or augmentations (momentum, label smoothing, ...) changed them without a

@@ -131,7 +131,7 @@ std::int64_t require_int(hid_t obj, const char* name, const std::string& ctx, st
 
 /// Reads one FP32 dataset (rank 1-4) after checking that it carries the Fletcher32 filter.
 std::vector<float> read_dataset(hid_t parent, const std::string& name, const std::string& ctx,
-                                std::vector<hsize_t>* dims_out) {
+                                std::vector<hsize_t>* dims_out, bool finite = true) {
   require_hard_link(parent, name, ctx);
   H5Handle ds(H5_CHECK(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), ctx, "open"), H5Dclose);
   require_plain_stored_tensor(ds, ctx);
@@ -163,7 +163,7 @@ std::vector<float> read_dataset(hid_t parent, const std::string& name, const std
   if (n > 0)
     H5_CHECK(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), ctx,
              "read (checksum mismatch or truncated file?)");
-  require_finite(values, ctx);
+  if (finite) require_finite(values, ctx);
   if (dims_out) *dims_out = dims;
   return values;
 }
@@ -402,7 +402,13 @@ Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& ver
     for (auto [name, dst] : {std::pair{"loss_scale", &s.loss_scale}, std::pair{"train_metrics", &s.train_metrics}}) {
       const std::string ctx = fmt::format("{}: /state/{}", path, name);
       RN_CHECK_CTX(H5Lexists(g, name, H5P_DEFAULT) > 0, ctx, "missing");
-      *dst = read_dataset(g, name, ctx, nullptr);
+      // The partial epoch's loss sums may be inf or NaN: an AMP step whose logits overflowed FP16 adds an infinite
+      // loss (the step itself is skipped, the weights stay finite), and the resumed run must report the epoch as the
+      // uninterrupted one does. Everything else is finite.
+      *dst = read_dataset(g, name, ctx, nullptr, /*finite=*/dst != &s.train_metrics);
+      for (std::size_t i = 0; i < dst->size(); ++i)
+        RN_CHECK_CTX(std::isfinite((*dst)[i]) || (dst == &s.train_metrics && i % kStateSlots == 0), ctx,
+                     "holds a non-finite value ({} at element {}): written by a diverged run, or damaged", (*dst)[i], i);
       const std::size_t want = kStateSlots * (dst == &s.train_metrics ? static_cast<std::size_t>(s.world_size) : 1);
       RN_CHECK_CTX(dst->size() == want, ctx, "{} values, {} expected", dst->size(), want);
     }
@@ -413,7 +419,7 @@ Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& ver
     for (std::size_t r = 0; r + kStateSlots <= s.train_metrics.size(); r += kStateSlots) {
       const float loss = s.train_metrics[r], top1 = s.train_metrics[r + 1], top5 = s.train_metrics[r + 2],
                   n = s.train_metrics[r + 3];
-      RN_CHECK_CTX(n >= 0 && loss >= 0 && top1 >= 0 && top5 >= top1 && top5 <= n, path + ": /state/train_metrics",
+      RN_CHECK_CTX(n >= 0 && !(loss < 0) && top1 >= 0 && top5 >= top1 && top5 <= n, path + ": /state/train_metrics",
                    "rank {}: loss sum {}, top-1 {}, top-5 {} over {} samples are not sums of a partial epoch",
                    r / kStateSlots, loss, top1, top5, n);
     }

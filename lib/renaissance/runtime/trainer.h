@@ -3,6 +3,7 @@
 #pragma once
 
 #include <renaissance/blueprint/blueprint.h>
+#include <renaissance/core/error.h>
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/weights.h>
 #include <renaissance/plan/compiler.h>
@@ -26,6 +27,13 @@ enum class Split;
 }  // namespace renaissance::io
 
 namespace renaissance::runtime {
+
+/// The run diverged (a weight or statistic no longer finite): never a preemption's "could not write" (exit 75, which
+/// a job script requeues into the same divergence), always an error.
+class DivergedError : public Error {
+ public:
+  using Error::Error;
+};
 
 struct TrainOptions {
   std::string data_path;

@@ -136,7 +136,7 @@ inline void require_not_diverged(const std::vector<io::NamedTensor>& tensors, st
   for (const io::NamedTensor& nt : tensors)
     for (std::size_t i = 0; i < nt.values.size(); ++i)
       if (!std::isfinite(nt.values[i]))
-        throw Error(fmt::format("the run diverged by step {}: /{}/{} holds a non-finite value ({} at element {}); "
+        throw DivergedError(fmt::format("the run diverged by step {}: /{}/{} holds a non-finite value ({} at element {}); "
                                 "nothing more is written (the files written before stay)",
                                 step, nt.group, nt.name, nt.values[i], i),
                     "training",
