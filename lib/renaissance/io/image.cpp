@@ -569,8 +569,8 @@ std::vector<std::uint8_t> encode_jpeg(const std::uint8_t* pixels, std::int64_t h
 ResampleTable resample_table(std::int64_t in_size, std::int64_t out_size, std::int64_t first, std::int64_t count) {
   RN_CHECK(in_size > 0 && out_size > 0, "resample from {} to {} pixels", in_size, out_size);
   if (count < 0) count = out_size - first;
-  RN_CHECK(first >= 0 && count >= 0 && first + count <= out_size, "resample window [{}, {}) of {} pixels", first, first + count,
-           out_size);
+  RN_CHECK(first >= 0 && count >= 0 && first + count <= out_size, "resample window [{}, {}) of {} pixels", first,
+           first + count, out_size);
   ResampleTable t;
   t.in_size = in_size;
   t.out_size = out_size;
