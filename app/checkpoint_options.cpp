@@ -29,7 +29,7 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal handler stores 
 
 extern "C" void on_preemption_signal(int sig) { g_stop_request.store(sig); }
 
-bool g_armed_early = false;          ///< arm_preemption_early installed the handlers
+bool g_armed_early = false;           ///< arm_preemption_early installed the handlers
 struct sigaction g_previous[2] = {};  ///< SIGUSR1's and SIGTERM's actions before it did (SIG_IGN stays SIG_IGN)
 
 void install_preemption_handlers(struct sigaction* previous = nullptr) {
@@ -132,7 +132,8 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
 std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) const {
   if (resume.empty()) return nullptr;
   if (resume != "auto")
-    return std::make_unique<runtime::InitialState>(runtime::InitialState::of_checkpoint(io::read_checkpoint(resume), resume));
+    return std::make_unique<runtime::InitialState>(
+        runtime::InitialState::of_checkpoint(io::read_checkpoint(resume), resume));
   io::Checkpoint found;  // read once: finding the newest valid checkpoint validates it whole
   const std::string path = io::find_latest_checkpoint(
       dir,

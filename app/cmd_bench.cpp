@@ -157,7 +157,8 @@ void run_bench(const BenchCli& c) {
   c.gpu.apply(t, "");
   // The plan against the memory first: a batch that cannot fit is refused before its synthetic data is written.
   RN_CHECK_CTX(probe.num_classes >= 1 && probe.num_classes <= io::kMaxClasses, bp.name,
-               "{} classes: a dataset (bench's synthetic batch too) has at most {}", probe.num_classes, io::kMaxClasses);
+               "{} classes: a dataset (bench's synthetic batch too) has at most {}", probe.num_classes,
+               io::kMaxClasses);
   runtime::Trainer::check_memory(bp, t, c.batch, 1);
   // A synthetic dataset of one batch, in a private temporary directory, removed however the run ends.
   std::error_code tec;

@@ -102,7 +102,8 @@ void run_inspect(const InspectCli& c) {
       if (it == groups.end()) continue;
       std::printf("/%s (%zu)\n", g, it->second.size());
       for (const auto* e : it->second)
-        std::printf("  %-40s [%s]%s\n", terminal_text(e->name).c_str(), fmt::format("{}", fmt::join(e->dims, ", ")).c_str(),
+        std::printf("  %-40s [%s]%s\n", terminal_text(e->name).c_str(),
+                    fmt::format("{}", fmt::join(e->dims, ", ")).c_str(),
                     e->ok ? "" : "  BAD (checksum or read failure)");
     }
   }

@@ -378,7 +378,9 @@ void register_data_command(CLI::App& app) {
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 31));
   synth->add_option("--val", sargs->val, "Val samples")->required()->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 31));
   synth->add_option("--shape", sargs->shape, "Image shape H,W,C (e.g. 32,32,3)")->required();
-  synth->add_option("--classes", sargs->classes, "Number of classes")->required()->check(CLI::Range(1, io::kMaxClasses));
+  synth->add_option("--classes", sargs->classes, "Number of classes")
+      ->required()
+      ->check(CLI::Range(1, io::kMaxClasses));
   synth->add_option("--seed", sargs->seed, "Random seed")->capture_default_str()->check(seed_value());
   synth->add_option("--deflate", sargs->deflate, "Deflate level 0-9 (0 = off)")
       ->capture_default_str()

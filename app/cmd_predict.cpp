@@ -76,8 +76,10 @@ void run_predict(const PredictCli& c) {
   // One process: N ranks would each compute the logits and write --out over each other (the last rename winning,
   // whatever weights that rank had).
   if (const comm::MpiSession* mpi = comm::MpiSession::current(); mpi && mpi->world_size() > 1)
-    RN_FAIL_CTX("predict", "it runs in one process, and this job has {} ranks: start it without mpirun/srun, or with "
-                "one task (eval scores a dataset on several ranks)", mpi->world_size());
+    RN_FAIL_CTX("predict",
+                "it runs in one process, and this job has {} ranks: start it without mpirun/srun, or with "
+                "one task (eval scores a dataset on several ranks)",
+                mpi->world_size());
   RN_CHECK(c.count == -1 || c.count >= 1, "--count must be >= 1, got {}", c.count);
   RN_CHECK(c.batch >= 1, "--batch must be >= 1, got {}", c.batch);
   RN_CHECK(c.first >= 0, "--first must be >= 0, got {}", c.first);

@@ -211,8 +211,7 @@ void run_train(TrainCli& c) {
   const auto recipe_only = [&](const char* key) { return c.from_config.count(key) > 0; };
   if (c.t.schedule != runtime::ScheduleKind::ONE_CYCLE && (c.onecycle_pct || c.onecycle_div) &&
       (!c.onecycle_pct || recipe_only("onecycle-pct")) && (!c.onecycle_div || recipe_only("onecycle-div"))) {
-    if (root)
-      spdlog::warn("{}: onecycle-pct/onecycle-div have no effect with --schedule {}", c.config, c.schedule);
+    if (root) spdlog::warn("{}: onecycle-pct/onecycle-div have no effect with --schedule {}", c.config, c.schedule);
     c.onecycle_pct.reset();
     c.onecycle_div.reset();
   }
@@ -295,10 +294,9 @@ void run_train(TrainCli& c) {
                               : !c.save.empty()           ? std::filesystem::path(c.save).parent_path().string()
                                                           : std::string();
   c.gpu.apply(c.t, run_dir.empty() && !c.save.empty() ? "." : run_dir);
-  const TrainPreflight preflight = preflight_train(
-      {c.data, c.model.model_file, c.config, c.ckpt.resume, c.save, c.metrics, c.ckpt.loss_log, c.ckpt.dir,
-       c.tensorboard},
-      c.t, root);
+  const TrainPreflight preflight = preflight_train({c.data, c.model.model_file, c.config, c.ckpt.resume, c.save,
+                                                    c.metrics, c.ckpt.loss_log, c.ckpt.dir, c.tensorboard},
+                                                   c.t, root);
   // The checkpoint to resume is read first: the Trainer matches it against the plan before its device start-up.
   std::unique_ptr<runtime::InitialState> resume = c.ckpt.read_resume(root);
   // Every rank reads the checkpoint it resumes from: one that found another (node-local directories, another

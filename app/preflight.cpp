@@ -14,9 +14,9 @@
 
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 
@@ -75,8 +75,8 @@ void check_in_place_output(const std::string& path, const std::string& option) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     const int err = errno;
     RN_CHECK_CTX(fd >= 0, path, "{}: a FIFO {}", option,
-                 err == ENXIO ? "that nothing reads: start its reader first" : std::string("that cannot be opened: ") +
-                                                                                  std::strerror(err));
+                 err == ENXIO ? "that nothing reads: start its reader first"
+                              : std::string("that cannot be opened: ") + std::strerror(err));
     return;
   }
   if (fs::exists(path, ec)) return;
@@ -129,12 +129,12 @@ void require_same_on_ranks(runtime::Communicator* comm, const std::function<std:
   // Each rank names its own file (the paths may differ: node-local copies, another --resume): rank 0 and the rank
   // that differs say which file they read.
   if (bad >= 0)
-    throw Error(fmt::format("{} differs between ranks: rank {}'s copy does not match rank 0's (content fingerprint "
-                            "{:016x} on rank 0; this rank, {}, read {}{})",
-                            what, bad, root_fp, comm->rank(), path,
-                            comm->rank() == 0 || mine == root_fp ? std::string()
-                                                                 : fmt::format(", fingerprint {:016x}", mine)),
-                "data-parallel run", hint);
+    throw Error(
+        fmt::format("{} differs between ranks: rank {}'s copy does not match rank 0's (content fingerprint "
+                    "{:016x} on rank 0; this rank, {}, read {}{})",
+                    what, bad, root_fp, comm->rank(), path,
+                    comm->rank() == 0 || mine == root_fp ? std::string() : fmt::format(", fingerprint {:016x}", mine)),
+        "data-parallel run", hint);
 }
 
 std::uint64_t state_fingerprint(const runtime::InitialState* state) {

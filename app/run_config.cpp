@@ -41,7 +41,8 @@ std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
   try {
     // yaml-cpp's Load reads the first document: a second one (after '---', or garbage after '...') was ignored.
     if (const int second = blueprint::second_yaml_document_line(text))
-      RN_FAIL_CTX(fmt::format("{}:{}", path, second), "a run configuration holds one YAML document, found a second one");
+      RN_FAIL_CTX(fmt::format("{}:{}", path, second),
+                  "a run configuration holds one YAML document, found a second one");
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     RN_FAIL_CTX(fmt::format("{}:{}", path, e.mark.line + 1), "malformed YAML: {}", e.msg);

@@ -10,18 +10,18 @@ namespace {
 TEST(Utf8, WellFormedSequencesAndTheirBoundaries) {
   EXPECT_TRUE(valid_utf8(""));
   EXPECT_TRUE(valid_utf8("plain ascii, with\ttab and\nnewline"));
-  EXPECT_TRUE(valid_utf8("caf\xc3\xa9"));                   // é
-  EXPECT_TRUE(valid_utf8("\xe2\x82\xac"));                  // €
-  EXPECT_TRUE(valid_utf8("\xf0\x9f\x90\x88"));              // U+1F408
-  EXPECT_TRUE(valid_utf8("\xf4\x8f\xbf\xbf"));              // U+10FFFF, the last code point
-  EXPECT_FALSE(valid_utf8("caf\xe9"));                      // Latin-1 é
-  EXPECT_FALSE(valid_utf8("\xff\xfe"));                     // a UTF-16 byte-order mark
-  EXPECT_FALSE(valid_utf8("\xc0\xaf"));                     // an overlong '/'
-  EXPECT_FALSE(valid_utf8("\xe0\x80\xaf"));                 // overlong, three bytes
-  EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));                 // a surrogate (U+D800)
-  EXPECT_FALSE(valid_utf8("\xf4\x90\x80\x80"));             // past U+10FFFF
-  EXPECT_FALSE(valid_utf8("\xe2\x82"));                     // cut short
-  EXPECT_FALSE(valid_utf8(std::string("a\x80", 2)));        // a lone continuation byte
+  EXPECT_TRUE(valid_utf8("caf\xc3\xa9"));             // é
+  EXPECT_TRUE(valid_utf8("\xe2\x82\xac"));            // €
+  EXPECT_TRUE(valid_utf8("\xf0\x9f\x90\x88"));        // U+1F408
+  EXPECT_TRUE(valid_utf8("\xf4\x8f\xbf\xbf"));        // U+10FFFF, the last code point
+  EXPECT_FALSE(valid_utf8("caf\xe9"));                // Latin-1 é
+  EXPECT_FALSE(valid_utf8("\xff\xfe"));               // a UTF-16 byte-order mark
+  EXPECT_FALSE(valid_utf8("\xc0\xaf"));               // an overlong '/'
+  EXPECT_FALSE(valid_utf8("\xe0\x80\xaf"));           // overlong, three bytes
+  EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));           // a surrogate (U+D800)
+  EXPECT_FALSE(valid_utf8("\xf4\x90\x80\x80"));       // past U+10FFFF
+  EXPECT_FALSE(valid_utf8("\xe2\x82"));               // cut short
+  EXPECT_FALSE(valid_utf8(std::string("a\x80", 2)));  // a lone continuation byte
 }
 
 TEST(Utf8, TerminalTextEscapesControlCharactersOnly) {

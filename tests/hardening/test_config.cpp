@@ -141,7 +141,8 @@ TEST(HardeningConfig, BenchTimeoutsAndDecodeCountsAreChecked) {
 // with RENAISSANCE_CPU_WINOGRAD=false, RENAISSANCE_COMM_TIMEOUT=10s gave 300 s); now an error naming it, before any
 // work, for every variable the table lists. Unset, empty and valid values run.
 TEST(HardeningConfig, EnvironmentVariablesWithValuesTheyDoNotTakeAreErrorsNamingThem) {
-  const std::string train = cli() + " train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --no-validate";
+  const std::string train =
+      cli() + " train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --no-validate";
   for (const std::string bad :
        {"RENAISSANCE_CPU_WINOGRAD=false", "RENAISSANCE_COMM_TIMEOUT=10s", "RENAISSANCE_CPU_THREADS=2x",
         "RENAISSANCE_CPU_THREADS=0", "RENAISSANCE_CPU_ISA=avx-512", "RENAISSANCE_GEMM=mkl", "RENAISSANCE_GEMM_ISA=sse",
@@ -152,8 +153,10 @@ TEST(HardeningConfig, EnvironmentVariablesWithValuesTheyDoNotTakeAreErrorsNaming
     EXPECT_CLEAN_ERROR(r, name + ": '" + bad.substr(bad.find('=') + 1) + "' is not a value it takes");
     EXPECT_EQ(r.out.find("training "), std::string::npos) << bad << ": refused before any work\n" << r.out;
   }
-  const CliResult ok = run_shell("exec env RENAISSANCE_CPU_WINOGRAD=off RENAISSANCE_CPU_THREADS=1 "
-                                 "RENAISSANCE_COMM_TIMEOUT=12.5 RENAISSANCE_MPI= " + train);
+  const CliResult ok = run_shell(
+      "exec env RENAISSANCE_CPU_WINOGRAD=off RENAISSANCE_CPU_THREADS=1 "
+      "RENAISSANCE_COMM_TIMEOUT=12.5 RENAISSANCE_MPI= " +
+      train);
   ASSERT_EQ(ok.code, 0) << ok.out;
   EXPECT_NE(ok.out.find(", 1 CPU threads\n"), std::string::npos) << "Winograd off, one thread: " << ok.out;
 }
@@ -206,14 +209,14 @@ TEST(HardeningConfig, ASecondDocumentAFlagValueOrAnEmptyPathIsRefused) {
 TEST(HardeningConfig, ARecipesOnecycleKeysUnderAnotherScheduleWarn) {
   const fs::path d = temp_dir();
   write_text(d / "recipe.yaml", "onecycle-momentum: 0.85,0.95\nonecycle-pct: 0.25\nlr: 0.05\n");
-  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --no-validate --config " +
+  const std::string train = "train --data " + tiny_data() +
+                            " --epochs 1 --max-steps 1 --batch 32 --no-validate --config " +
                             (d / "recipe.yaml").string() + " ";
   const CliResult cosine = run(train + "--schedule cosine");
   ASSERT_EQ(cosine.code, 0) << cosine.out;
   EXPECT_NE(cosine.out.find("onecycle-pct/onecycle-div have no effect with --schedule cosine"), std::string::npos)
       << cosine.out;
-  EXPECT_NE(cosine.out.find("onecycle-momentum has no effect with --schedule cosine"), std::string::npos)
-      << cosine.out;
+  EXPECT_NE(cosine.out.find("onecycle-momentum has no effect with --schedule cosine"), std::string::npos) << cosine.out;
   const CliResult adam = run(train + "--optimizer adam");
   ASSERT_EQ(adam.code, 0) << adam.out;
   EXPECT_NE(adam.out.find("onecycle-momentum has no effect with --schedule onecycle --optimizer adam"),

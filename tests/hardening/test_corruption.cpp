@@ -362,10 +362,12 @@ TEST(HardeningCorruption, Format1TensorsThatAreLinksUnstoredChunksOrIntegersAreR
       {"soft", [](const fs::path& p) { relink(p, "/params/fc1.b", "/bn/bn2d1.running_mean", H5L_TYPE_SOFT); },
        "a soft link"},
       {"edge", [](const fs::path& p) { edge_chunk_only(p, "/params/fc1.b", 3); }, "only 1 of its 2 chunks"},
-      {"int", [](const fs::path& p) {
+      {"int",
+       [](const fs::path& p) {
          std::vector<std::int32_t> v(3, 7);
          replace_chunked(p, "/params/fc1.b", H5T_STD_I32LE, {1, 1, 1, 3}, {1, 1, 1, 3}, 0, v.data());
-       }, "not floating point"},
+       },
+       "not floating point"},
   };
   for (const Case& c : weights_cases) {
     const fs::path w = format1_copy("fuzz_weights", "tiny_weights.h5", std::string("w_") + c.what + ".h5");

@@ -196,7 +196,8 @@ TEST(HardeningOutputs, CheckpointNamesInTheDirectoryAreReplacedNeverWrittenThrou
   ASSERT_EQ(run(train + " --max-steps 2").code, 0);
   fs::create_symlink("../data.h5", fs::path(ck) / "best.h5");
   fs::create_symlink("../data.h5", fs::path(ck) / "ckpt-step00000003.h5");
-  const CliResult r = run(train + " --checkpoint-every 1 --keep 10 --keep-best val_top1 --resume auto");  // to the epoch end
+  const CliResult r =
+      run(train + " --checkpoint-every 1 --keep 10 --keep-best val_top1 --resume auto");  // to the epoch end
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(read_text(data), before) << "the dataset was written through a link";
   for (const char* name : {"best.h5", "ckpt-step00000003.h5"}) {
@@ -218,17 +219,17 @@ TEST(HardeningOutputs, ATensorboardPathOrAFifoWithoutReaderIsRefusedBeforeAnyOut
   write_text(d / "keep.jsonl", "{\"old\":1}\n");
   write_text(d / "tbfile", "not a directory\n");
   const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 ";
-  const CliResult tb = run(train + "--metrics " + (d / "keep.jsonl").string() + " --tensorboard " + (d / "tbfile").string());
+  const CliResult tb =
+      run(train + "--metrics " + (d / "keep.jsonl").string() + " --tensorboard " + (d / "tbfile").string());
   EXPECT_CLEAN_ERROR(tb, (d / "tbfile").string() + ": --tensorboard");
   EXPECT_EQ(read_text(d / "keep.jsonl"), "{\"old\":1}\n");
   const fs::path fifo = d / "fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const CliResult no_reader = run(train + "--metrics " + fifo.string(), 60);
   EXPECT_CLEAN_ERROR(no_reader, fifo.string() + ": --metrics: a FIFO that nothing reads");
-  const CliResult with_reader =
-      run_shell("cat " + fifo.string() + " > " + (d / "read.jsonl").string() + " & exec " + cli() + " " + train +
-                    "--metrics " + fifo.string(),
-                60);
+  const CliResult with_reader = run_shell("cat " + fifo.string() + " > " + (d / "read.jsonl").string() + " & exec " +
+                                              cli() + " " + train + "--metrics " + fifo.string(),
+                                          60);
   ASSERT_EQ(with_reader.code, 0) << with_reader.out;
   for (int i = 0; i < 200 && read_text(d / "read.jsonl").find("val_top1") == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -242,8 +243,10 @@ TEST(HardeningOutputs, ATensorboardPathOrAFifoWithoutReaderIsRefusedBeforeAnyOut
 TEST(HardeningOutputs, ADivergedAmpRunIsAnErrorAndKeepsItsLastGoodCheckpoint) {
   const fs::path d = temp_dir();
   const std::string ck = (d / "ck").string();
-  const CliResult r = run("train --data " + tiny_data() + " --epochs 1 --batch 32 --amp --lr 10000 --schedule constant "
-                          "--checkpoint-dir " + ck + " --checkpoint-every 1 --keep 1 --save " + (d / "w.h5").string());
+  const CliResult r = run("train --data " + tiny_data() +
+                          " --epochs 1 --batch 32 --amp --lr 10000 --schedule constant "
+                          "--checkpoint-dir " +
+                          ck + " --checkpoint-every 1 --keep 1 --save " + (d / "w.h5").string());
   EXPECT_CLEAN_ERROR(r, "the run diverged by step", "holds a non-finite value", "lower --lr");
   EXPECT_FALSE(fs::exists(d / "w.h5"));
   const auto last = renaissance::io::read_checkpoint((fs::path(ck) / "latest.h5").string());  // valid

@@ -177,7 +177,8 @@ TEST_F(DataCli, InspectCountsTheClassesWithoutSamplesOfALargeLabelSet) {
   ASSERT_EQ(r.rc, 0) << r.err;
   // write_small's 50 train samples take a few of the 5,000 classes: those are listed, the rest counted.
   const auto train = r.out.substr(r.out.find("/train:"));
-  const auto line = train.substr(train.find("labels:"), train.find('\n', train.find("labels:")) - train.find("labels:"));
+  const auto line =
+      train.substr(train.find("labels:"), train.find('\n', train.find("labels:")) - train.find("labels:"));
   EXPECT_THAT(line, ::testing::ContainsRegex(" of 5000 classes without samples$")) << line;
   EXPECT_THAT(line, ::testing::Not(HasSubstr(": 0,"))) << line;
   EXPECT_LT(line.size(), 2000u) << line;

@@ -430,8 +430,8 @@ namespace {
 TEST(ResampleTable, AWindowHoldsTheWholeTablesEntries) {
   for (const auto& [in, out] : std::vector<std::pair<std::int64_t, std::int64_t>>{{37, 224}, {500, 224}, {5, 5000}}) {
     const ResampleTable whole = resample_table(in, out);
-    for (const auto& [first, count] : std::vector<std::pair<std::int64_t, std::int64_t>>{
-             {0, 7}, {out / 3, out / 4 + 1}, {out - 9, 9}}) {
+    for (const auto& [first, count] :
+         std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 7}, {out / 3, out / 4 + 1}, {out - 9, 9}}) {
       const ResampleTable w = resample_table(in, out, first, count);
       ASSERT_EQ(w.ksize, whole.ksize);
       ASSERT_EQ(w.first, first);

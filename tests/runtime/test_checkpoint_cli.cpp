@@ -366,8 +366,8 @@ TEST(PreemptionAtTheStart, ASignalDuringTheStartUpIsKeptForTheFirstStep) {
   // A --config without a checkpoint directory: the signal taken at once, with its default action.
   const fs::path yaml = d / "run.yaml";
   std::ofstream(yaml) << "epochs: 1\n";
-  Child plain = start(train_args("--config " + yaml.string()), d / "plain.log",
-                      {"RENAISSANCE_TEST_STARTUP_DELAY_MS=3000"});
+  Child plain =
+      start(train_args("--config " + yaml.string()), d / "plain.log", {"RENAISSANCE_TEST_STARTUP_DELAY_MS=3000"});
   ASSERT_TRUE(wait_for(armed(d / "plain.log"))) << "no start-up line";
   ASSERT_EQ(::kill(plain.pid, SIGUSR1), 0);
   const CliRun killed = plain.wait();
@@ -388,8 +388,8 @@ TEST(PreemptionAtTheStart, ASignalDuringTheStartUpIsKeptForTheFirstStep) {
 TEST(CheckpointCli, AResumeWithOtherHyperParametersSaysWhich) {
   const fs::path d = temp_dir();
   ASSERT_EQ(run(train_args("--max-steps 2 --checkpoint-dir " + (d / "ck").string())).code, 0);
-  const CliRun r = run(train_args("--max-steps 4 --momentum 0.5 --label-smoothing 0.25 --resume " +
-                                  (d / "ck" / "latest.h5").string()));
+  const CliRun r = run(
+      train_args("--max-steps 4 --momentum 0.5 --label-smoothing 0.25 --resume " + (d / "ck" / "latest.h5").string()));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("written with --momentum 0.9 --label-smoothing "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(", resumed with --momentum 0.5 --label-smoothing 0.25: the rest of the run trains with the "

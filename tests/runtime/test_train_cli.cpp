@@ -416,11 +416,10 @@ TEST(TrainCli, OptionsWithoutEffectAreNamed) {
     EXPECT_NE(r.out.find(w), std::string::npos) << w << "\n" << r.out;
   r = run(base + "--ema-decay 0.5 --crop-scale 0.5,1 --keep 5 --val-batch 16 --start-resolution 14");
   ASSERT_EQ(r.code, 0) << r.out;  // --start-resolution 14 alone no longer compiles (and fails on) a low-res variant
-  for (const char* w : {"--ema-decay 0.5 has no effect without --ema",
-                        "--crop-scale has no effect with --crop none",
-                        "--keep 5 has no effect without --checkpoint-dir",
-                        "--val-batch has no effect: the run does not validate",
-                        "--start-resolution 14 has no effect without --lowres-epochs"})
+  for (const char* w :
+       {"--ema-decay 0.5 has no effect without --ema", "--crop-scale has no effect with --crop none",
+        "--keep 5 has no effect without --checkpoint-dir", "--val-batch has no effect: the run does not validate",
+        "--start-resolution 14 has no effect without --lowres-epochs"})
     EXPECT_NE(r.out.find(w), std::string::npos) << w << "\n" << r.out;
   r = run(base + "--schedule cosine --warmup-epochs 3");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -35,8 +35,10 @@ int create_probe(const std::string& dir) {
   if (fd < 0) return errno;
   ::close(fd);
   if (::unlink(probe.c_str()) != 0)
-    RN_FAIL_CTX(probe, "created to check that the directory is writable, and it cannot be removed: {} (remove it by "
-                "hand)", std::strerror(errno));
+    RN_FAIL_CTX(probe,
+                "created to check that the directory is writable, and it cannot be removed: {} (remove it by "
+                "hand)",
+                std::strerror(errno));
   return 0;
 }
 

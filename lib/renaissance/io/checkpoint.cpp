@@ -408,7 +408,8 @@ Checkpoint read_checkpoint_from(const std::string& path, const VerifiedFile& ver
       *dst = read_dataset(g, name, ctx, nullptr, /*finite=*/dst != &s.train_metrics);
       for (std::size_t i = 0; i < dst->size(); ++i)
         RN_CHECK_CTX(std::isfinite((*dst)[i]) || (dst == &s.train_metrics && i % kStateSlots == 0), ctx,
-                     "holds a non-finite value ({} at element {}): written by a diverged run, or damaged", (*dst)[i], i);
+                     "holds a non-finite value ({} at element {}): written by a diverged run, or damaged", (*dst)[i],
+                     i);
       const std::size_t want = kStateSlots * (dst == &s.train_metrics ? static_cast<std::size_t>(s.world_size) : 1);
       RN_CHECK_CTX(dst->size() == want, ctx, "{} values, {} expected", dst->size(), want);
     }

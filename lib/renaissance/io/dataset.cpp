@@ -516,7 +516,8 @@ void DatasetWriter::set_class_names(std::vector<std::string> names) {
                "{} class names given for {} classes", names.size(), m_impl->num_classes);
   for (std::size_t k = 0; k < names.size(); ++k)
     RN_CHECK_CTX(valid_utf8(names[k]) && names[k].find('\0') == std::string::npos, m_impl->path,
-                 "the name of class {} is not UTF-8 text without NUL bytes (class names are stored as UTF-8 strings)", k);
+                 "the name of class {} is not UTF-8 text without NUL bytes (class names are stored as UTF-8 strings)",
+                 k);
   m_impl->class_names = std::move(names);
 }
 
@@ -1321,13 +1322,15 @@ void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache
     m.jpeg.channels = ch;
     if (H5Aexists(m.file, "jpeg_quality") > 0) {
       const long long q = read_int_attr(m.file, "jpeg_quality", path);
-      if (q < 1 || q > 100) RN_IO_FAIL(path, kRecreateHint, "attribute 'jpeg_quality' = {}: a JPEG quality is 1 to 100", q);
+      if (q < 1 || q > 100)
+        RN_IO_FAIL(path, kRecreateHint, "attribute 'jpeg_quality' = {}: a JPEG quality is 1 to 100", q);
       m.jpeg.quality = static_cast<int>(q);
     }
     if (H5Aexists(m.file, "max_side") > 0) {
       m.jpeg.max_side = read_int_attr(m.file, "max_side", path);
       if (m.jpeg.max_side < 0)
-        RN_IO_FAIL(path, kRecreateHint, "attribute 'max_side' = {}: a side is >= 0 (0: never resized)", m.jpeg.max_side);
+        RN_IO_FAIL(path, kRecreateHint, "attribute 'max_side' = {}: a side is >= 0 (0: never resized)",
+                   m.jpeg.max_side);
     }
   }
 

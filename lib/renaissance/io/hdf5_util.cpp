@@ -606,7 +606,9 @@ void require_hard_link(hid_t group, const std::string& name, const std::string& 
   H5_CHECK(H5Lget_info(group, name.c_str(), &li, H5P_DEFAULT), ctx, "link info");
 #endif
   RN_CHECK_CTX(li.type == H5L_TYPE_HARD, ctx, "a {} link, not a tensor of its own (edited by another tool?)",
-               li.type == H5L_TYPE_SOFT ? "soft" : li.type == H5L_TYPE_EXTERNAL ? "external" : "user-defined");
+               li.type == H5L_TYPE_SOFT       ? "soft"
+               : li.type == H5L_TYPE_EXTERNAL ? "external"
+                                              : "user-defined");
 }
 
 void require_plain_stored_tensor(hid_t ds, const std::string& ctx) {

@@ -94,8 +94,7 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& pat
     const char type = static_cast<char>(h[156]);
     const std::int64_t padded = (size + 511) / 512 * 512;
     const std::string base = fs::path(name).filename().string();
-    const bool want =
-        (type == '0' || type == '\0') && std::find(wanted.begin(), wanted.end(), base) != wanted.end();
+    const bool want = (type == '0' || type == '\0') && std::find(wanted.begin(), wanted.end(), base) != wanted.end();
     // Two members of one base name (a second copy appended, as `tar -r` does, or a decoy in another folder): tar
     // would extract the last, a reader of the first another batch: which one is meant is not for the importer to guess.
     if (want && taken_from.count(base))
@@ -149,9 +148,10 @@ std::string array_bytes(const pickle::Value& v, const std::string& ctx, std::int
   const bool is_object = v.is(K::object) && v.callable && v.callable->is(K::global);
   const bool reconstruct = is_object && (v.callable->s == "numpy.core.multiarray._reconstruct" ||
                                          v.callable->s == "numpy._core.multiarray._reconstruct");
-  const bool frombuffer =
-      is_object && (v.callable->s == "numpy.core.numeric._frombuffer" || v.callable->s == "numpy._core.numeric._frombuffer");
-  if (!reconstruct && !frombuffer) bad(ctx, fmt::format("'data' is a {}, not a numpy array", pickle::kind_name(v.kind)));
+  const bool frombuffer = is_object && (v.callable->s == "numpy.core.numeric._frombuffer" ||
+                                        v.callable->s == "numpy._core.numeric._frombuffer");
+  if (!reconstruct && !frombuffer)
+    bad(ctx, fmt::format("'data' is a {}, not a numpy array", pickle::kind_name(v.kind)));
   // The parts, wherever each form keeps them.
   const pickle::Value *shape_v = nullptr, *dtype_v = nullptr, *order_v = nullptr, *data_v = nullptr;
   if (reconstruct) {

@@ -110,8 +110,7 @@ std::vector<std::string> subfolders(const fs::path& dir, std::int64_t& other) {
         RN_IO_FAIL(it->path().string(), "rename the folder to UTF-8 text (its name is the class's name in the dataset)",
                    "the class folder's name is not UTF-8");
       names.push_back(it->path().filename().string());
-    }
-    else
+    } else
       ++other;  // a file outside any class folder
   }
   if (ec) RN_IO_FAIL(dir.string(), "check its permissions", "cannot list the folder: {}", ec.message());

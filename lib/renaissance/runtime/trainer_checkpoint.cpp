@@ -526,10 +526,28 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
     {  // The other hyper-parameters and augmentations, said in one warning (they changed without a word).
       std::map<std::string, std::string> now = recorded_options(options_yaml(o));
       std::string before, after;
-      for (const char* key : {"momentum", "beta1", "beta2", "eps", "weight-decay", "lars-eta", "warmup-epochs",
-                              "step-epochs", "step-gamma", "label-smoothing", "ema-decay", "crop-padding", "flip",
-                              "crop", "crop-scale", "crop-ratio", "val-resize", "shuffle", "start-resolution",
-                              "lowres-epochs", "bn-momentum", "bn-eps"})
+      for (const char* key : {"momentum",
+                              "beta1",
+                              "beta2",
+                              "eps",
+                              "weight-decay",
+                              "lars-eta",
+                              "warmup-epochs",
+                              "step-epochs",
+                              "step-gamma",
+                              "label-smoothing",
+                              "ema-decay",
+                              "crop-padding",
+                              "flip",
+                              "crop",
+                              "crop-scale",
+                              "crop-ratio",
+                              "val-resize",
+                              "shuffle",
+                              "start-resolution",
+                              "lowres-epochs",
+                              "bn-momentum",
+                              "bn-eps"})
         if (was.count(key) && now.count(key) && was[key] != now[key]) {
           before += fmt::format("{}--{} {}", before.empty() ? "" : " ", key, was[key]);
           after += fmt::format("{}--{} {}", after.empty() ? "" : " ", key, now[key]);

@@ -136,12 +136,13 @@ inline void require_not_diverged(const std::vector<io::NamedTensor>& tensors, st
   for (const io::NamedTensor& nt : tensors)
     for (std::size_t i = 0; i < nt.values.size(); ++i)
       if (!std::isfinite(nt.values[i]))
-        throw DivergedError(fmt::format("the run diverged by step {}: /{}/{} holds a non-finite value ({} at element {}); "
-                                "nothing more is written (the files written before stay)",
-                                step, nt.group, nt.name, nt.values[i], i),
-                    "training",
-                    "lower --lr (with --amp, the loss scaling skips overflowing steps but cannot undo an update that "
-                    "overflowed the weights)");
+        throw DivergedError(
+            fmt::format("the run diverged by step {}: /{}/{} holds a non-finite value ({} at element {}); "
+                        "nothing more is written (the files written before stay)",
+                        step, nt.group, nt.name, nt.values[i], i),
+            "training",
+            "lower --lr (with --amp, the loss scaling skips overflowing steps but cannot undo an update that "
+            "overflowed the weights)");
 }
 
 }  // namespace trainer_detail
