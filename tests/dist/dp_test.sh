@@ -106,19 +106,25 @@ exec "$CLI" "\${args[@]}"
 WRAP
 chmod +x rank_wrapper.sh
 
-# rank1_differs OPT VAL WHAT ARGS...: `renaissance ARGS` on 2 ranks, rank 1 with OPT's value VAL, exits 1 and every
-# rank reports "WHAT differs between ranks: rank 1's copy".
-rank1_differs() {
-  local opt=$1 val=$2 what=$3 rc r
+# rank1_fails OPT VAL MESSAGE ARGS...: `renaissance ARGS` on 2 ranks, rank 1 with OPT's value VAL, exits 1 and every
+# rank reports "data-parallel run: MESSAGE" (a grep pattern).
+rank1_fails() {
+  local opt=$1 val=$2 message=$3 rc r
   shift 3
   RANK1_OPT=$opt RANK1_VAL=$val launch2 ./rank_wrapper.sh "$@" >out.txt 2>&1
   rc=$?
   cat out.txt
   ((rc == 1)) || fail "$opt on rank 1: exit $rc, not 1"
   for r in 0 1; do
-    grep -q "error: rank $r/2: data-parallel run: $what differs between ranks: rank 1's copy" out.txt ||
+    grep -q "error: rank $r/2: data-parallel run: $message" out.txt ||
       fail "$opt on rank 1: rank $r did not report the difference"
   done
+}
+# rank1_differs OPT VAL WHAT ARGS...: every rank reports "WHAT differs between ranks: rank 1's copy".
+rank1_differs() {
+  local opt=$1 val=$2 what=$3
+  shift 3
+  rank1_fails "$opt" "$val" "$what differs between ranks: rank 1's copy" "$@"
 }
 
 if [[ $MODE == equality* ]] && ! "$PY" -c "import h5py, numpy" 2>/dev/null; then
@@ -316,15 +322,9 @@ PYEOF
     mkdir -p empty
     rank1_differs --checkpoint-dir empty "the checkpoint to resume from" "${R[@]}" --lr 0.05 --max-steps 6 \
       --checkpoint-dir ckA --resume auto
-    RANK1_OPT=--checkpoint-every RANK1_VAL=2 launch2 ./rank_wrapper.sh "${R[@]}" --lr 0.05 --max-steps 4 \
-      --checkpoint-dir ckC --checkpoint-every 1 >out.txt 2>&1
-    rc=$?
-    cat out.txt
-    ((rc == 1)) || fail "--checkpoint-every 2 on rank 1: exit $rc, not 1"
-    for r in 0 1; do
-      grep -q "error: rank $r/2: data-parallel run: the configuration of rank 1 differs from rank 0's: .*checkpoint every is 1 on rank 0 but 2 on rank 1" out.txt ||
-        fail "rank $r did not report the differing --checkpoint-every"
-    done
+    rank1_fails --checkpoint-every 2 \
+      "the configuration of rank 1 differs from rank 0's: .*checkpoint every is 1 on rank 0 but 2 on rank 1" \
+      "${R[@]}" --lr 0.05 --max-steps 4 --checkpoint-dir ckC --checkpoint-every 1
     [[ ! -e ckC/latest.h5 ]] || fail "a checkpoint was written despite the mismatch"
     # The same checkpoint on both ranks resumes.
     launch2 "$CLI" "${R[@]}" --lr 0.05 --max-steps 6 --resume ckA/ckpt-step00000003.h5 >out.txt 2>&1 ||
