@@ -124,8 +124,6 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
   if (!dir.empty()) {
     install_preemption_handlers();
     t.stop_request = &g_stop_request;
-  } else {
-    disarm_preemption_early();  // no checkpoint directory after all (a --config without one)
   }
 }
 

@@ -50,12 +50,11 @@ int preemption_signal();
 /// --config that may name one) gets the SIGUSR1/SIGTERM handlers at once, so a preemption signal during the
 /// start-up (MPI_Init of many ranks, reading the checkpoint, timing engines) is kept for the first step boundary
 /// (checkpoint, exit 75) instead of killing the process (exit 138/143, which no job script requeues).
-/// CheckpointCli::apply keeps them with a checkpoint directory; without one it restores the default action and
-/// takes a signal that came meanwhile.
+/// CheckpointCli::apply keeps them with a checkpoint directory; without one, disarm_preemption_early.
 void arm_preemption_early(int argc, char** argv);
 /// Without a checkpoint directory after all: the actions the process had before arm_preemption_early (SIG_DFL, or a
-/// parent's SIG_IGN), and a signal that came meanwhile taken now if its action was the default. Called as soon as
-/// the options are read (and by CheckpointCli::apply); nothing when the handlers were not armed early.
+/// parent's SIG_IGN), and a signal that came meanwhile taken now if its action was the default. Called by `train`
+/// as soon as its options are read; nothing when the handlers were not armed early.
 void disarm_preemption_early();
 
 /// The model a checkpoint records (its model_yaml), for `eval --checkpoint` without --model.

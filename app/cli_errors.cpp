@@ -1,5 +1,7 @@
 #include "cli_errors.h"
 
+#include "run_config.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -198,14 +200,13 @@ void read_integers_as_decimal(CLI::App& app) {
 }
 
 void check_flags_and_paths(CLI::App& app) {
-  // A flag takes what run.yaml's flags take: CLI11 read any integer after '=' (--ema=5 on, --no-validate=-5 off).
+  // A flag takes what run.yaml's flags take, and 1/0: CLI11 read any integer after '=' (--ema=5 on, --no-validate=-5
+  // off).
   const CLI::Validator boolean(
       [](std::string& text) -> std::string {
-        std::string t;
-        for (char ch : text) t.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(ch))));
-        for (const char* w : {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0"})
-          if (t == w) return {};
-        return "a flag is on or off: true/false (yes/no, on/off, 1/0), got '" + text + "'";
+        return is_flag_word(text, /*digits=*/true)
+                   ? std::string()
+                   : "a flag is on or off: true/false (yes/no, on/off, 1/0), got '" + text + "'";
       },
       "");
   // A path option given an empty value was ignored without a word (--save "" trained and saved nothing).

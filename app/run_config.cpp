@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <map>
@@ -89,14 +88,9 @@ std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
     CLI::Option* opt = cmd.get_option_no_throw("--" + key);
     if (opt->count() > 0 || overridden[key]) continue;  // the command line wins
     RN_CHECK_CTX(value.IsScalar(), where, "option '{}' needs a single value", key);
-    if (opt->get_expected_max() == 0) {  // a flag: CLI11 would read -1 as off and 5 as on without a word
-      std::string v = value.Scalar();
-      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      // YAML's booleans, as yaml-cpp reads them.
-      RN_CHECK_CTX(v == "true" || v == "false" || v == "yes" || v == "no" || v == "on" || v == "off" || v == "y" ||
-                       v == "n",
-                   where, "option '{}' is a flag: true or false (yes/no, on/off), got '{}'", key, value.Scalar());
-    }
+    // A flag: CLI11 would read -1 as off and 5 as on without a word.
+    RN_CHECK_CTX(opt->get_expected_max() != 0 || is_flag_word(value.Scalar(), /*digits=*/false), where,
+                 "option '{}' is a flag: true or false (yes/no, on/off), got '{}'", key, value.Scalar());
     try {
       opt->add_result(value.Scalar());
       opt->run_callback();

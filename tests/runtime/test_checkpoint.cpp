@@ -44,6 +44,17 @@ runtime::TrainOptions options(const std::string& data) {
   return o;
 }
 
+/// fmnist_cnn trained `steps` steps under `o`, without validation; its checkpoint written as dir.file(name).
+std::string checkpoint_after(const TempDir& dir, runtime::TrainOptions o, std::int64_t steps, const std::string& name) {
+  o.max_steps = steps;
+  o.validate = false;
+  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
+  a.run();
+  const std::string p = dir.file(name);
+  a.save_checkpoint(p);
+  return p;
+}
+
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -506,12 +517,7 @@ TEST(CheckpointPortability, ALargerBatchAfterManyStepsStillTrainsTheRestOfTheRun
   const std::string data = synthetic(dir);
   auto o = options(data);
   o.batch = 8;
-  o.max_steps = 20;
-  o.validate = false;
-  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
-  a.run();
-  const std::string p = dir.file("a.h5");
-  a.save_checkpoint(p);
+  const std::string p = checkpoint_after(dir, o, 20, "a.h5");
   auto o2 = options(data);
   o2.batch = 64;
   o2.validate = false;
@@ -531,13 +537,7 @@ TEST(CheckpointPortability, ALargerBatchAfterManyStepsStillTrainsTheRestOfTheRun
 // about another dataset. Refused, naming the places, and nothing is loaded.
 TEST(CheckpointPortability, APlaceInTheEpochPastAShorterEpochIsAnError) {
   TempDir dir;
-  auto o = options(synthetic(dir));
-  o.max_steps = 5;
-  o.validate = false;
-  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
-  a.run();
-  const std::string p = dir.file("a.h5");
-  a.save_checkpoint(p);
+  const std::string p = checkpoint_after(dir, options(synthetic(dir)), 5, "a.h5");
   auto small = options(synthetic(dir, 50));  // 2 batches of 32 per epoch
   small.validate = false;
   runtime::Trainer b(bp::zoo_model("fmnist_cnn"), small);
@@ -555,10 +555,7 @@ TEST(CheckpointPortability, AnotherDeterminismSettingLoadsWithAWarning) {
   auto o = options(data);
   o.max_steps = 2;
   o.validate = false;
-  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
-  a.run();
-  const std::string p = dir.file("det.h5");
-  a.save_checkpoint(p);
+  const std::string p = checkpoint_after(dir, o, 2, "det.h5");
   EXPECT_NE(io::read_checkpoint(p).state.run_config.find("deterministic: true"), std::string::npos);
   auto o2 = o;
   o2.deterministic = false;
@@ -580,10 +577,7 @@ TEST(CheckpointPortability, PlainLayerNamesOfAnOlderFp32FileLoadByPosition) {
   auto o = options(data);
   o.max_steps = 3;
   o.validate = false;
-  runtime::Trainer a(bp::zoo_model("fmnist_cnn"), o);
-  a.run();
-  const std::string p = dir.file("new.h5");
-  a.save_checkpoint(p);
+  const std::string p = checkpoint_after(dir, o, 3, "new.h5");
   io::Checkpoint old = io::read_checkpoint(p);
   int renamed = 0;
   for (io::NamedTensor& t : old.tensors) {

@@ -84,7 +84,7 @@ void require_writable_dir(const std::string& dir, const std::string& option) {
   RN_CHECK_CTX(err_create == 0, dir, "{}: the directory is not writable: {}", option, std::strerror(err_create));
 }
 
-std::string resolve_output_file(const std::string& path, const std::string& option) {
+std::string resolve_output_file(const std::string& path, const std::string& option, bool probe) {
   RN_CHECK_CTX(!path.empty(), option, "an empty file name");
   std::string target = path;
   struct stat lst {};
@@ -106,7 +106,7 @@ std::string resolve_output_file(const std::string& path, const std::string& opti
   struct stat dst {};
   RN_CHECK_CTX(::stat(dir.c_str(), &dst) == 0, path, "{}: the directory '{}' does not exist", option, dir);
   RN_CHECK_CTX(S_ISDIR(dst.st_mode), path, "{}: '{}' is {}, not a directory", option, dir, kind_of(dst));
-  const int err_create = create_probe(dir);
+  const int err_create = probe ? create_probe(dir) : 0;
   RN_CHECK_CTX(err_create == 0, path, "{}: cannot write in the directory '{}': {}", option, dir,
                std::strerror(err_create));
   return target;

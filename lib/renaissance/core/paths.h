@@ -18,7 +18,9 @@ void require_input_file(const std::string& path, const std::string& what);
 /// is not writable (a file is created there and removed: the permission bits do not tell for root on a read-only or
 /// special file system). Returns the path to write and rename onto: `path` itself, or the file a symlink points to (the
 /// link stays a link; it is never replaced by a rename).
-std::string resolve_output_file(const std::string& path, const std::string& option);
+/// `probe` false: the directory is not probed with a file of its own (a writer that creates its temporary there next
+/// learns the same at once).
+std::string resolve_output_file(const std::string& path, const std::string& option, bool probe = true);
 
 /// The directory `dir` will be created in (or exists and is a writable directory).
 void require_writable_dir(const std::string& dir, const std::string& option);

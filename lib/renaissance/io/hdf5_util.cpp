@@ -684,7 +684,7 @@ void remove_stale_temporaries(const std::string& path) {
 
 void write_file_atomically(const std::string& path, const std::vector<std::uint8_t>& bytes,
                            const std::function<void()>& halfway) {
-  const std::string target = resolve_output_file(path, "output");
+  const std::string target = resolve_output_file(path, "output", /*probe=*/false);  // the temporary is the probe
   remove_stale_temporaries(target);
   const std::string tmp = temporary_name(target);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -408,18 +408,9 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     if (!o.amp && !std::isfinite(m.train_loss))
       throw Error(fmt::format("NaN or inf in the training loss of epoch {} (step {})", epoch + 1, m_step), "training",
                   "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
-    if (o.amp && !std::isfinite(m.train_loss)) {
-      // Steps whose loss overflowed FP16 are skipped by the loss scaling and leave the weights as they were; weights
-      // that are no longer finite mean the run diverged (checked only then: it reads every weight back).
-      std::vector<io::NamedTensor> weights;
-      for (const DTensor& t : m_plan->plan(Variant::TRAIN_BASE).tensors()) {
-        io::NamedTensor nt;
-        if (!weights_group(t, &nt.group, &nt.name)) continue;
-        nt.values = tensor_values(t.name);
-        weights.push_back(std::move(nt));
-      }
-      require_not_diverged(weights, m_step);
-    }
+    // Steps whose loss overflowed FP16 are skipped by the loss scaling and leave the weights as they were; weights
+    // that are no longer finite mean the run diverged (checked only then: it reads every weight back).
+    if (o.amp && !std::isfinite(m.train_loss)) require_not_diverged(weight_tensors(), m_step);
     m.train_top1 = acc[plan::kResultTop1] / count;
     I.replay_phase(Variant::TRAIN_BASE, plan::StepPhase::TRAIN_EPOCH_END);
     const bool last_epoch = epoch + 1 >= o.epochs || done();

@@ -335,6 +335,9 @@ class Trainer {
   /// padded or cut across AMP settings, and where fused layers renamed tensors by position within each group when
   /// the file lists them in the writer's plan order (checkpoints); weights_only: no run state.
   std::vector<std::string> load_state(const InitialState& st);
+  /// The tensors a weights file holds (/params, /bn, /ema), read from the arena: save_weights writes them, and an AMP
+  /// epoch with a non-finite loss checks them for divergence.
+  std::vector<io::NamedTensor> weight_tensors() const;
   struct Impl;
   std::unique_ptr<Impl> m_impl;
   std::unique_ptr<plan::CompiledPlan> m_plan;

@@ -344,6 +344,15 @@ Matched match_state(const plan::CompiledPlan& cp, const TrainOptions& o, const I
   return m;
 }
 
+/// Options a resume with other values warns about in one line (lr, schedule, epochs, data and the others with
+/// consequences of their own are warned about apart): options_yaml's keys.
+// clang-format off
+constexpr const char* kResumeWarnedOptions[] = {
+    "momentum", "beta1", "beta2", "eps", "weight-decay", "lars-eta", "warmup-epochs", "step-epochs", "step-gamma",
+    "label-smoothing", "ema-decay", "crop-padding", "flip", "crop", "crop-scale", "crop-ratio", "val-resize",
+    "shuffle", "start-resolution", "lowres-epochs", "bn-momentum", "bn-eps"};
+// clang-format on
+
 /// The options a checkpoint's run_config records (options_yaml: "key: value" lines).
 std::map<std::string, std::string> recorded_options(const std::string& run_config) {
   std::map<std::string, std::string> was;
@@ -526,28 +535,7 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
     {  // The other hyper-parameters and augmentations, said in one warning (they changed without a word).
       std::map<std::string, std::string> now = recorded_options(options_yaml(o));
       std::string before, after;
-      for (const char* key : {"momentum",
-                              "beta1",
-                              "beta2",
-                              "eps",
-                              "weight-decay",
-                              "lars-eta",
-                              "warmup-epochs",
-                              "step-epochs",
-                              "step-gamma",
-                              "label-smoothing",
-                              "ema-decay",
-                              "crop-padding",
-                              "flip",
-                              "crop",
-                              "crop-scale",
-                              "crop-ratio",
-                              "val-resize",
-                              "shuffle",
-                              "start-resolution",
-                              "lowres-epochs",
-                              "bn-momentum",
-                              "bn-eps"})
+      for (const char* key : kResumeWarnedOptions)
         if (was.count(key) && now.count(key) && was[key] != now[key]) {
           before += fmt::format("{}--{} {}", before.empty() ? "" : " ", key, was[key]);
           after += fmt::format("{}--{} {}", after.empty() ? "" : " ", key, now[key]);

@@ -3,7 +3,7 @@
 
 namespace renaissance::runtime {
 
-void Trainer::save_weights(const std::string& path) const {
+std::vector<io::NamedTensor> Trainer::weight_tensors() const {
   std::vector<io::NamedTensor> out;
   for (const DTensor& t : m_plan->plan(Variant::TRAIN_BASE).tensors()) {
     io::NamedTensor nt;
@@ -12,6 +12,11 @@ void Trainer::save_weights(const std::string& path) const {
     nt.values = tensor_values(t.name);
     out.push_back(std::move(nt));
   }
+  return out;
+}
+
+void Trainer::save_weights(const std::string& path) const {
+  const std::vector<io::NamedTensor> out = weight_tensors();
   require_not_diverged(out, m_step);
   io::WeightsMeta meta;
   meta.strings = {{"model", m_plan->arch.model_name},
