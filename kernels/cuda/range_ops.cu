@@ -289,9 +289,9 @@ void range_ema_update(cudaStream_t stream, float* e, const float* w, std::int64_
 }
 
 void range_bn_running_update(cudaStream_t stream, float* prev, const float* next, std::int64_t n,
-                             const float* momentum) {
+                             const float* momentum, const std::int32_t* skip) {
   RN_CHECK(momentum != nullptr && (n == 0 || next != nullptr), "range_bn_running_update: momentum or batch stats null");
-  launch_float_map(stream, prev, next, n, BnRunning{momentum}, nullptr, "range_bn_running_update");
+  launch_float_map(stream, prev, next, n, BnRunning{momentum}, skip, "range_bn_running_update");
 }
 
 void range_metric_accumulate(cudaStream_t stream, float* dst, const float* src, std::int64_t n) {

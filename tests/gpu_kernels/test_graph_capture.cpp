@@ -149,7 +149,7 @@ TEST_F(GraphCaptureTest, ReplayEqualsDirectExecution) {
     lars_norms(s, w, g, dsegs, segs.size(), chunks, lars_ws, lars_ws_bytes);
     lars_update(s, w, g, vel, dsegs, segs.size(), chunks, scalars, true, flag, lars_ws, lars_ws_bytes, norms, 2);
     range_ema_update(s, ema, w, kP, hyper + 8, flag);
-    range_bn_running_update(s, running, mean, static_cast<std::int64_t>(c), hyper + 10);
+    range_bn_running_update(s, running, mean, static_cast<std::int64_t>(c), hyper + 10, nullptr);
     range_cast_f32_to_f16(s, w, w16, kP);
     range_copy(s, scratch, ema, kP * 4);
     range_clear(s, m1 + 5000, 4000 * 4);

@@ -188,13 +188,14 @@ TEST_F(RangeOpsTest, EmaBnRunningAndMetricAccumulate) {
       expect_bits_equal(download<float>(de, kN), ref, "ema skip " + std::to_string(skip));
     }
   }
-  {
-    const DeviceBuffer prev = upload(e0), next = upload(w);
-    range_bn_running_update(stream, prev.as<float>(), next.as<float>(), kN, m.as<float>());
+  for (std::int32_t skip : {0, 1}) {
+    const DeviceBuffer prev = upload(e0), next = upload(w), fl = upload(std::vector<std::int32_t>{skip});
+    range_bn_running_update(stream, prev.as<float>(), next.as<float>(), kN, m.as<float>(), fl.as<std::int32_t>());
     sync();
     Vec ref = e0;
-    for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = (1.0f - momentum) * ref[i] + momentum * w[i];
-    expect_bits_equal(download<float>(prev, kN), ref, "bn running update");
+    if (skip == 0)
+      for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = (1.0f - momentum) * ref[i] + momentum * w[i];
+    expect_bits_equal(download<float>(prev, kN), ref, "bn running update skip " + std::to_string(skip));
   }
   {
     const Vec acc{1.0f, 2.0f, 3.0f, 4.0f}, step{0.5f, 7.0f, 9.0f, 32.0f};

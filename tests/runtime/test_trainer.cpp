@@ -787,10 +787,22 @@ TEST(Trainer, AmpOverflowSkipsTheStepAndHalvesTheScaleOnTheCpu) {
   o.validate = false;
   runtime::Trainer t(bp::zoo_model("fmnist_cnn"), o);
   const auto before = t.tensor_values("cbr2.conv.w");
+  const auto mean_before = t.tensor_values("cbr1.bn.running_mean"), var_before = t.tensor_values("cbr2.bn.running_var");
   const auto h = t.run();
   EXPECT_EQ(t.tensor_values("cbr2.conv.w"), before);  // the update was skipped
+  // ... and so was the running statistics' blend (an FP16 forward overflow would otherwise write NaN into them).
+  EXPECT_EQ(t.tensor_values("cbr1.bn.running_mean"), mean_before);
+  EXPECT_EQ(t.tensor_values("cbr2.bn.running_var"), var_before);
   ASSERT_EQ(h.size(), 1u);
   EXPECT_FLOAT_EQ(static_cast<float>(h[0].loss_scale), 5e29f);
+
+  // The same step with a loss scale that does not overflow moves both.
+  o.loss_scale = 1024;
+  runtime::Trainer clean(bp::zoo_model("fmnist_cnn"), o);
+  clean.run();
+  EXPECT_NE(clean.tensor_values("cbr2.conv.w"), before);
+  EXPECT_NE(clean.tensor_values("cbr1.bn.running_mean"), mean_before);
+  EXPECT_NE(clean.tensor_values("cbr2.bn.running_var"), var_before);
 }
 }  // namespace
 

@@ -643,7 +643,7 @@ class CompileRun {
     }
     const RegionRange b_next{Region::B_NEXT_MEAN, Region::B_NEXT_VAR}, b_prev{Region::B_PREV_MEAN, Region::B_PREV_VAR};
     T.add(GraphId::STATS_COMM, range_node(RangeOp::BN_STATS_ALLREDUCE, {b_next}, {b_next}));
-    T.add(GraphId::UPDATE_STATS, range_node(RangeOp::BN_RUNNING_UPDATE, {b_next}, {b_prev}, {B.hyper}));
+    T.add(GraphId::UPDATE_STATS, range_node(RangeOp::BN_RUNNING_UPDATE, {b_next}, {b_prev}, {B.hyper, B.nan_flag}));
 
     // Optimizer: one range op for the bias/BN block (no weight decay) and one for the weight block.
     const RegionRange w_bias{Region::W_BN_BIAS, Region::W_FC_BIAS}, w_weight{Region::W_FC_WEIGHT, Region::W_DEEP_CONV};

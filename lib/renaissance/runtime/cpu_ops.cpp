@@ -956,6 +956,9 @@ void register_range(KernelTable& t) {
   t.add_range(RangeOp::BN_STATS_ALLREDUCE,
               [allreduce](const ResolvedNode& r, ExecEnv& env) { allreduce(r, env, true); });
   t.add_range(RangeOp::BN_RUNNING_UPDATE, [f](const ResolvedNode& r, ExecEnv&) {
+    // A skipped step (non-finite gradients, e.g. an FP16 forward overflow) leaves the running statistics alone too:
+    // its batch statistics are as untrustworthy as its gradients.
+    if (*skip_flag(r) != 0) return;
     const float m = r.in[0].as<const float>()[plan::kHyperBnMomentum];
     RN_CHECK(r.in_ranges[0].bytes == r.out_ranges[0].bytes, "BN running/batch statistics ranges differ");
     float* prev = f(r.out_ranges[0]);

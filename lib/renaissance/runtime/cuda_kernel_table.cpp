@@ -301,7 +301,7 @@ void register_range(KernelTable& t) {
   t.add_range(RangeOp::BN_RUNNING_UPDATE, [](const ResolvedNode& r, ExecEnv& env) {
     RN_CHECK(r.in_ranges[0].bytes == r.out_ranges[0].bytes, "BN running/batch statistics ranges differ");
     cuda::range_bn_running_update(stream_of(env), f(r.out_ranges[0]), f(r.in_ranges[0]), floats(r.out_ranges[0]),
-                                  hyper_slot(r.in[0], plan::kHyperBnMomentum));
+                                  hyper_slot(r.in[0], plan::kHyperBnMomentum), skip_flag(r));
   });
   t.add_range(RangeOp::NAN_CHECK, [](const ResolvedNode& r, ExecEnv& env) {
     std::int32_t* flag = r.in[0].as<std::int32_t>();
