@@ -11,7 +11,8 @@
 - CIFAR round trips: scripts/make_cifar_tarball.py tarballs (Python 2 opcodes as in the real files, and Python 3
   protocol 2, 4 and 5 pickles: numpy's _reconstruct, and _frombuffer in protocol 5) checked by check_dataset.py
   --cifar (pickle.load(..., encoding="bytes"));
-- bad input: a corrupt JPEG, a truncated JPEG, a truncated PNG, a non-image file named .jpg, an empty class folder,
+- bad input: a corrupt JPEG, a truncated JPEG, a truncated PNG, a non-image file named .jpg, a dangling link and a
+  FIFO named like images, an empty class folder,
   a val class that train lacks, a 20000x20000 PNG and JPEG (headers only), a missing train folder, a corrupt and a
   truncated tarball: exit status 1 (not a crash: < 128), one error line naming the file, no output file and no
   temporary left; --skip-bad turns unreadable images into a counted, listed skip. Also: a subfolder of a class that
@@ -47,7 +48,9 @@ def fail(msg):
 
 
 def run(args, **kw):
-    # Paths are bytes: a Latin-1 folder name comes back in an error message as it is.
+    # Paths are bytes: a Latin-1 folder name comes back in an error message as it is. A hang (an importer opening a
+    # FIFO) ends the check with a TimeoutExpired traceback.
+    kw.setdefault("timeout", 600)
     return subprocess.run(args, capture_output=True, text=True, errors="surrogateescape", **kw)
 
 
@@ -220,6 +223,14 @@ def bad_inputs(good):
         os.truncate(path, size)
         return path
 
+    def dangling(path):
+        os.symlink("gone.jpg", path)
+        return path
+
+    def fifo(path):
+        os.mkfifo(path)
+        return path
+
     out = os.path.join(fresh(os.path.join(WORK, "out")), "bad.h5")
     cls = os.path.join("train", "n00000002")
     cases = [
@@ -233,6 +244,10 @@ def bad_inputs(good):
         ("20000x20000 JPEG", lambda r: write(os.path.join(r, cls, "huge.jpg"), jpeg_claiming(20000, 20000, sample))),
         # A 20 GB (sparse) file named .png: refused from its size, before it is read (it ended with std::bad_alloc).
         ("20 GB file", lambda r: sparse(write(os.path.join(r, cls, "disk.png"), png_header(64, 64)), 20 << 30)),
+        # Not regular files but named like images: they were dropped without a word (torchvision lists them as
+        # samples); opening the FIFO would block until something wrote into it.
+        ("dangling link", lambda r: dangling(os.path.join(r, cls, "moved.jpg"))),
+        ("FIFO", lambda r: fifo(os.path.join(r, cls, "pipe.png"))),
     ]
     for what, mutate in cases:
         holder = {}

@@ -82,7 +82,9 @@ std::vector<ClassFile> class_files(const fs::path& dir, std::int64_t& other) {
       containers.push_back(cec ? it->path() : real);
       continue;
     }
-    if (!it->is_regular_file(fec)) continue;
+    // A dangling link, a FIFO, a socket or a device named like an image is listed as a sample (as torchvision lists
+    // it, and then fails to load it), so read_file names it as a bad image (or --skip-bad counts it); it was dropped
+    // without a word, and a user's missing images went unnoticed. Other entries that are not images are counted.
     if (!image_extension(it->path())) {
       ++other;
       continue;
@@ -123,6 +125,20 @@ std::vector<std::string> subfolders(const fs::path& dir, std::int64_t& other) {
 /// file named .png ended the import with std::bad_alloc.
 std::vector<std::uint8_t> read_file(const std::string& path, const DecodeLimits& limits) {
   std::error_code ec;
+  // Checked before it is opened: opening a FIFO blocks until something writes into it.
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::is_regular_file(st)) {
+    std::error_code lec;
+    if (fs::is_symlink(fs::symlink_status(path, lec)) && (st.type() == fs::file_type::not_found || ec))
+      RN_IO_FAIL(path, "restore the file it points to, remove the link, or pass --skip-bad",
+                 "a link to {}, which does not exist", fs::read_symlink(path, lec).string());
+    if (ec) RN_IO_FAIL(path, "check the file's permissions", "cannot read the file's status: {}", ec.message());
+    const char* kind = st.type() == fs::file_type::fifo     ? "a FIFO"
+                       : st.type() == fs::file_type::socket ? "a socket"
+                       : st.type() == fs::file_type::block || st.type() == fs::file_type::character ? "a device"
+                                                                                                     : "not a file";
+    RN_IO_FAIL(path, "remove it, or pass --skip-bad", "{} named like an image, not a regular file", kind);
+  }
   const std::uintmax_t size = fs::file_size(path, ec);
   if (ec) RN_IO_FAIL(path, "check the file's permissions", "cannot read the file's size: {}", ec.message());
   const std::uintmax_t cap = static_cast<std::uintmax_t>(limits.max_pixels) * 8 + (std::uintmax_t(16) << 20);
