@@ -114,6 +114,9 @@ void inspect(const std::string& path, bool json, bool quick) {
       else
         file->verify(s);
     }
+    // Every writer refuses to finish one (a hand-made or cut-down file), and train refuses it: not called valid.
+    RN_CHECK_CTX(file->info(io::Split::train).count > 0, path,
+                 "the train split is empty: no Renaissance writer makes such a file, and train refuses it");
   } catch (const Error& e) {
     if (json)
       std::printf("{\"file\": \"%s\", \"valid\": false, \"error\": \"%s\"}\n", json_escape(path).c_str(),

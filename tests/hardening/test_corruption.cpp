@@ -174,6 +174,20 @@ TEST(HardeningCorruption, AnExtentClaimingUnstoredSamplesIsRefusedAtOnce) {
   EXPECT_EQ(train.out.find("epoch 1/"), std::string::npos) << "refused before training:\n" << train.out;
 }
 
+TEST(HardeningCorruption, AnEmptyTrainSplitIsNotCalledValid) {
+  // A file cut down to no train samples: inspect called it valid, and the job that trusted that failed at start.
+  const fs::path d = temp_dir();
+  const std::string data = dataset(d);
+  for (const char* link : {"/train/images", "/train/labels", "/train/checksums"}) claim_extent(data, link, 0);
+  const CliResult inspect = run("data inspect " + data);
+  EXPECT_CLEAN_ERROR(inspect, data + ": the train split is empty");
+  EXPECT_EQ(inspect.out.find("labels valid"), std::string::npos) << inspect.out;
+  const CliResult json = run("data inspect --json " + data);
+  EXPECT_NE(json.out.find("\"valid\": false"), std::string::npos) << json.out;
+  const CliResult train = run("train --data " + data + " --epochs 1 --batch 64");
+  EXPECT_CLEAN_ERROR(train, data + ": the train split is empty");
+}
+
 TEST(HardeningCorruption, AChunkIndexClaimingAHugeChunkIsRefusedBeforeHdf5ReadsIt) {
   // Found by the CI run of fuzz_dataset: a chunk index claiming 4,244,701,188 stored bytes for a 64 KiB chunk of a
   // 160 KB file, and H5Dread allocated them (HDF5 reads a filtered chunk whole before the filters run).
