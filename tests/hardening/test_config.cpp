@@ -3,6 +3,8 @@
 // error, as on the command line; a key set twice is an error naming both lines.
 #include "hardening_util.h"
 
+#include <kernels/cpu/gemm.h>
+
 namespace {
 
 using namespace hardening;
@@ -159,6 +161,12 @@ TEST(HardeningConfig, EnvironmentVariablesWithValuesTheyDoNotTakeAreErrorsNaming
       train);
   ASSERT_EQ(ok.code, 0) << ok.out;
   EXPECT_NE(ok.out.find(", 1 CPU threads\n"), std::string::npos) << "Winograd off, one thread: " << ok.out;
+  // openblas where the build has no OpenBLAS fell back to the own GEMM without a word.
+  const CliResult blas = run_shell("exec env RENAISSANCE_GEMM=openblas " + train);
+  if (renaissance::cpu::openblas_available())
+    EXPECT_EQ(blas.code, 0) << blas.out;
+  else
+    EXPECT_CLEAN_ERROR(blas, "RENAISSANCE_GEMM: 'openblas' is not a value it takes", "this build has no OpenBLAS");
 }
 
 // Numbers are checked as the run holds them (a double, and the float the kernels get): 1e999 was finite as a long
