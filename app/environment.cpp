@@ -1,7 +1,7 @@
 #include "environment.h"
 
-#include <kernels/cpu/gemm.h>
 #include <renaissance/core/error.h>
+#include <renaissance/runtime/devices.h>
 
 #include <cerrno>
 #include <cmath>
@@ -45,8 +45,8 @@ const std::vector<EnvVariable>& environment_variables() {
       {"RENAISSANCE_CPU_ISA", "generic, avx2 or avx512",
        [](const std::string& v) { return one_of(v, {"generic", "avx2", "avx512"}); }},
       // openblas in a build without OpenBLAS fell back to the own GEMM without a word.
-      {"RENAISSANCE_GEMM", cpu::openblas_available() ? "own or openblas" : "own; this build has no OpenBLAS",
-       [](const std::string& v) { return v == "own" || (v == "openblas" && cpu::openblas_available()); }},
+      {"RENAISSANCE_GEMM", runtime::cpu_openblas_available() ? "own or openblas" : "own; this build has no OpenBLAS",
+       [](const std::string& v) { return v == "own" || (v == "openblas" && runtime::cpu_openblas_available()); }},
       {"RENAISSANCE_GEMM_ISA", "generic, avx2 or avx512",
        [](const std::string& v) { return one_of(v, {"generic", "avx2", "avx512"}); }},
       {"RENAISSANCE_COMM_TIMEOUT", "seconds, a number above 0", positive_seconds},

@@ -1,6 +1,7 @@
 #include <renaissance/runtime/devices.h>
 
 #include <kernels/cpu/conv2d.h>
+#include <kernels/cpu/gemm.h>
 #include <kernels/cpu/isa.h>
 #include <kernels/cpu/thread_pool.h>
 
@@ -31,5 +32,6 @@ int cpu_threads() { return cpu::num_threads(); }
 void set_cpu_winograd(bool on) { cpu::set_conv2d_winograd(on); }
 bool cpu_winograd() { return cpu::conv2d_winograd() && cpu::conv2d_winograd_available(); }
 const char* cpu_vector_isa() { return cpu::vector_isa_name(cpu::vector_isa()); }
+bool cpu_openblas_available() { return cpu::openblas_available(); }
 
 }  // namespace renaissance::runtime
