@@ -177,11 +177,13 @@ void launch_float_map(cudaStream_t stream, float* a, const float* b, std::int64_
 
 __global__ void loss_scale_update_kernel(float* s, const std::int32_t* overflow) {
   if (*overflow != 0) {
+    const bool at_floor = s[kLossScaleValue] <= 1.0f;
     const float down = s[kLossScaleValue] / s[kLossScaleFactor];
     s[kLossScaleValue] = 1.0f < down ? down : 1.0f;  // std::max(1.0f, down)
-    s[kLossScaleCleanSteps] = 0.0f;
+    s[kLossScaleCleanSteps] = at_floor ? -1.0f : 0.0f;
   } else {
-    s[kLossScaleCleanSteps] = s[kLossScaleCleanSteps] + 1.0f;
+    const float clean = s[kLossScaleCleanSteps];
+    s[kLossScaleCleanSteps] = (clean > 0.0f ? clean : 0.0f) + 1.0f;
     if (s[kLossScaleCleanSteps] >= s[kLossScaleInterval]) {
       const float up = s[kLossScaleValue] * s[kLossScaleFactor];
       constexpr float kMax = 65536.0f * 256.0f;

@@ -39,8 +39,9 @@ void range_grad_scale(cudaStream_t stream, float* g, std::int64_t n, const float
 
 /// Layout of the loss-scale state (plan::LossScaleSlot): {scale, clean steps, growth interval, growth factor}.
 constexpr int kLossScaleValue = 0, kLossScaleCleanSteps = 1, kLossScaleInterval = 2, kLossScaleFactor = 3;
-/// LOSS_SCALE_UPDATE (one thread): on overflow (*overflow != 0) scale = max(1, scale/factor), clean = 0; otherwise
-/// ++clean and, once clean >= interval, scale = min(2^24, scale·factor), clean = 0.
+/// LOSS_SCALE_UPDATE (one thread): on overflow (*overflow != 0) scale = max(1, scale/factor), clean = 0 (-1 when the
+/// scale was already 1: the host's mark of a diverged run); otherwise clean = max(clean, 0) + 1 and, once
+/// clean >= interval, scale = min(2^24, scale·factor), clean = 0.
 void loss_scale_update(cudaStream_t stream, float* state, const std::int32_t* overflow);
 
 /// EMA_UPDATE: e[i] = d·e[i] + (1 − d)·w[i] with d = *decay, unless *skip != 0 (skip may be null).

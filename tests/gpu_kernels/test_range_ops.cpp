@@ -157,20 +157,24 @@ TEST_F(RangeOpsTest, LossScaleUpdateFollowsCpuRule) {
     loss_scale_update(stream, state.as<float>(), flag.as<std::int32_t>());
     sync();
     if (overflow[step] != 0) {
+      host[1] = host[0] <= 1.0f ? -1.0f : 0.0f;
       host[0] = std::max(1.0f, host[0] / host[3]);
-      host[1] = 0.0f;
-    } else if (++host[1] >= host[2]) {
+    } else if ((host[1] = std::max(0.0f, host[1]) + 1.0f) >= host[2]) {
       host[0] = std::min(65536.0f * 256.0f, host[0] * host[3]);
       host[1] = 0.0f;
     }
     expect_bits_equal(download<float>(state, 4), host, "loss scale after step " + std::to_string(step));
   }
-  // Halving stops at 1.
+  // Halving stops at 1; an overflow there marks the clean-step count -1 (the host's "diverged"), a clean step after
+  // it counts from 0 again.
   upload_into(state, std::vector<float>{1.5f, 0.0f, 3.0f, 2.0f});
-  upload_into(flag, std::vector<std::int32_t>{1});
-  loss_scale_update(stream, state.as<float>(), flag.as<std::int32_t>());
-  sync();
-  EXPECT_EQ(download<float>(state, 1)[0], 1.0f);
+  for (const auto& [flagged, want] : std::vector<std::pair<std::int32_t, std::vector<float>>>{
+           {1, {1.0f, 0.0f, 3.0f, 2.0f}}, {1, {1.0f, -1.0f, 3.0f, 2.0f}}, {0, {1.0f, 1.0f, 3.0f, 2.0f}}}) {
+    upload_into(flag, std::vector<std::int32_t>{flagged});
+    loss_scale_update(stream, state.as<float>(), flag.as<std::int32_t>());
+    sync();
+    expect_bits_equal(download<float>(state, 4), want, "loss scale at its floor");
+  }
 }
 
 TEST_F(RangeOpsTest, EmaBnRunningAndMetricAccumulate) {

@@ -976,12 +976,16 @@ void register_range(KernelTable& t) {
     for (const RangeView& v : r.out_ranges) cpu::range_scale(f(v), floats(v), 1.0f / scale);
   });
   t.add_range(RangeOp::LOSS_SCALE_UPDATE, [](const ResolvedNode& r, ExecEnv&) {
-    // Dynamic loss scaling: an overflow halves the scale (the step was skipped); `interval` clean steps double it.
+    // Dynamic loss scaling: an overflow halves the scale (the step was skipped); `interval` clean steps double it. An
+    // overflow at the lowest scale (1) marks the clean-step count -1: the host calls the run diverged (no scale can
+    // make that step fit FP16).
     float* s = r.in[0].as<float>();
     if (*r.in[1].as<const std::int32_t>() != 0) {
+      const bool at_floor = s[plan::kLossScale] <= 1.0f;
       s[plan::kLossScale] = std::max(1.0f, s[plan::kLossScale] / s[plan::kLossScaleFactor]);
-      s[plan::kLossScaleCleanSteps] = 0.0f;
-    } else if (++s[plan::kLossScaleCleanSteps] >= s[plan::kLossScaleInterval]) {
+      s[plan::kLossScaleCleanSteps] = at_floor ? -1.0f : 0.0f;
+    } else if ((s[plan::kLossScaleCleanSteps] = std::max(0.0f, s[plan::kLossScaleCleanSteps]) + 1.0f) >=
+               s[plan::kLossScaleInterval]) {
       s[plan::kLossScale] = std::min(65536.0f * 256.0f, s[plan::kLossScale] * s[plan::kLossScaleFactor]);
       s[plan::kLossScaleCleanSteps] = 0.0f;
     }

@@ -400,7 +400,9 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     m.seconds = train_s;
     m.images_per_s = static_cast<double>(samples) / train_s;
     m.lr = lr;
-    m.loss_scale = I.read_loss_scale()[plan::kLossScale];
+    const auto loss_scale = I.read_loss_scale();
+    if (o.amp) require_loss_scale_left(loss_scale, m_step);
+    m.loss_scale = loss_scale[plan::kLossScale];
     I.replay_phase(Variant::TRAIN_BASE, plan::StepPhase::TRAIN_RESULT);
     const auto acc = I.accumulated();
     const double count = std::max(1.0f, acc[plan::kResultCount]);

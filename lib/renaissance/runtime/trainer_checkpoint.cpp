@@ -162,6 +162,7 @@ io::Checkpoint Trainer::Impl::make_checkpoint(std::int64_t step, const std::vect
   s.run_config = options_yaml(opt);
   s.plan_hash = fmt::format("{:016x}", plan.hash);
   const auto ls = read_loss_scale();
+  if (opt.amp) require_loss_scale_left(ls, step);
   s.loss_scale.assign(ls.begin(), ls.end());
   s.train_metrics.assign(metrics.begin(), metrics.end());
   if (cur_position == 0 && last_epoch_metrics.epoch > 0 && last_epoch_metrics.epoch == cur_epoch) {

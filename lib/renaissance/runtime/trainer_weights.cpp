@@ -16,6 +16,7 @@ std::vector<io::NamedTensor> Trainer::weight_tensors() const {
 }
 
 void Trainer::save_weights(const std::string& path) const {
+  if (m_impl->opt.amp) require_loss_scale_left(m_impl->read_loss_scale(), m_step);
   const std::vector<io::NamedTensor> out = weight_tensors();
   require_not_diverged(out, m_step);
   io::WeightsMeta meta;
