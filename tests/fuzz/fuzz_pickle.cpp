@@ -1,8 +1,9 @@
 // libFuzzer target: the pickle reader of the CIFAR importer (io/pickle.h) and the interpretation of what it returns
-// as a CIFAR batch (a dict with a numpy uint8 array and a label list). Every input must end in a value or a
-// renaissance::Error: no crash, no unbounded allocation.
+// as a CIFAR batch (a dict with a numpy uint8 array and a label list: io::read_cifar_batch, what the importer runs on
+// each member). Every input must end in a value or a renaissance::Error: no crash, no unbounded allocation.
 #include "fuzz_util.h"
 
+#include <renaissance/io/importers.h>
 #include <renaissance/io/pickle.h>
 
 #include <cstdint>
@@ -23,5 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           }
       },
       "fuzz_pickle");
+  // The importer's reading of a batch member (numpy array forms, shape and byte-count checks, labels), as CIFAR-10's
+  // and CIFAR-100's.
+  for (const auto& [key, classes] : {std::pair{"labels", 10}, std::pair{"fine_labels", 100}})
+    fuzz::expect_clean([&] { (void)io::read_cifar_batch(data, size, "fuzz.pkl", key, classes); }, "fuzz_pickle");
   return 0;
 }

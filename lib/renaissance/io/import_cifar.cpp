@@ -131,11 +131,6 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& pat
   return out;
 }
 
-struct Batch {
-  std::vector<std::uint8_t> hwc;  ///< N x 32 x 32 x 3
-  std::vector<std::int32_t> labels;
-};
-
 [[noreturn]] void bad(const std::string& ctx, const std::string& what) {
   RN_IO_FAIL(ctx, "the member is not a CIFAR python batch (a dict with 'data' uint8 [N, 3072] and the labels)", "{}",
              what);
@@ -192,11 +187,12 @@ std::string array_bytes(const pickle::Value& v, const std::string& ctx, std::int
   return bytes;
 }
 
-Batch read_batch(const std::string& tarball, const std::string& member, const std::vector<std::uint8_t>& data,
-                 const char* label_key, int classes) {
+}  // namespace
+
+CifarBatch read_cifar_batch(const std::uint8_t* data, std::size_t size, const std::string& ctx, const char* label_key,
+                            int classes) {
   using K = pickle::Value::Kind;
-  const std::string ctx = tarball + ": " + member;
-  const pickle::Document doc = pickle::load(data.data(), data.size(), ctx);
+  const pickle::Document doc = pickle::load(data, size, ctx);
   const pickle::Value& root = doc.root();
   if (!root.is(K::dict)) bad(ctx, fmt::format("the pickle holds a {}, not a dict", pickle::kind_name(root.kind)));
   const pickle::Value* d = root.get("data");
@@ -208,7 +204,7 @@ Batch read_batch(const std::string& tarball, const std::string& member, const st
   if (cols != 3072) bad(ctx, fmt::format("rows of {} bytes, expected 3072 (32 x 32 x 3)", cols));
   if (!l->is(K::list) || static_cast<std::int64_t>(l->items.size()) != rows)
     bad(ctx, fmt::format("'{}' is not a list of {} labels", label_key, rows));
-  Batch b;
+  CifarBatch b;
   b.labels.resize(static_cast<std::size_t>(rows));
   for (std::int64_t i = 0; i < rows; ++i) {
     const pickle::Value& v = *l->items[static_cast<std::size_t>(i)];
@@ -228,6 +224,8 @@ Batch read_batch(const std::string& tarball, const std::string& member, const st
   }
   return b;
 }
+
+namespace {
 
 std::vector<std::string> names_of(const std::string& tarball, const std::string& member,
                                   const std::vector<std::uint8_t>& data, const char* key, std::size_t expect) {
@@ -280,10 +278,12 @@ void import_cifar(const std::string& out_path, const std::string& tarball, int c
                                     c10 ? "label_names" : (coarse ? "coarse_label_names" : "fine_label_names"),
                                     static_cast<std::size_t>(k)));
   for (const std::string& m : train_members) {
-    const Batch b = read_batch(tarball, m, members.at(m), label_key, k);
+    const std::vector<std::uint8_t>& data = members.at(m);
+    const CifarBatch b = read_cifar_batch(data.data(), data.size(), tarball + ": " + m, label_key, k);
     writer.append(Split::train, b.hwc.data(), b.labels.data(), static_cast<std::int64_t>(b.labels.size()));
   }
-  const Batch t = read_batch(tarball, test_member, members.at(test_member), label_key, k);
+  const std::vector<std::uint8_t>& test = members.at(test_member);
+  const CifarBatch t = read_cifar_batch(test.data(), test.size(), tarball + ": " + test_member, label_key, k);
   writer.append(Split::val, t.hwc.data(), t.labels.data(), static_cast<std::int64_t>(t.labels.size()));
   writer.finish();
 }

@@ -97,4 +97,15 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
 void import_cifar(const std::string& out_path, const std::string& tarball, int classes, bool coarse_labels = false,
                   const DatasetWriterOptions& options = {});
 
+/// One batch member of a CIFAR tarball, as import_cifar reads it.
+struct CifarBatch {
+  std::vector<std::uint8_t> hwc;  ///< N x 32 x 32 x 3
+  std::vector<std::int32_t> labels;
+};
+
+/// One batch member's pickle (`ctx` names it in errors): the dict's 'data' (a 2-D uint8 numpy array of rows of 3072
+/// bytes) and `label_key`'s list of labels in [0, classes). Exposed for the fuzzer (fuzz_pickle).
+CifarBatch read_cifar_batch(const std::uint8_t* data, std::size_t size, const std::string& ctx, const char* label_key,
+                            int classes);
+
 }  // namespace renaissance::io
