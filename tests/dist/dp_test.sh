@@ -17,7 +17,8 @@
 #   startup-stop    (issue 13) rank 1 stopped before MPI_Init: rank 0's start-up watchdog ends the job, exit 3
 #   startup-kill9   rank 1 killed before MPI_Init: the job ends at once (mpirun reports the signal, or exits 137)
 #   finalize-stop   rank 1 stops itself on its way into MPI_Finalize: the job ends within the timeout, exit 3
-#   sigterm-mpirun  SIGTERM to scripts/mpirun-preemptible mid-run: the ranks checkpoint and the launcher exits 75
+#   sigterm-mpirun  SIGTERM to scripts/mpirun-preemptible's process group mid-run: the ranks checkpoint and the
+#                   launcher exits 75
 #   data-differs    rank 1's dataset has the same shapes but other contents: every rank reports it, exit 1
 #   eval-differs    `eval` with another dataset or other weights on rank 1: every rank reports it, exit 1; the same
 #                   inputs on 2 ranks give one process's top-1; `predict` on 2 ranks is refused
@@ -265,14 +266,16 @@ PYEOF
     done
     ;;
   sigterm-mpirun)
-    # Open MPI's mpirun aborts on SIGTERM with exit 1 and cannot forward it: the wrapper turns it into SIGUSR1.
+    # Open MPI's mpirun aborts on SIGTERM with exit 1 and cannot forward it: the wrapper turns it into SIGUSR1. The
+    # SIGTERM goes to the wrapper's whole process group, as Ctrl-C or a container's stop sends it: mpirun, in the
+    # wrapper's group, got it too and aborted with 1 (the wrapper now starts it in a session of its own).
     export RENAISSANCE_TEST_STEP_DELAY_MS=150
-    "$HERE/../../scripts/mpirun-preemptible" -n 2 "$CLI" train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 50 \
+    setsid "$HERE/../../scripts/mpirun-preemptible" -n 2 "$CLI" train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 50 \
       --checkpoint-dir ck --metrics m.jsonl >out.txt 2>&1 &
     launcher=$!
     for _ in $(seq 1 600); do [[ -s m.jsonl ]] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
     [[ -s m.jsonl ]] || { cat out.txt; fail "training did not start"; }
-    kill -TERM $launcher
+    kill -TERM -- "-$launcher"
     wait $launcher
     rc=$?
     cat out.txt

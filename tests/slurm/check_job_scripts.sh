@@ -3,7 +3,8 @@
 # (a requeued job's log keeps the lines before the preemption); the thread counts exported from the job's cores per
 # task (RENAISSANCE_CPU_THREADS, OMP_NUM_THREADS, SRUN_CPUS_PER_TASK); every srun passes them on with -c; BATCH is
 # checked before any srun (exit 2); MODEL_FILE
-# (--model-file) is honoured where MODEL is; the first line says the restart count (jobs/README.md). The Slurm tests
+# (--model-file) is honoured where MODEL is; the first line says the restart count (jobs/README.md); the training
+# scripts pass EXTRA_ARGS unglobbed and requeue a 75 at most MAX_REQUEUES times (stand-in srun/scontrol). The Slurm tests
 # run train-cpu.sbatch and train-multinode.sbatch for real; this covers every script, the GPU ones included.
 #   tests/slurm/check_job_scripts.sh JOBS_DIR        exit 0: all keep them; 1: each miss is named
 set -uo pipefail
@@ -38,6 +39,50 @@ for f in "$dir"/*.sbatch; do
   while IFS= read -r line; do
     [[ $line =~ [[:space:]](-c|--cpus-per-task)[[:space:]=] ]] || miss "$name" "srun without -c: $line"
   done < <(grep -E '^[[:space:]]*srun[[:space:]]' "$f")
+  # The training scripts under a stand-in srun (records its arguments, exits $FAKE_RC) and scontrol (records its
+  # call): EXTRA_ARGS is split into words but never globbed ("--metrics run?.jsonl" became two files' names); a 75
+  # is requeued, but not past MAX_REQUEUES (a time limit shorter than the signal's lead requeued forever), and a
+  # failing scontrol requeue is named and exits 75.
+  if grep -q 'scontrol requeue' "$f"; then
+    fake=$(mktemp -d)
+    script="$(cd "$(dirname "$f")" && pwd)/$name"
+    mkdir "$fake/bin"
+    printf '#!/bin/bash
+printf "%%s\n" "$@" >"%s/srun.args"
+exit "${FAKE_RC:-0}"
+' "$fake" >"$fake/bin/srun"
+    printf '#!/bin/bash
+echo "$@" >>"%s/scontrol.calls"
+exit "${FAKE_SCONTROL_RC:-0}"
+' "$fake" >"$fake/bin/scontrol"
+    chmod +x "$fake/bin/srun" "$fake/bin/scontrol"
+    touch "$fake/runA.jsonl" "$fake/runB.jsonl"
+    job() {  # job SLURM_RESTART_COUNT FAKE_RC FAKE_SCONTROL_RC
+      rm -f "$fake/scontrol.calls"
+      (cd "$fake" && env -i PATH="$fake/bin:/usr/bin:/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 SLURM_JOB_NODELIST=n1 \
+        SLURM_JOB_NUM_NODES=1 SLURM_RESTART_COUNT="$1" FAKE_RC="$2" FAKE_SCONTROL_RC="$3" \
+        EXTRA_ARGS="--amp --metrics run?.jsonl" bash "$script" >"$fake/out" 2>&1)
+    }
+    job 0 0 0
+    rc=$?
+    ((rc == 0)) && grep -qxF 'run?.jsonl' "$fake/srun.args" && ! grep -qxF runA.jsonl "$fake/srun.args" ||
+      miss "$name" "EXTRA_ARGS with a pattern: exit $rc, srun got: $(tr '\n' ' ' <"$fake/srun.args")"
+    job 0 75 0
+    rc=$?
+    ((rc == 0)) && grep -qx 'requeue 7' "$fake/scontrol.calls" || miss "$name" "a 75 was not requeued (exit $rc)"
+    job 50 75 0
+    rc=$?
+    ((rc == 75)) && [[ ! -e $fake/scontrol.calls ]] && grep -q 'MAX_REQUEUES=50' "$fake/out" ||
+      miss "$name" "the 51st 75 was requeued or not named (exit $rc): $(cat "$fake/out")"
+    job 0 75 1
+    rc=$?
+    ((rc == 75)) && grep -q 'scontrol requeue failed' "$fake/out" ||
+      miss "$name" "a failed requeue: exit $rc, not 75 with a message: $(cat "$fake/out")"
+    out=$(env -i PATH=/usr/bin:/bin bash "$f" 2>&1)
+    rc=$?
+    ((rc != 0)) && [[ $out == *"run it with sbatch"* ]] || miss "$name" "outside Slurm: exit $rc: $out"
+    rm -rf "$fake"
+  fi
 done
 ((n > 0)) || { echo "FAIL: no *.sbatch in $dir"; exit 1; }
 ((fail == 0)) && echo "OK: $n job scripts keep the conventions"

@@ -48,7 +48,7 @@ eval "$("$SLURM_LOCAL" env)"
 
 rm -rf "$WORK_DIR" && mkdir -p "$WORK_DIR" && cd "$WORK_DIR" || exit 1
 "$CLI" data synthetic --out data.h5 --train 300 --val 100 --shape 28,28,1 --classes 10 --seed 5 >/dev/null || exit 1
-TRAIN_ARGS="--device cpu --lr 0.01 --crop-padding 2 --seed 3"
+TRAIN_ARGS="--lr 0.01 --crop-padding 2 --seed 3"
 # The uninterrupted reference: the same job script, never signalled, with the zoo's fmnist_cnn as a YAML model
 # (MODEL_FILE; models/fmnist_cnn.yaml is the same network, so the weights must still match the preempted zoo run's).
 MODEL_FILE="$SOURCE_DIR/models/fmnist_cnn.yaml" DATA=data.h5 EPOCHS=2 BATCH=32 RENAISSANCE="$CLI" CKPT_DIR="$WORK_DIR/ck-ref" \
