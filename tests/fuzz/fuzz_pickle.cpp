@@ -26,7 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       "fuzz_pickle");
   // The importer's reading of a batch member (numpy array forms, shape and byte-count checks, labels), as CIFAR-10's
   // and CIFAR-100's.
-  for (const auto& [key, classes] : {std::pair{"labels", 10}, std::pair{"fine_labels", 100}})
-    fuzz::expect_clean([&] { (void)io::read_cifar_batch(data, size, "fuzz.pkl", key, classes); }, "fuzz_pickle");
+  for (const auto& variant : {std::pair{"labels", 10}, std::pair{"fine_labels", 100}})
+    fuzz::expect_clean([&] { (void)io::read_cifar_batch(data, size, "fuzz.pkl", variant.first, variant.second); },
+                       "fuzz_pickle");
   return 0;
 }
