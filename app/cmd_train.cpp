@@ -449,6 +449,11 @@ void run_eval(const EvalCli& c) {
   t.epochs = 1;
   t.inference_only = true;
   RN_CHECK(c.weights.empty() != c.checkpoint.empty(), "eval needs exactly one of --weights and --checkpoint");
+  // The checkpoint's recorded model: --resolution and --classes apply to --model/--model-file only (they were
+  // ignored without a word here).
+  RN_CHECK(c.checkpoint.empty() || c.model_given || (c.model.resolution == 0 && c.model.classes == 0),
+           "--resolution and --classes shape --model or --model-file; with --checkpoint alone the checkpoint's recorded "
+           "model is scored as it was trained: leave them out, or pass the model too");
   blueprint::BluePrint bp = c.model.load();
   if (!c.checkpoint.empty() && !c.model_given) bp = checkpoint_model(c.checkpoint);
   // Read and verified, then matched against the plan before the Trainer times its engines: a corrupt or wrong file

@@ -273,4 +273,22 @@ TEST(HardeningOutputs, PredictNeverReplacesACheckpoint) {
     EXPECT_CLEAN_ERROR(r, "--out would replace a checkpoint");
   }
   EXPECT_EQ(read_text(fs::path(ck) / "ckpt-step00000002.h5"), before);
+  // Found by a review: --out as the --model-file (the YAML became HDF5), as the directory's lock file (a second run
+  // was then let into the directory), or as a checkpoint or weights file under another name (replaced, exit 0).
+  const std::string yaml = (d / "m.yaml").string();
+  write_text(yaml, "name: m\nlayers:\n  - cbr: {out: 4, k: 3, pad: 1}\n  - gap: {}\n  - fc: {out: 10}\n  - softmax_ce: {}\n");
+  fs::copy_file(fs::path(ck) / "ckpt-step00000002.h5", d / "old.h5");
+  fs::copy_file(d / "w.h5", d / "w_copy.h5");
+  for (const auto& [out, must] : std::vector<std::pair<std::string, std::string>>{
+           {yaml, "--out is the same file as --model-file"},
+           {ck + "/.renaissance-lock", "--out would replace a checkpoint"},
+           {(d / "old.h5").string(), "a checkpoint or weights file"},
+           {(d / "w_copy.h5").string(), "a checkpoint or weights file"}}) {
+    const std::string before_out = read_text(out);
+    const std::string model = out == yaml ? " --model-file " + yaml : "";
+    const CliResult r =
+        run("predict --data " + tiny_data() + " --weights " + (d / "w.h5").string() + model + " --out " + out);
+    EXPECT_CLEAN_ERROR(r, must);
+    EXPECT_EQ(read_text(out), before_out) << out;
+  }
 }

@@ -5,6 +5,8 @@
 
 #include <renaissance/io/dataset.h>
 
+#include <sys/stat.h>
+
 namespace {
 
 using namespace hardening;
@@ -133,5 +135,24 @@ TEST(HardeningPreflight, PredictWithoutCountStopsWhereTheSplitEnds) {
     const CliResult bad = run("predict --device cpu --data " + tiny_data() + " --weights " + w + args + " --out " + out);
     EXPECT_CLEAN_ERROR(bad, range + " are past the end of the val split (64 samples)");
     EXPECT_EQ(bad.out.find("start-up"), std::string::npos) << "refused before start-up:\n" << bad.out;
+  }
+}
+
+// A FIFO as --data: opening it blocked until something wrote into it (train, eval, predict and data inspect hung,
+// past RENAISSANCE_HDF5_OPEN_TIMEOUT). eval --checkpoint without --model ignored --classes and --resolution.
+TEST(HardeningPreflight, AFifoAsTheDatasetAndModelOptionsWithoutAModelAreRefused) {
+  const fs::path d = temp_dir();
+  const std::string fifo = (d / "data.h5").string(), w = (d / "w.h5").string(), ck = (d / "ck").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(run(train("--max-steps 1 --device cpu --save " + w + " --checkpoint-dir " + ck)).code, 0);
+  for (const std::string& cmd :
+       {"data inspect " + fifo, "train --data " + fifo + " --max-steps 1", "eval --data " + fifo + " --weights " + w,
+        "predict --data " + fifo + " --weights " + w + " --out " + (d / "l.h5").string()}) {
+    const CliResult r = run(cmd, 30);
+    EXPECT_CLEAN_ERROR(r, fifo + ": is not a regular file");
+  }
+  for (const std::string& opt : {" --classes 5", " --resolution 32"}) {
+    const CliResult r = run("eval --data " + tiny_data() + " --checkpoint " + ck + "/latest.h5" + opt);
+    EXPECT_CLEAN_ERROR(r, "--resolution and --classes shape --model or --model-file");
   }
 }

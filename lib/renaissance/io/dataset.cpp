@@ -1236,6 +1236,10 @@ DatasetFile::DatasetFile(const std::string& path, std::int64_t cache_budget) : m
                "--out FILE`",
                "dataset file not found");
   if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .h5 file, not its directory", "is a directory");
+  // Opened only as a regular file: opening a FIFO blocks until something writes into it (eval, predict, train and
+  // data inspect hung there, past RENAISSANCE_HDF5_OPEN_TIMEOUT).
+  if (!fs::is_regular_file(path, ec))
+    RN_IO_FAIL(path, "pass the dataset's .h5 file", "is not a regular file (a FIFO, socket or device)");
 
   // HDF5 1.10 parses metadata without checksums (superblock 0/1, the default of h5py and of files before format 2)
   // and variable-length strings (a global heap, never checksummed) without bounds: a corrupt file can crash it
