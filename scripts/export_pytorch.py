@@ -76,6 +76,9 @@ def main():
     ap.add_argument("--tolerance", type=float, default=1e-4, help="max relative error (max|diff| / max|ref|)")
     args = ap.parse_args()
 
+    rm.refuse_same_file(args.out, {"the weights": args.weights, "--data": args.data, "--check-logits": args.check_logits})
+    if os.path.isdir(args.out) or not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        raise SystemExit(f"{args.out}: --out must be a file in an existing directory")
     attrs, tensors = rm.read_weights(args.weights)
     model, sd, layout = build_state_dict(attrs, tensors, args.layout, args.ema)
     rm.torch.save(sd, args.out)

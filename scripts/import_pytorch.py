@@ -49,7 +49,10 @@ def arch_yaml(args):
         cmd += ["--resolution", str(args.resolution)]
     if args.amp:
         cmd += ["--amp"]
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr.strip()}")
+    return r.stdout
 
 
 def write_weights(path, tensors, attrs):
@@ -85,12 +88,25 @@ def main():
     ap.add_argument("--ema", action="store_true", help="also write the weights as the EMA copy (/ema)")
     args = ap.parse_args()
 
+    rm.refuse_same_file(args.out, {"the state_dict": args.state_dict, "--like": args.like,
+                                   "--model-file": args.model_file})
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if os.path.isdir(args.out) or not os.path.isdir(out_dir):
+        raise SystemExit(f"{args.out}: --out must be a file in an existing directory")
     torch = rm.torch
-    sd = torch.load(args.state_dict, map_location="cpu")
+    if not os.path.isfile(args.state_dict):
+        raise SystemExit(f"{args.state_dict}: no such file")
+    # weights_only: tensors and plain containers only; a pickle that would run code (a crafted .pt ran os.system
+    # here) or a whole pickled module is refused.
+    try:
+        sd = torch.load(args.state_dict, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 (torch raises UnpicklingError, RuntimeError, ...)
+        raise SystemExit(f"{args.state_dict}: not a plain state_dict (loaded with weights_only=True: {e}); save "
+                         "model.state_dict() instead of the module")
     if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
         sd = sd["state_dict"]
-    if hasattr(sd, "state_dict"):
-        sd = sd.state_dict()
+    if not isinstance(sd, dict):
+        raise SystemExit(f"{args.state_dict}: holds a {type(sd).__name__}, not a state_dict (a dict of tensors)")
     text = arch_yaml(args)
     arch = rm.arch_from_yaml(text)
     layers, classes, in_c = rm.model_info(arch)

@@ -18,6 +18,10 @@ Two PyTorch layouts:
   * "renaissance": an ArchPlanNet (any model) whose module names are the Renaissance layer names ('.' -> '_').
 """
 
+import os
+import struct
+import zlib
+
 import h5py
 import numpy as np
 import torch
@@ -38,8 +42,47 @@ def _text(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def refuse_same_file(out, inputs):
+    """SystemExit when the output `out` is (a link to, another spelling of) one of `inputs` {option: path}: writing it
+    would destroy that input (export_pytorch.py W.h5 --out W.h5 replaced the weights with a zip file)."""
+    for opt, path in inputs.items():
+        if not path or not os.path.exists(out) or not os.path.exists(path):
+            continue
+        if os.path.samefile(out, path):
+            raise SystemExit(f"{out}: --out is the same file as {opt} {path}: writing it would destroy that input")
+
+
+CHECKSUM_MAGIC = b"RNSUMS1\n"
+
+
+def verify_checksums(path):
+    """The checksum header Renaissance writes before the HDF5 image (lib/renaissance/io/hdf5_util.h): the header's own
+    CRC-32 and the image's, checked before h5py reads a byte (a zeroed tensor passes h5py's Fletcher32 but not this).
+    Files without the header (format 1) pass unchecked."""
+    with open(path, "rb") as f:
+        head = f.read(40)
+        if len(head) < 40 or head[:8] != CHECKSUM_MAGIC:
+            return
+        hbytes, _, fbytes, image_crc, _, _, head_crc = struct.unpack("<IIQIIII", head[8:40])
+        if zlib.crc32(head[:36]) & 0xffffffff != head_crc:
+            raise SystemExit(f"{path}: the checksum header is damaged (its CRC-32 does not match)")
+        if os.path.getsize(path) != fbytes:
+            raise SystemExit(f"{path}: {os.path.getsize(path)} bytes, but its header says {fbytes} (truncated or appended?)")
+        f.seek(hbytes)
+        crc = 0
+        for block in iter(lambda: f.read(1 << 20), b""):
+            crc = zlib.crc32(block, crc)
+        if crc & 0xffffffff != image_crc:
+            raise SystemExit(f"{path}: the file's content does not match its checksum (corrupt or changed: a zeroed "
+                             "chunk reads as valid HDF5); `renaissance checkpoint inspect` names the tensor")
+
+
 def read_weights(path):
-    """attrs (str -> str) and tensors {(group, name): float32 array} of a weights/checkpoint file."""
+    """attrs (str -> str) and tensors {(group, name): float32 array} of a weights/checkpoint file, verified against
+    its checksum header; a non-finite value is an error naming the tensor."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"{path}: no such file")
+    verify_checksums(path)
     with h5py.File(path, "r") as f:
         attrs = {k: _text(v) if isinstance(v, (bytes, str)) else str(np.asarray(v).reshape(-1)[0])
                  for k, v in f.attrs.items() if np.asarray(v).size == 1}
@@ -50,7 +93,10 @@ def read_weights(path):
             if group not in f:
                 continue
             for name, ds in f[group].items():
-                tensors[(group, name)] = np.asarray(ds[...], dtype=np.float32)
+                value = np.asarray(ds[...], dtype=np.float32)
+                if not np.isfinite(value).all():
+                    raise SystemExit(f"{path}: /{group}/{name} holds a non-finite value (a diverged run's weights)")
+                tensors[(group, name)] = value
     return attrs, tensors
 
 
@@ -189,9 +235,20 @@ def from_torch(layer, tensor, value, shape, layers, index):
     kind = layer["kind"]
     value = np.asarray(value, dtype=np.float32)
     if kind == "Conv" and tensor == "w":
+        if value.ndim != 4:
+            raise SystemExit(f"{layer['name']}.w: a PyTorch tensor of shape {list(value.shape)}, not a 4-D conv weight")
         w = value.transpose(0, 2, 3, 1)  # OIHW -> OHWI
         if w.shape[3] < shape[3]:
+            # Only the network's first conv under --amp (its input padded to 8 channels); elsewhere the zeros hid a
+            # model of other channels (a 1-channel state_dict went into a 3-channel model, exit 0).
+            first_conv = not any(l["kind"] == "Conv" for l in layers[:index])
+            if not (first_conv and shape[3] == 8):
+                raise SystemExit(f"{layer['name']}.w: {w.shape[3]} input channels in the state_dict, {shape[3]} in the "
+                                 "model: not the same model (check --model/--classes/--resolution)")
             w = np.concatenate([w, np.zeros(w.shape[:3] + (shape[3] - w.shape[3],), np.float32)], axis=3)
+        if w.size != int(np.prod(shape)):
+            raise SystemExit(f"{layer['name']}.w: PyTorch shape {list(value.shape)} does not fit the model's "
+                             f"{list(shape)} (n, h, w, c): not the same model")
         return np.ascontiguousarray(w.reshape(shape))
     if kind == "Fc" and tensor == "w":
         out = value.shape[0]
@@ -199,8 +256,17 @@ def from_torch(layer, tensor, value, shape, layers, index):
         w = value
         if src:
             h, wd, c = src
+            if w.size != out * c * h * wd:
+                raise SystemExit(f"{layer['name']}.w: PyTorch shape {list(value.shape)} does not fit the model's "
+                                 f"{list(shape)}: not the same model (check --classes)")
             w = w.reshape(out, c, h, wd).transpose(0, 2, 3, 1)
+        if w.size != int(np.prod(shape)):
+            raise SystemExit(f"{layer['name']}.w: PyTorch shape {list(value.shape)} does not fit the model's "
+                             f"{list(shape)}: not the same model (check --classes)")
         return np.ascontiguousarray(w.reshape(shape))
+    if value.size != int(np.prod(shape)):
+        raise SystemExit(f"{layer['name']}.{tensor}: PyTorch shape {list(value.shape)} does not fit the model's "
+                         f"{list(shape)}: not the same model")
     return np.ascontiguousarray(value.reshape(shape))
 
 

@@ -99,5 +99,57 @@ if "$PY" "$SRC/scripts/export_pytorch.py" "$tag.h5" --out perturbed.pt --check-l
 else
   echo "negative control: perturbed logits rejected"
 fi
+# Hostile or mistaken use (found by a review): each a one-line error, exit 1, the inputs unchanged.
+refused() {  # refused WHAT MUST_SAY CMD...: exit 1 with MUST_SAY in the last line
+  local what=$1 must=$2 out rc
+  shift 2
+  out=$("$@" 2>&1) && rc=0 || rc=$?
+  if [[ $rc -ne 1 || "$(tail -1 <<<"$out")" != *"$must"* ]]; then
+    echo "FAIL: $what: exit $rc, not 1 with '$must':"; echo "$out" | tail -3; fail=1
+  else
+    echo "refused: $what: $(tail -1 <<<"$out" | cut -c1-120)"
+  fi
+}
+before=$(sha256sum "$tag.h5" "$tag.auto.pt")
+refused "export --out the weights" "--out is the same file as the weights" \
+  "$PY" "$SRC/scripts/export_pytorch.py" "$tag.h5" --out "$tag.h5"
+refused "import --out the state_dict" "--out is the same file as the state_dict" \
+  "$PY" "$SRC/scripts/import_pytorch.py" "$tag.auto.pt" --out "$tag.auto.pt" --like "$tag.h5"
+refused "import --out the --like file" "--out is the same file as --like" \
+  "$PY" "$SRC/scripts/import_pytorch.py" "$tag.auto.pt" --out "$tag.h5" --like "$tag.h5"
+[[ "$(sha256sum "$tag.h5" "$tag.auto.pt")" == "$before" ]] || { echo "FAIL: an input was changed"; fail=1; }
+# A zeroed tensor passes h5py's Fletcher32 check but not the checksum header; a NaN is a diverged run's.
+cp "$tag.h5" zeroed.h5
+"$PY" - zeroed.h5 <<'PYEOF'
+import sys, h5py, numpy as np
+with open(sys.argv[1], "rb") as f:
+    data = bytearray(f.read())
+with h5py.File(sys.argv[1], "r") as f:
+    raw = np.asarray(f["params"][sorted(f["params"])[0]][...], dtype="<f4").tobytes()
+off = data.find(raw)  # found by content: the tensor's stored chunk (one chunk, no filter but Fletcher32)
+assert off > 0 and not np.all(np.frombuffer(raw, np.uint8) == 0)
+data[off:off + len(raw)] = bytes(len(raw))
+open(sys.argv[1], "wb").write(bytes(data))
+PYEOF
+refused "export of a zeroed tensor" "does not match its checksum" \
+  "$PY" "$SRC/scripts/export_pytorch.py" zeroed.h5 --out zeroed.pt
+# A pickle that runs code when loaded: refused by torch.load(weights_only=True), nothing run.
+"$PY" - evil.pt <<'PYEOF'
+import os, sys, torch
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("touch pwned.txt",))
+torch.save({"conv1.weight": Evil()}, sys.argv[1])
+PYEOF
+refused "import of a pickle that runs code" "not a plain state_dict" \
+  "$PY" "$SRC/scripts/import_pytorch.py" evil.pt --out evil.h5 --like "$tag.h5"
+[[ ! -e pwned.txt ]] || { echo "FAIL: loading evil.pt ran its code"; fail=1; }
+# A 1-channel state_dict into the same network with 3 input channels: the missing channels were zero-filled, exit 0
+# (padding is for --amp's first conv, to 8 channels, only).
+if [[ -f fmnist_cnn.auto.pt ]]; then
+  sed 's/^input: \[28, 28, 1\]/input: [28, 28, 3]/' "$SRC/models/fmnist_cnn.yaml" >fm3.yaml
+  refused "import into a model of other input channels" "1 input channels in the state_dict, 3 in the model" \
+    "$PY" "$SRC/scripts/import_pytorch.py" fmnist_cnn.auto.pt --out fm3.h5 --model-file fm3.yaml --renaissance "$CLI"
+fi
 if [[ $fail -ne 0 ]]; then echo "INTEROP FAILED"; exit 1; fi
 echo "INTEROP OK"
