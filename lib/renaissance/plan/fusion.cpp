@@ -59,16 +59,28 @@ struct LaterReads {
 };
 
 /// Is the value of `v` read after sub-node `writer` (which consumes it, and whose writes count first) by the node's
-/// later parts [from, end) or the rest of the bucket after the node?
+/// later parts [from, end) or the rest of the bucket after the node, up to the last position touching its owner?
 bool read_later(const MemoryPlan& mp, TensorId v, const std::vector<Node>& sub, std::size_t from, const Node* writer,
-                const std::vector<Node>& bucket, std::size_t index) {
+                const std::vector<Node>& bucket, std::size_t index, const std::vector<std::int64_t>& touches) {
   LaterReads r{mp, owner_of(mp, v), elements(mp, v)};
   if (writer) r.overwrite(*writer);
   for (std::size_t i = from; i < sub.size() && !r.done; ++i)
     if (r.node(sub[i])) return true;
-  for (std::size_t i = index + 1; i < bucket.size() && !r.done; ++i)
+  const std::int64_t last = r.owner >= 0 && static_cast<std::size_t>(r.owner) < touches.size()
+                                ? touches[static_cast<std::size_t>(r.owner)]
+                                : static_cast<std::int64_t>(bucket.size()) - 1;
+  for (std::size_t i = index + 1; static_cast<std::int64_t>(i) <= last && i < bucket.size() && !r.done; ++i)
     if (r.node(bucket[i])) return true;
   return false;
+}
+
+void touch_all(const Node& n, const MemoryPlan& mp, std::int64_t at, std::vector<std::int64_t>& last) {
+  for (const Node& s : n.sub) touch_all(s, mp, at, last);
+  for (const std::vector<TensorId>* ids : {&n.inputs, &n.outputs})
+    for (TensorId t : *ids) {
+      const TensorId o = t == kNoTensor ? kNoTensor : owner_of(mp, t);
+      if (o >= 0 && static_cast<std::size_t>(o) < last.size()) last[static_cast<std::size_t>(o)] = at;
+    }
 }
 
 /// Does a node of sub[from, to) other than `except` read (or, with `writes`, write) bytes of `v`'s owner?
@@ -114,9 +126,18 @@ void bn_apply_operands(FusedPass& p, const Node& bn, const std::string& prefix, 
 
 }  // namespace
 
+std::vector<std::int64_t> last_touches(const std::vector<Node>& bucket, const MemoryPlan& mp) {
+  std::vector<std::int64_t> last(mp.tensors().size(), -1);
+  for (std::size_t i = 0; i < bucket.size(); ++i) touch_all(bucket[i], mp, static_cast<std::int64_t>(i), last);
+  return last;
+}
+
 std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const MemoryPlan& mp,
                                       const std::vector<Node>& bucket, std::size_t index, bool sum_into_bn,
-                                      bool shortcut_bn_into_sum) {
+                                      bool shortcut_bn_into_sum, const std::vector<std::int64_t>* touches_in) {
+  std::vector<std::int64_t> own;
+  if (!touches_in) own = last_touches(bucket, mp);
+  const std::vector<std::int64_t>& touches = touches_in ? *touches_in : own;
   std::vector<FusedPass> out;
   const auto n = static_cast<int>(sub.size());
   std::vector<bool> covered(sub.size(), false);
@@ -189,7 +210,7 @@ std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const Memory
           if (owner_of(mp, xs) == owner_of(mp, s) || owner_of(mp, xs) == owner_of(mp, y)) continue;
           if (touched(mp, s, sub, static_cast<std::size_t>(j) + 1, static_cast<std::size_t>(i) + 2,
                       static_cast<std::size_t>(i) + 1, false) ||
-              read_later(mp, s, sub, static_cast<std::size_t>(i) + 2, &at(i + 1), bucket, index))
+              read_later(mp, s, sub, static_cast<std::size_t>(i) + 2, &at(i + 1), bucket, index, touches))
             continue;
           if (touched(mp, xs, sub, static_cast<std::size_t>(j) + 1, static_cast<std::size_t>(i) + 2, SIZE_MAX, true))
             continue;
@@ -239,7 +260,7 @@ std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const Memory
         mp.tensor(at(i).inputs[0]).dtype == mp.tensor(at(i).outputs[0]).dtype &&
         owner_of(mp, at(i + 1).outputs[0]) != owner_of(mp, at(i).inputs[0]) &&
         owner_of(mp, at(i + 1).outputs[0]) != owner_of(mp, at(i).outputs[0]) &&
-        !read_later(mp, at(i).outputs[0], sub, static_cast<std::size_t>(i) + 2, &at(i + 1), bucket, index)) {
+        !read_later(mp, at(i).outputs[0], sub, static_cast<std::size_t>(i) + 2, &at(i + 1), bucket, index, touches)) {
       FusedPass p;
       p.kind = FusedKind::ADD_RELU_BWD;
       p.at = i;
@@ -312,7 +333,7 @@ std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const Memory
     // so its mask is the sign of the BN output, recomputed from x), formed for nothing else.
     if (k == OpKind::RELU_BWD && op(i + 1) == OpKind::BN_BWD && !at(i).accumulate && at(i + 1).inputs.size() > 5 &&
         at(i + 1).inputs[1] == at(i).outputs[0] && owner_of(mp, at(i).inputs[1]) != owner_of(mp, at(i + 1).inputs[0]) &&
-        !read_later(mp, at(i).outputs[0], sub, static_cast<std::size_t>(i) + 2, &at(i + 1), bucket, index)) {
+        !read_later(mp, at(i).outputs[0], sub, static_cast<std::size_t>(i) + 2, &at(i + 1), bucket, index, touches)) {
       const Node& b = at(i + 1);
       FusedPass p;
       p.kind = FusedKind::RELU_BN_BWD;
@@ -373,13 +394,14 @@ void mark_fallback_only(std::vector<Node>& bucket, const MemoryPlan& mp) {
 void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum_into_bn, bool shortcut_bn_into_sum) {
   for (int gi = 0; gi < kGraphIds; ++gi) {
     std::vector<Node>& bucket = g.mutable_bucket(static_cast<GraphId>(gi));
+    const std::vector<std::int64_t> touches = fuse ? last_touches(bucket, mp) : std::vector<std::int64_t>{};
     for (std::size_t i = 0; i < bucket.size(); ++i) {
       Node& n = bucket[i];
       n.fusions.clear();
       const bool fused = n.type == NodeType::COMPUTE &&
                          (n.op == OpKind::FUSED_FWD || n.op == OpKind::FUSED_BWD || n.op == OpKind::FUSED_INFER);
       if (fuse && fused && !n.sub.empty())
-        n.fusions = decide_fusions(n.sub, mp, bucket, i, sum_into_bn, shortcut_bn_into_sum);
+        n.fusions = decide_fusions(n.sub, mp, bucket, i, sum_into_bn, shortcut_bn_into_sum, &touches);
     }
     if (fuse) mark_fallback_only(bucket, mp);
   }

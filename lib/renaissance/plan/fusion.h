@@ -26,11 +26,17 @@ void plan_fusions(ComputationGraph& g, const MemoryPlan& mp, bool fuse, bool sum
 /// added to every variant's memory plan (`plans`, before finalize). Returns the number of masks.
 int plan_relu_masks(ComputationGraph& train, std::vector<MemoryPlan>& plans);
 
+/// For one bucket: per tensor owner (MemoryPlan::owner_of), the last bucket position whose node (or a part of it)
+/// reads or writes its bytes, -1 for none. Built once per bucket, it bounds decide_fusions' search for later readers
+/// (scanning to the bucket's end for every value made planning quadratic: 10,000 layers took 85 s).
+std::vector<std::int64_t> last_touches(const std::vector<Node>& bucket, const MemoryPlan& mp);
+
 /// The passes of one fused node's parts `sub` (in `bucket`, at position `index`; the rest of the bucket is checked for
-/// later readers of a value a pass never forms).
+/// later readers of a value a pass never forms). `touches`: last_touches(bucket, mp), or null to build it here.
 std::vector<FusedPass> decide_fusions(const std::vector<Node>& sub, const MemoryPlan& mp,
                                       const std::vector<Node>& bucket, std::size_t index, bool sum_into_bn = true,
-                                      bool shortcut_bn_into_sum = true);
+                                      bool shortcut_bn_into_sum = true,
+                                      const std::vector<std::int64_t>* touches = nullptr);
 
 /// The sub-node a pass runs at, or -1: for each sub-node index, the pass (index into `fusions`) that runs there;
 /// -2 where a pass replaces it but runs elsewhere.
