@@ -314,13 +314,15 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--dataset-size", opt->cfg.dataset_size, "Training samples (sizes the last partial batch)")
       ->capture_default_str();
   cmd->add_option("--val-size", opt->cfg.val_size, "Validation samples")->capture_default_str();
-  cmd->add_option("--start-resolution", opt->cfg.start_resolution, "Progressive resize: first resolution");
+  cmd->add_option("--start-resolution", opt->cfg.start_resolution, "Progressive resize: first resolution")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));  // train's range (a negative one planned)
   cmd->add_flag("--no-reuse", opt->no_reuse, "Give every feature and gradient bytes of its own (no liveness-based reuse)");
-  cmd->add_flag("--pool", opt->pool, "Also list the activation pool tensor by tensor with offsets and lifetimes");
-  cmd->add_flag("--graph", opt->graph,
+  CLI::Option* pool =
+      cmd->add_flag("--pool", opt->pool, "Also list the activation pool tensor by tensor with offsets and lifetimes");
+  CLI::Option* graph = cmd->add_flag("--graph", opt->graph,
                 "Also print the step schedule: each bucket's nodes in replay order with tensor names, regions and "
                 "offsets");
-  cmd->add_flag("--nodes", opt->nodes,
+  CLI::Option* nodes = cmd->add_flag("--nodes", opt->nodes,
                 "Also print every fused node as it runs: the compiler's fused passes with their named operands, and "
                 "the plain parts it keeps");
   cmd->add_option("--fused-kernels", opt->fused_kernels,
@@ -334,8 +336,10 @@ void register_plan_command(CLI::App& app) {
       ->check(CLI::IsMember({"off", "bn-relu"}));
   add_recompute_budget_option(*cmd, opt->recompute_budget);
   add_relu_mask_option(*cmd, opt->relu_mask);
-  cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML");
-  cmd->add_flag("--json", opt->json, "Print the report as JSON");
+  CLI::Option* yaml = cmd->add_flag("--yaml", opt->yaml, "Print the ArchPlan as YAML (alone: no report)");
+  CLI::Option* json = cmd->add_flag("--json", opt->json, "Print the report as JSON");
+  // --yaml prints only the ArchPlan: the report's options beside it were dropped without a word.
+  for (CLI::Option* o : {json, pool, graph, nodes}) yaml->excludes(o);
   cmd->callback([opt] {
     const blueprint::BluePrint bp = opt->model.load();
     plan::BuildOptions bo;

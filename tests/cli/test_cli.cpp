@@ -188,6 +188,19 @@ TEST(CliPlan, Failures) {
     EXPECT_NE(r.code, 0);
     expect_contains(r.err, "adagrad");
   }
+  // Accepted before (found by a review): a negative --start-resolution planned a variant train refuses; --yaml
+  // beside the report's options printed only the YAML.
+  {
+    const Result r = run("plan --start-resolution -5");
+    EXPECT_EQ(r.code, 2);
+    expect_contains(r.err, "--start-resolution: Value -5 not in range 0 to 1048576");
+  }
+  for (const std::string other : {"--json", "--pool", "--graph", "--nodes"}) {
+    const Result r = run("plan --yaml " + other);
+    EXPECT_EQ(r.code, 2) << other;
+    expect_contains(r.err, "excludes");  // CLI11 names the pair in the order it met them
+    expect_contains(r.err, other);
+  }
 }
 
 TEST(CliBench, OnOffOptionsRejectOtherValues) {
