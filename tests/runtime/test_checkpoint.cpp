@@ -566,6 +566,16 @@ TEST(CheckpointPortability, AnotherDeterminismSettingLoadsWithAWarning) {
   EXPECT_NE(w[0].find("--deterministic off"), std::string::npos) << w[0];
   runtime::Trainer c(bp::zoo_model("fmnist_cnn"), o);
   EXPECT_TRUE(c.load_checkpoint(p).empty()) << "the same setting: no warning";
+  // A run_config that records none of the options (edited, or another writer's): nothing could be compared, and
+  // nothing said so.
+  io::Checkpoint ck = io::read_checkpoint(p);
+  ck.state.run_config = "note: written by hand\n";
+  const std::string bare = (dir.path() / "bare.h5").string();
+  io::write_checkpoint(bare, ck);
+  runtime::Trainer d(bp::zoo_model("fmnist_cnn"), o2);
+  const auto wb = d.load_checkpoint(bare);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_NE(wb[0].find("records no --lr or --epochs"), std::string::npos) << wb[0];
 }
 
 // Checkpoints written before FP32 plans fused Conv+BN+ReLU name those tensors after the plain layers (conv1.w,

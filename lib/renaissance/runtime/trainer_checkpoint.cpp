@@ -508,6 +508,11 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
   if (ema_from_params) warn("the checkpoint has no EMA weights: the EMA starts at the loaded weights");
   {  // The options the checkpoint's run_config records against this run's.
     std::map<std::string, std::string> was = recorded_options(s.run_config);
+    // Every checkpoint of ours records them (options_yaml); an edited or foreign run_config was compared key by key
+    // and, holding none, not at all, without a word.
+    if (!was.count("lr") || !was.count("epochs"))
+      warn("its run_config records no --lr or --epochs: the resumed run's options are not compared with the ones it "
+           "was written with");
     auto differs = [&](const char* key, const std::string& now) { return was.count(key) && was[key] != now; };
     if (differs("epochs", fmt::format("{}", o.epochs)))
       warn(
