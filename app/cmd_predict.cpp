@@ -5,6 +5,7 @@
 
 #include <renaissance/comm/mpi_session.h>
 #include <renaissance/core/error.h>
+#include <renaissance/core/log.h>
 #include <renaissance/core/paths.h>
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/dataset.h>
@@ -144,12 +145,17 @@ void run_predict(const PredictCli& c) {
   // Labels alongside, so a reader can score the same samples without the dataset.
   std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
   data.read(split, c.first, count, nullptr, labels.data());
-  std::int64_t correct = 0;
+  std::int64_t correct = 0, nonfinite = 0;
   for (std::int64_t i = 0; i < count; ++i) {
     const float* row = logits.data() + i * classes;
     const std::int32_t y = labels[static_cast<std::size_t>(i)];
     correct += (std::max_element(row, row + classes) - row) == y && !std::isnan(row[y]);  // NaN: never correct
+    nonfinite += !std::all_of(row, row + classes, [](float v) { return std::isfinite(v); });
   }
+  // Written as they are, but not silently (FP16 holds at most 65504; diverged weights give NaN).
+  if (nonfinite > 0)
+    spdlog::warn("{} of {} samples have logits that are not finite ({}); they are written as they are", nonfinite,
+                 count, c.amp ? "with --amp they overflowed FP16: predict without --amp" : "the weights diverged?");
 
   io::hdf5_init();
   auto lock = io::hdf5_lock();

@@ -482,6 +482,12 @@ void run_eval(const EvalCli& c) {
   const bool tta = c.tta == "flip";
   const runtime::Trainer::TtaResult flip = tta ? trainer.evaluate_flip_tta(c.ema) : runtime::Trainer::TtaResult{};
   if (!is_root_rank()) return;
+  // Scored as it is (the top-1 still counts), but not silently: logits that overflowed (FP16 holds at most 65504) or
+  // weights that diverged make the loss NaN or inf.
+  if (!std::isfinite(m.val_loss))
+    spdlog::warn("the validation loss is {}: some logits are not finite ({}); the accuracies are counted as usual (a "
+                 "NaN logit is never correct)",
+                 m.val_loss, c.amp ? "with --amp they overflowed FP16: evaluate without --amp" : "the weights diverged?");
   if (c.json) {
     JsonWriter j;
     j.begin_object()

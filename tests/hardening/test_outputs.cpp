@@ -257,6 +257,23 @@ TEST(HardeningOutputs, ADivergedAmpRunIsAnErrorAndKeepsItsLastGoodCheckpoint) {
   EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
   const auto last = renaissance::io::read_checkpoint((fs::path(ck) / "latest.h5").string());  // valid
   EXPECT_GE(last.state.step, 1);
+  // Its weights are finite but overflow FP16: eval --amp scores them, not silently (a NaN loss, exit 0, no word).
+  const CliResult e = run("eval --data " + tiny_data() + " --checkpoint " + ck + "/latest.h5 --amp");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("some logits are not finite (with --amp they overflowed FP16"), std::string::npos) << e.out;
+  // predict --amp of the same weights (as a weights file): written as they are, not silently.
+  std::vector<renaissance::io::NamedTensor> tensors;
+  for (const auto& t : last.tensors)
+    if (t.group == "params" || t.group == "bn") tensors.push_back(t);
+  renaissance::io::WeightsMeta meta;
+  meta.strings = {{"model", last.state.model}, {"arch_plan", last.state.arch_plan}, {"plan_hash", last.state.plan_hash}};
+  meta.ints = {{"step", last.state.step}};
+  const std::string huge = (d / "huge.h5").string();
+  renaissance::io::write_weights(huge, tensors, meta);
+  const CliResult p =
+      run("predict --data " + tiny_data() + " --weights " + huge + " --amp --out " + (d / "l.h5").string());
+  EXPECT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("samples have logits that are not finite (with --amp"), std::string::npos) << p.out;
 }
 
 // predict --out through latest.h5 replaced the newest checkpoint with logits (the next --resume auto started afresh).
