@@ -85,8 +85,11 @@ void print_text(const plan::CompiledPlan& p) {
   if (p.config.recompute_bn_relu)
     fmt::print("Recomputed: {} BN -> ReLU outputs{}\n", p.config.recompute_limit,
                p.config.recompute_budget_bytes > 0
-                   ? fmt::format(" (the fewest that keep the arena within --recompute-budget {})",
-                                 human_bytes(p.config.recompute_budget_bytes))
+                   ? p.arena_bytes() <= p.config.recompute_budget_bytes
+                         ? fmt::format(" (the fewest that keep the arena within --recompute-budget {})",
+                                       human_bytes(p.config.recompute_budget_bytes))
+                         : fmt::format(" (all of them: the arena stays above --recompute-budget {})",
+                                       human_bytes(p.config.recompute_budget_bytes))
                    : std::string());
   fmt::print("Graphs: train {} nodes, inference {} nodes   Plan hash: {:016x}\n", p.train.node_count(),
              p.inference.node_count(), p.hash);
