@@ -239,12 +239,13 @@ def from_torch(layer, tensor, value, shape, layers, index):
             raise SystemExit(f"{layer['name']}.w: a PyTorch tensor of shape {list(value.shape)}, not a 4-D conv weight")
         w = value.transpose(0, 2, 3, 1)  # OIHW -> OHWI
         if w.shape[3] < shape[3]:
-            # Only the network's first conv under --amp (its input padded to 8 channels); elsewhere the zeros hid a
-            # model of other channels (a 1-channel state_dict went into a 3-channel model, exit 0).
-            first_conv = not any(l["kind"] == "Conv" for l in layers[:index])
-            if not (first_conv and shape[3] == 8):
-                raise SystemExit(f"{layer['name']}.w: {w.shape[3]} input channels in the state_dict, {shape[3]} in the "
-                                 "model: not the same model (check --model/--classes/--resolution)")
+            # Only the channels an AMP plan's first conv pads (logical_in_c real ones, the rest zero); elsewhere the
+            # zeros hid a model of other channels (a 1-channel state_dict went into a 3-channel model, exit 0).
+            logical = layer.get("params", {}).get("logical_in_c", 0) or 0
+            if w.shape[3] != logical:
+                raise SystemExit(f"{layer['name']}.w: {w.shape[3]} input channels in the state_dict, "
+                                 f"{logical or shape[3]} in the model: not the same model "
+                                 "(check --model/--classes/--resolution)")
             w = np.concatenate([w, np.zeros(w.shape[:3] + (shape[3] - w.shape[3],), np.float32)], axis=3)
         if w.size != int(np.prod(shape)):
             raise SystemExit(f"{layer['name']}.w: PyTorch shape {list(value.shape)} does not fit the model's "

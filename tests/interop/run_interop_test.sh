@@ -150,6 +150,11 @@ if [[ -f fmnist_cnn.auto.pt ]]; then
   sed 's/^input: \[28, 28, 1\]/input: [28, 28, 3]/' "$SRC/models/fmnist_cnn.yaml" >fm3.yaml
   refused "import into a model of other input channels" "1 input channels in the state_dict, 3 in the model" \
     "$PY" "$SRC/scripts/import_pytorch.py" fmnist_cnn.auto.pt --out fm3.h5 --model-file fm3.yaml --renaissance "$CLI"
+  refused "import into a model of other input channels, --amp" "1 input channels in the state_dict, 3 in the model" \
+    "$PY" "$SRC/scripts/import_pytorch.py" fmnist_cnn.auto.pt --out fm3.h5 --model-file fm3.yaml --amp \
+    --renaissance "$CLI"
+else
+  echo "not checked: importing into a model of other input channels (fmnist_cnn is not among --models)"
 fi
 if [[ $fail -ne 0 ]]; then echo "INTEROP FAILED"; exit 1; fi
 echo "INTEROP OK"

@@ -40,7 +40,8 @@ for f in "$dir"/*.sbatch; do
     [[ $line =~ [[:space:]](-c|--cpus-per-task)[[:space:]=] ]] || miss "$name" "srun without -c: $line"
   done < <(grep -E '^[[:space:]]*srun[[:space:]]' "$f")
   # The training scripts under a stand-in srun (records its arguments, exits $FAKE_RC) and scontrol (records its
-  # call): EXTRA_ARGS is split into words but never globbed ("--metrics run?.jsonl" became two files' names); a 75
+  # call): EXTRA_ARGS is split into words, over all its lines, but never globbed ("--metrics run?.jsonl" became two
+  # files' names); a 75
   # is requeued, but not past MAX_REQUEUES (a time limit shorter than the signal's lead requeued forever), and a
   # failing scontrol requeue is named and exits 75.
   if grep -q 'scontrol requeue' "$f"; then
@@ -61,7 +62,7 @@ exit "${FAKE_SCONTROL_RC:-0}"
       rm -f "$fake/scontrol.calls"
       (cd "$fake" && env -i PATH="$fake/bin:/usr/bin:/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 SLURM_JOB_NODELIST=n1 \
         SLURM_JOB_NUM_NODES=1 SLURM_RESTART_COUNT="$1" FAKE_RC="$2" FAKE_SCONTROL_RC="$3" \
-        EXTRA_ARGS="--amp --metrics run?.jsonl" bash "$script" >"$fake/out" 2>&1)
+        EXTRA_ARGS=$'--amp\n--metrics run?.jsonl' bash "$script" >"$fake/out" 2>&1)
     }
     job 0 0 0
     rc=$?
