@@ -283,6 +283,19 @@ PYEOF
     grep -q "preempted by SIGUSR1" out.txt || fail "no preemption message"
     [[ -L ck/latest.h5 ]] && "$CLI" checkpoint inspect ck/latest.h5 >/dev/null || fail "no valid checkpoint"
     ;;
+  diverged)
+    # A run that diverges by rank 0's checkpoint (AMP at lr 10000: every step overflows FP16 down to loss scale 1):
+    # every rank exits 1 naming it. Rank 1 said only "rank 0 could not write", which a preemption turned into 75, and
+    # the launcher's highest code then requeued a run that had diverged.
+    launch2 "$CLI" train --model-file "$MODEL" --data ds.h5 --batch 32 --epochs 5 --amp --lr 10000 --schedule constant \
+      --checkpoint-dir ck --checkpoint-every 1 --keep 1 "${DEV[@]}" >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 1)) || fail "exit $rc, not 1"
+    grep -q "error: rank 0/2: .*the run diverged by step" out.txt || fail "rank 0 did not name the divergence"
+    grep -q "error: rank 1/2: .*rank 0 found the run diverged while writing" out.txt ||
+      fail "rank 1 did not report the divergence"
+    ;;
   data-differs)
     "$CLI" data synthetic --out ds_other.h5 --train 200 --val 50 --shape 28,28,1 --classes 10 --seed 4 >/dev/null
     rank1_differs --data ds_other.h5 "the dataset's content" "${TRAIN[@]}"

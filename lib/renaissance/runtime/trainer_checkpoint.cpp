@@ -186,17 +186,27 @@ io::Checkpoint Trainer::Impl::make_checkpoint(std::int64_t step, const std::vect
 
 void Trainer::Impl::on_rank0_agreed(const std::string& what, const std::function<void()>& write) {
   std::exception_ptr error;
+  bool diverged = false;
   if (comm_rank() == 0) {
     try {
       write();
+    } catch (const DivergedError&) {
+      error = std::current_exception();
+      diverged = true;
     } catch (...) {
       error = std::current_exception();
     }
   }
-  // Every rank waits for the write and learns its outcome: none trains on or exits while rank 0 writes.
-  const std::int64_t failed = env.comm ? env.comm->agree_max(error ? 1 : 0) : (error ? 1 : 0);
+  // Every rank waits for the write and learns its outcome: none trains on or exits while rank 0 writes. A diverged
+  // run is one on every rank (exit 1 everywhere: the other ranks' "could not write" became 75 at a preemption, and
+  // the launcher's highest code requeued a run that had diverged).
+  const std::int64_t mine = diverged ? 2 : (error ? 1 : 0);
+  const std::int64_t outcome = env.comm ? env.comm->agree_max(mine) : mine;
   if (error) std::rethrow_exception(error);
-  if (failed) throw Error(fmt::format("rank 0 could not write {} (see its error)", what), opt.checkpoint_dir);
+  if (outcome == 2)
+    throw DivergedError(fmt::format("rank 0 found the run diverged while writing {} (see its error)", what),
+                        "training", "lower --lr");
+  if (outcome != 0) throw Error(fmt::format("rank 0 could not write {} (see its error)", what), opt.checkpoint_dir);
 }
 
 void Trainer::Impl::save_best_in_dir(const io::Checkpoint& ck, std::int64_t step) {

@@ -146,15 +146,16 @@ inline void require_not_diverged(const std::vector<io::NamedTensor>& tensors, st
 }
 
 /// With --amp, before a checkpoint or weights file is written and at each epoch's end: the last step did not overflow
-/// FP16 at the lowest loss scale (1; LOSS_SCALE_UPDATE marks that with a clean-step count of -1). No scale makes such
-/// a step fit, so every later one would be skipped too: a run whose update had made the weights finite but too large
-/// for FP16 skipped every step after it and ended "done", exit 0, saving those weights (with the BN running
-/// statistics left alone by skipped steps, no tensor turns non-finite to tell). Throws DivergedError.
+/// FP16 at the lowest loss scale (1; LOSS_SCALE_UPDATE marks that with a clean-step count of -1, which the next clean
+/// step clears). No scale makes such a step fit: a run whose update had made the weights finite but too large for
+/// FP16 skipped every step after it and ended "done", exit 0, saving those weights (with the BN running statistics
+/// left alone by skipped steps, no tensor turns non-finite to tell). Only the step before the check counts: an
+/// overflow at scale 1 that a clean step follows is not seen. Throws DivergedError.
 inline void require_loss_scale_left(const std::array<float, plan::kLossScaleSlots>& ls, std::int64_t step) {
   if (ls[plan::kLossScaleCleanSteps] >= 0.0f) return;
   throw DivergedError(fmt::format("the run diverged by step {}: its last step overflowed FP16 at loss scale 1, the "
-                                  "lowest, so every later step would be skipped; nothing more is written (the files "
-                                  "written before stay)",
+                                  "lowest (no scale makes such a step fit: the scale had halved at every overflow "
+                                  "since it was last raised); nothing more is written (the files written before stay)",
                                   step),
                       "training",
                       "lower --lr (the loss scaling skips overflowing steps but cannot undo an update that made the "
