@@ -322,12 +322,14 @@ void register_plan_command(CLI::App& app) {
   cmd->add_flag("--no-reuse", opt->no_reuse, "Give every feature and gradient bytes of its own (no liveness-based reuse)");
   CLI::Option* pool =
       cmd->add_flag("--pool", opt->pool, "Also list the activation pool tensor by tensor with offsets and lifetimes");
-  CLI::Option* graph = cmd->add_flag("--graph", opt->graph,
-                "Also print the step schedule: each bucket's nodes in replay order with tensor names, regions and "
-                "offsets");
-  CLI::Option* nodes = cmd->add_flag("--nodes", opt->nodes,
-                "Also print every fused node as it runs: the compiler's fused passes with their named operands, and "
-                "the plain parts it keeps");
+  CLI::Option* graph =
+      cmd->add_flag("--graph", opt->graph,
+                    "Also print the step schedule: each bucket's nodes in replay order with tensor names, regions and "
+                    "offsets");
+  CLI::Option* nodes = cmd->add_flag(
+      "--nodes", opt->nodes,
+      "Also print every fused node as it runs: the compiler's fused passes with their named operands, and "
+      "the plain parts it keeps");
   cmd->add_option("--fused-kernels", opt->fused_kernels,
                   "on: plan fused passes; off: fused layers keep their plain parts")
       ->capture_default_str()

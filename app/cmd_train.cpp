@@ -451,9 +451,10 @@ void run_eval(const EvalCli& c) {
   RN_CHECK(c.weights.empty() != c.checkpoint.empty(), "eval needs exactly one of --weights and --checkpoint");
   // The checkpoint's recorded model: --resolution and --classes apply to --model/--model-file only (they were
   // ignored without a word here).
-  RN_CHECK(c.checkpoint.empty() || c.model_given || (c.model.resolution == 0 && c.model.classes == 0),
-           "--resolution and --classes shape --model or --model-file; with --checkpoint alone the checkpoint's recorded "
-           "model is scored as it was trained: leave them out, or pass the model too");
+  RN_CHECK(
+      c.checkpoint.empty() || c.model_given || (c.model.resolution == 0 && c.model.classes == 0),
+      "--resolution and --classes shape --model or --model-file; with --checkpoint alone the checkpoint's recorded "
+      "model is scored as it was trained: leave them out, or pass the model too");
   blueprint::BluePrint bp = c.model.load();
   if (!c.checkpoint.empty() && !c.model_given) bp = checkpoint_model(c.checkpoint);
   // Read and verified, then matched against the plan before the Trainer times its engines: a corrupt or wrong file
@@ -485,9 +486,10 @@ void run_eval(const EvalCli& c) {
   // Scored as it is (the top-1 still counts), but not silently: logits that overflowed (FP16 holds at most 65504) or
   // weights that diverged make the loss NaN or inf.
   if (!std::isfinite(m.val_loss))
-    spdlog::warn("the validation loss is {}: some logits are not finite ({}); the accuracies are counted as usual (a "
-                 "NaN logit is never correct)",
-                 m.val_loss, c.amp ? "with --amp they overflowed FP16: evaluate without --amp" : "the weights diverged?");
+    spdlog::warn(
+        "the validation loss is {}: some logits are not finite ({}); the accuracies are counted as usual (a "
+        "NaN logit is never correct)",
+        m.val_loss, c.amp ? "with --amp they overflowed FP16: evaluate without --amp" : "the weights diverged?");
   if (c.json) {
     JsonWriter j;
     j.begin_object()

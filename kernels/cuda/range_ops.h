@@ -50,8 +50,8 @@ void range_ema_update(cudaStream_t stream, float* e, const float* w, std::int64_
 
 /// BN_RUNNING_UPDATE: prev[i] = (1 − m)·prev[i] + m·next[i] with m = *momentum, unless *skip != 0 (the step's
 /// non-finite flag; skip may be null).
-void range_bn_running_update(cudaStream_t stream, float* prev, const float* next, std::int64_t n,
-                             const float* momentum, const std::int32_t* skip);
+void range_bn_running_update(cudaStream_t stream, float* prev, const float* next, std::int64_t n, const float* momentum,
+                             const std::int32_t* skip);
 
 /// METRIC_ACCUMULATE: dst[i] += src[i] (e.g. the 4 result floats).
 void range_metric_accumulate(cudaStream_t stream, float* dst, const float* src, std::int64_t n);

@@ -300,14 +300,17 @@ TEST(CliPlan, RecomputeShrinksTheArenaAndShowsItsPasses) {
   EXPECT_LE(arena(part), budget);
   EXPECT_GT(json_number(part.out, "recomputed"), 0.0);
   EXPECT_LT(json_number(part.out, "recomputed"), json_number(again.out, "recomputed"));
-  const Result text = run("plan --model mobilenet_v2 --resolution 64 --batch 32 --amp --recompute bn-relu "
-                          "--recompute-budget " + std::to_string(budget));
+  const Result text =
+      run("plan --model mobilenet_v2 --resolution 64 --batch 32 --amp --recompute bn-relu "
+          "--recompute-budget " +
+          std::to_string(budget));
   ASSERT_EQ(text.code, 0) << text.err;
   expect_contains(text.out, "(the fewest that keep the arena within --recompute-budget ");
   // A budget no plan meets: every value is recomputed, and the report says the arena stays above it (it said "the
   // fewest that keep the arena within" it).
-  const Result over = run("plan --model mobilenet_v2 --resolution 64 --batch 32 --amp --recompute bn-relu "
-                          "--recompute-budget 1.5MiB");
+  const Result over =
+      run("plan --model mobilenet_v2 --resolution 64 --batch 32 --amp --recompute bn-relu "
+          "--recompute-budget 1.5MiB");
   ASSERT_EQ(over.code, 0) << over.err;
   expect_contains(over.out, "(all of them: the arena stays above --recompute-budget 1.50 MiB)");
 }

@@ -266,7 +266,8 @@ TEST(HardeningOutputs, ADivergedAmpRunIsAnErrorAndKeepsItsLastGoodCheckpoint) {
   for (const auto& t : last.tensors)
     if (t.group == "params" || t.group == "bn") tensors.push_back(t);
   renaissance::io::WeightsMeta meta;
-  meta.strings = {{"model", last.state.model}, {"arch_plan", last.state.arch_plan}, {"plan_hash", last.state.plan_hash}};
+  meta.strings = {
+      {"model", last.state.model}, {"arch_plan", last.state.arch_plan}, {"plan_hash", last.state.plan_hash}};
   meta.ints = {{"step", last.state.step}};
   const std::string huge = (d / "huge.h5").string();
   renaissance::io::write_weights(huge, tensors, meta);
@@ -293,14 +294,15 @@ TEST(HardeningOutputs, PredictNeverReplacesACheckpoint) {
   // Found by a review: --out as the --model-file (the YAML became HDF5), as the directory's lock file (a second run
   // was then let into the directory), or as a checkpoint or weights file under another name (replaced, exit 0).
   const std::string yaml = (d / "m.yaml").string();
-  write_text(yaml, "name: m\nlayers:\n  - cbr: {out: 4, k: 3, pad: 1}\n  - gap: {}\n  - fc: {out: 10}\n  - softmax_ce: {}\n");
+  write_text(yaml,
+             "name: m\nlayers:\n  - cbr: {out: 4, k: 3, pad: 1}\n  - gap: {}\n  - fc: {out: 10}\n  - softmax_ce: {}\n");
   fs::copy_file(fs::path(ck) / "ckpt-step00000002.h5", d / "old.h5");
   fs::copy_file(d / "w.h5", d / "w_copy.h5");
-  for (const auto& [out, must] : std::vector<std::pair<std::string, std::string>>{
-           {yaml, "--out is the same file as --model-file"},
-           {ck + "/.renaissance-lock", "--out would replace a checkpoint"},
-           {(d / "old.h5").string(), "a checkpoint or weights file"},
-           {(d / "w_copy.h5").string(), "a checkpoint or weights file"}}) {
+  for (const auto& [out, must] :
+       std::vector<std::pair<std::string, std::string>>{{yaml, "--out is the same file as --model-file"},
+                                                        {ck + "/.renaissance-lock", "--out would replace a checkpoint"},
+                                                        {(d / "old.h5").string(), "a checkpoint or weights file"},
+                                                        {(d / "w_copy.h5").string(), "a checkpoint or weights file"}}) {
     const std::string before_out = read_text(out);
     const std::string model = out == yaml ? " --model-file " + yaml : "";
     const CliResult r =

@@ -133,10 +133,10 @@ std::vector<std::uint8_t> read_file(const std::string& path, const DecodeLimits&
       RN_IO_FAIL(path, "restore the file it points to, remove the link, or pass --skip-bad",
                  "a link to {}, which does not exist", fs::read_symlink(path, lec).string());
     if (ec) RN_IO_FAIL(path, "check the file's permissions", "cannot read the file's status: {}", ec.message());
-    const char* kind = st.type() == fs::file_type::fifo     ? "a FIFO"
-                       : st.type() == fs::file_type::socket ? "a socket"
+    const char* kind = st.type() == fs::file_type::fifo                                             ? "a FIFO"
+                       : st.type() == fs::file_type::socket                                         ? "a socket"
                        : st.type() == fs::file_type::block || st.type() == fs::file_type::character ? "a device"
-                                                                                                     : "not a file";
+                                                                                                    : "not a file";
     RN_IO_FAIL(path, "remove it, or pass --skip-bad", "{} named like an image, not a regular file", kind);
   }
   const std::uintmax_t size = fs::file_size(path, ec);

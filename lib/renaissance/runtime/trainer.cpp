@@ -103,11 +103,11 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts, const Ini
   // (centre crops unless --crop random-resized).
   const bool renders = opts.augmentation.crop != io::CropMode::none || probe.storage() == io::Storage::jpeg;
   if (!renders)
-    RN_CHECK_CTX(bp.in_h == tr.height && bp.in_w == tr.width, opts.data_path, "images are {}x{} but model '{}' expects {}x{} (hint: {})",
-                 tr.height, tr.width, bp.name, bp.in_h, bp.in_w,
-                 opts.inference_only
-                     ? "score weights trained at the images' size (--resolution builds the model at another one)"
-                     : "--crop random-resized or --crop center renders them at the model's size");
+    RN_CHECK_CTX(
+        bp.in_h == tr.height && bp.in_w == tr.width, opts.data_path,
+        "images are {}x{} but model '{}' expects {}x{} (hint: {})", tr.height, tr.width, bp.name, bp.in_h, bp.in_w,
+        opts.inference_only ? "score weights trained at the images' size (--resolution builds the model at another one)"
+                            : "--crop random-resized or --crop center renders them at the model's size");
   if (probe.storage() == io::Storage::jpeg && opts.augmentation.crop == io::CropMode::none &&
       (!opts.comm || opts.comm->rank() == 0))
     spdlog::info(

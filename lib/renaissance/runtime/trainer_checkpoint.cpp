@@ -204,8 +204,8 @@ void Trainer::Impl::on_rank0_agreed(const std::string& what, const std::function
   const std::int64_t outcome = env.comm ? env.comm->agree_max(mine) : mine;
   if (error) std::rethrow_exception(error);
   if (outcome == 2)
-    throw DivergedError(fmt::format("rank 0 found the run diverged while writing {} (see its error)", what),
-                        "training", "lower --lr");
+    throw DivergedError(fmt::format("rank 0 found the run diverged while writing {} (see its error)", what), "training",
+                        "lower --lr");
   if (outcome != 0) throw Error(fmt::format("rank 0 could not write {} (see its error)", what), opt.checkpoint_dir);
 }
 
@@ -521,8 +521,9 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
     // Every checkpoint of ours records them (options_yaml); an edited or foreign run_config was compared key by key
     // and, holding none, not at all, without a word.
     if (!was.count("lr") || !was.count("epochs"))
-      warn("its run_config records no --lr or --epochs: the resumed run's options are not compared with the ones it "
-           "was written with");
+      warn(
+          "its run_config records no --lr or --epochs: the resumed run's options are not compared with the ones it "
+          "was written with");
     auto differs = [&](const char* key, const std::string& now) { return was.count(key) && was[key] != now; };
     if (differs("epochs", fmt::format("{}", o.epochs)))
       warn(
