@@ -96,20 +96,40 @@ def check_logits(model, logits_path, data_path, device, tolerance):
     import h5py
     import numpy as np
     torch = rm.torch
+    for path in (logits_path, data_path):
+        if not os.path.isfile(path):
+            raise SystemExit(f"{path}: no such file")
     with h5py.File(logits_path, "r") as f:
+        if rm._text(f.attrs.get("format", "")) != "renaissance-logits":
+            raise SystemExit(f"{logits_path}: not a `renaissance predict --out` file")
         ref = np.asarray(f["logits"][...], np.float32)
         labels = np.asarray(f["labels"][...])
         split = rm._text(f.attrs["split"])
         first = int(f.attrs["first"])
     with h5py.File(data_path, "r") as d:
+        if split not in d or "images" not in d[split] or d[split]["images"].ndim != 4:
+            raise SystemExit(f"{data_path}: no raw /{split}/images (a JPEG store cannot be checked here: import the "
+                             "images as a raw store, `data import ... --store raw`)")
+        count = d[split]["images"].shape[0]
+        if first + ref.shape[0] > count:
+            raise SystemExit(f"{logits_path}: samples [{first}, {first + ref.shape[0]}) of {split}, but {data_path} "
+                             f"has {count}: not the dataset the logits were computed on")
         images = d[split]["images"][first:first + ref.shape[0]]
         mean, std = d.attrs["mean"], d.attrs["std"]
-        assert (np.asarray(d[split]["labels"][first:first + ref.shape[0]]) == labels).all(), "labels differ"
+        if not (np.asarray(d[split]["labels"][first:first + ref.shape[0]]) == labels).all():
+            raise SystemExit(f"{logits_path}: its labels differ from {data_path}'s: not the dataset the logits were "
+                             "computed on")
+    if images.shape[3] != len(mean):
+        raise SystemExit(f"{data_path}: {images.shape[3]} channels but {len(mean)} mean values")
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     model = model.to(device).eval()
     with torch.no_grad():
-        out = model(rm.normalize(images, mean, std).to(device)).double().cpu().numpy()
+        try:
+            out = model(rm.normalize(images, mean, std).to(device)).double().cpu().numpy()
+        except RuntimeError as e:  # another shape or channel count than the model's
+            raise SystemExit(f"{data_path}: its {split} images ({list(images.shape[1:])}, HWC) do not fit the model: "
+                             f"{str(e).splitlines()[0]}")
     err = rm.relative_error(out, ref)
     agree = float((out.argmax(1) == ref.argmax(1)).mean())
     ok = rm.isfinite_all(out, ref) and err <= tolerance
