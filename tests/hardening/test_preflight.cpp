@@ -151,7 +151,7 @@ TEST(HardeningPreflight, AFifoAsTheDatasetAndModelOptionsWithoutAModelAreRefused
     const CliResult r = run(cmd, 30);
     EXPECT_CLEAN_ERROR(r, fifo + ": is not a regular file");
   }
-  for (const std::string& opt : {" --classes 5", " --resolution 32"}) {
+  for (const std::string opt : {" --classes 5", " --resolution 32"}) {
     const CliResult r = run("eval --data " + tiny_data() + " --checkpoint " + ck + "/latest.h5" + opt);
     EXPECT_CLEAN_ERROR(r, "--resolution and --classes shape --model or --model-file");
   }
