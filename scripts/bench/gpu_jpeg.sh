@@ -79,6 +79,7 @@ for step in $STEPS; do
           # shellcheck disable=SC2086
           $RN train "${train_args[@]}" --data "$STORE" --decode "${DECODE:-gpu}" $extra 2>&1 |
             tee -a "$OUT/train_jpeg.log" | grep -v "^step" | tail -12
+          t=${PIPESTATUS[0]}; ((t == 0)) || { say "train exit $t"; rc=1; }  # not lost in the pipe
         done
         say "bench"
         $RN bench --model resnet50 --amp --batch 256 --device cuda 2>&1 | tail -2 | tee -a "$OUT/train_jpeg.log"
@@ -92,6 +93,7 @@ for step in $STEPS; do
         say "train ResNet-50 from $RAW"
         $RN train "${train_args[@]}" --data "$RAW" --data-cache auto 2>&1 | tee "$OUT/train_raw.log" |
           grep -v "^step" | tail -12
+        t=${PIPESTATUS[0]}; ((t == 0)) || { say "train exit $t"; rc=1; }
         say "bench"
         $RN bench --model resnet50 --amp --batch 256 --device cuda 2>&1 | tail -2 | tee -a "$OUT/train_raw.log"
       fi

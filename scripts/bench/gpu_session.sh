@@ -71,14 +71,17 @@ for s in $STEPS; do
       OUT=$(cd "$OUT" && pwd)
       from=${TESTS_FROM:+$(realpath "$TESTS_FROM")}
       ipid=
+      # At least 60 s each (after a long build DEADLINE - SECONDS reached 0, which is no limit to timeout(1), or
+      # went negative, its usage error).
+      budget=$((${DEADLINE:-570} - SECONDS)); ((budget > 60)) || budget=60
       if [[ -z $from && -n ${GTEST_BATCH-test_gpu_dnn,test_gpu_kernels} ]]; then
         # The longest test (five models against PyTorch, ~300 s on the H200) from the start, beside everything else.
-        (cd build-gpu && timeout $((${DEADLINE:-570} - SECONDS)) ctest -L gpu -R '^interop[.]' --output-on-failure \
+        (cd build-gpu && timeout "$budget" ctest -L gpu -R '^interop[.]' --output-on-failure \
           >"$OUT/ctest-interop.log" 2>&1) &
         ipid=$!
         # The kernel-level binaries as a few whole processes (gtest_batch.py), the rest through ctest.
         from=$OUT/.ctest-rest.txt
-        timeout $((${DEADLINE:-570} - SECONDS)) python3 scripts/bench/gtest_batch.py --build build-gpu --label gpu \
+        timeout "$budget" python3 scripts/bench/gtest_batch.py --build build-gpu --label gpu \
           --batch "${GTEST_BATCH-test_gpu_dnn,test_gpu_kernels}" --shards "${GTEST_SHARDS:-4}" --rest "$from" \
           --log "$OUT/gtest-batch.log"
         say "batched gpu tests exit $?"
