@@ -21,9 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 
@@ -75,17 +73,6 @@ void write_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type
   H5_CHECK(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), ctx, "writing '{}'", name);
 }
 
-/// Whether `path` is a file of ours that holds tensors (a checkpoint or weights file): the checksum header's magic
-/// and a non-empty tensor table (a logits file of predict has none). Read as bytes, never parsed by HDF5.
-bool holds_tensors(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  char head[16] = {0};
-  if (!f.read(head, sizeof head)) return false;
-  std::uint32_t entries = 0;
-  std::memcpy(&entries, head + 12, sizeof entries);  // little-endian, as written (x86-64, aarch64)
-  return std::memcmp(head, io::kChecksumMagic, sizeof io::kChecksumMagic) == 0 && entries > 0;
-}
-
 void run_predict(const PredictCli& c) {
   // One process: N ranks would each compute the logits and write --out over each other (the last rename winning,
   // whatever weights that rank had).
@@ -110,7 +97,7 @@ void run_predict(const PredictCli& c) {
                  "--out would replace a checkpoint ({}): write the logits to a file of their own", p);
   }
   // A checkpoint or weights file under another name.
-  RN_CHECK_CTX(!holds_tensors(target), c.out,
+  RN_CHECK_CTX(!io::holds_tensor_table(target), c.out,
                "--out would replace {}, a checkpoint or weights file: write the logits to a file of their own", target);
   const io::DatasetFile data(c.data);  // its size now; its labels, normalisation and class names for the output
   const std::int64_t n = data.size(split);

@@ -415,6 +415,16 @@ std::vector<std::uint8_t> MemoryH5File::finish(const std::vector<std::string>& t
   return out;
 }
 
+bool holds_tensor_table(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // O_NONBLOCK: a FIFO never blocks here
+  if (fd < 0) return false;
+  std::uint8_t head[16] = {0};
+  const ssize_t got = ::pread(fd, head, sizeof head, 0);
+  ::close(fd);
+  return got == static_cast<ssize_t>(sizeof head) && std::memcmp(head, kChecksumMagic, 8) == 0 &&
+         get_le<std::uint32_t>(head + 12) > 0;
+}
+
 VerifiedFile read_verified_file(const std::string& path, std::vector<ChecksumEntry>* entries) {
   VerifiedFile v;
   require_input_file(path, "file");

@@ -171,6 +171,11 @@ struct ChecksumEntry {
 };
 VerifiedFile read_verified_file(const std::string& path, std::vector<ChecksumEntry>* entries = nullptr);
 
+/// Whether `path` starts with the checksum header and its table names tensors (a checkpoint or weights file; a
+/// logits file of `predict` has none). Only the header's first bytes are read, never parsed by HDF5; false for
+/// anything else, a file that cannot be read included.
+bool holds_tensor_table(const std::string& path);
+
 /// Runs `fn` in a child process (fork) and returns what it returned; an Error it throws comes back as an Error with
 /// the same text. For files HDF5 must parse without our checksums (format 1 checkpoints and weights): HDF5 1.10
 /// crashes inside its own code on some corrupt metadata (docs/fuzzing.md), and a crash in the child is an Error
