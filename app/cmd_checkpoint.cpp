@@ -123,6 +123,9 @@ blueprint::BluePrint checkpoint_model(const std::string& path) {
   const io::Checkpoint ck = io::read_checkpoint(path);
   RN_CHECK_CTX(!ck.state.model_yaml.empty(), path,
                "the checkpoint records no model YAML (pass --model or --model-file)");
+  // What `checkpoint inspect` calls INVALID is refused here too: its arch plan and run config must parse as well.
+  (void)plan::ArchPlan::from_yaml(ck.state.arch_plan, path + ": arch_plan");
+  blueprint::check_yaml_limits(ck.state.run_config, path + ": run_config");
   return blueprint::blueprint_from_yaml(ck.state.model_yaml, path + ": model_yaml");
 }
 

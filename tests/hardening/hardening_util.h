@@ -81,11 +81,13 @@ inline void write_text(const fs::path& p, const std::string& s) {
 }
 
 /// The failure every bad input must give: exit status 1 (not a crash, not a signal) and a message naming `what`.
-#define EXPECT_CLEAN_ERROR(run, ...)                                                                            \
-  do {                                                                                                          \
-    EXPECT_EQ((run).code, 1) << (run).out;                                                                      \
-    for (const std::string& rn_frag_ : std::initializer_list<std::string>{__VA_ARGS__})                         \
-      EXPECT_NE((run).out.find(rn_frag_), std::string::npos) << "'" << rn_frag_ << "' not in:\n" << (run).out;  \
+#define EXPECT_CLEAN_ERROR(run, ...)                                                                               \
+  do {                                                                                                             \
+    /* Evaluated once: `run` is often the command itself, run("..."). */                                           \
+    const auto& rn_run_ = (run);                                                                                   \
+    EXPECT_EQ(rn_run_.code, 1) << rn_run_.out;                                                                     \
+    for (const std::string& rn_frag_ : std::initializer_list<std::string>{__VA_ARGS__})                            \
+      EXPECT_NE(rn_run_.out.find(rn_frag_), std::string::npos) << "'" << rn_frag_ << "' not in:\n" << rn_run_.out; \
   } while (0)
 
 }  // namespace hardening

@@ -1,7 +1,7 @@
 // Issue 13, class 1: bounded parsing through the commands a user runs. A few hundred bytes of YAML whose anchors
 // alias anchors ("billion laughs") are refused at once with the file named, by `plan`, `train`, `eval
 // --model-file`, `train --config`, and when they sit in a checkpoint's model_yaml (`checkpoint inspect` calls it
-// invalid, `eval --checkpoint` refuses it). Deep nesting names the file and the limit.
+// invalid, `eval --checkpoint` refuses it; the same for its arch_plan). Deep nesting names the file and the limit.
 #include "hardening_util.h"
 
 #include <renaissance/io/checkpoint.h>
@@ -104,6 +104,16 @@ TEST(HardeningBounded, ACheckpointWhoseModelYamlExpandsIsNotValid) {
   const CliResult eval = run("eval --data " + tiny_data() + " --checkpoint " + bad.string(), 60);
   EXPECT_CLEAN_ERROR(eval, bad.string() + ": model_yaml:", "more than 1000000 nodes");
   EXPECT_LT(eval.seconds, 10.0);
+  // The same for its arch plan: eval builds the model from model_yaml, but a checkpoint that inspect calls INVALID
+  // is not scored either (eval used to score it).
+  ck = renaissance::io::read_checkpoint((d / "ck" / "latest.h5").string());
+  ck.state.arch_plan = laughs_model();
+  const fs::path bad_arch = d / "laughs-arch.h5";
+  renaissance::io::write_checkpoint(bad_arch.string(), ck);
+  const CliResult inspect_arch = run("checkpoint inspect " + bad_arch.string(), 60);
+  EXPECT_CLEAN_ERROR(inspect_arch, "INVALID", bad_arch.string() + ": arch_plan:", "more than 1000000 nodes");
+  const CliResult eval_arch = run("eval --data " + tiny_data() + " --checkpoint " + bad_arch.string(), 60);
+  EXPECT_CLEAN_ERROR(eval_arch, bad_arch.string() + ": arch_plan:", "more than 1000000 nodes");
   // The untouched checkpoint is valid: the check is not a blanket refusal.
   const CliResult good = run("checkpoint inspect " + (d / "ck" / "latest.h5").string());
   EXPECT_EQ(good.code, 0) << good.out;

@@ -82,7 +82,7 @@ TEST(HardeningConfig, IntegersAreDecimalFlagsAreBooleansAndModelFilesKeepTheirCl
   r = run(train + "--config " + (d / "octal.yaml").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("10 epochs"), std::string::npos) << r.out;
-  for (const std::string& bad : {"ema: -1\n", "drop-last: 5\n", "no-flip: maybe\n"}) {
+  for (const char* bad : {"ema: -1\n", "drop-last: 5\n", "no-flip: maybe\n"}) {
     write_text(d / "flag.yaml", bad);
     r = run(train + "--batch 32 --config " + (d / "flag.yaml").string());
     EXPECT_CLEAN_ERROR(r, "flag.yaml:1", "is a flag: true or false (yes/no, on/off), got");
@@ -115,12 +115,13 @@ TEST(HardeningConfig, IntegersAreDecimalFlagsAreBooleansAndModelFilesKeepTheirCl
 }
 
 TEST(HardeningConfig, BenchTimeoutsAndDecodeCountsAreChecked) {
-  for (const std::string& t : {"0", "-1", "nan"}) {
+  for (const std::string& t : std::vector<std::string>{"0", "-1", "nan"}) {
     const CliResult r = run("bench --device cpu --model fmnist_cnn --batch 8 --steps 1 --comm-timeout " + t);
     EXPECT_CLEAN_ERROR(r, "--comm-timeout must be a number of seconds > 0");
   }
   // --steps and --warmup while parsing (they failed after the start-up naming no option; 2^63 ran for ever).
-  for (const std::string& s : {"--steps 0", "--warmup -1", "--steps 9223372036854775807", "--warmup 2000000000"}) {
+  for (const std::string& s :
+       std::vector<std::string>{"--steps 0", "--warmup -1", "--steps 9223372036854775807", "--warmup 2000000000"}) {
     const CliResult b = run("bench --device cpu --model fmnist_cnn --batch 8 " + s);
     EXPECT_EQ(b.code, 2) << b.out;
     EXPECT_NE(b.out.find(s.substr(0, s.find(' ')) + ": Value"), std::string::npos) << b.out;

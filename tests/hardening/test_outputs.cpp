@@ -286,7 +286,7 @@ TEST(HardeningOutputs, PredictNeverReplacesACheckpoint) {
                 .code,
             0);
   const std::string before = read_text(fs::path(ck) / "ckpt-step00000002.h5");
-  for (const std::string out : {ck + "/latest.h5", ck + "/ckpt-step00000002.h5"}) {
+  for (const std::string& out : std::vector<std::string>{ck + "/latest.h5", ck + "/ckpt-step00000002.h5"}) {
     const CliResult r = run("predict --data " + tiny_data() + " --weights " + (d / "w.h5").string() + " --out " + out);
     EXPECT_CLEAN_ERROR(r, "--out would replace a checkpoint");
   }
