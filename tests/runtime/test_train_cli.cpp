@@ -660,6 +660,10 @@ TEST(TrainCli, CpuThreadsFollowTheAffinityMask) {
   EXPECT_TRUE(says_cpu_threads(one, 1)) << one;
   const std::string three = out_of("RENAISSANCE_CPU_THREADS=3 taskset -c 0 " + std::string(RENAISSANCE_CLI) + args);
   EXPECT_TRUE(says_cpu_threads(three, 3)) << three;
+  // More threads than the mask holds: they spin between kernels and take turns, which the run says.
+  EXPECT_NE(three.find("RENAISSANCE_CPU_THREADS=3 is more than the 1 CPU this process may run on"), std::string::npos)
+      << three;
+  EXPECT_EQ(one.find("is more than the"), std::string::npos) << one;
 }
 
 // --cpu-winograd on|off (default: RENAISSANCE_CPU_WINOGRAD, else on) reaches the kernels and says so where this CPU has

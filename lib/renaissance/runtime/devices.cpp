@@ -29,6 +29,7 @@ void cuda_device_memory(std::int64_t* free_bytes, std::int64_t* total_bytes) { *
 #endif
 
 int cpu_threads() { return cpu::num_threads(); }
+int cpu_affinity_count() { return cpu::affinity_cpu_count(); }
 void set_cpu_winograd(bool on) { cpu::set_conv2d_winograd(on); }
 bool cpu_winograd() { return cpu::conv2d_winograd() && cpu::conv2d_winograd_available(); }
 const char* cpu_vector_isa() { return cpu::vector_isa_name(cpu::vector_isa()); }

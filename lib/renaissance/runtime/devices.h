@@ -16,6 +16,8 @@ std::string cuda_device_description(int index);
 void cuda_device_memory(std::int64_t* free_bytes, std::int64_t* total_bytes);
 /// Threads of the CPU backend's kernel pool (the affinity mask, or RENAISSANCE_CPU_THREADS).
 int cpu_threads();
+/// The CPUs of this process's affinity mask (taskset, a Slurm step's cgroup, mpirun --bind-to).
+int cpu_affinity_count();
 /// Whether this build offers OpenBLAS as a CPU GEMM backend (RENAISSANCE_GEMM=openblas).
 bool cpu_openblas_available();
 /// The CPU backend's Winograd convolutions (cpu::set_conv2d_winograd): for plans made after the call. cpu_winograd():
