@@ -127,19 +127,22 @@ std::string metrics_json(const runtime::EpochMetrics& m, bool validated, const s
 
 /// "MIN,MAX" of two positive numbers (--crop-scale, --crop-ratio); "3/4" style fractions are accepted too.
 std::pair<double, double> parse_range(const std::string& text, const char* option) {
-  auto number = [&](std::string part) {
+  // strtod, not std::stod: stod throws on an underflow, so 1e-308 read as "not MIN,MAX" instead of reaching the
+  // option's range check.
+  auto parse = [](const std::string& t, double* v) {
+    if (t.empty() || std::isspace(static_cast<unsigned char>(t[0]))) return false;
+    char* end = nullptr;
+    *v = std::strtod(t.c_str(), &end);
+    return end == t.c_str() + t.size();
+  };
+  auto number = [&](const std::string& part) {
     const auto slash = part.find('/');
-    try {
-      std::size_t used = 0;
-      if (slash == std::string::npos) {
-        const double v = std::stod(part, &used);
-        if (used == part.size() && std::isfinite(v)) return v;
-      } else {
-        std::size_t u2 = 0;
-        const double a = std::stod(part.substr(0, slash), &used), b = std::stod(part.substr(slash + 1), &u2);
-        if (used == slash && u2 == part.size() - slash - 1 && b != 0 && std::isfinite(a / b)) return a / b;
-      }
-    } catch (const std::exception&) {
+    double a = 0, b = 0;
+    if (slash == std::string::npos) {
+      if (parse(part, &a) && std::isfinite(a)) return a;
+    } else if (parse(part.substr(0, slash), &a) && parse(part.substr(slash + 1), &b) && b != 0 &&
+               std::isfinite(a / b)) {
+      return a / b;
     }
     RN_FAIL_CTX(option, "'{}' is not MIN,MAX (e.g. 0.08,1 or 3/4,4/3)", text);
   };
@@ -250,7 +253,8 @@ void run_train(TrainCli& c) {
       RN_FAIL("--onecycle-momentum takes off or BASE,MAX (e.g. 0.85,0.95), got '{}'", c.onecycle_momentum);
     }
     const auto [base, max] = range;
-    RN_CHECK(base >= 0.0 && base <= max && max < 1.0,
+    // As the kernels hold them (floats): 0.99999999 passed as a double and became a momentum of 1.0f.
+    RN_CHECK(base >= 0.0 && base <= max && static_cast<float>(max) < 1.0f,
              "--onecycle-momentum {}: needs 0 <= BASE <= MAX < 1 (the momentum at the peak rate, then at the ends)",
              c.onecycle_momentum);
     c.t.onecycle_momentum = true;

@@ -182,12 +182,19 @@ TEST(HardeningConfig, NumbersOutsideTheirRangeOnceConvertedAreRefusedBeforeTrain
            {"--momentum 0.99999999", "--momentum must be a number in [0, 1)"},
            {"--weight-decay 1e400", "--weight-decay must be a finite number >= 0"},
            {"--onecycle-div nan", "--onecycle-div must be a number from 1 to 1e9"},
-           {"--ema --ema-decay 1e-400", "--ema-decay must be a number in (0, 1)"}}) {
+           {"--ema --ema-decay 1e-400", "--ema-decay must be a number in (0, 1)"},
+           {"--schedule onecycle --onecycle-momentum 0.99999999,0.99999999", "needs 0 <= BASE <= MAX < 1"}}) {
     const CliResult r = run(train + opt);
     EXPECT_CLEAN_ERROR(r, must);
     EXPECT_EQ(r.out.find("training "), std::string::npos) << opt << ": refused before any work\n" << r.out;
   }
   EXPECT_EQ(run(train + "--lr 1e-30 --momentum 0.9999 --onecycle-div 1e9").code, 0);
+  // A number too small for a double is still a number: it reaches the range check (std::stod threw on the
+  // underflow, and the option said the text was not MIN,MAX).
+  const CliResult tiny = run(train + "--crop random-resized --crop-scale 1e-330,1 --crop-ratio 1e-308,1e-300");
+  EXPECT_EQ(tiny.code, 2) << tiny.out;  // a usage error, as CLI11's own
+  EXPECT_NE(tiny.out.find("--crop-scale: '1e-330,1': need 0 < MIN <= MAX <= 1"), std::string::npos) << tiny.out;
+  EXPECT_EQ(run(train + "--crop random-resized --crop-scale 1e-308,1 --crop-ratio 1e-308,1e-300").code, 0);
 }
 
 // A second YAML document in run.yaml (after '---', or text after '...') was ignored without a word; a flag given a
