@@ -30,6 +30,8 @@ blueprint::BluePrint ModelOptions::load() const {
   // The datasets' limit (a dataset, bench's synthetic batch among them, has at most that many classes).
   RN_CHECK(classes >= 0 && classes <= io::kMaxClasses, "--classes must be in [1, {}], got {}", io::kMaxClasses,
            classes);
+  // A negative value was ignored with --model-file (the file's size trained) and refused with --model.
+  RN_CHECK(resolution >= 0, "--resolution must be a size > 0 (left out: the model's), got {}", resolution);
   if (!model_file.empty()) {
     blueprint::BluePrint bp = blueprint::load_blueprint_file(model_file);
     if (resolution > 0) bp.in_h = bp.in_w = resolution;  // a shape that does not fit is an error naming the layer

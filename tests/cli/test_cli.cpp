@@ -201,6 +201,23 @@ TEST(CliPlan, Failures) {
     expect_contains(r.err, "excludes");  // CLI11 names the pair in the order it met them
     expect_contains(r.err, other);
   }
+  // --yaml printed the ArchPlan with exit 0 whatever the options beside it said; they are checked as without it.
+  for (const auto& [opt, must] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch -5", "batch must be from 1 to 2^31, got -5"},
+           {"--val-size 0", "validation size must be >= 1, got 0"},
+           {"--recompute-budget 1", "needs recomputation on (--recompute bn-relu)"}}) {
+    const Result r = run("plan --yaml " + opt);
+    EXPECT_EQ(r.code, 1) << opt;
+    expect_contains(r.err, must);
+    EXPECT_EQ(r.out.find("renaissance-arch-plan"), std::string::npos) << opt << ": " << r.out;
+  }
+  // A negative --resolution was ignored with --model-file (the file's size was planned), refused with --model.
+  {
+    const Result r =
+        run("plan --model-file models/resnet18_fmnist_narrow.yaml --resolution -3");
+    EXPECT_EQ(r.code, 1);
+    expect_contains(r.err, "--resolution must be a size > 0 (left out: the model's), got -3");
+  }
 }
 
 TEST(CliBench, OnOffOptionsRejectOtherValues) {
