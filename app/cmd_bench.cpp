@@ -332,7 +332,9 @@ void register_bench_command(CLI::App& app) {
   cmd->add_flag("--json", c->json, "Print the result as JSON");
   cmd->add_flag("--profile", c->profile,
                 "After the benchmark, time every kernel of un-captured steps: tables per subgraph and per kernel");
-  cmd->add_option("--profile-steps", c->profile_steps, "Steps the profile times")->capture_default_str();
+  cmd->add_option("--profile-steps", c->profile_steps, "Steps the profile times")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 30));  // as --steps: 2^63 ran for ever
   c->gpu.add_to(*cmd);
   add_comm_timeout_option(*cmd, c->comm_timeout);
   cmd->callback([c, cmd] {

@@ -36,7 +36,8 @@ struct PredictCli {
   std::string out;
   std::string split = "val";
   std::int64_t first = 0;
-  std::int64_t count = -1;  ///< -1: 256 samples, fewer where the split ends first
+  std::int64_t count = 0;  ///< not given: 256 samples, fewer where the split ends first
+  CLI::Option* count_option = nullptr;  ///< whether --count was given (-1 was the "not given" value, and got through)
   std::int64_t batch = 256;
   bool amp = false;
   bool ema = false;
@@ -81,7 +82,8 @@ void run_predict(const PredictCli& c) {
                 "it runs in one process, and this job has {} ranks: start it without mpirun/srun, or with "
                 "one task (eval scores a dataset on several ranks)",
                 mpi->world_size());
-  RN_CHECK(c.count == -1 || c.count >= 1, "--count must be >= 1, got {}", c.count);
+  const bool count_given = c.count_option && c.count_option->count() > 0;
+  RN_CHECK(!count_given || c.count >= 1, "--count must be >= 1, got {}", c.count);
   RN_CHECK(c.batch >= 1, "--batch must be >= 1, got {}", c.batch);
   RN_CHECK(c.first >= 0, "--first must be >= 0, got {}", c.first);
   const io::Split split = io::parse_split(c.split);
@@ -103,7 +105,7 @@ void run_predict(const PredictCli& c) {
   const std::int64_t n = data.size(split);
   RN_CHECK_CTX(c.first < n, c.data, "--first {} is past the end of the {} split ({} samples)", c.first, c.split, n);
   // Without --count: 256 samples from --first, or as many as the split has from there.
-  const std::int64_t count = c.count > 0 ? c.count : std::min<std::int64_t>(n - c.first, 256);
+  const std::int64_t count = count_given ? c.count : std::min<std::int64_t>(n - c.first, 256);
   // The range's end as text: --first + --count may pass 2^63 (it printed a negative end).
   const std::string end = count > std::numeric_limits<std::int64_t>::max() - c.first
                               ? fmt::format("{} + {}", c.first, count)
@@ -190,7 +192,7 @@ void register_predict_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"train", "val"}));
   cmd->add_option("--first", c->first, "First sample")->capture_default_str();
-  cmd->add_option("--count", c->count, "Number of samples (default: 256, or to the end of the split if it ends first)");
+  c->count_option = cmd->add_option("--count", c->count, "Number of samples (default: 256, or to the end of the split if it ends first)");
   cmd->add_option("--batch", c->batch, "Inference batch size")->capture_default_str();
   cmd->add_flag("--amp", c->amp, "FP16 inference (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Use the EMA weights");

@@ -220,6 +220,14 @@ TEST(CliPlan, Failures) {
   }
 }
 
+TEST(CliBench, ProfileStepsAreBoundedAsSteps) {
+  // --profile-steps 2^63 was accepted and profiled for ever.
+  const Result r = run("bench --device cpu --model fmnist_cnn --batch 2 --warmup 0 --steps 1 --profile --profile-steps "
+                       "9223372036854775807");
+  EXPECT_EQ(r.code, 2);
+  expect_contains(r.err, "--profile-steps: Value 9223372036854775807 not in range 1 to 1073741824");
+}
+
 TEST(CliBench, OnOffOptionsRejectOtherValues) {
   for (const std::string opt : {"--graphs", "--fused-kernels", "--streams", "--fold-residual-sums",
                                 "--fuse-residual-bn-backward", "--relu-mask", "--fuse-shortcut-bn-backward",

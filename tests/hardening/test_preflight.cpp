@@ -136,6 +136,12 @@ TEST(HardeningPreflight, PredictWithoutCountStopsWhereTheSplitEnds) {
     EXPECT_CLEAN_ERROR(bad, range + " are past the end of the val split (64 samples)");
     EXPECT_EQ(bad.out.find("start-up"), std::string::npos) << "refused before start-up:\n" << bad.out;
   }
+  // -1 was the "not given" value, so --count -1 wrote the default range; 0 and -1 are refused alike.
+  for (const std::string n : {"0", "-1"}) {
+    const CliResult bad = run("predict --device cpu --data " + tiny_data() + " --weights " + w + " --count " + n +
+                              " --out " + out);
+    EXPECT_CLEAN_ERROR(bad, "--count must be >= 1, got " + n);
+  }
 }
 
 // A FIFO as --data: opening it blocked until something wrote into it (train, eval, predict and data inspect hung,
