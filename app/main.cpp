@@ -11,8 +11,13 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <CLI/CLI.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -38,6 +43,22 @@ void warn_if_stdout_was_lost() {
   if (std::ferror(stdout))
     std::fprintf(stderr, "renaissance: warning: standard output was closed (a broken pipe?): some of this command's "
                          "output was lost; the command itself ran to its end\n");
+}
+
+/// After the command: standard output that could not be written. A pipe whose reader left (`| head`) is the warning
+/// above and keeps `code`; a file or device (`eval --json > r.json` on a full disk) lost the command's result, so
+/// the exit status says so (it was 0, with an empty r.json and a warning about a broken pipe).
+int check_stdout(int code) {
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  const int err = errno;
+  if (!std::ferror(stdout)) return code;
+  struct stat st {};
+  if (::fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return code;
+  std::fprintf(stderr, "renaissance: error: writing the standard output failed%s: this command's output is incomplete\n",
+               flush_failed && err ? (" (" + std::string(std::strerror(err)) + ")").c_str() : "");
+  std::clearerr(stdout);  // said once: not the broken-pipe warning at exit as well
+  return code == 0 ? 1 : code;
 }
 
 }  // namespace
@@ -98,5 +119,5 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail(mpi, e.what(), 1);
   }
-  return renaissance::app::exit_code();
+  return check_stdout(renaissance::app::exit_code());
 }

@@ -120,6 +120,24 @@ TEST(HardeningFaults, AFullDiskDuringADatasetWriteIsACleanError) {
   EXPECT_TRUE(disk.temporaries().empty()) << disk.temporaries().front();
 }
 
+// A result printed to a file or device that cannot take it (a full disk) is lost: exit 1 saying so. It was exit 0
+// with an empty file and a warning about a broken pipe, so `eval --json > r.json && parse r.json` read nothing.
+TEST(HardeningFaults, AResultThatCannotBeWrittenToStdoutFailsTheCommand) {
+  const fs::path d = temp_dir();
+  const std::string w = (d / "w.h5").string(), ck = (d / "ck").string();
+  ASSERT_EQ(run("train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --save " + w +
+                " --checkpoint-dir " + ck)
+                .code,
+            0);
+  for (const std::string& cmd : {"data inspect " + tiny_data(), "eval --data " + tiny_data() + " --weights " + w +
+                                 " --json", "checkpoint inspect --json " + ck + "/latest.h5"}) {
+    ASSERT_EQ(run_shell("exec " + cli() + " " + cmd + " >/dev/null").code, 0) << cmd;
+    const CliResult r = run_shell("exec " + cli() + " " + cmd + " >/dev/full");
+    SCOPED_TRACE(cmd);
+    EXPECT_CLEAN_ERROR(r, "writing the standard output failed", "this command's output is incomplete");
+  }
+}
+
 TEST(HardeningFaults, SigpipeOnStdoutDoesNotKillTheRun) {
   const fs::path d = temp_dir();
   const fs::path w = d / "w.h5";
