@@ -181,6 +181,17 @@ TEST(HardeningOutputs, AFailedWriteOfMetricsOrLossLogFailsTheRun) {
     EXPECT_CLEAN_ERROR(r, opt + ": writing", "No space left on device");
     EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
   }
+  // The epoch's metrics line fails after the epoch's checkpoint is written, not before it (the epoch was lost with
+  // the metrics, though the checkpoint's disk had room): the run resumes from the end of epoch 1.
+  const fs::path d = temp_dir();
+  const std::string ck = (d / "ck").string();
+  const CliResult r =
+      run("train --data " + tiny_data() + " --epochs 2 --batch 32 --metrics /dev/full --checkpoint-dir " + ck);
+  EXPECT_CLEAN_ERROR(r, "--metrics: writing epoch 1 failed", "No space left on device");
+  ASSERT_TRUE(fs::exists(fs::path(ck) / "latest.h5")) << r.out;
+  const renaissance::io::Checkpoint last = renaissance::io::read_checkpoint(ck + "/latest.h5");
+  EXPECT_EQ(last.state.epoch, 1) << "the checkpoint at the end of epoch 1";
+  EXPECT_EQ(r.out.find("epoch 2/"), std::string::npos) << "the run stops there\n" << r.out;
 }
 
 // The checkpoint directory's own names are replaced as directory entries: a symbolic link there (best.h5 ->

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <exception>
 #include <fstream>
 #include <sstream>
 
@@ -432,9 +433,19 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     }
     m.seconds = now_s() - t0;
     history.push_back(m);
-    if (observer.on_epoch) observer.on_epoch(m);
+    // An observer that fails (a --metrics file on a full disk) fails the run, but after the epoch's checkpoint: the
+    // checkpoint disk may have room, and the epoch's training was lost with it.
+    std::exception_ptr observer_error;
+    if (observer.on_epoch) {
+      try {
+        observer.on_epoch(m);
+      } catch (...) {
+        observer_error = std::current_exception();
+      }
+    }
     if (m.validated) I.last_epoch_metrics = m;
-    if (I.cur_position >= batches) {  // the epoch is complete: a checkpoint from here resumes at the next one
+    const bool epoch_complete = I.cur_position >= batches;
+    if (epoch_complete) {  // a checkpoint from here resumes at the next epoch
       I.cur_epoch = epoch + 1;
       I.cur_position = 0;
       I.stopped_metrics.clear();
@@ -443,8 +454,9 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
         I.write_checkpoint_in_dir(m_step, std::vector<float>(plan::kResultSlots * I.comm_world(), 0.0f), observer);
       else if (o.checkpoint_keep_best && m.validated)
         I.keep_best_in_dir(m_step);
-      if (I.preempted) return history;
     }
+    if (observer_error) std::rethrow_exception(observer_error);
+    if (epoch_complete && I.preempted) return history;
   }
   return history;
 }
