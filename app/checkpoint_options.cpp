@@ -17,10 +17,15 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 namespace renaissance::app {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -41,6 +46,17 @@ void install_preemption_handlers(struct sigaction* previous = nullptr) {
   for (int sig : {SIGUSR1, SIGTERM})
     RN_CHECK(sigaction(sig, &sa, previous ? &previous[i++] : nullptr) == 0, "cannot install the handler of signal {}",
              sig);
+}
+
+/// The "step" of a JSONL line written by this program (`"step":N`); -1 where there is none.
+std::int64_t step_of_line(const std::string& line) {
+  const auto at = line.find("\"step\":");
+  if (at == std::string::npos) return -1;
+  const char* begin = line.c_str() + at + 7;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(begin, &end, 10);
+  return end == begin || errno != 0 ? -1 : static_cast<std::int64_t>(v);
 }
 
 }  // namespace
@@ -147,11 +163,51 @@ std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) con
   return std::make_unique<runtime::InitialState>(runtime::InitialState::of_checkpoint(std::move(found), path));
 }
 
-void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed, const runtime::Trainer& trainer) {
-  if (root && !loss_log.empty()) {
-    m_loss_log = std::make_shared<std::ofstream>(loss_log, resumed ? std::ios::app : std::ios::trunc);
-    RN_CHECK_CTX(m_loss_log->good(), loss_log, "cannot open the loss log for writing");
+std::shared_ptr<std::ofstream> open_run_log(const std::string& path, const char* option, bool resumed,
+                                            std::int64_t resume_step) {
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(path, ec);  // through a symbolic link: its target is the log
+  if (resumed && !ec && fs::is_regular_file(target, ec)) {
+    std::ifstream in(target);
+    std::string line, kept;
+    std::int64_t dropped = 0;
+    while (std::getline(in, line)) {
+      if (step_of_line(line) > resume_step) {
+        ++dropped;
+        continue;
+      }
+      kept += line;
+      kept += '\n';
+    }
+    RN_CHECK_CTX(!in.bad(), path, "{}: cannot read it to resume", option);
+    if (dropped > 0) {
+      const fs::path tmp = target.string() + fmt::format(".resume-{}", static_cast<long>(::getpid()));
+      {
+        std::ofstream out(tmp, std::ios::trunc);
+        if (!(out << kept << std::flush)) {
+          const std::string why = std::strerror(errno);
+          fs::remove(tmp, ec);
+          RN_FAIL_CTX(path, "{}: cannot rewrite it without the lines past step {}: {}", option, resume_step, why);
+        }
+      }
+      fs::rename(tmp, target, ec);
+      if (ec) {
+        const std::string why = ec.message();
+        fs::remove(tmp, ec);
+        RN_FAIL_CTX(path, "{}: cannot replace it: {}", option, why);
+      }
+      std::printf("%s: dropped %lld line%s past step %lld (written after the checkpoint this run resumes from)\n",
+                  option, static_cast<long long>(dropped), dropped == 1 ? "" : "s",
+                  static_cast<long long>(resume_step));
+    }
   }
+  auto f = std::make_shared<std::ofstream>(path, resumed ? std::ios::app : std::ios::trunc);
+  RN_CHECK_CTX(f->good(), path, "{}: cannot open it for writing", option);
+  return f;
+}
+
+void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed, const runtime::Trainer& trainer) {
+  if (root && !loss_log.empty()) m_loss_log = open_run_log(loss_log, "--loss-log", resumed, trainer.steps());
   long delay_ms = 0;  // test hook: slow every step down so a test can signal a run in flight
   if (const char* d = std::getenv("RENAISSANCE_TEST_STEP_DELAY_MS")) delay_ms = std::atol(d);
   if (m_loss_log || delay_ms > 0) {

@@ -57,6 +57,13 @@ void arm_preemption_early(int argc, char** argv);
 /// as soon as its options are read; nothing when the handlers were not armed early.
 void disarm_preemption_early();
 
+/// Opens a per-step or per-epoch JSONL log (--loss-log, --metrics) for writing: truncated for a fresh run; for a run
+/// resumed at step `resume_step`, the lines whose "step" is past it are dropped first (a run that failed or was killed
+/// after its last checkpoint wrote them, and the resumed run writes them again), then appended to. The file is
+/// rewritten through a temporary and a rename; one that is not a regular file (a FIFO, /dev/stdout) is appended to.
+std::shared_ptr<std::ofstream> open_run_log(const std::string& path, const char* option, bool resumed,
+                                            std::int64_t resume_step);
+
 /// The model a checkpoint records (its model_yaml), for `eval --checkpoint` without --model.
 blueprint::BluePrint checkpoint_model(const std::string& path);
 

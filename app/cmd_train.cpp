@@ -336,11 +336,8 @@ void run_train(TrainCli& c) {
                 bound.c_str(), static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str(),
                 threads.c_str());
   std::fflush(stdout);
-  std::unique_ptr<std::ofstream> metrics;
-  if (!c.metrics.empty() && root) {
-    metrics = std::make_unique<std::ofstream>(c.metrics, resumed ? std::ios::app : std::ios::trunc);
-    RN_CHECK_CTX(metrics->good(), c.metrics, "cannot open the metrics file for writing");
-  }
+  std::shared_ptr<std::ofstream> metrics;
+  if (!c.metrics.empty() && root) metrics = open_run_log(c.metrics, "--metrics", resumed, trainer.steps());
   const std::string run_id = make_run_id();
   std::unique_ptr<io::TensorBoardWriter> tb;
   if (!c.tensorboard.empty() && root) {

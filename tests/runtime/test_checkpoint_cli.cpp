@@ -198,8 +198,8 @@ TEST(CheckpointCli, ResumeAutoIsBitIdenticalToAnUninterruptedRun) {
 TEST(CheckpointCli, KillDashNineDuringAWriteLeavesThePreviousCheckpointInCharge) {
   const fs::path d = temp_dir();
   const fs::path ck = d / "ck";
-  const std::string args =
-      "--schedule constant --checkpoint-dir " + ck.string() + " --checkpoint-every 2 --resume auto";
+  const std::string args = "--schedule constant --checkpoint-dir " + ck.string() +
+                           " --checkpoint-every 2 --resume auto --loss-log " + (d / "loss.jsonl").string();
   const CliRun first = run(train_args("--max-steps 4 " + args));
   ASSERT_EQ(first.code, 0) << first.out;
   ASSERT_EQ(renaissance::io::read_checkpoint((ck / "latest.h5").string()).state.step, 4);
@@ -228,6 +228,13 @@ TEST(CheckpointCli, KillDashNineDuringAWriteLeavesThePreviousCheckpointInCharge)
   EXPECT_NE(resumed.out.find("ckpt-step00000004.h5 at step 4"), std::string::npos) << resumed.out;
   EXPECT_FALSE(fs::exists(tmp));  // stale temporaries are cleared by the next save
   EXPECT_EQ(renaissance::io::read_checkpoint((ck / "latest.h5").string()).state.step, 10);
+  // The killed run logged steps 5 and 6 after the checkpoint of step 4; the resumed run logs them again, so they were
+  // in the loss log twice. It drops them first: every step once, in order.
+  EXPECT_NE(resumed.out.find("--loss-log: dropped 2 lines past step 4"), std::string::npos) << resumed.out;
+  const auto log = lines_of(d / "loss.jsonl");
+  ASSERT_EQ(log.size(), 10u);
+  for (std::size_t i = 0; i < log.size(); ++i)
+    EXPECT_EQ(log[i].rfind("{\"step\":" + std::to_string(i + 1) + ",", 0), 0u) << log[i];
 }
 
 TEST(CheckpointCli, CorruptOrTruncatedCheckpointsFailNamingTheFileAndTensor) {
