@@ -1,4 +1,5 @@
 #include "cli_errors.h"
+#include "preflight.h"
 
 #include "run_config.h"
 
@@ -7,7 +8,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -191,10 +194,32 @@ void read_integers_as_decimal(CLI::App& app) {
         return {};
       },
       "");
+  // A decimal number past the option's 64 bits: CLI11 clamped it, and the command's own error then quoted
+  // 9223372036854775807 for 99999999999999999999. Checked after the option's own checks (a seed's, a range's), which
+  // say more; train's numbers are checked as written by check_train_numbers, after the parse.
+  auto fits = [](bool is_signed) {
+    return CLI::Validator(
+        [is_signed](std::string& text) -> std::string {
+          const std::size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+          if (text.size() == sign || text.find_first_not_of("0123456789", sign) != std::string::npos) return {};
+          errno = 0;
+          if (is_signed)
+            (void)std::strtoll(text.c_str(), nullptr, 10);
+          else if (text[0] != '-')
+            (void)std::strtoull(text.c_str(), nullptr, 10);
+          return errno == ERANGE
+                     ? "'" + text + "' does not fit in a " + (is_signed ? "signed " : "") + "64-bit integer"
+                     : std::string();
+        },
+        "");
+  };
+  const bool train = app.get_name() == "train";
   for (CLI::Option* o : app.get_options()) {
     // CLI11 appends each check's description ("INT:INT in [1 - 65536]", "UINT:UINT"): the type is the first word.
     const std::string type = o->get_type_name().substr(0, o->get_type_name().find(':'));
-    if (type == "INT" || type == "UINT") o->transform(decimal);
+    if (type != "INT" && type != "UINT") continue;
+    o->transform(decimal);
+    if (!(train && train_checks_as_written(o->get_name()))) o->check(fits(type == "INT"));
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_integers_as_decimal(*sub);
 }

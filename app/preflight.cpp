@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <vector>
 
 namespace renaissance::app {
 
@@ -86,10 +87,8 @@ void check_in_place_output(const std::string& path, const std::string& option) {
                option, parent.string());
 }
 
-}  // namespace
-
-void check_train_numbers(const CLI::App& cmd) {
-  const Rule rules[] = {
+const std::vector<Rule>& train_rules() {
+  static const std::vector<Rule> rules = {
       {"--epochs", true, 1, 1000000, false, false, "an integer from 1 to 1000000"},
       {"--batch", true, 1, 1LL << 31, false, false, "an integer from 1 to 2147483648"},
       {"--val-batch", true, 0, 1LL << 31, false, false, "an integer from 0 (the training batch) to 2147483648"},
@@ -108,6 +107,19 @@ void check_train_numbers(const CLI::App& cmd) {
       {"--comm-timeout", false, 0, 1e9, true, false, "a number of seconds > 0"},
       {"--onecycle-div", false, 1, 1e9, false, false, "a number from 1 to 1e9"},  // CLI11's Range let NaN through
   };
+  return rules;
+}
+
+}  // namespace
+
+bool train_checks_as_written(const std::string& option) {
+  for (const Rule& r : train_rules())
+    if (option == r.option) return true;
+  return false;
+}
+
+void check_train_numbers(const CLI::App& cmd) {
+  const std::vector<Rule>& rules = train_rules();
   for (const Rule& r : rules) {
     const CLI::Option* opt = cmd.get_option_no_throw(r.option);
     if (!opt || opt->count() == 0 || opt->results().empty()) continue;

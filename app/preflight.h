@@ -23,6 +23,8 @@ namespace renaissance::app {
 /// A value that overflowed its type is reported as written ("--epochs must be an integer from 1 to 1000000, got
 /// '99999999999999999999'").
 void check_train_numbers(const CLI::App& cmd);
+/// Whether check_train_numbers checks `option` ("--epochs") as written (so the parse leaves an overflow to it).
+bool train_checks_as_written(const std::string& option);
 
 /// The files of one `train` run.
 struct TrainFiles {

@@ -128,6 +128,31 @@ TEST(HardeningMessages, LayerNamesThatCollideInTheirTensorsSayHowToFixIt) {
                      "rename one of them");
 }
 
+// An integer past 64 bits was clamped by CLI11, and the command's own check then quoted the clamped value ("--batch
+// 99999999999999999999": "got 9223372036854775807"). A usage error quoting what was written; an option's own check
+// (a range, a seed, train's numbers) still speaks first.
+TEST(HardeningMessages, AnIntegerPast64BitsIsQuotedAsWritten) {
+  const fs::path d = temp_dir();
+  const std::string w = " --weights " + (d / "none.h5").string();
+  for (const auto& [cmd, must] : std::vector<std::pair<std::string, std::string>>{
+           {"eval --data " + tiny_data() + w + " --batch 99999999999999999999",
+            "--batch: '99999999999999999999' does not fit in a signed 64-bit integer"},
+           {"eval --data " + tiny_data() + w + " --batch -99999999999999999999",
+            "--batch: '-99999999999999999999' does not fit in a signed 64-bit integer"},
+           {"predict --data " + tiny_data() + w + " --out " + (d / "p.h5").string() + " --first 9223372036854775808",
+            "--first: '9223372036854775808' does not fit in a signed 64-bit integer"},
+           {"plan --batch 9223372036854775808", "--batch: '9223372036854775808' does not fit in a signed 64-bit integer"},
+           {"train --data " + tiny_data() + " --epochs 99999999999999999999",
+            "--epochs must be an integer from 1 to 1000000, got '99999999999999999999'"},
+           {"train --data " + tiny_data() + " --seed 18446744073709551616",
+            "--seed: '18446744073709551616' is not a seed"}}) {
+    const CliResult r = run(cmd);
+    EXPECT_TRUE(r.code == 1 || r.code == 2) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find(must), std::string::npos) << cmd << "\n" << r.out;
+    EXPECT_EQ(r.out.find("9223372036854775807"), std::string::npos) << cmd << "\n" << r.out;
+  }
+}
+
 TEST(HardeningMessages, RangeMessagesPrintPlainIntegers) {
   const fs::path d = temp_dir();
   for (const char* bad : {"--train 0 --val 1", "--train 5 --val -1", "--train 99999999999999999999 --val 1"}) {
