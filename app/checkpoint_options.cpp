@@ -32,7 +32,12 @@ namespace {
 std::atomic<int> g_stop_request{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler stores into a lock-free atomic");
 
-extern "C" void on_preemption_signal(int sig) { g_stop_request.store(sig); }
+// The first signal is the one that asked for the stop (a SIGTERM during the checkpoint that a SIGUSR1 requested
+// was named as the cause).
+extern "C" void on_preemption_signal(int sig) {
+  int none = 0;
+  g_stop_request.compare_exchange_strong(none, sig);
+}
 
 bool g_armed_early = false;           ///< arm_preemption_early installed the handlers
 struct sigaction g_previous[2] = {};  ///< SIGUSR1's and SIGTERM's actions before it did (SIG_IGN stays SIG_IGN)
