@@ -15,6 +15,7 @@ Needs numpy, h5py, PyYAML and torch.
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,7 +102,15 @@ def main():
     try:
         sd = torch.load(args.state_dict, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 (torch raises UnpicklingError, RuntimeError, ...)
-        raise SystemExit(f"{args.state_dict}: not a plain state_dict (loaded with weights_only=True: {e}); save "
+        # One line (the error is the last line) with torch's reason. PyTorch 1.13: "... WeightsUnpickler error:
+        # Unsupported class posix.system"; 2.x: a paragraph of advice, then "Trying to load unsupported GLOBAL
+        # posix.system whose module posix is blocked." on a line of its own.
+        reason = re.search(r"\w+ error:\s*[^\n]+", str(e))
+        lines = [" ".join(line.split()) for line in str(e).splitlines() if line.strip()]
+        why = reason.group(0) if reason else next((line for line in lines if "unsupported" in line.lower()),
+                                                 lines[0] if lines else type(e).__name__)
+        why = why if len(why) <= 300 else why[:297] + "..."
+        raise SystemExit(f"{args.state_dict}: not a plain state_dict (loaded with weights_only=True: {why}); save "
                          "model.state_dict() instead of the module")
     if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
         sd = sd["state_dict"]
