@@ -315,6 +315,14 @@ void run_train(TrainCli& c) {
     std::printf("resumed from %s at step %lld\n", resume->path.c_str(), static_cast<long long>(trainer.steps()));
   std::fflush(stdout);
   resume.reset();  // the host copy of the tensors
+  {
+    // Room for the outputs, now that their size is known: rank 0 writes them, every rank stops alike.
+    const std::int64_t ckpt = trainer.file_tensor_bytes(true) * (c.ckpt.keep_best.empty() ? 1 : 2);
+    const std::string no_room =
+        root ? check_room_for_outputs(c.save, trainer.file_tensor_bytes(false), c.ckpt.dir, ckpt) : std::string();
+    const bool refused = comm ? comm->agree_max(no_room.empty() ? 0 : 1) != 0 : !no_room.empty();
+    RN_CHECK(!refused, "{}", root ? no_room : "rank 0 has no room for the run's outputs (see its error)");
+  }
   if (root && comm)
     std::printf("data-parallel: %d ranks x %lld samples per step (global batch %lld)%s\n", comm->world_size(),
                 static_cast<long long>(c.t.batch / comm->world_size()), static_cast<long long>(c.t.batch),

@@ -59,6 +59,7 @@ const std::vector<EnvVariable>& environment_variables() {
        [](const std::string& v) { return integer_in(v, 0, 1LL << 40); }},
       {"RENAISSANCE_JPEG_DIRECT_READ", "0 or 1", [](const std::string& v) { return one_of(v, {"0", "1"}); }},
       {"RENAISSANCE_NCCL_LANES", "1 or 2", [](const std::string& v) { return one_of(v, {"1", "2"}); }},
+      {"RENAISSANCE_SPACE_CHECK", "on or off", [](const std::string& v) { return one_of(v, {"on", "off"}); }},
       {"RENAISSANCE_MPI", "always, never or auto",
        [](const std::string& v) { return one_of(v, {"always", "never", "auto"}); }},
   };

@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -234,6 +235,49 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
   require_same_on_ranks(t.comm, [&] { return data.content_fingerprint(); }, "the dataset's content", f.data,
                         "give every rank the same dataset file (copy it again, or use a shared path)");
   return out;
+}
+
+std::string check_room_for_outputs(const std::string& save, std::int64_t weights_bytes,
+                                   const std::string& checkpoint_dir, std::int64_t checkpoint_bytes) {
+  struct Need {
+    std::string path, option;
+    std::int64_t bytes;
+    dev_t dev;
+    std::int64_t free;
+  };
+  std::vector<Need> needs;
+  // RENAISSANCE_SPACE_CHECK=off: for file systems whose free space says little (quotas elsewhere, compression).
+  if (const char* v = std::getenv("RENAISSANCE_SPACE_CHECK"); v && std::string(v) == "off") return {};
+  // The attributes (model YAML, arch plan, run config) and HDF5's own structures: ~0.2 MB for fmnist_cnn.
+  constexpr std::int64_t kSlack = 1 << 20;
+  auto add = [&](const std::string& path, const std::string& dir, const char* option, std::int64_t bytes) {
+    struct statvfs fs_info {};
+    struct stat st {};
+    if (::statvfs(dir.c_str(), &fs_info) != 0 || ::stat(dir.c_str(), &st) != 0) return;  // unknown: no check
+    const auto free = static_cast<std::int64_t>(fs_info.f_bavail) * static_cast<std::int64_t>(fs_info.f_frsize);
+    needs.push_back({path, option, bytes + kSlack, st.st_dev, free});
+  };
+  if (!save.empty()) {
+    const std::string parent = fs::path(save).parent_path().string();
+    add(save, parent.empty() ? "." : parent, "--save", weights_bytes);
+  }
+  if (!checkpoint_dir.empty()) add(checkpoint_dir, checkpoint_dir, "--checkpoint-dir", checkpoint_bytes);
+  for (const Need& n : needs) {
+    std::int64_t together = 0;
+    std::string what;
+    for (const Need& m : needs)
+      if (m.dev == n.dev) {
+        together += m.bytes;
+        what += (what.empty() ? "" : " and ") + m.option;
+      }
+    if (together > n.free)
+      return fmt::format("{}: {} needs about {:.1f} MiB on this file system and {:.1f} MiB are free: make room "
+                         "before training (a full disk would fail the run at its first write, after the work; "
+                         "RENAISSANCE_SPACE_CHECK=off skips this check)",
+                         n.path, what, static_cast<double>(together) / (1 << 20),
+                         static_cast<double>(n.free) / (1 << 20));
+  }
+  return {};
 }
 
 }  // namespace renaissance::app

@@ -74,11 +74,39 @@ TEST(HardeningFaults, AFullDiskDuringSaveIsACleanErrorAndThePreviousFileStays) {
   const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 --save " + w.string();
   ASSERT_EQ(run(train).code, 0);
   const std::string before = read_text(w);
-  const CliResult r = run_shell("exec " + disk.fill(64) + cli() + " " + train + " --seed 9");
+  // Past the start-up's check of the free space (the disk fills during the run).
+  const CliResult r = run_shell("RENAISSANCE_SPACE_CHECK=off exec " + disk.fill(64) + cli() + " " + train + " --seed 9");
   expect_disk_full(r, w.string());
   EXPECT_TRUE(read_text(w) == before) << "the previous weights were damaged";
   EXPECT_NO_THROW(renaissance::io::read_weights(w.string()));
   EXPECT_TRUE(disk.temporaries().empty()) << disk.temporaries().front();
+}
+
+// A disk that is already too full for the run's outputs is refused once the plan says how large they are, before the
+// first step (the run trained to its first checkpoint, or to its end for --save, and then failed).
+TEST(HardeningFaults, ADiskWithoutRoomForTheOutputsIsRefusedBeforeTraining) {
+  const fs::path d = temp_dir();
+  SmallDisk disk(d / "disk");
+  if (!disk.tmpfs()) GTEST_SKIP() << "no tmpfs could be mounted here (a file-size limit does not show as free space)";
+  const std::string ck = (disk.dir() / "ck").string(), w = (disk.dir() / "w.h5").string();
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 ";
+  ASSERT_EQ(run(train + "--checkpoint-dir " + ck + " --save " + w).code, 0);  // 4 MiB hold them
+  const std::string before = read_text(w);
+  disk.fill(64);  // fmnist_cnn: ~0.7 MB of checkpoint tensors, 0.35 MB of weights, plus 1 MiB each for the rest
+  for (const std::string& out : {"--checkpoint-dir " + ck + "2", "--save " + w}) {
+    const CliResult r = run(train + out);
+    SCOPED_TRACE(out);
+    EXPECT_CLEAN_ERROR(r, out.substr(out.find(' ') + 1) + ": " + out.substr(0, out.find(' ')) + " needs about",
+                       "MiB are free: make room before training", "RENAISSANCE_SPACE_CHECK=off");
+    EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << "refused before the first step\n" << r.out;
+  }
+  EXPECT_EQ(read_text(w), before);
+  EXPECT_NO_THROW(renaissance::io::read_checkpoint(ck + "/latest.h5"));
+  // With the check off the run trains, and its write fails as before.
+  const CliResult off = run_shell("RENAISSANCE_SPACE_CHECK=off exec " + cli() + " " + train + "--save " + w);
+  expect_disk_full(off, w);
+  EXPECT_NE(off.out.find("epoch 1/"), std::string::npos) << off.out;
+  EXPECT_EQ(read_text(w), before);
 }
 
 TEST(HardeningFaults, AFullDiskDuringACheckpointKeepsThePreviousOneAndAPreemptionStillExits75) {
@@ -89,7 +117,7 @@ TEST(HardeningFaults, AFullDiskDuringACheckpointKeepsThePreviousOneAndAPreemptio
   ASSERT_EQ(run(train + " --max-steps 3").code, 0);  // ckpt-step00000003.h5
   const fs::path first = fs::path(ck) / "ckpt-step00000003.h5";
   ASSERT_TRUE(fs::exists(first));
-  const std::string limited = disk.fill(64);
+  const std::string limited = "env RENAISSANCE_SPACE_CHECK=off " + disk.fill(64);  // the disk fills during the run
   // The next checkpoint (step 6) does not fit: exit 1 naming it, and step 3 stays the valid latest.
   CliResult r = run_shell("exec " + limited + cli() + " " + train + " --max-steps 9 --resume auto");
   expect_disk_full(r, "ckpt-step00000006.h5");

@@ -320,6 +320,9 @@ class Trainer {
   /// the partial epoch's metric sums, step/epoch/position): a run resumed from it continues bit for bit. Not
   /// collective: the calling rank writes (run() itself checkpoints into checkpoint_dir from rank 0).
   void save_checkpoint(const std::string& path) const;
+  /// The tensor bytes a checkpoint (or, `checkpoint` false, a weights file) of this run holds: what its disk must
+  /// have room for, less the attributes (train checks it against the free space before the first step).
+  std::int64_t file_tensor_bytes(bool checkpoint) const;
   /// Loads a checkpoint (validated first; nothing changes when it fails); the next run() continues at its
   /// step, epoch and position in the epoch. Another batch size, AMP setting, world size, seed or optimizer loads
   /// with a warning (returned and logged); another architecture is an error naming the first mismatching tensor.

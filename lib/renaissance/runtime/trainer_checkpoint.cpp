@@ -244,6 +244,15 @@ void Trainer::save_checkpoint(const std::string& path) const {
   io::write_checkpoint(path, I.make_checkpoint(m_step, metrics));
 }
 
+std::int64_t Trainer::file_tensor_bytes(bool checkpoint) const {
+  std::int64_t bytes = 0;
+  std::string group, name;
+  for (const DTensor& t : m_plan->plan(Variant::TRAIN_BASE).tensors())
+    if (checkpoint ? checkpoint_group(t, &group, &name) : weights_group(t, &group, &name))
+      bytes += t.shape.elems() * static_cast<std::int64_t>(sizeof(float));  // both files hold FP32 values
+  return bytes;
+}
+
 bool Trainer::preempted() const { return m_impl->preempted; }
 double Trainer::last_lr() const { return m_impl->last_lr; }
 double Trainer::last_cycled_momentum() const { return m_impl->opt.onecycle_momentum ? m_impl->last_momentum : -1.0; }
