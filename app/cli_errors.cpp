@@ -207,9 +207,8 @@ void read_integers_as_decimal(CLI::App& app) {
             (void)std::strtoll(text.c_str(), nullptr, 10);
           else if (text[0] != '-')
             (void)std::strtoull(text.c_str(), nullptr, 10);
-          return errno == ERANGE
-                     ? "'" + text + "' does not fit in a " + (is_signed ? "signed " : "") + "64-bit integer"
-                     : std::string();
+          return errno == ERANGE ? "'" + text + "' does not fit in a " + (is_signed ? "signed " : "") + "64-bit integer"
+                                 : std::string();
         },
         "");
   };

@@ -36,7 +36,7 @@ struct PredictCli {
   std::string out;
   std::string split = "val";
   std::int64_t first = 0;
-  std::int64_t count = 0;  ///< not given: 256 samples, fewer where the split ends first
+  std::int64_t count = 0;               ///< not given: 256 samples, fewer where the split ends first
   CLI::Option* count_option = nullptr;  ///< whether --count was given (-1 was the "not given" value, and got through)
   std::int64_t batch = 256;
   bool amp = false;
@@ -192,7 +192,8 @@ void register_predict_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"train", "val"}));
   cmd->add_option("--first", c->first, "First sample")->capture_default_str();
-  c->count_option = cmd->add_option("--count", c->count, "Number of samples (default: 256, or to the end of the split if it ends first)");
+  c->count_option = cmd->add_option("--count", c->count,
+                                    "Number of samples (default: 256, or to the end of the split if it ends first)");
   cmd->add_option("--batch", c->batch, "Inference batch size")->capture_default_str();
   cmd->add_flag("--amp", c->amp, "FP16 inference (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Use the EMA weights");

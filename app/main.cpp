@@ -55,7 +55,8 @@ int check_stdout(int code) {
   if (!std::ferror(stdout)) return code;
   struct stat st {};
   if (::fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return code;
-  std::fprintf(stderr, "renaissance: error: writing the standard output failed%s: this command's output is incomplete\n",
+  std::fprintf(stderr,
+               "renaissance: error: writing the standard output failed%s: this command's output is incomplete\n",
                flush_failed && err ? (" (" + std::string(std::strerror(err)) + ")").c_str() : "");
   std::clearerr(stdout);  // said once: not the broken-pipe warning at exit as well
   return code == 0 ? 1 : code;

@@ -271,11 +271,11 @@ std::string check_room_for_outputs(const std::string& save, std::int64_t weights
         what += (what.empty() ? "" : " and ") + m.option;
       }
     if (together > n.free)
-      return fmt::format("{}: {} needs about {:.1f} MiB on this file system and {:.1f} MiB are free: make room "
-                         "before training (a full disk would fail the run at its first write, after the work; "
-                         "RENAISSANCE_SPACE_CHECK=off skips this check)",
-                         n.path, what, static_cast<double>(together) / (1 << 20),
-                         static_cast<double>(n.free) / (1 << 20));
+      return fmt::format(
+          "{}: {} needs about {:.1f} MiB on this file system and {:.1f} MiB are free: make room "
+          "before training (a full disk would fail the run at its first write, after the work; "
+          "RENAISSANCE_SPACE_CHECK=off skips this check)",
+          n.path, what, static_cast<double>(together) / (1 << 20), static_cast<double>(n.free) / (1 << 20));
   }
   return {};
 }

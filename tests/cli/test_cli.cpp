@@ -213,8 +213,7 @@ TEST(CliPlan, Failures) {
   }
   // A negative --resolution was ignored with --model-file (the file's size was planned), refused with --model.
   {
-    const Result r =
-        run("plan --model-file models/resnet18_fmnist_narrow.yaml --resolution -3");
+    const Result r = run("plan --model-file models/resnet18_fmnist_narrow.yaml --resolution -3");
     EXPECT_EQ(r.code, 1);
     expect_contains(r.err, "--resolution must be a size > 0 (left out: the model's), got -3");
   }
@@ -222,8 +221,9 @@ TEST(CliPlan, Failures) {
 
 TEST(CliBench, ProfileStepsAreBoundedAsSteps) {
   // --profile-steps 2^63 was accepted and profiled for ever.
-  const Result r = run("bench --device cpu --model fmnist_cnn --batch 2 --warmup 0 --steps 1 --profile --profile-steps "
-                       "9223372036854775807");
+  const Result r =
+      run("bench --device cpu --model fmnist_cnn --batch 2 --warmup 0 --steps 1 --profile --profile-steps "
+          "9223372036854775807");
   EXPECT_EQ(r.code, 2);
   expect_contains(r.err, "--profile-steps: Value 9223372036854775807 not in range 1 to 1073741824");
 }

@@ -148,9 +148,10 @@ TEST(HardeningConfig, EnvironmentVariablesWithValuesTheyDoNotTakeAreErrorsNaming
       cli() + " train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --no-validate";
   for (const std::string bad :
        {"RENAISSANCE_CPU_WINOGRAD=false", "RENAISSANCE_COMM_TIMEOUT=10s", "RENAISSANCE_CPU_THREADS=2x",
-        "RENAISSANCE_CPU_THREADS=0", "RENAISSANCE_CPU_THREADS=65536", "RENAISSANCE_CPU_ISA=avx-512", "RENAISSANCE_GEMM=mkl", "RENAISSANCE_GEMM_ISA=sse",
-        "RENAISSANCE_HDF5_OPEN_TIMEOUT=abc", "RENAISSANCE_DATASET_CACHE_MB=-1", "RENAISSANCE_JPEG_DIRECT_READ=no",
-        "RENAISSANCE_NCCL_LANES=3", "RENAISSANCE_MPI=sometimes"}) {
+        "RENAISSANCE_CPU_THREADS=0", "RENAISSANCE_CPU_THREADS=65536", "RENAISSANCE_CPU_ISA=avx-512",
+        "RENAISSANCE_GEMM=mkl", "RENAISSANCE_GEMM_ISA=sse", "RENAISSANCE_HDF5_OPEN_TIMEOUT=abc",
+        "RENAISSANCE_DATASET_CACHE_MB=-1", "RENAISSANCE_JPEG_DIRECT_READ=no", "RENAISSANCE_NCCL_LANES=3",
+        "RENAISSANCE_MPI=sometimes"}) {
     const std::string name = bad.substr(0, bad.find('='));
     const CliResult r = run_shell("exec env " + bad + " " + train);
     EXPECT_CLEAN_ERROR(r, name + ": '" + bad.substr(bad.find('=') + 1) + "' is not a value it takes");

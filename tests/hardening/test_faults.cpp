@@ -75,7 +75,8 @@ TEST(HardeningFaults, AFullDiskDuringSaveIsACleanErrorAndThePreviousFileStays) {
   ASSERT_EQ(run(train).code, 0);
   const std::string before = read_text(w);
   // Past the start-up's check of the free space (the disk fills during the run).
-  const CliResult r = run_shell("RENAISSANCE_SPACE_CHECK=off exec " + disk.fill(64) + cli() + " " + train + " --seed 9");
+  const CliResult r =
+      run_shell("RENAISSANCE_SPACE_CHECK=off exec " + disk.fill(64) + cli() + " " + train + " --seed 9");
   expect_disk_full(r, w.string());
   EXPECT_TRUE(read_text(w) == before) << "the previous weights were damaged";
   EXPECT_NO_THROW(renaissance::io::read_weights(w.string()));
@@ -157,8 +158,9 @@ TEST(HardeningFaults, AResultThatCannotBeWrittenToStdoutFailsTheCommand) {
                 " --checkpoint-dir " + ck)
                 .code,
             0);
-  for (const std::string& cmd : {"data inspect " + tiny_data(), "eval --data " + tiny_data() + " --weights " + w +
-                                 " --json", "checkpoint inspect --json " + ck + "/latest.h5"}) {
+  for (const std::string& cmd :
+       {"data inspect " + tiny_data(), "eval --data " + tiny_data() + " --weights " + w + " --json",
+        "checkpoint inspect --json " + ck + "/latest.h5"}) {
     ASSERT_EQ(run_shell("exec " + cli() + " " + cmd + " >/dev/null").code, 0) << cmd;
     const CliResult r = run_shell("exec " + cli() + " " + cmd + " >/dev/full");
     SCOPED_TRACE(cmd);

@@ -138,8 +138,8 @@ TEST(HardeningPreflight, PredictWithoutCountStopsWhereTheSplitEnds) {
   }
   // -1 was the "not given" value, so --count -1 wrote the default range; 0 and -1 are refused alike.
   for (const std::string n : {"0", "-1"}) {
-    const CliResult bad = run("predict --device cpu --data " + tiny_data() + " --weights " + w + " --count " + n +
-                              " --out " + out);
+    const CliResult bad =
+        run("predict --device cpu --data " + tiny_data() + " --weights " + w + " --count " + n + " --out " + out);
     EXPECT_CLEAN_ERROR(bad, "--count must be >= 1, got " + n);
   }
 }
