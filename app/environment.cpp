@@ -76,9 +76,10 @@ void check_environment() {
   if (const char* threads = std::getenv("RENAISSANCE_CPU_THREADS"); threads && *threads) {
     const int n = std::atoi(threads), cpus = runtime::cpu_affinity_count();
     if (n > cpus)
-      spdlog::warn("RENAISSANCE_CPU_THREADS={} is more than the {} CPU{} this process may run on: the CPU kernels' "
-                   "threads will take turns on them (slower than {})",
-                   n, cpus, cpus == 1 ? "" : "s", cpus);
+      spdlog::warn(
+          "RENAISSANCE_CPU_THREADS={} is more than the {} CPU{} this process may run on: the CPU kernels' "
+          "threads will take turns on them (slower than {})",
+          n, cpus, cpus == 1 ? "" : "s", cpus);
   }
 }
 
