@@ -350,6 +350,8 @@ void run_train(TrainCli& c) {
   std::unique_ptr<io::TensorBoardWriter> tb;
   if (!c.tensorboard.empty() && root) {
     tb = std::make_unique<io::TensorBoardWriter>(c.tensorboard);
+    // Points past the checkpoint that a killed run wrote are written again from here: TensorBoard drops the old ones.
+    if (resumed) tb->session_start(trainer.steps() + 1);
     tb->text(trainer.steps(), "run/config",
              fmt::format("run `{}`, model `{}`, data `{}`\n\n```\n{}```", run_id, bp.name, c.data, c.config_text));
     std::printf("tensorboard: %s (tensorboard --logdir %s)\n", tb->path().c_str(), c.tensorboard.c_str());

@@ -7,7 +7,8 @@ Trains a small run with --tensorboard and --metrics, then, in a Python that has 
 project-local venv, VENV_DIR, that this script creates and fills from PyPI with `pip install tensorboard` when it is
 not there yet), reads the event file with tensorboard's EventAccumulator and checks: every record's length and
 data CRC-32C against tensorboard's own masked_crc32c, the scalar tags, that each epoch scalar equals the metrics
-JSONL's value at the same step (float32 rounding), the per-step losses against --loss-log, and the run/config text.
+JSONL's value at the same step (float32 rounding), the per-step losses against --loss-log, and the run/config text;
+then a run killed after a checkpoint and resumed: each step once in TensorBoard and the loss log.
 Exit 0 pass, 1 fail, 77 skip (tensorboard cannot be installed: no network, no venv/pip).
 """
 import json
@@ -15,6 +16,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 
 def fail(msg):
@@ -82,9 +84,34 @@ def read_back(tb_dir, metrics_path, loss_path):
     print("PASS")
 
 
+def read_resumed(tb_dir, loss_path):
+    """A run killed after its checkpoint of step 4 (it had logged steps 5-7), then resumed: the resumed run's event
+    file starts with a SessionLog START at step 5, so TensorBoard keeps each step once, the resumed run's values."""
+    from tensorboard.backend.event_processing import event_accumulator as ea_mod
+
+    files = sorted(f for f in os.listdir(tb_dir) if "tfevents" in f)
+    if len(files) != 2:
+        fail(f"expected two event files (the killed run's, the resumed run's) in {tb_dir}, found {files}")
+    acc = ea_mod.EventAccumulator(tb_dir, size_guidance={ea_mod.SCALARS: 0, ea_mod.TENSORS: 0})
+    acc.Reload()
+    got = [(e.step, e.value) for e in acc.Scalars("train/step_loss")]
+    losses = [(d["step"], d["loss"]) for d in (json.loads(line) for line in open(loss_path) if line.strip())]
+    if [s for s, _ in got] != list(range(1, 11)) or [s for s, _ in losses] != list(range(1, 11)):
+        fail(f"after the resume: train/step_loss steps {[s for s, _ in got]}, the loss log's {[s for s, _ in losses]} "
+             "(each of 1-10 once expected)")
+    for (s, g), (_, r) in zip(got, losses):
+        if abs(g - r) > 1e-6 * max(1.0, abs(r)):
+            fail(f"after the resume: train/step_loss at step {s}: {g} != the loss log's {r}")
+    print("resumed: steps 1-10 once each in TensorBoard and the loss log, the same values")
+    print("PASS")
+
+
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "--read":
         read_back(*sys.argv[2:5])
+        return
+    if len(sys.argv) >= 2 and sys.argv[1] == "--read-resumed":
+        read_resumed(*sys.argv[2:4])
         return
     cli, work = sys.argv[1], sys.argv[2]
     venv = sys.argv[3] if len(sys.argv) > 3 else os.path.join(work, "venv")
@@ -109,7 +136,25 @@ def main():
             if p.returncode != 0:
                 print(f"SKIP: cannot install tensorboard ({' '.join(cmd)}: {p.stderr.strip()[-400:]})")
                 sys.exit(77)
-    sys.exit(subprocess.run([py, os.path.abspath(__file__), "--read", tb, metrics, loss_log]).returncode)
+    rc = subprocess.run([py, os.path.abspath(__file__), "--read", tb, metrics, loss_log]).returncode
+    if rc != 0:
+        sys.exit(rc)
+    # A run killed after its checkpoint of step 4 (here: it stopped at step 7 and loses its later checkpoint), then
+    # resumed to step 10 from step 4.
+    tb2, ck, loss2 = (os.path.join(work, n) for n in ("tb-resumed", "ck", "loss-resumed.jsonl"))
+    subprocess.run(["rm", "-rf", tb2, ck, loss2], check=True)
+    common = [cli, "train", "--device", "cpu", "--data", data, "--epochs", "2", "--batch", "32", "--lr", "0.01",
+              "--schedule", "constant", "--log-every", "1", "--tensorboard", tb2, "--loss-log", loss2,
+              "--checkpoint-dir", ck, "--checkpoint-every", "4", "--resume", "auto"]
+    for max_steps in ("7", "10"):
+        r = subprocess.run(common + ["--max-steps", max_steps], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"train --max-steps {max_steps} exited {r.returncode}: {r.stdout}{r.stderr}")
+        if max_steps == "7":
+            for name in ("ckpt-step00000007.h5", "latest.h5"):
+                os.remove(os.path.join(ck, name))
+            time.sleep(1.1)  # the event file names start with the second: the resumed run's sorts after
+    sys.exit(subprocess.run([py, os.path.abspath(__file__), "--read-resumed", tb2, loss2]).returncode)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,13 @@ void TensorBoardWriter::text(std::int64_t step, const std::string& tag, const st
   write_event(event_with(step, payload));
 }
 
+void TensorBoardWriter::session_start(std::int64_t step) {
+  std::string session_log, payload;
+  put_int(session_log, 1, 1);  // status: START
+  put_bytes(payload, 7, session_log);  // Event.session_log (6 is the deprecated log_message)
+  write_event(event_with(step, payload));
+}
+
 void TensorBoardWriter::flush() {
   if (m_file) std::fflush(m_file);
 }

@@ -3,7 +3,8 @@
 //  - a file `events.out.tfevents.<seconds>.<host>.<pid>` of TFRecords: u64 length (little-endian), u32 masked
 //    CRC-32C of those 8 bytes, the data, u32 masked CRC-32C of the data (mask: rotate right by 15, add 0xa282ead8);
 //  - each record one `tensorflow.Event` protobuf: wall_time (1, double), step (2, int64), file_version (3, string,
-//    the first record: "brain.Event:2") or summary (5, Summary {repeated Value value = 1}); a scalar Value is
+//    the first record: "brain.Event:2"), summary (5, Summary {repeated Value value = 1}) or session_log (7,
+//    SessionLog {status = 1}: START where a resumed run begins); a scalar Value is
 //    {tag = 1, simple_value = 2 (float)}, a text Value {tag = 1, metadata = 9 {plugin_data = 1 {plugin_name = 1:
 //    "text"}}, tensor = 8 {dtype = 1: DT_STRING (7), tensor_shape = 2: {}, string_val = 8}}.
 // (tensorflow/core/util/event.proto, summary.proto, tensor.proto; tensorboard/summary/writer/record_writer.py.)
@@ -35,6 +36,10 @@ class TensorBoardWriter {
   void scalar(std::int64_t step, const std::string& tag, double value) { scalars(step, {{tag, value}}); }
   /// A text summary (shown in TensorBoard's Text tab; markdown).
   void text(std::int64_t step, const std::string& tag, const std::string& markdown);
+  /// A SessionLog START at `step` (Event field 7: SessionLog {status = 1: START}): TensorBoard then drops the points
+  /// at `step` and later of the event files before this one, which a run killed after its last checkpoint wrote and
+  /// the resumed run writes again. A resumed run writes it at its first step.
+  void session_start(std::int64_t step);
   /// Flushes to the file (every write flushes already: a killed run keeps what it wrote).
   void flush();
   const std::string& path() const { return m_path; }
