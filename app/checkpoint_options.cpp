@@ -19,8 +19,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace renaissance::app {
@@ -168,51 +170,111 @@ std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) con
   return std::make_unique<runtime::InitialState>(runtime::InitialState::of_checkpoint(std::move(found), path));
 }
 
-std::shared_ptr<std::ofstream> open_run_log(const std::string& path, const char* option, bool resumed,
-                                            std::int64_t resume_step) {
-  std::error_code ec;
-  const fs::path target = fs::weakly_canonical(path, ec);  // through a symbolic link: its target is the log
-  if (resumed && !ec && fs::is_regular_file(target, ec)) {
-    std::ifstream in(target);
-    std::string line, kept;
-    std::int64_t dropped = 0;
-    while (std::getline(in, line)) {
-      if (step_of_line(line) > resume_step) {
-        ++dropped;
-        continue;
-      }
-      kept += line;
-      kept += '\n';
+namespace {
+
+/// Whether `path` names the file open as `fd` (following links: /dev/stdout, /proc/self/fd/1, the job's output file).
+bool same_file_as_fd(const std::string& path, int fd) {
+  struct stat a {}, b {};
+  return ::stat(path.c_str(), &a) == 0 && ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/// A complete line of ours: a JSON object, its newline read.
+bool complete_object(const std::string& line, bool newline) {
+  return newline && line.size() >= 2 && line.front() == '{' && line.back() == '}';
+}
+
+/// The resume's cut of a regular file: lines past `resume_step` and incomplete ones out. Returns how many.
+std::int64_t drop_lines_past(const std::string& path, const char* option, std::int64_t resume_step) {
+  std::ifstream in(path, std::ios::binary);
+  RN_CHECK_CTX(in.good(), path, "{}: cannot read it to resume: {}", option, std::strerror(errno));
+  std::string line;
+  std::int64_t offset = 0, prefix_end = 0, dropped = 0;
+  bool dropping = false, mixed = false;
+  while (std::getline(in, line)) {
+    const bool newline = !in.eof();
+    const std::int64_t next = offset + static_cast<std::int64_t>(line.size()) + (newline ? 1 : 0);
+    if (complete_object(line, newline) && step_of_line(line) <= resume_step) {
+      if (dropping)
+        mixed = true;
+      else
+        prefix_end = next;
+    } else {
+      dropping = true;
+      ++dropped;
     }
-    RN_CHECK_CTX(!in.bad(), path, "{}: cannot read it to resume", option);
-    if (dropped > 0) {
-      const fs::path tmp = target.string() + fmt::format(".resume-{}", static_cast<long>(::getpid()));
-      {
-        std::ofstream out(tmp, std::ios::trunc);
-        if (!(out << kept << std::flush)) {
-          const std::string why = std::strerror(errno);
-          fs::remove(tmp, ec);
-          RN_FAIL_CTX(path, "{}: cannot rewrite it without the lines past step {}: {}", option, resume_step, why);
-        }
-      }
-      fs::rename(tmp, target, ec);
-      if (ec) {
-        const std::string why = ec.message();
-        fs::remove(tmp, ec);
-        RN_FAIL_CTX(path, "{}: cannot replace it: {}", option, why);
-      }
-      std::printf("%s: dropped %lld line%s past step %lld (written after the checkpoint this run resumes from)\n",
-                  option, static_cast<long long>(dropped), dropped == 1 ? "" : "s",
-                  static_cast<long long>(resume_step));
+    offset = next;
+  }
+  RN_CHECK_CTX(!in.bad(), path, "{}: cannot read it to resume", option);
+  in.close();
+  if (dropped == 0) return 0;
+  if (!mixed) {  // the usual case: cut in place
+    if (::truncate(path.c_str(), static_cast<off_t>(prefix_end)) != 0)
+      RN_FAIL_CTX(path, "{}: cannot cut the lines past step {}: {}", option, resume_step, std::strerror(errno));
+    return dropped;
+  }
+  // Kept lines after dropped ones (a file from an older version): the kept ones through a temporary.
+  std::error_code ec;
+  const fs::path target = fs::canonical(path, ec);
+  RN_CHECK_CTX(!ec, path, "{}: {}", option, ec.message());
+  const fs::path tmp = target.string() + fmt::format(".resume-{}", static_cast<long>(::getpid()));
+  {
+    std::ifstream again(target, std::ios::binary);
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    while (std::getline(again, line)) {
+      const bool newline = !again.eof();
+      if (complete_object(line, newline) && step_of_line(line) <= resume_step) out << line << '\n';
+    }
+    if (!(out << std::flush) || again.bad()) {
+      const std::string why = std::strerror(errno);
+      fs::remove(tmp, ec);
+      RN_FAIL_CTX(path, "{}: cannot rewrite it without the lines past step {}: {}", option, resume_step, why);
     }
   }
-  auto f = std::make_shared<std::ofstream>(path, resumed ? std::ios::app : std::ios::trunc);
-  RN_CHECK_CTX(f->good(), path, "{}: cannot open it for writing", option);
-  return f;
+  fs::permissions(tmp, fs::status(target, ec).permissions(), ec);
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    RN_FAIL_CTX(path, "{}: cannot replace it: {}", option, why);
+  }
+  return dropped;
+}
+
+}  // namespace
+
+RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::int64_t resume_step)
+    : m_path(path), m_option(option) {
+  if (same_file_as_fd(path, STDOUT_FILENO) || same_file_as_fd(path, STDERR_FILENO)) {
+    m_std = true;
+    m_out = same_file_as_fd(path, STDOUT_FILENO) ? &std::cout : &std::cerr;
+    return;
+  }
+  std::error_code ec;
+  const bool regular = fs::is_regular_file(path, ec);
+  if (resumed && regular) {
+    const std::int64_t dropped = drop_lines_past(path, option, resume_step);
+    if (dropped > 0)
+      std::printf("%s: dropped %lld line%s past step %lld or incomplete (written after the checkpoint this run "
+                  "resumes from)\n",
+                  option, static_cast<long long>(dropped), dropped == 1 ? "" : "s",
+                  static_cast<long long>(resume_step));
+  }
+  // Truncated only where a fresh run replaces a file; a FIFO or device is written to as it is.
+  const bool truncate = !resumed && (regular || !fs::exists(path, ec));
+  m_file = std::make_unique<std::ofstream>(path, truncate ? std::ios::trunc : std::ios::app);
+  RN_CHECK_CTX(m_file->good(), path, "{}: cannot open it for writing: {}", option, std::strerror(errno));
+  m_out = m_file.get();
+}
+
+void RunLog::write(const std::string& line, const std::string& what) {
+  if (*m_out << line << '\n' << std::flush) return;
+  if (m_std) return;  // the process's own stdout/stderr: a closed pipe does not stop a run (main.cpp reports it)
+  RN_FAIL_CTX(m_path, "{}: writing {} failed: {}", m_option, what, std::strerror(errno));
 }
 
 void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed, const runtime::Trainer& trainer) {
-  if (root && !loss_log.empty()) m_loss_log = open_run_log(loss_log, "--loss-log", resumed, trainer.steps());
+  if (root && !loss_log.empty())
+    m_loss_log = std::make_shared<RunLog>(loss_log, "--loss-log", resumed, trainer.steps());
   long delay_ms = 0;  // test hook: slow every step down so a test can signal a run in flight
   if (const char* d = std::getenv("RENAISSANCE_TEST_STEP_DELAY_MS")) delay_ms = std::atol(d);
   if (m_loss_log || delay_ms > 0) {
@@ -224,8 +286,7 @@ void CheckpointCli::observe(runtime::TrainObserver& obs, bool root, bool resumed
         j.begin_object().kv("step", step).kv("epoch", epoch).kv("loss", loss).kv("lr", t->last_lr());
         if (t->last_cycled_momentum() >= 0.0) j.kv("momentum", t->last_cycled_momentum());
         j.end_object();
-        if (!(*log << j.str() << "\n" << std::flush))
-          RN_FAIL("--loss-log: writing the loss of step {} failed: {}", step, std::strerror(errno));
+        log->write(j.str(), fmt::format("the loss of step {}", step));
       }
       if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     };

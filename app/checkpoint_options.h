@@ -17,6 +17,8 @@ namespace renaissance::app {
 /// requeue the job (EX_TEMPFAIL of sysexits.h). jobs/*.sbatch turn it into `scontrol requeue`.
 inline constexpr int kExitPreempted = 75;
 
+class RunLog;
+
 struct CheckpointCli {
   std::string dir;
   std::string every;  ///< STEPS or "epoch"; default with a directory: epoch
@@ -39,7 +41,7 @@ struct CheckpointCli {
   void report_preempted(const runtime::Trainer& trainer, bool root) const;
 
  private:
-  std::shared_ptr<std::ofstream> m_loss_log;
+  std::shared_ptr<RunLog> m_loss_log;
   CLI::Option* m_resume_option = nullptr;
 };
 
@@ -57,12 +59,28 @@ void arm_preemption_early(int argc, char** argv);
 /// as soon as its options are read; nothing when the handlers were not armed early.
 void disarm_preemption_early();
 
-/// Opens a per-step or per-epoch JSONL log (--loss-log, --metrics) for writing: truncated for a fresh run; for a run
-/// resumed at step `resume_step`, the lines whose "step" is past it are dropped first (a run that failed or was killed
-/// after its last checkpoint wrote them, and the resumed run writes them again), then appended to. The file is
-/// rewritten through a temporary and a rename; one that is not a regular file (a FIFO, /dev/stdout) is appended to.
-std::shared_ptr<std::ofstream> open_run_log(const std::string& path, const char* option, bool resumed,
-                                            std::int64_t resume_step);
+/// A per-step or per-epoch JSONL log (--loss-log, --metrics), written by rank 0.
+class RunLog {
+ public:
+  /// Opens `path`: truncated for a fresh run; for a run resumed at step `resume_step`, the lines whose "step" is past
+  /// it, and incomplete ones (a run killed or stopped by a full disk mid-line), are dropped first, then appended to:
+  /// a run killed after its last checkpoint wrote them, and the resumed run writes them again. The dropped lines are
+  /// the file's end, so it is cut there in place (its inode, mode and links stay); only a file whose dropped lines
+  /// are not all at its end is rewritten through a temporary and a rename. A FIFO or device is appended to, and the
+  /// process's own stdout or stderr (`--loss-log /dev/stdout`, the job's output file) is written through them, never
+  /// reopened, cut or replaced.
+  RunLog(const std::string& path, const char* option, bool resumed, std::int64_t resume_step);
+  /// Appends `line`; a failed write fails the run naming the file and `what` ("epoch 3"), except on the process's own
+  /// stdout/stderr, whose lost output the end of the command reports (app/main.cpp).
+  void write(const std::string& line, const std::string& what);
+
+ private:
+  std::string m_path;
+  const char* m_option;
+  std::unique_ptr<std::ofstream> m_file;
+  std::ostream* m_out = nullptr;
+  bool m_std = false;
+};
 
 /// The model a checkpoint records (its model_yaml), for `eval --checkpoint` without --model.
 blueprint::BluePrint checkpoint_model(const std::string& path);

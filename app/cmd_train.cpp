@@ -344,8 +344,8 @@ void run_train(TrainCli& c) {
                 bound.c_str(), static_cast<long long>(c.t.batch), c.optimizer.c_str(), c.t.lr, c.schedule.c_str(),
                 threads.c_str());
   std::fflush(stdout);
-  std::shared_ptr<std::ofstream> metrics;
-  if (!c.metrics.empty() && root) metrics = open_run_log(c.metrics, "--metrics", resumed, trainer.steps());
+  std::shared_ptr<RunLog> metrics;
+  if (!c.metrics.empty() && root) metrics = std::make_shared<RunLog>(c.metrics, "--metrics", resumed, trainer.steps());
   const std::string run_id = make_run_id();
   std::unique_ptr<io::TensorBoardWriter> tb;
   if (!c.tensorboard.empty() && root) {
@@ -372,8 +372,7 @@ void run_train(TrainCli& c) {
   };
   obs.on_epoch = [&](const runtime::EpochMetrics& m) {
     if (root) progress.epoch(m);
-    if (metrics && !(*metrics << metrics_json(m, m.validated, run_id) << "\n" << std::flush))
-      RN_FAIL_CTX(c.metrics, "--metrics: writing epoch {} failed: {}", m.epoch, std::strerror(errno));
+    if (metrics) metrics->write(metrics_json(m, m.validated, run_id), fmt::format("epoch {}", m.epoch));
     if (tb) tb->scalars(m.step, epoch_scalars(m, m.validated));
   };
   c.ckpt.observe(obs, root, resumed, trainer);

@@ -9,6 +9,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -235,6 +236,57 @@ TEST(CheckpointCli, KillDashNineDuringAWriteLeavesThePreviousCheckpointInCharge)
   ASSERT_EQ(log.size(), 10u);
   for (std::size_t i = 0; i < log.size(); ++i)
     EXPECT_EQ(log[i].rfind("{\"step\":" + std::to_string(i + 1) + ",", 0), 0u) << log[i];
+}
+
+// The resume's cut of --loss-log: lines past the checkpoint and a partial last line (a run killed mid-write) go, the
+// file is cut in place (mode and hard links stay; it was rewritten through a rename); the process's own stdout as
+// the log (`--loss-log /dev/stdout >> job.out`, a Slurm job's output) is written through stdout and never replaced
+// (the rename put a new file in its place, and the rest of the job's output went to the unlinked one).
+TEST(CheckpointCli, ResumedLogsAreCutInPlaceAndStdoutIsNeverReplaced) {
+  const fs::path d = temp_dir();
+  const fs::path log = d / "loss.jsonl", link = d / "loss-link.jsonl";
+  const std::string common = "--schedule constant --checkpoint-every 4 --resume auto --checkpoint-dir ";
+  auto kill_after_checkpoint_4 = [](const fs::path& ck) {  // as if killed after the checkpoint of step 4
+    fs::remove(ck / "ckpt-step00000006.h5");
+    fs::remove(ck / "latest.h5");
+  };
+  ASSERT_EQ(run(train_args("--max-steps 6 --loss-log " + log.string() + " " + common + (d / "ck").string())).code, 0);
+  kill_after_checkpoint_4(d / "ck");
+  { std::ofstream(log, std::ios::app) << "{\"step\":7,\"ep"; }  // killed mid-line
+  fs::permissions(log, fs::perms::owner_read | fs::perms::owner_write);
+  fs::create_hard_link(log, link);
+  const CliRun resumed =
+      run(train_args("--max-steps 10 --loss-log " + log.string() + " " + common + (d / "ck").string()));
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("--loss-log: dropped 3 lines past step 4 or incomplete"), std::string::npos)
+      << resumed.out;
+  const auto lines = lines_of(log);
+  ASSERT_EQ(lines.size(), 10u);
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    EXPECT_EQ(lines[i].rfind("{\"step\":" + std::to_string(i + 1) + ",", 0), 0u) << lines[i];
+  EXPECT_EQ(fs::status(log).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_TRUE(fs::equivalent(log, link)) << "the hard link was split";
+  // The log on the job's own output file.
+  const fs::path out = d / "job.out";
+  { std::ofstream(out) << "HEADER\n"; }
+  const std::string sh = "exec " + std::string(RENAISSANCE_CLI) + " " +
+                         train_args("--loss-log /dev/stdout " + common + (d / "ck2").string()) + " >> " + out.string() +
+                         " 2>&1";
+  ASSERT_EQ(std::system((sh + " --max-steps 6").c_str()), 0) << lines_of(out).back();
+  kill_after_checkpoint_4(d / "ck2");
+  struct stat before {};
+  ASSERT_EQ(::stat(out.c_str(), &before), 0);
+  ASSERT_EQ(std::system((sh + " --max-steps 10").c_str()), 0) << lines_of(out).back();
+  struct stat after {};
+  ASSERT_EQ(::stat(out.c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino) << "the job's output file was replaced";
+  const auto job = lines_of(out);
+  ASSERT_FALSE(job.empty());
+  EXPECT_EQ(job.front(), "HEADER");  // the fresh run did not truncate it
+  EXPECT_EQ(job.back().rfind("done: 10 steps", 0), 0u) << job.back();
+  std::size_t step10 = 0;
+  for (const std::string& l : job) step10 += l.rfind("{\"step\":10,", 0) == 0;
+  EXPECT_EQ(step10, 1u);
 }
 
 TEST(CheckpointCli, CorruptOrTruncatedCheckpointsFailNamingTheFileAndTensor) {
