@@ -645,21 +645,21 @@ CheckpointDirLock::CheckpointDirLock(const std::string& dir) : m_dir(dir) {
   RN_CHECK_CTX(fs::is_directory(dir), dir, "--checkpoint-dir: cannot create the checkpoint directory{}",
                ec ? ": " + ec.message() : std::string());
   const std::string lock_path = (fs::path(dir) / kCheckpointLock).string();
-  // Not through a symbolic link, and only a regular file of this directory alone: the holder's PID is written into
-  // it (truncating it), and a link to the run's dataset cut that file to 16 bytes.
+  // Not through a symbolic link, and the holder's PID written only into a regular file of this directory alone: it
+  // truncates the file, and a link to the run's dataset cut that file to 16 bytes.
   m_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   RN_CHECK_CTX(m_fd >= 0 || errno != ELOOP, lock_path,
                "--checkpoint-dir: the lock file is a symbolic link; the run writes into its lock file, so it will "
                "not follow one: remove the link");
   RN_CHECK_CTX(m_fd >= 0, lock_path, "--checkpoint-dir: cannot open the lock file: {}", std::strerror(errno));
   struct stat st {};
-  if (::fstat(m_fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
-    const bool regular = S_ISREG(st.st_mode);
+  if (::fstat(m_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(m_fd);
     m_fd = -1;
-    RN_FAIL_CTX(lock_path, "--checkpoint-dir: the lock file is {}; the run writes into its lock file: remove it",
-                regular ? fmt::format("a file with {} names (a hard link)", st.st_nlink) : "not a regular file");
+    RN_FAIL_CTX(lock_path, "--checkpoint-dir: the lock file is not a regular file (no run makes one): remove it");
   }
+  // A file with other names too (a snapshot by `cp -al`, or a link to a dataset) is locked but not written into.
+  const bool only_ours = st.st_nlink == 1;
   if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err == EWOULDBLOCK) {
@@ -681,7 +681,7 @@ CheckpointDirLock::CheckpointDirLock(const std::string& dir) : m_dir(dir) {
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   const std::string me = fmt::format("PID {} on {}\n", static_cast<long>(::getpid()), host);
-  if (::ftruncate(m_fd, 0) == 0 && ::pwrite(m_fd, me.data(), me.size(), 0) < 0) {
+  if (only_ours && ::ftruncate(m_fd, 0) == 0 && ::pwrite(m_fd, me.data(), me.size(), 0) < 0) {
   }  // who holds it is only a courtesy for the message above
   std::lock_guard<std::mutex> g(g_locks_mutex);
   g_locked_dirs.insert(lock_key(dir));
