@@ -12,6 +12,7 @@
 #include <renaissance/comm/communicator.h>
 #include <renaissance/comm/watchdog.h>
 #include <renaissance/core/error.h>
+#include <renaissance/io/checkpoint.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/io/tensorboard.h>
@@ -33,6 +34,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -400,7 +402,15 @@ void run_train(TrainCli& c) {
     // would diverge again.
     if (trainer.preempted() && !dynamic_cast<const runtime::DivergedError*>(&e)) {
       std::fprintf(stderr, "renaissance: error: %s\n", e.what());
-      if (root)
+      // The error may have come after this step's checkpoint (a --metrics line that could not be written).
+      const bool written = !trainer.last_checkpoint().empty() &&
+                           std::filesystem::path(trainer.last_checkpoint()).filename() ==
+                               io::checkpoint_file_name(trainer.steps());
+      if (root && written)
+        std::fprintf(stderr, "renaissance: preempted; the checkpoint of step %lld is written (%s); exit %d (requeue: "
+                             "the run resumes from it)\n",
+                     static_cast<long long>(trainer.steps()), trainer.last_checkpoint().c_str(), kExitPreempted);
+      else if (root)
         std::fprintf(stderr,
                      "renaissance: preempted, but this checkpoint could not be written: the previous one in %s "
                      "stays; exit %d (requeue: the run resumes from it)\n",

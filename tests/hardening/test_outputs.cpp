@@ -192,6 +192,17 @@ TEST(HardeningOutputs, AFailedWriteOfMetricsOrLossLogFailsTheRun) {
   const renaissance::io::Checkpoint last = renaissance::io::read_checkpoint(ck + "/latest.h5");
   EXPECT_EQ(last.state.epoch, 1) << "the checkpoint at the end of epoch 1";
   EXPECT_EQ(r.out.find("epoch 2/"), std::string::npos) << "the run stops there\n" << r.out;
+  // The same at a preemption: still exit 75, and the message says the step's checkpoint is written (it said the
+  // checkpoint could not be written).
+  const std::string ck3 = (d / "ck3").string();
+  const CliResult pre = run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=1500 " + cli() + " train --data " + tiny_data() +
+                                  " --epochs 3 --batch 512 --metrics /dev/full --checkpoint-dir " + ck3 +
+                                  " & pid=$!; sleep 1; kill -USR1 $pid; wait $pid");
+  EXPECT_EQ(pre.code, 75) << pre.out;
+  EXPECT_NE(pre.out.find("--metrics: writing epoch 1 failed"), std::string::npos) << pre.out;
+  EXPECT_NE(pre.out.find("preempted; the checkpoint of step 1 is written"), std::string::npos) << pre.out;
+  EXPECT_EQ(pre.out.find("could not be written"), std::string::npos) << pre.out;
+  EXPECT_EQ(renaissance::io::read_checkpoint(ck3 + "/latest.h5").state.step, 1);
 }
 
 // The checkpoint directory's own names are replaced as directory entries: a symbolic link there (best.h5 ->
