@@ -350,12 +350,19 @@ TEST_P(PreemptionCli, SignalWritesACheckpointExits75AndTheResumedRunContinuesThe
   ASSERT_EQ(full.code, 0) << full.out;
   const std::string args = train_args("--checkpoint-dir " + (d / "ck").string() + " --resume auto --loss-log " +
                                       (d / "part.jsonl").string());
-  Child c = start(args, d / "preempted.log", {"RENAISSANCE_TEST_STEP_DELAY_MS=40"});
+  // The preemption's checkpoint write sleeps half-way (a test hook), so the second signal below surely comes after
+  // the first was taken.
+  Child c = start(args, d / "preempted.log",
+                  {"RENAISSANCE_TEST_STEP_DELAY_MS=40", "RENAISSANCE_TEST_CHECKPOINT_DELAY_MS=1000"});
   ASSERT_TRUE(wait_for([&] { return lines_of(d / "part.jsonl").size() >= 3; })) << "no steps";
   ASSERT_EQ(::kill(c.pid, sig), 0);
-  // A second signal (Slurm's SIGTERM after the --signal one) does not rename the cause: the first one is reported.
-  // (A moment later: two signals sent at once may be handled on two threads in either order.)
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // A second signal (Slurm's SIGTERM after the --signal one) during the checkpoint does not rename the cause: the
+  // first one is reported. (Both pending at once, the lower-numbered SIGUSR1 would be taken first.)
+  ASSERT_TRUE(wait_for([&] {
+    for (const auto& e : fs::directory_iterator(d / "ck"))
+      if (e.path().filename().string().find(".h5.tmp-") != std::string::npos) return true;
+    return false;
+  })) << "no checkpoint write in flight";
   ASSERT_EQ(::kill(c.pid, sig == SIGUSR1 ? SIGTERM : SIGUSR1), 0);
   const CliRun pre = c.wait();
   ASSERT_EQ(pre.code, 75) << pre.out;
