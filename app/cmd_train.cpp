@@ -319,9 +319,11 @@ void run_train(TrainCli& c) {
   resume.reset();  // the host copy of the tensors
   {
     // Room for the outputs, now that their size is known: rank 0 writes them, every rank stops alike.
-    const std::int64_t ckpt = trainer.file_tensor_bytes(true) * (c.ckpt.keep_best.empty() ? 1 : 2);
-    const std::string no_room =
-        root ? check_room_for_outputs(c.save, trainer.file_tensor_bytes(false), c.ckpt.dir, ckpt) : std::string();
+    // At most --keep checkpoints and the one being written; with --keep-best, best.h5 and its replacement too.
+    const int files = c.ckpt.keep + 1 + (c.ckpt.keep_best.empty() ? 0 : 2);
+    const std::string no_room = root ? check_room_for_outputs(c.save, trainer.file_tensor_bytes(false), c.ckpt.dir,
+                                                              trainer.file_tensor_bytes(true), files)
+                                     : std::string();
     const bool refused = comm ? comm->agree_max(no_room.empty() ? 0 : 1) != 0 : !no_room.empty();
     RN_CHECK(!refused, "{}", root ? no_room : "rank 0 has no room for the run's outputs (see its error)");
   }

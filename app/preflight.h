@@ -56,11 +56,13 @@ struct TrainPreflight {
 /// fingerprint compared with rank 0's), before the Trainer is built.
 TrainPreflight preflight_train(const TrainFiles& files, const runtime::TrainOptions& t, bool root);
 
-/// Once the plan is known, before the first step: the file systems of --save and --checkpoint-dir have room for one
-/// weights file and one checkpoint (two with --keep-best: best.h5 is a copy), both together where they share one.
-/// A full disk failed the first checkpoint after an epoch's work, or --save after the whole run. The first problem,
-/// empty when there is room (or the free space cannot be known).
+/// Once the plan is known, before the first step: the file systems of --save and --checkpoint-dir (through symbolic
+/// links, where the files will be) have room for one weights file of `weights_bytes` of tensors and for
+/// `checkpoint_files` checkpoints of `checkpoint_bytes` (less those already in the directory), both together where
+/// they share one. A full disk failed the first checkpoint after an epoch's work, or --save after the whole run. The
+/// first problem, empty when there is room (or the free space cannot be known, or RENAISSANCE_SPACE_CHECK=off).
 std::string check_room_for_outputs(const std::string& save, std::int64_t weights_bytes,
-                                   const std::string& checkpoint_dir, std::int64_t checkpoint_bytes);
+                                   const std::string& checkpoint_dir, std::int64_t checkpoint_bytes,
+                                   int checkpoint_files);
 
 }  // namespace renaissance::app

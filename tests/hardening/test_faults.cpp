@@ -91,9 +91,13 @@ TEST(HardeningFaults, ADiskWithoutRoomForTheOutputsIsRefusedBeforeTraining) {
   if (!disk.tmpfs()) GTEST_SKIP() << "no tmpfs could be mounted here (a file-size limit does not show as free space)";
   const std::string ck = (disk.dir() / "ck").string(), w = (disk.dir() / "w.h5").string();
   const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 ";
-  ASSERT_EQ(run(train + "--checkpoint-dir " + ck + " --save " + w).code, 0);  // 4 MiB hold them
+  // fmnist_cnn: ~0.7 MB of checkpoint tensors, 0.35 MB of weights, 0.5 MiB each for the rest. --keep 1: room for two
+  // checkpoints (the kept one, the one being written) and the weights, 3.3 MiB of the 4; --keep 2 (three) is not.
+  const CliResult three = run(train + "--checkpoint-dir " + ck + " --save " + w);
+  EXPECT_CLEAN_ERROR(three, w + ": --save and --checkpoint-dir need about");
+  ASSERT_EQ(run(train + "--checkpoint-dir " + ck + " --keep 1 --save " + w).code, 0);
   const std::string before = read_text(w);
-  disk.fill(64);  // fmnist_cnn: ~0.7 MB of checkpoint tensors, 0.35 MB of weights, plus 1 MiB each for the rest
+  disk.fill(64);
   for (const std::string& out : {"--checkpoint-dir " + ck + "2", "--save " + w}) {
     const CliResult r = run(train + out);
     SCOPED_TRACE(out);
@@ -101,6 +105,10 @@ TEST(HardeningFaults, ADiskWithoutRoomForTheOutputsIsRefusedBeforeTraining) {
                        "MiB are free: make room before training", "RENAISSANCE_SPACE_CHECK=off");
     EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << "refused before the first step\n" << r.out;
   }
+  // Through a symbolic link on another file system: the room of the file system the weights will be written to.
+  fs::create_symlink(w, d / "wlink.h5");
+  EXPECT_CLEAN_ERROR(run(train + "--save " + (d / "wlink.h5").string()),
+                     (d / "wlink.h5").string() + ": --save needs about");
   EXPECT_EQ(read_text(w), before);
   EXPECT_NO_THROW(renaissance::io::read_checkpoint(ck + "/latest.h5"));
   // With the check off the run trains, and its write fails as before.
