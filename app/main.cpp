@@ -54,7 +54,8 @@ int check_stdout(int code) {
   const int err = errno;
   if (!std::ferror(stdout)) return code;
   struct stat st {};
-  if (::fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return code;
+  // Closed (`>&-`: no descriptor 1) or a pipe: the warning at exit, as before.
+  if (::fstat(STDOUT_FILENO, &st) != 0 || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) return code;
   std::fprintf(stderr,
                "renaissance: error: writing the standard output failed%s: this command's output is incomplete\n",
                flush_failed && err ? (" (" + std::string(std::strerror(err)) + ")").c_str() : "");

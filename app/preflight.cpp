@@ -81,8 +81,19 @@ void check_in_place_output(const std::string& path, const std::string& option) {
                               : std::string("that cannot be opened: ") + std::strerror(err));
     return;
   }
-  if (fs::exists(path, ec)) return;
-  const fs::path parent = fs::path(path).parent_path();
+  if (fs::exists(path, ec)) {
+    // A file the run cannot write (read-only, a read-only mount) failed after the start-up.
+    RN_CHECK_CTX(::access(path.c_str(), W_OK) == 0, path, "{}: cannot be written: {}", option, std::strerror(errno));
+    return;
+  }
+  // A dangling symbolic link: the file is created where it points.
+  fs::path where = path;
+  for (int i = 0; i < 40 && fs::is_symlink(where, ec); ++i) {
+    const fs::path to = fs::read_symlink(where, ec);
+    if (ec) break;
+    where = to.is_absolute() ? to : where.parent_path() / to;
+  }
+  const fs::path parent = where.parent_path();
   require_writable_dir(parent.empty() ? "." : parent.string(), option);
   RN_CHECK_CTX(is_directory(parent.empty() ? "." : parent.string()), path, "{}: the directory '{}' does not exist",
                option, parent.string());

@@ -173,6 +173,10 @@ TEST(HardeningFaults, AResultThatCannotBeWrittenToStdoutFailsTheCommand) {
     const CliResult r = run_shell("exec " + cli() + " " + cmd + " >/dev/full");
     SCOPED_TRACE(cmd);
     EXPECT_CLEAN_ERROR(r, "writing the standard output failed", "this command's output is incomplete");
+    // A closed stdout (`>&-`) is a closed pipe's case: the warning, the command's own exit status.
+    const CliResult closed = run_shell("exec " + cli() + " " + cmd + " >&-");
+    EXPECT_EQ(closed.code, 0) << closed.out;
+    EXPECT_NE(closed.out.find("standard output was closed"), std::string::npos) << closed.out;
   }
 }
 

@@ -76,6 +76,10 @@ TEST(HardeningPreflight, OutputDirectoriesMustExistAndBeWritable) {
   expect_refused_before_training(train("--checkpoint-dir " + (d / "file" / "ck").string()),
                                  {"--checkpoint-dir: cannot create the directory", "is a file"});
   expect_refused_before_training(train("--checkpoint-dir " + (d / "file").string()), {"--checkpoint-dir: is a file, not a directory"});
+  // A dangling link into a directory that does not exist passed, and the log failed to open after the start-up.
+  fs::create_symlink("../nodir/x.jsonl", d / "dangling.jsonl");
+  expect_refused_before_training(train("--loss-log " + (d / "dangling.jsonl").string()),
+                                 {"--loss-log", "nodir"});
 }
 
 TEST(HardeningPreflight, AnEmptyValSplitOrValLabelsOutOfRangeAreRefusedNamingTheSplit) {
