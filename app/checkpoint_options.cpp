@@ -1,6 +1,7 @@
 #include "checkpoint_options.h"
 
 #include "json_writer.h"
+#include "preflight.h"
 
 #include <renaissance/core/error.h>
 #include <renaissance/core/paths.h>
@@ -12,6 +13,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -172,15 +174,11 @@ std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) con
 
 namespace {
 
-/// Whether `path` names the file open as `fd` (following links: /dev/stdout, /proc/self/fd/1, the job's output file).
-bool same_file_as_fd(const std::string& path, int fd) {
-  struct stat a {}, b {};
-  return ::stat(path.c_str(), &a) == 0 && ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
-
-/// A complete line of ours: a JSON object, its newline read.
-bool complete_object(const std::string& line, bool newline) {
-  return newline && line.size() >= 2 && line.front() == '{' && line.back() == '}';
+/// A line of ours: a JSON object (a CR or blanks after it allowed: an edited file).
+bool is_object(const std::string& line) {
+  std::size_t end = line.size();
+  while (end > 0 && std::isspace(static_cast<unsigned char>(line[end - 1]))) --end;
+  return end >= 2 && line.front() == '{' && line[end - 1] == '}';
 }
 
 /// The resume's cut of a regular file: lines past `resume_step` and incomplete ones out. Returns how many.
@@ -189,15 +187,18 @@ std::int64_t drop_lines_past(const std::string& path, const char* option, std::i
   RN_CHECK_CTX(in.good(), path, "{}: cannot read it to resume: {}", option, std::strerror(errno));
   std::string line;
   std::int64_t offset = 0, prefix_end = 0, dropped = 0;
-  bool dropping = false, mixed = false;
+  bool dropping = false, mixed = false, last_unended = false;
   while (std::getline(in, line)) {
     const bool newline = !in.eof();
     const std::int64_t next = offset + static_cast<std::int64_t>(line.size()) + (newline ? 1 : 0);
-    if (complete_object(line, newline) && step_of_line(line) <= resume_step) {
-      if (dropping)
+    // A complete object kept even without its newline (one is added); a line cut short is dropped.
+    if (is_object(line) && step_of_line(line) <= resume_step) {
+      if (dropping) {
         mixed = true;
-      else
+      } else {
         prefix_end = next;
+        last_unended = !newline;
+      }
     } else {
       dropping = true;
       ++dropped;
@@ -206,10 +207,13 @@ std::int64_t drop_lines_past(const std::string& path, const char* option, std::i
   }
   RN_CHECK_CTX(!in.bad(), path, "{}: cannot read it to resume", option);
   in.close();
-  if (dropped == 0) return 0;
   if (!mixed) {  // the usual case: cut in place
-    if (::truncate(path.c_str(), static_cast<off_t>(prefix_end)) != 0)
+    if (dropped > 0 && ::truncate(path.c_str(), static_cast<off_t>(prefix_end)) != 0)
       RN_FAIL_CTX(path, "{}: cannot cut the lines past step {}: {}", option, resume_step, std::strerror(errno));
+    if (last_unended) {
+      std::ofstream end(path, std::ios::app | std::ios::binary);
+      RN_CHECK_CTX(end << '\n' << std::flush, path, "{}: cannot end its last line: {}", option, std::strerror(errno));
+    }
     return dropped;
   }
   // Kept lines after dropped ones (a file from an older version): the kept ones through a temporary.
@@ -220,10 +224,8 @@ std::int64_t drop_lines_past(const std::string& path, const char* option, std::i
   {
     std::ifstream again(target, std::ios::binary);
     std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
-    while (std::getline(again, line)) {
-      const bool newline = !again.eof();
-      if (complete_object(line, newline) && step_of_line(line) <= resume_step) out << line << '\n';
-    }
+    while (std::getline(again, line))
+      if (is_object(line) && step_of_line(line) <= resume_step) out << line << '\n';
     if (!(out << std::flush) || again.bad()) {
       const std::string why = std::strerror(errno);
       fs::remove(tmp, ec);
@@ -245,8 +247,11 @@ std::int64_t drop_lines_past(const std::string& path, const char* option, std::i
 RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::int64_t resume_step)
     : m_path(path), m_option(option) {
   if (same_file_as_fd(path, STDOUT_FILENO) || same_file_as_fd(path, STDERR_FILENO)) {
-    m_std = true;
-    m_out = same_file_as_fd(path, STDOUT_FILENO) ? &std::cout : &std::cerr;
+    // Written through the descriptor the process has (reopening /dev/stdout gave the file a second offset, and a
+    // resume's cut replaced the job's output file). A failed write: stdout's is reported at the end of the command
+    // (a closed pipe does not stop a run), stderr's fails the run as a file's.
+    m_std = same_file_as_fd(path, STDOUT_FILENO);
+    m_out = m_std ? &std::cout : &std::cerr;
     return;
   }
   std::error_code ec;
@@ -254,8 +259,8 @@ RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::i
   if (resumed && regular) {
     const std::int64_t dropped = drop_lines_past(path, option, resume_step);
     if (dropped > 0)
-      std::printf("%s: dropped %lld line%s past step %lld or incomplete (written after the checkpoint this run "
-                  "resumes from)\n",
+      std::printf("%s: dropped %lld line%s past step %lld or cut short (written after the checkpoint this run "
+                  "resumes from, or cut by a failed write)\n",
                   option, static_cast<long long>(dropped), dropped == 1 ? "" : "s",
                   static_cast<long long>(resume_step));
   }
@@ -268,7 +273,7 @@ RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::i
 
 void RunLog::write(const std::string& line, const std::string& what) {
   if (*m_out << line << '\n' << std::flush) return;
-  if (m_std) return;  // the process's own stdout/stderr: a closed pipe does not stop a run (main.cpp reports it)
+  if (m_std) return;  // the process's own stdout: a closed pipe does not stop a run (main.cpp reports a lost line)
   RN_FAIL_CTX(m_path, "{}: writing {} failed: {}", m_option, what, std::strerror(errno));
 }
 

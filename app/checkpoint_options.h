@@ -64,14 +64,15 @@ class RunLog {
  public:
   /// Opens `path`: truncated for a fresh run; for a run resumed at step `resume_step`, the lines whose "step" is past
   /// it, and incomplete ones (a run killed or stopped by a full disk mid-line), are dropped first, then appended to:
-  /// a run killed after its last checkpoint wrote them, and the resumed run writes them again. The dropped lines are
+  /// a run killed after its last checkpoint wrote them, and the resumed run writes them again (a CR or blanks after a
+/// line's object are allowed; a complete last line without its newline is kept and ended). The dropped lines are
   /// the file's end, so it is cut there in place (its inode, mode and links stay); only a file whose dropped lines
   /// are not all at its end is rewritten through a temporary and a rename. A FIFO or device is appended to, and the
   /// process's own stdout or stderr (`--loss-log /dev/stdout`, the job's output file) is written through them, never
   /// reopened, cut or replaced.
   RunLog(const std::string& path, const char* option, bool resumed, std::int64_t resume_step);
   /// Appends `line`; a failed write fails the run naming the file and `what` ("epoch 3"), except on the process's own
-  /// stdout/stderr, whose lost output the end of the command reports (app/main.cpp).
+  /// stdout, whose lost output the end of the command reports (app/main.cpp).
   void write(const std::string& line, const std::string& what);
 
  private:

@@ -319,8 +319,17 @@ void run_train(TrainCli& c) {
   resume.reset();  // the host copy of the tensors
   {
     // Room for the outputs, now that their size is known: rank 0 writes them, every rank stops alike.
-    // At most --keep checkpoints and the one being written; with --keep-best, best.h5 and its replacement too.
-    const int files = c.ckpt.keep + 1 + (c.ckpt.keep_best.empty() ? 0 : 2);
+    // At most --keep checkpoints and the one being written, or as many as the run can write (every N steps up to
+    // --max-steps, or one an epoch; the last and a preemption's one more); with --keep-best, best.h5 and its
+    // replacement too.
+    std::int64_t writes = c.ckpt.keep + 1;
+    if (c.t.checkpoint_every > 0 && c.t.max_steps > 0)
+      writes = (std::max<std::int64_t>(0, c.t.max_steps - trainer.steps()) + c.t.checkpoint_every - 1) /
+                   c.t.checkpoint_every + 1;
+    else if (c.t.checkpoint_every == 0 && c.t.checkpoint_each_epoch)
+      writes = c.t.epochs + 1;
+    const int files = static_cast<int>(std::min<std::int64_t>(c.ckpt.keep + 1, writes) +
+                                       (c.ckpt.keep_best.empty() ? 0 : std::min<std::int64_t>(2, writes)));
     const std::string no_room = root ? check_room_for_outputs(c.save, trainer.file_tensor_bytes(false), c.ckpt.dir,
                                                               trainer.file_tensor_bytes(true), files)
                                      : std::string();

@@ -11,6 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <CLI/CLI.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +64,27 @@ int check_stdout(int code) {
   return code == 0 ? 1 : code;
 }
 
+/// A process started with 0, 1 or 2 closed (`>&-`): the next open() took the number, and stdout's lines went into
+/// that file (the checkpoint lock, a log). Stdin gets /dev/null; stdout and stderr a pipe whose reader is gone, so
+/// writes fail (EPIPE, SIGPIPE ignored) and the end of the command warns that output was lost.
+void fill_closed_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    int p[2] = {-1, -1};
+    if (fd == 0) {
+      p[1] = ::open("/dev/null", O_RDONLY);
+    } else if (::pipe(p) != 0) {
+      continue;
+    }
+    // The new descriptor at `fd`, the other end (if any) closed.
+    if (p[1] >= 0 && p[1] != fd) {
+      ::dup2(p[1], fd);
+      ::close(p[1]);
+    }
+    if (p[0] >= 0 && p[0] != fd) ::close(p[0]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,6 +92,7 @@ int main(int argc, char** argv) {
   // that is writing a checkpoint: both become write errors, reported where they happen.
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGXFSZ, SIG_IGN);
+  fill_closed_standard_descriptors();
   std::atexit(warn_if_stdout_was_lost);
   renaissance::app::arm_preemption_early(argc, argv);
   // MPI first: under mpirun or `srun --mpi=pmix` this process is one rank of a data-parallel job; started alone it

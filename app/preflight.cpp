@@ -59,6 +59,15 @@ std::string check_text(const std::string& text, const Rule& r) {
   return ok ? std::string() : fmt::format("{} must be {}, got '{}'", r.option, r.words, text);
 }
 
+}  // namespace
+
+bool same_file_as_fd(const std::string& path, int fd) {
+  struct stat a {}, b {};
+  return ::stat(path.c_str(), &a) == 0 && ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+namespace {
+
 bool is_directory(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -68,6 +77,8 @@ bool is_directory(const std::string& p) {
 /// and a new file needs an existing, writable directory.
 void check_in_place_output(const std::string& path, const std::string& option) {
   if (path.empty()) return;
+  // The process's own stdout or stderr: written through its descriptor (RunLog), never reopened.
+  if (same_file_as_fd(path, STDOUT_FILENO) || same_file_as_fd(path, STDERR_FILENO)) return;
   RN_CHECK_CTX(!is_directory(path), path, "{}: is a directory, not a file", option);
   std::error_code ec;
   if (fs::is_fifo(path, ec)) {
@@ -191,9 +202,13 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
     check_in_place_output(f.loss_log, "--loss-log");
     // The event directory before anything is written (a failing --tensorboard emptied an existing --metrics file).
     if (!f.tensorboard.empty()) require_writable_dir(f.tensorboard, "--tensorboard");
+    // The logs may share the process's stdout (`--metrics /dev/stdout --loss-log /dev/stdout`): lines, not files.
+    auto log = [](const std::string& p) {
+      return same_file_as_fd(p, STDOUT_FILENO) || same_file_as_fd(p, STDERR_FILENO) ? std::string() : p;
+    };
     require_distinct_files({{"--data", f.data}, {"--resume", resume_file}, {"--model-file", f.model_file},
                             {"--config", f.config}},
-                           {{"--save", f.save}, {"--metrics", f.metrics}, {"--loss-log", f.loss_log}});
+                           {{"--save", f.save}, {"--metrics", log(f.metrics)}, {"--loss-log", log(f.loss_log)}});
     if (!f.checkpoint_dir.empty()) {
       require_writable_dir(f.checkpoint_dir, "--checkpoint-dir");
       // An output onto one of the directory's own files (the checkpoint --resume auto will load, say) would destroy

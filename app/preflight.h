@@ -18,6 +18,9 @@ class App;
 
 namespace renaissance::app {
 
+/// Whether `path` names the file open as `fd` (following links: /dev/stdout, /proc/self/fd/1, the job's output file).
+bool same_file_as_fd(const std::string& path, int fd);
+
 /// The numeric options of `train` (from the command line or run.yaml) against their ranges: --lr a finite
 /// number > 0, 0 <= --label-smoothing < 1, 0 < --ema-decay < 1, --crop-padding >= 0, --epochs from 1 to 10^6, ...
 /// A value that overflowed its type is reported as written ("--epochs must be an integer from 1 to 1000000, got

@@ -91,11 +91,15 @@ TEST(HardeningFaults, ADiskWithoutRoomForTheOutputsIsRefusedBeforeTraining) {
   if (!disk.tmpfs()) GTEST_SKIP() << "no tmpfs could be mounted here (a file-size limit does not show as free space)";
   const std::string ck = (disk.dir() / "ck").string(), w = (disk.dir() / "w.h5").string();
   const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 ";
-  // fmnist_cnn: ~0.7 MB of checkpoint tensors, 0.35 MB of weights, 0.5 MiB each for the rest. --keep 1: room for two
-  // checkpoints (the kept one, the one being written) and the weights, 3.3 MiB of the 4; --keep 2 (three) is not.
-  const CliResult three = run(train + "--checkpoint-dir " + ck + " --save " + w);
-  EXPECT_CLEAN_ERROR(three, w + ": --save and --checkpoint-dir need about");
-  ASSERT_EQ(run(train + "--checkpoint-dir " + ck + " --keep 1 --save " + w).code, 0);
+  // fmnist_cnn: ~0.7 MB of checkpoint tensors, 0.35 MB of weights, 0.5 MiB each for the rest. Three epochs keep
+  // --keep 2 checkpoints and write a third (4.3 MiB with the weights); --keep 1, or one epoch (a checkpoint at its
+  // end and one more at most), two (3.3 MiB of the 4).
+  const std::string three_epochs = "train --data " + tiny_data() + " --epochs 3 --batch 32 ";
+  const CliResult three = run(three_epochs + "--checkpoint-dir " + ck + " --save " + w);
+  EXPECT_CLEAN_ERROR(three, w + ": --save and --checkpoint-dir need about 4.");
+  EXPECT_EQ(run(three_epochs + "--checkpoint-dir " + ck + "-keep1 --keep 1 --save " + w).code, 0);
+  fs::remove_all(ck + "-keep1");
+  ASSERT_EQ(run(train + "--checkpoint-dir " + ck + " --save " + w).code, 0);
   const std::string before = read_text(w);
   disk.fill(64);
   for (const std::string& out : {"--checkpoint-dir " + ck + "2", "--save " + w}) {
@@ -178,6 +182,13 @@ TEST(HardeningFaults, AResultThatCannotBeWrittenToStdoutFailsTheCommand) {
     EXPECT_EQ(closed.code, 0) << closed.out;
     EXPECT_NE(closed.out.find("standard output was closed"), std::string::npos) << closed.out;
   }
+  // With descriptor 1 closed, the next file opened took it, and stdout's lines went into the checkpoint lock.
+  const CliResult closed = run_shell("exec " + cli() + " train --data " + tiny_data() +
+                                     " --epochs 1 --max-steps 1 --batch 32 --checkpoint-dir " + ck + "2 >&-");
+  EXPECT_EQ(closed.code, 0) << closed.out;
+  const std::string lock = read_text(fs::path(ck + "2") / ".renaissance-lock");
+  EXPECT_EQ(lock.rfind("PID ", 0), 0u) << lock;
+  EXPECT_EQ(lock.find("epoch"), std::string::npos) << lock;
 }
 
 TEST(HardeningFaults, SigpipeOnStdoutDoesNotKillTheRun) {

@@ -669,6 +669,11 @@ CheckpointDirLock::CheckpointDirLock(const std::string& dir) : m_dir(dir) {
       while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
       ::close(m_fd);
       m_fd = -1;
+      if (!only_ours)  // one lock file under two names: a `cp -al` copy of a directory shares it with the original
+        throw Error(fmt::format("the lock file is held by another process, and it has {} names: a hard link shares "
+                                "it with another directory (a `cp -al` copy?), whose run may be the holder",
+                                st.st_nlink),
+                    dir, "if no run uses this directory, remove its .renaissance-lock (a new one is made)");
       throw Error(fmt::format("another run is using this checkpoint directory ({} holds its lock)", who), dir,
                   "give each run its own --checkpoint-dir; two runs in one would overwrite and prune each other's "
                   "checkpoints");
