@@ -259,10 +259,10 @@ RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::i
   if (resumed && regular) {
     const std::int64_t dropped = drop_lines_past(path, option, resume_step);
     if (dropped > 0)
-      std::printf("%s: dropped %lld line%s past step %lld or cut short (written after the checkpoint this run "
-                  "resumes from, or cut by a failed write)\n",
-                  option, static_cast<long long>(dropped), dropped == 1 ? "" : "s",
-                  static_cast<long long>(resume_step));
+      std::printf(
+          "%s: dropped %lld line%s past step %lld or cut short (written after the checkpoint this run "
+          "resumes from, or cut by a failed write)\n",
+          option, static_cast<long long>(dropped), dropped == 1 ? "" : "s", static_cast<long long>(resume_step));
   }
   // Truncated only where a fresh run replaces a file; a FIFO or device is written to as it is.
   const bool truncate = !resumed && (regular || !fs::exists(path, ec));

@@ -65,7 +65,7 @@ class RunLog {
   /// Opens `path`: truncated for a fresh run; for a run resumed at step `resume_step`, the lines whose "step" is past
   /// it, and incomplete ones (a run killed or stopped by a full disk mid-line), are dropped first, then appended to:
   /// a run killed after its last checkpoint wrote them, and the resumed run writes them again (a CR or blanks after a
-/// line's object are allowed; a complete last line without its newline is kept and ended). The dropped lines are
+  /// line's object are allowed; a complete last line without its newline is kept and ended). The dropped lines are
   /// the file's end, so it is cut there in place (its inode, mode and links stay); only a file whose dropped lines
   /// are not all at its end is rewritten through a temporary and a rename. A FIFO or device is appended to, and the
   /// process's own stdout or stderr (`--loss-log /dev/stdout`, the job's output file) is written through them, never

@@ -325,7 +325,8 @@ void run_train(TrainCli& c) {
     std::int64_t writes = c.ckpt.keep + 1;
     if (c.t.checkpoint_every > 0 && c.t.max_steps > 0)
       writes = (std::max<std::int64_t>(0, c.t.max_steps - trainer.steps()) + c.t.checkpoint_every - 1) /
-                   c.t.checkpoint_every + 1;
+                   c.t.checkpoint_every +
+               1;
     else if (c.t.checkpoint_every == 0 && c.t.checkpoint_each_epoch)
       writes = c.t.epochs + 1;
     const int files = static_cast<int>(std::min<std::int64_t>(c.ckpt.keep + 1, writes) +

@@ -62,7 +62,8 @@ std::string check_text(const std::string& text, const Rule& r) {
 }  // namespace
 
 bool same_file_as_fd(const std::string& path, int fd) {
-  struct stat a {}, b {};
+  struct stat a {
+  }, b{};
   return ::stat(path.c_str(), &a) == 0 && ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
@@ -206,9 +207,9 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
     auto log = [](const std::string& p) {
       return same_file_as_fd(p, STDOUT_FILENO) || same_file_as_fd(p, STDERR_FILENO) ? std::string() : p;
     };
-    require_distinct_files({{"--data", f.data}, {"--resume", resume_file}, {"--model-file", f.model_file},
-                            {"--config", f.config}},
-                           {{"--save", f.save}, {"--metrics", log(f.metrics)}, {"--loss-log", log(f.loss_log)}});
+    require_distinct_files(
+        {{"--data", f.data}, {"--resume", resume_file}, {"--model-file", f.model_file}, {"--config", f.config}},
+        {{"--save", f.save}, {"--metrics", log(f.metrics)}, {"--loss-log", log(f.loss_log)}});
     if (!f.checkpoint_dir.empty()) {
       require_writable_dir(f.checkpoint_dir, "--checkpoint-dir");
       // An output onto one of the directory's own files (the checkpoint --resume auto will load, say) would destroy

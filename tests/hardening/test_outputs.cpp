@@ -197,10 +197,10 @@ TEST(HardeningOutputs, AFailedWriteOfMetricsOrLossLogFailsTheRun) {
   const std::string ck3 = (d / "ck3").string();
   // (The signal once step 1's loss is logged: the handlers are armed, and the step waits 1.5 s for it.)
   const std::string loss = (d / "loss.jsonl").string();
-  const CliResult pre = run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=1500 " + cli() + " train --data " + tiny_data() +
-                                  " --epochs 3 --batch 512 --metrics /dev/full --checkpoint-dir " + ck3 +
-                                  " --loss-log " + loss + " & pid=$!; while [ ! -s " + loss +
-                                  " ]; do sleep 0.05; done; kill -USR1 $pid; wait $pid");
+  const CliResult pre =
+      run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=1500 " + cli() + " train --data " + tiny_data() +
+                " --epochs 3 --batch 512 --metrics /dev/full --checkpoint-dir " + ck3 + " --loss-log " + loss +
+                " & pid=$!; while [ ! -s " + loss + " ]; do sleep 0.05; done; kill -USR1 $pid; wait $pid");
   EXPECT_EQ(pre.code, 75) << pre.out;
   EXPECT_NE(pre.out.find("--metrics: writing epoch 1 failed"), std::string::npos) << pre.out;
   EXPECT_NE(pre.out.find("preempted; the checkpoint of step 1 is written"), std::string::npos) << pre.out;

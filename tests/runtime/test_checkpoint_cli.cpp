@@ -258,8 +258,7 @@ TEST(CheckpointCli, ResumedLogsAreCutInPlaceAndStdoutIsNeverReplaced) {
   const CliRun resumed =
       run(train_args("--max-steps 10 --loss-log " + log.string() + " " + common + (d / "ck").string()));
   ASSERT_EQ(resumed.code, 0) << resumed.out;
-  EXPECT_NE(resumed.out.find("--loss-log: dropped 3 lines past step 4 or cut short"), std::string::npos)
-      << resumed.out;
+  EXPECT_NE(resumed.out.find("--loss-log: dropped 3 lines past step 4 or cut short"), std::string::npos) << resumed.out;
   const auto lines = lines_of(log);
   ASSERT_EQ(lines.size(), 10u);
   for (std::size_t i = 0; i < lines.size(); ++i)
