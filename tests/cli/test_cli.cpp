@@ -203,7 +203,7 @@ TEST(CliPlan, Failures) {
   }
   // --yaml printed the ArchPlan with exit 0 whatever the options beside it said; they are checked as without it.
   for (const auto& [opt, must] : std::vector<std::pair<std::string, std::string>>{
-           {"--batch -5", "batch must be from 1 to 2^31, got -5"},
+           {"--batch -5", "--batch must be from 1 to 2^31, got -5"},
            {"--val-size 0", "validation size must be >= 1, got 0"},
            {"--recompute-budget 1", "needs recomputation on (--recompute bn-relu)"}}) {
     const Result r = run("plan --yaml " + opt);

@@ -42,7 +42,7 @@ const char* variant_name(Variant v) {
 
 std::vector<CompileSpec> derive_variant_specs(const TrainConfig& cfg, std::int64_t model_resolution,
                                               std::int64_t channels) {
-  RN_CHECK(cfg.batch >= 1 && cfg.batch <= (std::int64_t(1) << 31), "training config: batch must be from 1 to 2^31, got {}",
+  RN_CHECK(cfg.batch >= 1 && cfg.batch <= (std::int64_t(1) << 31), "--batch must be from 1 to 2^31, got {}",
            cfg.batch);
   RN_CHECK(cfg.dataset_size <= (std::int64_t(1) << 40) && cfg.val_size <= (std::int64_t(1) << 40) &&
                cfg.val_batch <= (std::int64_t(1) << 31),
