@@ -57,17 +57,6 @@ void install_preemption_handlers(struct sigaction* previous = nullptr) {
              sig);
 }
 
-/// The "step" of a JSONL line written by this program (`"step":N`); -1 where there is none.
-std::int64_t step_of_line(const std::string& line) {
-  const auto at = line.find("\"step\":");
-  if (at == std::string::npos) return -1;
-  const char* begin = line.c_str() + at + 7;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(begin, &end, 10);
-  return end == begin || errno != 0 ? -1 : static_cast<std::int64_t>(v);
-}
-
 }  // namespace
 
 int preemption_signal() { return g_stop_request.load(); }
@@ -174,6 +163,17 @@ std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) con
 
 namespace {
 
+/// The "step" of a JSONL line written by this program (`"step":N`); -1 where there is none.
+std::int64_t step_of_line(const std::string& line) {
+  const auto at = line.find("\"step\":");
+  if (at == std::string::npos) return -1;
+  const char* begin = line.c_str() + at + 7;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(begin, &end, 10);
+  return end == begin || errno != 0 ? -1 : static_cast<std::int64_t>(v);
+}
+
 /// A line of ours: a JSON object (a CR or blanks after it allowed: an edited file).
 bool is_object(const std::string& line) {
   std::size_t end = line.size();
@@ -246,7 +246,7 @@ std::int64_t drop_lines_past(const std::string& path, const char* option, std::i
 
 RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::int64_t resume_step)
     : m_path(path), m_option(option) {
-  if (same_file_as_fd(path, STDOUT_FILENO) || same_file_as_fd(path, STDERR_FILENO)) {
+  if (is_own_stdio(path)) {
     // Written through the descriptor the process has (reopening /dev/stdout gave the file a second offset, and a
     // resume's cut replaced the job's output file). A failed write: stdout's is reported at the end of the command
     // (a closed pipe does not stop a run), stderr's fails the run as a file's.

@@ -30,8 +30,16 @@ struct InspectCli {
 
 bool is_long_attribute(const std::string& k) { return k == "model_yaml" || k == "arch_plan" || k == "run_config"; }
 
-/// The YAML a checkpoint carries must parse too: `eval --checkpoint` builds its model from model_yaml, and a few KB
-/// of aliases there could otherwise expand without bound. The first problem, or empty.
+/// The arch plan and run config a checkpoint carries parse (bounded: a few KB of aliases could otherwise expand
+/// without bound); throws naming the file and attribute. `checkpoint inspect` and `eval --checkpoint` alike.
+void check_recorded_plan_and_config(const std::string& arch_plan, const std::string& run_config,
+                                    const std::string& file) {
+  (void)plan::ArchPlan::from_yaml(arch_plan, file + ": arch_plan");
+  blueprint::check_yaml_limits(run_config, file + ": run_config");
+}
+
+/// The YAML a checkpoint carries must parse too: `eval --checkpoint` builds its model from model_yaml. The first
+/// problem, or empty.
 std::string check_recorded_yaml(const io::CheckpointReport& r, const std::string& file) {
   try {
     auto text = [&](const char* k) {
@@ -39,8 +47,7 @@ std::string check_recorded_yaml(const io::CheckpointReport& r, const std::string
       return it == r.attributes.end() ? std::string() : it->second;
     };
     if (!text("model_yaml").empty()) (void)blueprint::blueprint_from_yaml(text("model_yaml"), file + ": model_yaml");
-    (void)plan::ArchPlan::from_yaml(text("arch_plan"), file + ": arch_plan");
-    blueprint::check_yaml_limits(text("run_config"), file + ": run_config");
+    check_recorded_plan_and_config(text("arch_plan"), text("run_config"), file);
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -124,8 +131,7 @@ blueprint::BluePrint checkpoint_model(const std::string& path) {
   RN_CHECK_CTX(!ck.state.model_yaml.empty(), path,
                "the checkpoint records no model YAML (pass --model or --model-file)");
   // What `checkpoint inspect` calls INVALID is refused here too: its arch plan and run config must parse as well.
-  (void)plan::ArchPlan::from_yaml(ck.state.arch_plan, path + ": arch_plan");
-  blueprint::check_yaml_limits(ck.state.run_config, path + ": run_config");
+  check_recorded_plan_and_config(ck.state.arch_plan, ck.state.run_config, path);
   return blueprint::blueprint_from_yaml(ck.state.model_yaml, path + ": model_yaml");
 }
 

@@ -34,7 +34,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-
 #include <fstream>
 #include <limits>
 #include <memory>

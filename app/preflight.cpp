@@ -62,9 +62,13 @@ std::string check_text(const std::string& text, const Rule& r) {
 }  // namespace
 
 bool same_file_as_fd(const std::string& path, int fd) {
-  struct stat a {
-  }, b{};
+  struct stat a {};
+  struct stat b {};
   return ::stat(path.c_str(), &a) == 0 && ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+bool is_own_stdio(const std::string& path) {
+  return same_file_as_fd(path, STDOUT_FILENO) || same_file_as_fd(path, STDERR_FILENO);
 }
 
 namespace {
@@ -79,7 +83,7 @@ bool is_directory(const std::string& p) {
 void check_in_place_output(const std::string& path, const std::string& option) {
   if (path.empty()) return;
   // The process's own stdout or stderr: written through its descriptor (RunLog), never reopened.
-  if (same_file_as_fd(path, STDOUT_FILENO) || same_file_as_fd(path, STDERR_FILENO)) return;
+  if (is_own_stdio(path)) return;
   RN_CHECK_CTX(!is_directory(path), path, "{}: is a directory, not a file", option);
   std::error_code ec;
   if (fs::is_fifo(path, ec)) {
@@ -204,9 +208,7 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
     // The event directory before anything is written (a failing --tensorboard emptied an existing --metrics file).
     if (!f.tensorboard.empty()) require_writable_dir(f.tensorboard, "--tensorboard");
     // The logs may share the process's stdout (`--metrics /dev/stdout --loss-log /dev/stdout`): lines, not files.
-    auto log = [](const std::string& p) {
-      return same_file_as_fd(p, STDOUT_FILENO) || same_file_as_fd(p, STDERR_FILENO) ? std::string() : p;
-    };
+    auto log = [](const std::string& p) { return is_own_stdio(p) ? std::string() : p; };
     require_distinct_files(
         {{"--data", f.data}, {"--resume", resume_file}, {"--model-file", f.model_file}, {"--config", f.config}},
         {{"--save", f.save}, {"--metrics", log(f.metrics)}, {"--loss-log", log(f.loss_log)}});
@@ -278,12 +280,13 @@ std::string check_room_for_outputs(const std::string& save, std::int64_t weights
   if (const char* v = std::getenv("RENAISSANCE_SPACE_CHECK"); v && std::string(v) == "off") return {};
   // A file's attributes (model YAML, arch plan, run config) and HDF5's own structures: 0.13-0.18 MB for fmnist_cnn.
   constexpr std::int64_t kSlack = 512 << 10;
-  auto add = [&](const std::string& path, const char* option, std::int64_t bytes) {
+  // `path` a file (its directory's file system) or a directory.
+  auto add = [&](const std::string& path, bool is_file, const char* option, std::int64_t bytes) {
     // Where the file will be: through a symbolic link, its target's file system.
     std::error_code ec;
     fs::path where = fs::weakly_canonical(fs::absolute(path, ec), ec);
     if (ec) where = path;
-    const std::string dir = option == std::string("--save") ? where.parent_path().string() : where.string();
+    const std::string dir = is_file ? where.parent_path().string() : where.string();
     struct statvfs fs_info {};
     struct stat st {};
     if (::statvfs(dir.c_str(), &fs_info) != 0 || ::stat(dir.c_str(), &st) != 0) return;  // unknown: no check
@@ -291,7 +294,7 @@ std::string check_room_for_outputs(const std::string& save, std::int64_t weights
     const auto free = static_cast<std::int64_t>(fs_info.f_bavail) * static_cast<std::int64_t>(fs_info.f_frsize);
     needs.push_back({path, option, bytes, st.st_dev, free});
   };
-  if (!save.empty()) add(save, "--save", weights_bytes + kSlack);
+  if (!save.empty()) add(save, true, "--save", weights_bytes + kSlack);
   if (!checkpoint_dir.empty()) {
     // Over the run the directory holds `checkpoint_files` checkpoints at once (the kept ones, the one being written,
     // best.h5 and its replacement); those already there count as room.
@@ -303,7 +306,7 @@ std::string check_room_for_outputs(const std::string& save, std::int64_t weights
         there += static_cast<std::int64_t>(e.file_size(ec));
     }
     const std::int64_t one = checkpoint_bytes + kSlack;
-    add(checkpoint_dir, "--checkpoint-dir", std::max(one, one * checkpoint_files - there));
+    add(checkpoint_dir, false, "--checkpoint-dir", std::max(one, one * checkpoint_files - there));
   }
   for (const Need& n : needs) {
     std::int64_t together = 0;

@@ -20,6 +20,8 @@ namespace renaissance::app {
 
 /// Whether `path` names the file open as `fd` (following links: /dev/stdout, /proc/self/fd/1, the job's output file).
 bool same_file_as_fd(const std::string& path, int fd);
+/// Whether `path` names the process's own stdout or stderr.
+bool is_own_stdio(const std::string& path);
 
 /// The numeric options of `train` (from the command line or run.yaml) against their ranges: --lr a finite
 /// number > 0, 0 <= --label-smoothing < 1, 0 < --ema-decay < 1, --crop-padding >= 0, --epochs from 1 to 10^6, ...
