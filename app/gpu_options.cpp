@@ -17,7 +17,8 @@ void GpuOptions::add_to(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--engine-cache", engine_cache,
                  "GPU: file of timed convolution engine choices, reused at the next start-up (auto: engines.txt in "
-                 "the checkpoint directory or beside --save, else ~/.cache/renaissance/engines.txt; off: none)")
+                 "the checkpoint directory or beside --save, else $XDG_CACHE_HOME/renaissance/engines.txt, by default "
+                 "~/.cache/renaissance/engines.txt; off: none)")
       ->capture_default_str();
   cmd.add_option("--conv-api", conv_api,
                  "GPU: cuDNN API of the convolutions: auto (graph API, legacy where no graph plan supports a pass), "

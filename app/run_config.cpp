@@ -90,7 +90,7 @@ std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
     RN_CHECK_CTX(value.IsScalar(), where, "option '{}' needs a single value", key);
     // A flag: CLI11 would read -1 as off and 5 as on without a word.
     RN_CHECK_CTX(opt->get_expected_max() != 0 || is_flag_word(value.Scalar(), /*digits=*/false), where,
-                 "option '{}' is a flag: true or false (yes/no, on/off), got '{}'", key, value.Scalar());
+                 "option '{}' is a flag: true or false (yes/no, on/off, y/n), got '{}'", key, value.Scalar());
     try {
       opt->add_result(value.Scalar());
       opt->run_callback();

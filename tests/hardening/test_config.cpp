@@ -85,7 +85,7 @@ TEST(HardeningConfig, IntegersAreDecimalFlagsAreBooleansAndModelFilesKeepTheirCl
   for (const char* bad : {"ema: -1\n", "drop-last: 5\n", "no-flip: maybe\n"}) {
     write_text(d / "flag.yaml", bad);
     r = run(train + "--batch 32 --config " + (d / "flag.yaml").string());
-    EXPECT_CLEAN_ERROR(r, "flag.yaml:1", "is a flag: true or false (yes/no, on/off), got");
+    EXPECT_CLEAN_ERROR(r, "flag.yaml:1", "is a flag: true or false (yes/no, on/off, y/n), got");
   }
   write_text(d / "flag.yaml", "drop-last: yes\nema: n\n");
   r = run(train + "--batch 32 --config " + (d / "flag.yaml").string());
