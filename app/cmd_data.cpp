@@ -28,6 +28,13 @@ namespace renaissance::app {
 
 namespace {
 
+/// A name from the file on one line of the summary: control characters escaped, a newline as \n.
+std::string one_line(const std::string& name) {
+  std::string one;
+  for (const char ch : terminal_text(name)) one += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+  return one;
+}
+
 template <typename T>
 std::string json_array(const std::vector<T>& v) {
   std::string out = "[";
@@ -164,11 +171,7 @@ void inspect(const std::string& path, bool json, bool quick) {
   out += fmt::format("mean:        {}\nstd:         {}\n", fmt::join(f.mean(), ", "), fmt::join(f.stddev(), ", "));
   if (!f.class_names().empty()) {  // from the file: control characters escaped (a newline too, on one line)
     std::vector<std::string> names;
-    for (const std::string& n : f.class_names()) {
-      std::string one;
-      for (const char ch : terminal_text(n)) one += ch == '\n' ? std::string("\\n") : std::string(1, ch);
-      names.push_back(one);
-    }
+    for (const std::string& n : f.class_names()) names.push_back(one_line(n));
     out += fmt::format("class_names: {}\n", fmt::join(names, ", "));
   }
   for (io::Split s : io::kAllSplits) {
@@ -193,7 +196,7 @@ void inspect(const std::string& path, bool json, bool quick) {
         continue;
       }
       const std::string name =
-          k < f.class_names().size() ? fmt::format(" ({})", terminal_text(f.class_names()[k])) : "";
+          k < f.class_names().size() ? fmt::format(" ({})", one_line(f.class_names()[k])) : "";
       out += fmt::format("{}{}{}: {}", listed++ ? ", " : " ", k, name, hist[k]);
     }
     if (empty) out += fmt::format("{}{} of {} classes without samples", listed ? "; " : " ", empty, hist.size());
@@ -252,11 +255,13 @@ void register_data_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 9));
   fmnist->callback([args] {
-    std::vector<std::pair<std::string, std::string>> inputs;
-    for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                          "t10k-labels-idx1-ubyte.gz"})
-      inputs.emplace_back("--src", args->src + "/" + f);
-    require_distinct_files(inputs, {{"--out", args->out}});
+    // The files the import reads: the .gz names or, where only those exist, the unpacked copies.
+    const io::FashionMnistSources src = io::fashion_mnist_sources(args->src);
+    require_distinct_files({{"--src", src.train.images},
+                            {"--src", src.train.labels},
+                            {"--src", src.val.images},
+                            {"--src", src.val.labels}},
+                           {{"--out", args->out}});
     io::import_fashion_mnist(args->out, args->src, args->options);
     print_summary(args->out);
   });

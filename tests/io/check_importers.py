@@ -17,7 +17,11 @@
   truncated tarball: exit status 1 (not a crash: < 128), one error line naming the file, no output file and no
   temporary left; --skip-bad turns unreadable images into a counted, listed skip. Also: a subfolder of a class that
   cannot be listed (its images were silently dropped), a class folder whose name is not UTF-8, --out inside a linked
-  class folder, a tarball with two members of one name, label names that are not UTF-8, a batch claiming 2^54 rows.
+  class folder, a tarball with two members of one name, label names that are not UTF-8, a batch claiming 2^54 rows;
+- hostile archives: stored gzip streams whose CRC-32 mismatch or missing trailer only the end shows (tarballs, idx),
+  pax headers that rename members (imported as tar reads them), a batch added again as a link, a pickle setting its
+  labels twice, empty train splits, an unpacked Fashion-MNIST file as --out, idx images through a pipe, files named
+  like a temporary of --out, an image named '.png'.
 Exit 0 all pass, 1 a failure, 77 numpy/h5py/Pillow missing.
 """
 import io
@@ -452,6 +456,231 @@ def listing_and_names(good):
         fail("--out inside a linked class folder: the file was written")
 
 
+def gzip_member(data, name_len=0, level=0):
+    """A gzip file of `data` (a stored deflate stream at level 0) with an FNAME of name_len bytes."""
+    c = zlib.compressobj(level, zlib.DEFLATED, -15)
+    body = c.compress(data) + c.flush()
+    flags = 0x08 if name_len else 0
+    header = b"\x1f\x8b\x08" + bytes([flags]) + b"\0\0\0\0\0\xff" + (b"n" * name_len + b"\0" if name_len else b"")
+    return bytearray(header + body + struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF))
+
+
+def hostile_archives():
+    """gzip streams whose CRC-32 or trailer zlib checks only at the end, tar members renamed by pax headers or added
+    again as links, pickles read two ways, empty splits, unpacked Fashion-MNIST files as --out, files named like a
+    temporary of --out, a file named '.png'. Each read two ways before: the importer's way and tar's/gzip's/Python's."""
+    print("hostile archives")
+    base = fresh(os.path.join(WORK, "hostile"))
+    out = os.path.join(base, "o.h5")
+    tgz = os.path.join(WORK, "cifar-10-py22.tar.gz")
+    with tarfile.open(tgz) as t:
+        members = [(m, t.extractfile(m).read() if m.isfile() else None) for m in t.getmembers()]
+
+    def tar_bytes(ms, fmt=tarfile.GNU_FORMAT):
+        b = io.BytesIO()
+        with tarfile.open(fileobj=b, mode="w", format=fmt) as t:
+            for m, d in ms:
+                t.addfile(m, io.BytesIO(d) if d is not None else None)
+        return b.getvalue()
+
+    def write_file(name, data):
+        path = os.path.join(base, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def labels_by_tar(path):
+        """The train labels as `tar -x` + pickle would give them (the last member of each name wins)."""
+        import pickle
+        found = {}
+        with tarfile.open(path) as t:
+            for m in t.getmembers():
+                if m.isfile():
+                    found[m.name.split("/")[-1]] = t.extractfile(m).read()
+        labels = []
+        for k in range(1, 6):
+            d = pickle.loads(found[f"data_batch_{k}"], encoding="bytes")
+            labels += list(d[b"labels"] if b"labels" in d else d["labels"])
+        return labels
+
+    def imports_as_tar_reads(path, what):
+        fresh_out = out
+        if os.path.exists(fresh_out):
+            os.remove(fresh_out)
+        r = imp("cifar10", path, "--out", fresh_out)
+        if r.returncode:
+            fail(f"{what}: exit {r.returncode}:\n{r.stderr}")
+            return
+        with h5py.File(fresh_out, "r") as f:
+            got = list(f["train/labels"][...])
+        if got != labels_by_tar(path):
+            fail(f"{what}: the train labels differ from tar's members")
+        else:
+            print(f"  {what}: imported, {len(got)} train labels as tar reads them")
+        os.remove(fresh_out)
+
+    # A stored (level-0) gzip with one byte of a member flipped: inflate cannot see it, only the CRC-32 at the end;
+    # the same cut before its 8-byte trailer; and followed by 4 MiB of tar padding before the trailer.
+    raw = tar_bytes(members)
+    inner = next(i for i, (m, _) in enumerate(members) if m.name.endswith("data_batch_3"))
+    at = raw.index(members[inner][1][1000:1064]) + 10
+    flipped_raw = bytearray(raw)
+    flipped_raw[at] ^= 0x01
+    bad = gzip_member(bytes(flipped_raw))
+    bad[-8:-4] = struct.pack("<I", zlib.crc32(raw))  # the CRC of the intact archive: the data no longer matches it
+    path = write_file("crc.tar.gz", bytes(bad))
+    expect_error(["cifar10", path, "--out", out], path, "a gzip CRC-32 mismatch (a stored block)", out)
+    path = write_file("notrailer.tar.gz", bytes(gzip_member(raw)[:-8]))
+    expect_error(["cifar10", path, "--out", out], path, "a tarball without its gzip trailer", out)
+    padded = gzip_member(bytes(flipped_raw) + bytes(4 << 20))
+    padded[-8:-4] = struct.pack("<I", zlib.crc32(raw + bytes(4 << 20)))
+    path = write_file("padded.tar.gz", bytes(padded))
+    expect_error(["cifar10", path, "--out", out], path, "a CRC-32 mismatch behind 4 MiB of padding", out)
+
+    # pax headers: a decoy whose ustar name is data_batch_1 but whose pax path is another, and the real batch named
+    # only through its pax path; a pax tarball with a folder name too long for ustar.
+    ms = []
+    for m, d in members:
+        m2 = tarfile.TarInfo(m.name)
+        m2.size, m2.type, m2.mode = m.size, m.type, m.mode
+        if m.name.endswith("data_batch_1"):
+            decoy = tarfile.TarInfo(m.name)
+            decoy.size = len(members[inner][1])
+            decoy.pax_headers = {"path": "decoy/not_a_batch"}
+            ms.append((decoy, members[inner][1]))
+            m2.name = "x" * 90  # the ustar name field holds the truncated long name, the pax path the real one
+            m2.pax_headers = {"path": m.name}
+        ms.append((m2, d))
+    path = write_file("pax_remap.tar", tar_bytes(ms, tarfile.PAX_FORMAT))
+    imports_as_tar_reads(path, "pax paths that rename members")
+    long_dir = "d" * 160 + "/cifar-10-batches-py/"
+    ms = []
+    for m, d in members:
+        m2 = tarfile.TarInfo(long_dir + m.name.split("/")[-1])
+        m2.size, m2.type, m2.mode = m.size, m.type, m.mode
+        ms.append((m2, d))
+    path = write_file("pax_long.tar", tar_bytes(ms, tarfile.PAX_FORMAT))
+    imports_as_tar_reads(path, "a pax tarball with a 160-character folder name")
+
+    # data_batch_1 added again later as a link to test_batch: tar -x leaves the link, the importer read the file.
+    for kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+        link = tarfile.TarInfo(next(m.name for m, _ in members if m.name.endswith("data_batch_1")))
+        link.type = kind
+        link.linkname = next(m.name for m, _ in members if m.name.endswith("test_batch"))
+        if kind == tarfile.SYMTYPE:
+            link.linkname = "test_batch"
+        path = write_file(f"link{kind.decode()}.tar", tar_bytes(members + [(link, None)]))
+        expect_error(["cifar10", path, "--out", out], "data_batch_1", f"data_batch_1 again as a link (type {kind.decode()})",
+                     out)
+
+    # A batch pickle setting 'labels' twice (Python keeps the second).
+    import pickle
+    i1 = next(i for i, (m, _) in enumerate(members) if m.name.endswith("data_batch_1"))
+    d = pickle.loads(members[i1][1], encoding="bytes")
+    key = b"labels" if b"labels" in d else "labels"
+    p = pickle.dumps(d, protocol=2)
+    assert p.endswith(b"u.")
+    other = pickle.dumps([(x + 1) % 10 for x in d[key]], protocol=2)[2:-1]  # the list's opcodes alone
+    p = p[:-1] + pickle.dumps(key, protocol=2)[2:-1] + other + b"s."  # SETITEM 'labels' again, then STOP
+    ms = list(members)
+    ms[i1] = (members[i1][0], p)
+    ms[i1][0].size = len(p)
+    path = write_file("twice.tar", tar_bytes(ms))
+    expect_error(["cifar10", path, "--out", out], "the key 'labels' is set 2 times", "a batch setting 'labels' twice",
+                 out)
+    members[i1][0].size = len(members[i1][1])
+
+    # Train batches with no rows: the message named the output and finish() ("append training samples").
+    empty = pickle.dumps({b"data": np.zeros((0, 3072), np.uint8), b"labels": []}, protocol=2)
+    ms = []
+    for m, dd in members:
+        if "data_batch" in m.name:
+            m2 = tarfile.TarInfo(m.name)
+            m2.size = len(empty)
+            ms.append((m2, empty))
+        else:
+            ms.append((m, dd))
+    path = write_file("empty_train.tar", tar_bytes(ms))
+    expect_error(["cifar10", path, "--out", out], path, "train batches without samples", out)
+
+    # idx: a stored gzip whose compressed length is a multiple of zlib's 256 KiB buffer, one pixel flipped: the CRC
+    # mismatch came with the read after the last image, which was taken as the end; the same without its trailer.
+    n = 8000
+    images = struct.pack(">IIII", 2051, n, 28, 28) + bytes((k * 7) % 251 for k in range(n * 784))
+    labels = struct.pack(">II", 2049, n) + bytes(k % 10 for k in range(n))
+    vimages = struct.pack(">IIII", 2051, 10, 28, 28) + bytes(10 * 784)
+    vlabels = struct.pack(">II", 2049, 10) + bytes(10)
+    plain = len(gzip_member(images))
+    name_len = (plain // 262144 + 1) * 262144 - plain - 1
+    g = gzip_member(images, name_len)
+    assert len(g) % 262144 == 0
+    g[len(g) - 8 - len(images) // 2 - 3] ^= 0x01
+    paths = {k: write_file(k, v) for k, v in (("tl", labels), ("vi", vimages), ("vl", vlabels))}
+    paths["ti"] = write_file("ti_crc.gz", bytes(g))
+    args = ["idx", "--train-images", paths["ti"], "--train-labels", paths["tl"], "--val-images", paths["vi"],
+            "--val-labels", paths["vl"], "--classes", "10", "--out", out]
+    expect_error(args, paths["ti"], "an idx .gz with a CRC-32 mismatch found after the last image", out)
+    cut = write_file("ti_cut.gz", bytes(gzip_member(images))[:-8])
+    args[2] = cut
+    expect_error(args, cut, "an idx .gz without its trailer", out)
+    # Through a pipe: the header was read twice (a probe, then the import), the pipe had moved on.
+    r = run(["bash", "-c", 'exec "$0" data import idx --train-images <(cat "$1") --train-labels "$2" '
+             '--val-images "$3" --val-labels "$4" --classes 10 --out "$5"',
+             CLI, write_file("ti", images), paths["tl"], paths["vi"], paths["vl"], out])
+    if r.returncode or f"train {n}" not in r.stdout:
+        fail(f"idx images through a pipe: exit {r.returncode}:\n{r.stdout}{r.stderr}")
+    else:
+        print(f"  idx images through a pipe: {r.stdout.strip()}")
+        os.remove(out)
+    # An empty train split names the images file.
+    empty_imgs = write_file("ti0", struct.pack(">IIII", 2051, 0, 28, 28))
+    empty_labs = write_file("tl0", struct.pack(">II", 2049, 0))
+    expect_error(["idx", "--train-images", empty_imgs, "--train-labels", empty_labs, "--val-images", paths["vi"],
+                  "--val-labels", paths["vl"], "--classes", "10", "--out", out], empty_imgs, "an empty train split", out)
+
+    # Fashion-MNIST unpacked (no .gz): --out naming one of the files replaced it with the dataset.
+    src = fresh(os.path.join(base, "fm"))
+    for name, data in (("train-images-idx3-ubyte", images), ("train-labels-idx1-ubyte", labels),
+                       ("t10k-images-idx3-ubyte", vimages), ("t10k-labels-idx1-ubyte", vlabels)):
+        write_file(os.path.join("fm", name), data)
+    target = os.path.join(src, "train-labels-idx1-ubyte")
+    expect_error(["fashion-mnist", "--src", src, "--out", target], "the same file as --src", "--out is an unpacked source",
+                 target)
+    if open(target, "rb").read() != labels:
+        fail("--out is an unpacked source: the labels file was changed")
+
+    # Files named like temporaries of --out: one without a host part (not ours: kept), and an input so named
+    # (refused: the writer removes its dead writers' temporaries).
+    notes = write_file("o.h5.tmp-20261207", b"notes\n")
+    r = imp("cifar10", tgz, "--out", out)
+    if r.returncode or not os.path.exists(notes):
+        fail(f"a file 'o.h5.tmp-20261207' beside --out: exit {r.returncode}, kept: {os.path.exists(notes)}\n{r.stderr}")
+    else:
+        print("  a file named 'o.h5.tmp-20261207' beside --out: kept")
+    os.remove(out)
+    os.remove(notes)
+    host = os.uname().nodename
+    as_tmp = write_file(f"o.h5.tmp-{host}-4000000", open(tgz, "rb").read())
+    r = imp("cifar10", as_tmp, "--out", out)
+    if r.returncode != 1 or "named like a temporary file" not in r.stderr or not os.path.exists(as_tmp):
+        fail(f"an input named like a temporary of --out: exit {r.returncode}, kept: {os.path.exists(as_tmp)}\n{r.stderr}")
+    else:
+        print(f"  an input named like a temporary of --out: exit 1, {r.stderr.strip()[:120]}")
+
+    # A file named ".png" is an image (torchvision: the name ends in .png).
+    root = fresh(os.path.join(base, "dotname"))
+    for split in ("train", "val"):
+        os.makedirs(os.path.join(root, split, "c0"))
+        for k, name in enumerate(("a.png", ".png")):
+            pixels = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3) * (k + 1)
+            Image.fromarray(pixels).save(os.path.join(root, split, "c0", name), format="PNG")
+    r = imp("folder", root, "--out", out)
+    if r.returncode or "train 2," not in r.stdout:
+        fail(f"a file named '.png': exit {r.returncode}, expected 2 train images:\n{r.stdout}{r.stderr}")
+    else:
+        print(f"  a file named '.png': imported ({r.stdout.strip().splitlines()[0][:100]})")
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     root = make_folder()
@@ -459,6 +688,7 @@ def main():
     cifar_round_trips()
     bad_inputs(root)
     listing_and_names(root)
+    hostile_archives()
     if FAILS:
         print(f"{len(FAILS)} failure(s)")
         return 1

@@ -129,9 +129,20 @@ void require_distinct_files(const std::vector<std::pair<std::string, std::string
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const auto& [oopt, out] = outputs[i];
     if (out.empty()) continue;
-    for (const auto& [iopt, in] : inputs)
+    for (const auto& [iopt, in] : inputs) {
+      if (in.empty()) continue;
       if (same_file(out, in))
         RN_FAIL_CTX(out, "{} is the same file as {} {}: writing it would destroy that input", oopt, iopt, in);
+      // The writer of `out` removes its dead writers' temporaries "<out>.tmp-<host>-<pid>" beside it.
+      // Compared by directory (links resolved) and by the names themselves (an input that is a link has that name).
+      std::error_code ec;
+      const fs::path o = fs::absolute(out, ec), i = fs::absolute(in, ec);
+      if (i.filename().string().rfind(o.filename().string() + ".tmp-", 0) == 0 &&
+          fs::weakly_canonical(o.parent_path(), ec) == fs::weakly_canonical(i.parent_path(), ec))
+        RN_FAIL_CTX(in, "{} is named like a temporary file of {} {}, and writing that removes the ones dead writers "
+                    "left: rename the input",
+                    iopt, oopt, out);
+    }
     for (std::size_t j = 0; j < i; ++j)
       if (same_file(out, outputs[j].second))
         RN_FAIL_CTX(out, "{} and {} name the same file", outputs[j].first, oopt);

@@ -687,7 +687,10 @@ void remove_stale_temporaries(const std::string& path) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     std::error_code rec;
-    if (name.rfind(prefix, 0) == 0 && is_stale_temporary(name) && it->is_regular_file(rec))
+    // Only "<host>-<pid>" as temporary_name() writes it: the PID-only form of old checkpoint temporaries, accepted
+    // in checkpoint directories, matched user files here ("run.h5.tmp-20261207" next to --out run.h5 was removed).
+    if (name.rfind(prefix, 0) == 0 && name.find('-', prefix.size()) != std::string::npos &&
+        is_stale_temporary(name) && it->is_regular_file(rec))
       fs::remove(it->path(), rec);
   }
 }

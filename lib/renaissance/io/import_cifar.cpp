@@ -1,17 +1,17 @@
 // `renaissance data import cifar10|cifar100`: the python-pickle tarballs of https://www.cs.toronto.edu/~kriz/cifar.html.
 #include <renaissance/core/error.h>
 #include <renaissance/core/utf8.h>
+#include <renaissance/io/gzip_reader.h>
 #include <renaissance/io/hdf5_util.h>
 #include <renaissance/io/importers.h>
 #include <renaissance/io/pickle.h>
-
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 namespace renaissance::io {
 
@@ -24,6 +24,46 @@ namespace {
 // allowed).
 constexpr std::int64_t kMaxMembers = std::int64_t(1) << 30;
 
+/// The records of a pax extended header ("LEN key=value\n" each, POSIX.1-2001): `path` and `size` of a per-file
+/// header ('x') apply to the next member, as tar applies them; a global header ('g') that sets either is refused
+/// (it would rename or resize every member after it), its other keys (times, owners, charset) are ignored.
+void read_pax(const std::string& path, const std::string& member, const std::vector<std::uint8_t>& data, bool global,
+              std::optional<std::string>& pax_path, std::optional<std::int64_t>& pax_size) {
+  const std::string text(data.begin(), data.end());
+  std::size_t at = 0;
+  while (at < text.size() && text[at] != '\0') {
+    const std::size_t space = text.find(' ', at);
+    std::size_t len = 0;
+    bool ok = space != std::string::npos && space > at && space - at <= 12;
+    for (std::size_t i = at; ok && i < space; ++i) {
+      ok = text[i] >= '0' && text[i] <= '9';
+      len = len * 10 + static_cast<std::size_t>(text[i] - '0');
+    }
+    ok = ok && len > space - at + 2 && len <= text.size() - at && text[at + len - 1] == '\n';
+    const std::size_t eq = ok ? text.find('=', space + 1) : std::string::npos;
+    if (!ok || eq == std::string::npos || eq >= at + len)
+      RN_IO_FAIL(path, "the archive is corrupt", "pax header '{}': malformed record at byte {} of it", member, at);
+    const std::string key = text.substr(space + 1, eq - space - 1);
+    const std::string value = text.substr(eq + 1, at + len - 1 - (eq + 1));
+    at += len;
+    if (key != "path" && key != "size") continue;
+    if (global)
+      RN_IO_FAIL(path, "make a tarball without global pax headers (extract it and pack it again)",
+                 "global pax header '{}' sets '{}' for every member after it", member, key);
+    if (key == "path") {
+      pax_path = value;
+    } else {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || errno == ERANGE || v > (1ULL << 40) || value[0] == '-')
+        RN_IO_FAIL(path, "the archive is corrupt", "pax header '{}': size '{}' is not a size of at most 2^40 bytes",
+                   member, value);
+      pax_size = static_cast<std::int64_t>(v);
+    }
+  }
+}
+
 /// The members of a tar (gzip or plain) whose base names are wanted, read into memory; the rest are skipped.
 std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& path,
                                                          const std::vector<std::string>& wanted) {
@@ -32,33 +72,15 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& pat
     RN_IO_FAIL(path, "download cifar-10-python.tar.gz / cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html",
                "tarball not found");
   if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .tar.gz file itself", "is a directory");
-  gzFile gz = gzopen(path.c_str(), "rb");
-  if (!gz) RN_IO_FAIL(path, "check the file's permissions", "cannot open: {}", std::strerror(errno));
-  struct Closer {
-    gzFile g;
-    ~Closer() { gzclose(g); }
-  } closer{gz};
-  gzbuffer(gz, 1 << 18);
+  // GzipReader: the gzip trailer (CRC-32, length) is checked before the data counts as ended (gzread did not always).
+  GzipReader reader(path);
   std::int64_t offset = 0, held = 0;  // held: bytes of the members read so far
-  auto read = [&](void* dst, std::int64_t n, const std::string& what) {
-    auto* p = static_cast<unsigned char*>(dst);
-    std::int64_t done = 0;
-    while (done < n) {
-      const int r = gzread(gz, p + done, static_cast<unsigned>(std::min<std::int64_t>(n - done, 1 << 30)));
-      if (r < 0) {
-        int errnum = 0;
-        const char* msg = gzerror(gz, &errnum);
-        RN_IO_FAIL(path, "the file is corrupt; download it again", "read error at byte {} (uncompressed) in {}: {}",
-                   offset + done, what, msg ? msg : "zlib error");
-      }
-      if (r == 0) return done;
-      done += r;
-    }
-    return done;
-  };
+  auto read = [&](void* dst, std::int64_t n, const std::string& what) { return reader.read(dst, n, what); };
   std::map<std::string, std::vector<std::uint8_t>> out;
   std::map<std::string, std::string> taken_from;  // base name -> the member's whole name
   std::string long_name;
+  std::optional<std::string> pax_path;  // the next member's name and size from its pax header
+  std::optional<std::int64_t> pax_size;
   for (;;) {
     unsigned char h[512];
     const std::int64_t got = read(h, 512, "a tar header");
@@ -66,7 +88,19 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& pat
     if (got < 512)
       RN_IO_FAIL(path, "the file is truncated; download it again", "truncated tar header at byte {}", offset);
     offset += 512;
-    if (std::all_of(h, h + 512, [](unsigned char c) { return c == 0; })) break;  // end of archive
+    if (std::all_of(h, h + 512, [](unsigned char c) { return c == 0; })) {  // end of archive
+      // The rest of the stream (tar's padding to its record size, or more) is read to its end so that zlib checks
+      // the gzip trailer: the CRC-32 covers the members read above. Bounded like the members.
+      std::vector<std::uint8_t> rest(1 << 16);
+      std::int64_t after = 0;
+      for (std::int64_t k; (k = read(rest.data(), static_cast<std::int64_t>(rest.size()), "the end of the archive")) > 0;) {
+        after += k;
+        if (after > kMaxMembers)
+          RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "more than {} bytes after the end of the archive",
+                     kMaxMembers);
+      }
+      break;
+    }
     // Header checksum: the sum of the header's bytes with the checksum field as spaces.
     unsigned sum = 0;
     for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
@@ -91,17 +125,33 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& pat
       name = long_name;
       long_name.clear();
     }
+    if (pax_path) {
+      name = *pax_path;
+      pax_path.reset();
+    }
+    if (pax_size) {
+      size = *pax_size;
+      pax_size.reset();
+    }
     const char type = static_cast<char>(h[156]);
     const std::int64_t padded = (size + 511) / 512 * 512;
     const std::string base = fs::path(name).filename().string();
-    const bool want = (type == '0' || type == '\0') && std::find(wanted.begin(), wanted.end(), base) != wanted.end();
-    // Two members of one base name (a second copy appended, as `tar -r` does, or a decoy in another folder): tar
-    // would extract the last, a reader of the first another batch: which one is meant is not for the importer to guess.
-    if (want && taken_from.count(base))
+    // Headers that describe the next member: GNU long names ('L', 'K') and pax extended headers ('x', 'g').
+    const bool meta = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+    const bool named = !meta && std::find(wanted.begin(), wanted.end(), base) != wanted.end();
+    // Two members of one base name (a second copy appended, as `tar -r` does, a link of that name added later, or a
+    // decoy in another folder): tar would extract the last, a reader of the first another batch: which one is meant
+    // is not for the importer to guess.
+    if (named && taken_from.count(base))
       RN_IO_FAIL(path, "make a tarball with one member of each name (extract it and pack it again)",
                  "the archive has two members named '{}': '{}' and '{}'", base, taken_from[base], name);
-    if (want) taken_from[base] = name;
-    if (type == 'L' || want) {  // GNU long name, or a member we need
+    if (named) taken_from[base] = name;
+    if (named && type != '0' && type != '\0')
+      RN_IO_FAIL(path, "make a tarball whose batches are regular files (extract it and pack it again)",
+                 "member '{}' is not a regular file (tar type '{}': a link, a directory or a device)", name,
+                 type >= 32 && type < 127 ? std::string(1, type) : fmt::format("\\x{:02x}", static_cast<unsigned char>(type)));
+    const bool want = named;
+    if (type == 'L' || type == 'x' || type == 'g' || want) {  // a long name, a pax header, or a member we need
       if (size > kMaxMembers - held)
         RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "member '{}' has {} bytes ({} held already; {} in all "
                    "are accepted)", name, size, held, kMaxMembers);
@@ -113,8 +163,11 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& pat
       std::vector<std::uint8_t> pad(static_cast<std::size_t>(padded - size));
       read(pad.data(), padded - size, "padding");
       offset += padded;
+      held -= type == 'L' || type == 'x' || type == 'g' ? size : 0;  // only the members' bytes stay held
       if (type == 'L')
         long_name.assign(reinterpret_cast<char*>(data.data()), strnlen(reinterpret_cast<char*>(data.data()), data.size()));
+      else if (type == 'x' || type == 'g')
+        read_pax(path, name, data, type == 'g', pax_path, pax_size);
       else
         out[base] = std::move(data);
     } else {
@@ -195,6 +248,8 @@ CifarBatch read_cifar_batch(const std::uint8_t* data, std::size_t size, const st
   const pickle::Document doc = pickle::load(data, size, ctx);
   const pickle::Value& root = doc.root();
   if (!root.is(K::dict)) bad(ctx, fmt::format("the pickle holds a {}, not a dict", pickle::kind_name(root.kind)));
+  for (const char* key : {"data", label_key})
+    if (root.count(key) > 1) bad(ctx, fmt::format("the key '{}' is set {} times", key, root.count(key)));
   const pickle::Value* d = root.get("data");
   const pickle::Value* l = root.get(label_key);
   if (!d) bad(ctx, "no 'data' key");
@@ -231,6 +286,8 @@ std::vector<std::string> names_of(const std::string& tarball, const std::string&
                                   const std::vector<std::uint8_t>& data, const char* key, std::size_t expect) {
   const std::string ctx = tarball + ": " + member;
   const pickle::Document doc = pickle::load(data.data(), data.size(), ctx);
+  if (doc.root().count(key) > 1)
+    RN_IO_FAIL(ctx, "the meta member is not CIFAR's", "the key '{}' is set {} times", key, doc.root().count(key));
   const pickle::Value* v = doc.root().get(key);
   if (!v || !v->is(pickle::Value::Kind::list) || v->items.size() != expect)
     RN_IO_FAIL(ctx, "the meta member is not CIFAR's", "no list '{}' of {} class names", key, expect);
@@ -277,11 +334,16 @@ void import_cifar(const std::string& out_path, const std::string& tarball, int c
     writer.set_class_names(names_of(tarball, meta_member, members.at(meta_member),
                                     c10 ? "label_names" : (coarse ? "coarse_label_names" : "fine_label_names"),
                                     static_cast<std::size_t>(k)));
+  std::int64_t train_samples = 0;
   for (const std::string& m : train_members) {
     const std::vector<std::uint8_t>& data = members.at(m);
     const CifarBatch b = read_cifar_batch(data.data(), data.size(), tarball + ": " + m, label_key, k);
     writer.append(Split::train, b.hwc.data(), b.labels.data(), static_cast<std::int64_t>(b.labels.size()));
+    train_samples += static_cast<std::int64_t>(b.labels.size());
   }
+  if (train_samples == 0)
+    RN_IO_FAIL(tarball, "expected the CIFAR python tarball", "its train batches ({}) hold no samples",
+               fmt::join(train_members, ", "));
   const std::vector<std::uint8_t>& test = members.at(test_member);
   const CifarBatch t = read_cifar_batch(test.data(), test.size(), tarball + ": " + test_member, label_key, k);
   writer.append(Split::val, t.hwc.data(), t.labels.data(), static_cast<std::int64_t>(t.labels.size()));

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -38,10 +39,16 @@ struct ClassFile {
   bool link = false;
 };
 
+/// By the name's ending, as torchvision's has_file_allowed_extension: a file named ".jpg" is an image too
+/// (path::extension() is empty for a name that starts with its only dot).
 bool image_extension(const fs::path& p) {
-  std::string e = p.extension().string();
-  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  return e == ".jpg" || e == ".jpeg" || e == ".png";
+  std::string n = p.filename().string();
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  for (const char* e : {".jpg", ".jpeg", ".png"}) {
+    const std::size_t len = std::strlen(e);
+    if (n.size() >= len && n.compare(n.size() - len, len, e) == 0) return true;
+  }
+  return false;
 }
 
 /// The image files of one class folder in torchvision's order: sorted(os.walk(...)) then sorted(names), i.e. by

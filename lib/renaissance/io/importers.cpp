@@ -1,9 +1,8 @@
 #include <renaissance/io/importers.h>
 
 #include <renaissance/core/error.h>
+#include <renaissance/io/gzip_reader.h>
 #include <renaissance/io/hdf5_util.h>
-
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,61 +19,39 @@ constexpr std::uint32_t kIdxImagesMagic = 2051;  // 0x00000803: unsigned byte, 3
 constexpr std::uint32_t kIdxLabelsMagic = 2049;  // 0x00000801: unsigned byte, 1 dimension
 constexpr std::int64_t kBlockSamples = 8192;     // streaming granularity: bounded memory for any input size
 
-/// Sequential reader of an idx file; gzread reads uncompressed files transparently.
+/// Sequential reader of an idx file, gzip or uncompressed (GzipReader: a gzip member counts as read to its end only
+/// once its CRC-32 and length have matched).
 class IdxStream {
  public:
-  explicit IdxStream(std::string path) : m_path(std::move(path)) {
-    std::error_code ec;
-    if (!fs::exists(m_path, ec))
-      RN_IO_FAIL(m_path, "check the path (Fashion-MNIST lives in /usr/share/datasets/fashion-mnist)",
-                 "idx file not found");
-    m_gz = gzopen(m_path.c_str(), "rb");
-    if (!m_gz) RN_IO_FAIL(m_path, "check the file's permissions", "cannot open: {}", std::strerror(errno));
-    gzbuffer(m_gz, 1 << 18);
-  }
-  ~IdxStream() {
-    if (m_gz) gzclose(m_gz);
-  }
-  IdxStream(const IdxStream&) = delete;
-  IdxStream& operator=(const IdxStream&) = delete;
+  explicit IdxStream(const std::string& path) : m_reader(open(path)) {}
 
-  const std::string& path() const { return m_path; }
-  std::int64_t offset() const { return m_offset; }
+  const std::string& path() const { return m_reader.path(); }
+  std::int64_t offset() const { return m_reader.offset(); }
 
   /// Reads exactly n bytes; a short read is a truncated (or corrupt) file, reported at its byte offset.
   void read_exact(void* dst, std::int64_t n, const char* what) {
-    auto* p = static_cast<unsigned char*>(dst);
-    std::int64_t done = 0;
-    while (done < n) {
-      const unsigned want = static_cast<unsigned>(std::min<std::int64_t>(n - done, 1 << 30));
-      const int r = gzread(m_gz, p + done, want);
-      if (r < 0) {
-        int errnum = 0;
-        const char* msg = gzerror(m_gz, &errnum);
-        RN_IO_FAIL(m_path, "the file is corrupt or truncated; download it again",
-                   "read error at byte offset {} (uncompressed) while reading {}: {}", m_offset + done, what,
-                   msg ? msg : "unknown zlib error");
-      }
-      if (r == 0)
-        RN_IO_FAIL(m_path, "the file is truncated (interrupted download?); download it again",
-                   "truncated at byte offset {} (uncompressed) while reading {}: {} more bytes expected",
-                   m_offset + done, what, n - done);
-      done += r;
-    }
-    m_offset += n;
+    const std::int64_t at = m_reader.offset();
+    const std::int64_t got = m_reader.read(dst, n, what);
+    if (got < n)
+      RN_IO_FAIL(path(), "the file is truncated (interrupted download?); download it again",
+                 "truncated at byte offset {} (uncompressed) while reading {}: {} more bytes expected", at + got, what,
+                 n - got);
   }
 
   /// After the last item the header counts: more bytes mean a count damaged downwards (or another file appended),
-  /// and importing would drop samples without a word.
+  /// and importing would drop samples without a word. Reading to the end also verifies the gzip trailer.
   void expect_end(const std::string& items) {
+    const std::int64_t at = m_reader.offset();
     unsigned char extra[4096];
-    const int r = gzread(m_gz, extra, sizeof extra);
-    if (r > 0) {
-      std::int64_t more = r;
-      for (int k; (k = gzread(m_gz, extra, sizeof extra)) > 0;) more += k;
-      RN_IO_FAIL(m_path, "the header's count is wrong, or the file was damaged; download it again",
-                 "{} more byte(s) after the {} the header counts (from byte offset {}, uncompressed)", more, items,
-                 m_offset);
+    const std::string what = fmt::format("what follows the {}", items);
+    std::int64_t more = m_reader.read(extra, sizeof extra, what);
+    if (more > 0) {
+      // Counted up to 64 MiB more: a gzip bomb behind a valid header is not inflated to its end to say so.
+      constexpr std::int64_t kCountLimit = std::int64_t(64) << 20;
+      for (std::int64_t k; more < kCountLimit && (k = m_reader.read(extra, sizeof extra, what)) > 0;) more += k;
+      RN_IO_FAIL(path(), "the header's count is wrong, or the file was damaged; download it again",
+                 "{}{} more byte(s) after the {} the header counts (from byte offset {}, uncompressed)",
+                 more >= kCountLimit ? "at least " : "", more, items, at);
     }
   }
 
@@ -85,9 +62,14 @@ class IdxStream {
   }
 
  private:
-  std::string m_path;
-  gzFile m_gz = nullptr;
-  std::int64_t m_offset = 0;
+  static const std::string& open(const std::string& path) {
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+      RN_IO_FAIL(path, "check the path (Fashion-MNIST lives in /usr/share/datasets/fashion-mnist)",
+                 "idx file not found");
+    return path;
+  }
+  GzipReader m_reader;
 };
 
 struct ImagesHeader {
@@ -116,10 +98,13 @@ std::int64_t read_labels_header(IdxStream& s) {
   return s.read_be32("the label count");
 }
 
-void import_split(DatasetWriter& writer, Split split, const IdxPair& src, const ImagesHeader& expect, int num_classes) {
-  IdxStream images(src.images), labels(src.labels);
-  const ImagesHeader h = read_images_header(images);
+/// `images` has read its header `h` (the train images were opened once: a pipe cannot be read twice).
+void import_split(DatasetWriter& writer, Split split, const IdxPair& src, IdxStream& images, const ImagesHeader& h,
+                  const ImagesHeader& expect, int num_classes) {
+  IdxStream labels(src.labels);
   const std::int64_t n_labels = read_labels_header(labels);
+  if (split == Split::train && h.count == 0)
+    RN_IO_FAIL(src.images, "the train split needs at least one image", "the header counts 0 images");
   if (h.rows != expect.rows || h.cols != expect.cols)
     RN_IO_FAIL(src.images, "train and val images must have the same size", "images are {}x{}, the train images {}x{}",
                h.rows, h.cols, expect.rows, expect.cols);
@@ -152,7 +137,7 @@ void import_split(DatasetWriter& writer, Split split, const IdxPair& src, const 
   labels.expect_end(fmt::format("{} labels", n_labels));
 }
 
-std::string find_source(const std::string& dir, const std::string& stem) {
+std::string find_idx_source(const std::string& dir, const std::string& stem) {
   // Prefer the .gz as distributed, accept an already unpacked copy.
   const fs::path gz = fs::path(dir) / (stem + ".gz");
   const fs::path plain = fs::path(dir) / stem;
@@ -197,15 +182,14 @@ void import_idx(const std::string& out_path, const IdxPair& train, const IdxPair
                 const std::vector<std::string>& class_names, const DatasetWriterOptions& options) {
   RN_CHECK_CTX(num_classes >= 1 && num_classes <= 256, out_path, "idx labels are bytes: num_classes {} not in 1..256",
                num_classes);
-  ImagesHeader shape;
-  {
-    IdxStream probe(train.images);
-    shape = read_images_header(probe);
-  }
+  IdxStream train_images(train.images);
+  const ImagesHeader shape = read_images_header(train_images);
   DatasetWriter writer(out_path, shape.rows, shape.cols, 1, num_classes, options);
   writer.set_class_names(class_names);
-  import_split(writer, Split::train, train, shape, num_classes);
-  import_split(writer, Split::val, val, shape, num_classes);
+  import_split(writer, Split::train, train, train_images, shape, shape, num_classes);
+  IdxStream val_images(val.images);
+  const ImagesHeader val_shape = read_images_header(val_images);
+  import_split(writer, Split::val, val, val_images, val_shape, shape, num_classes);
   writer.finish();
 }
 
@@ -213,6 +197,11 @@ const std::vector<std::string>& fashion_mnist_class_names() {
   static const std::vector<std::string> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                                  "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
   return names;
+}
+
+FashionMnistSources fashion_mnist_sources(const std::string& src_dir) {
+  return {{find_idx_source(src_dir, "train-images-idx3-ubyte"), find_idx_source(src_dir, "train-labels-idx1-ubyte")},
+          {find_idx_source(src_dir, "t10k-images-idx3-ubyte"), find_idx_source(src_dir, "t10k-labels-idx1-ubyte")}};
 }
 
 void import_fashion_mnist(const std::string& out_path, const std::string& src_dir,
@@ -223,9 +212,8 @@ void import_fashion_mnist(const std::string& out_path, const std::string& src_di
                "pass --src DIR with train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
                "t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz (github.com/zalandoresearch/fashion-mnist)",
                "Fashion-MNIST source directory not found");
-  const IdxPair train{find_source(src_dir, "train-images-idx3-ubyte"), find_source(src_dir, "train-labels-idx1-ubyte")};
-  const IdxPair val{find_source(src_dir, "t10k-images-idx3-ubyte"), find_source(src_dir, "t10k-labels-idx1-ubyte")};
-  import_idx(out_path, train, val, 10, fashion_mnist_class_names(), options);
+  const FashionMnistSources src = fashion_mnist_sources(src_dir);
+  import_idx(out_path, src.train, src.val, 10, fashion_mnist_class_names(), options);
 }
 
 void make_synthetic(const std::string& out_path, std::int64_t n_train, std::int64_t n_val, std::int64_t height,

@@ -37,6 +37,13 @@ void import_idx(const std::string& out_path, const IdxPair& train, const IdxPair
 /// The ten Fashion-MNIST class names, in label order.
 const std::vector<std::string>& fashion_mnist_class_names();
 
+/// The four Fashion-MNIST files `import_fashion_mnist` reads from `src_dir`: each name's .gz as distributed, else an
+/// already unpacked copy without the .gz.
+struct FashionMnistSources {
+  IdxPair train, val;
+};
+FashionMnistSources fashion_mnist_sources(const std::string& src_dir);
+
 /// train-{images-idx3,labels-idx1}-ubyte[.gz] → /train, t10k-* → /val, 10 classes with names.
 void import_fashion_mnist(const std::string& out_path, const std::string& src_dir = kFashionMnistDir,
                           const DatasetWriterOptions& options = {});

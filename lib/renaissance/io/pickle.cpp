@@ -366,9 +366,17 @@ bool Value::text_equals(const std::string& text) const {
 
 const Value* Value::get(const std::string& key) const {
   if (kind != Kind::dict) return nullptr;
+  const Value* found = nullptr;
   for (std::size_t i = 0; i + 1 < items.size(); i += 2)
-    if (items[i]->text_equals(key)) return items[i + 1];
-  return nullptr;
+    if (items[i]->text_equals(key)) found = items[i + 1];
+  return found;
+}
+
+std::size_t Value::count(const std::string& key) const {
+  if (kind != Kind::dict) return 0;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i + 1 < items.size(); i += 2) n += items[i]->text_equals(key) ? 1 : 0;
+  return n;
 }
 
 Value* Document::make(Value::Kind k) {

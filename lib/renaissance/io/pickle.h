@@ -30,8 +30,12 @@ struct Value {
   /// bytes or str (or an as_bytes() object) equal to `text`: Python 2 pickles have str keys where Python 3 ones have
   /// bytes or str.
   bool text_equals(const std::string& text) const;
-  /// dict lookup by a text key (text_equals); nullptr when absent.
+  /// dict lookup by a text key (text_equals); nullptr when absent, the last entry when the key is set more than once
+  /// (a later SETITEM replaces an earlier one in Python; see count()).
   const Value* get(const std::string& key) const;
+  /// How many of a dict's entries have this text key: more than one is a dict Python would hold differently (one str
+  /// and one bytes key) or a pickle made to be read two ways.
+  std::size_t count(const std::string& key) const;
 };
 /// The values of one pickle, owned together.
 class Document {

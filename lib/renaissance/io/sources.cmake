@@ -4,6 +4,7 @@ target_sources(renaissance_io PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/dataset.cpp
   ${CMAKE_CURRENT_LIST_DIR}/batch_loader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/importers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gzip_reader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/image.cpp
   ${CMAKE_CURRENT_LIST_DIR}/augment.cpp
   ${CMAKE_CURRENT_LIST_DIR}/loader_pool.cpp
