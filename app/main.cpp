@@ -27,6 +27,27 @@ namespace {
 /// Seconds a failing rank waits for the others to fail too before it aborts the whole job.
 constexpr double kErrorGraceSeconds = 10.0;
 
+/// What this rank's command line asks for, compared across ranks before any command runs: "run <subcommands>",
+/// "info" (--help, --version, a bare `renaissance`) or "usage <the error's text>".
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const unsigned char ch : s) h = (h ^ ch) * 1099511628211ULL;
+  return h;
+}
+
+/// Ranks started with different command lines (an MPMD `mpirun -np 1 A : -np 1 B`, a wrapper script): one running
+/// `train` while another printed its help or a usage error and returned left the first waiting in a collective (a
+/// hang, or the watchdog's exit 3), and a usage error on a rank other than 0 was never printed.
+struct RanksDiffer {
+  std::string what;  ///< this rank's part
+};
+
+/// Throws RanksDiffer unless every rank's outcome is `outcome` (described as `what`).
+void agree_on_command(renaissance::comm::MpiSession& mpi, const std::string& outcome, const std::string& what) {
+  if (!mpi.same_on_every_rank(fnv1a(outcome), "agreeing on the command line (every rank must run the same)"))
+    throw RanksDiffer{what};
+}
+
 /// Every rank reports its own error, prefixed with its rank. When every rank failed (a configuration mismatch
 /// all of them detected) they exit normally with `code`; when some rank did not arrive (still in a collective,
 /// dead or hung), MPI_Abort ends the whole job so no rank is left waiting.
@@ -112,12 +133,22 @@ int main(int argc, char** argv) {
   renaissance::app::register_predict_command(app);
   renaissance::app::read_integers_as_decimal(app);
   renaissance::app::check_flags_and_paths(app);
-  // A bare `renaissance` shows what it can do (as git and docker do), not an error.
-  if (argc <= 1) {
-    if (mpi.is_root()) std::fputs(app.help().c_str(), stdout);
-    return 0;
-  }
+  // Before any subcommand's callback runs: every rank runs the same subcommand.
+  app.parse_complete_callback([&] {
+    std::string chain = "renaissance";
+    for (const CLI::App* a = &app; !a->get_subcommands().empty();) {
+      a = a->get_subcommands().front();
+      chain += " " + a->get_name();
+    }
+    agree_on_command(mpi, "run " + chain, "runs `" + chain + "`");
+  });
   try {
+    // A bare `renaissance` shows what it can do (as git and docker do), not an error.
+    if (argc <= 1) {
+      agree_on_command(mpi, "info", "prints the help (no command given)");
+      if (mpi.is_root()) std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
     // The environment first: a run must not start with a setting it silently ignores. (Not for --help/--version.)
     bool help = false;
     for (int i = 1; i < argc; ++i) {
@@ -127,18 +158,27 @@ int main(int argc, char** argv) {
     if (!help) renaissance::app::check_environment();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return mpi.is_root() ? app.exit(e) : 0;  // --help, --version: printed once
-    // A usage error: the same on every rank, said once, exit 2 with a "did you mean" where one is near.
-    const int code = renaissance::app::kExitUsage;
-    if (mpi.is_root()) {
+    try {
+      if (e.get_exit_code() == 0) {  // --help, --version: printed once
+        agree_on_command(mpi, "info", "asks for the help or the version");
+        return mpi.is_root() ? app.exit(e) : 0;
+      }
+      // A usage error: the same on every rank, said once, exit 2 with a "did you mean" where one is near.
       const std::string text =
           renaissance::app::usage_error_text(app, std::vector<std::string>(argv + 1, argv + argc), e);
-      std::fputs(text.c_str(), stderr);
-      std::fflush(stderr);
+      agree_on_command(mpi, "usage " + text, "has this usage error:\n" + text);
+      if (mpi.is_root()) {
+        std::fputs(text.c_str(), stderr);
+        std::fflush(stderr);
+      }
+      return renaissance::app::kExitUsage;
+    } catch (const RanksDiffer& d) {
+      return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),
+                  renaissance::app::kExitUsage);
     }
-    // A rank that returned now would block in MPI_Finalize while the others wait in a collective.
-    if (mpi.world_size() > 1 && !mpi.all_ranks_failed(kErrorGraceSeconds)) mpi.abort(code);
-    return code;
+  } catch (const RanksDiffer& d) {
+    return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),
+                renaissance::app::kExitUsage);
   } catch (const renaissance::Error& e) {
     return fail(mpi, e.what(), 1);
   } catch (const std::exception& e) {

@@ -296,6 +296,41 @@ PYEOF
     grep -q "error: rank 1/2: .*rank 0 found the run diverged while writing" out.txt ||
       fail "rank 1 did not report the divergence"
     ;;
+  commands-differ)
+    # Ranks started with other command lines (mpirun's MPMD form). A usage error on rank 1 only was never printed
+    # (only rank 0 prints usage errors), --help on rank 1 returned while rank 0 waited in a collective (a hang until
+    # --comm-timeout), ranks running train and eval paired unrelated collectives, bench ranks with other --steps
+    # paired a gradient all-reduce with an agreement (MPI_ERR_TRUNCATE), and --save given to rank 1 only was dropped.
+    # Each is now an error on every rank, at once.
+    mpmd() {  # mpmd "RANK0 ARGS" "RANK1 ARGS" EXPECTED-EXIT PATTERN0 PATTERN1
+      local a0=$1 a1=$2 want=$3 p0=$4 p1=$5 rc
+      # shellcheck disable=SC2086
+      timeout 60 "$MPIEXEC" -n 1 "$CLI" $a0 : -n 1 "$CLI" $a1 >out.txt 2>&1
+      rc=$?
+      cat out.txt
+      ((rc == want)) || fail "'$a0' : '$a1': exit $rc, not $want"
+      grep -q "error: rank 0/2: $p0" out.txt || fail "'$a0' : '$a1': rank 0 did not say '$p0'"
+      grep -q "error: rank 1/2: $p1" out.txt || fail "'$a0' : '$a1': rank 1 did not say '$p1'"
+    }
+    T="${TRAIN[*]} --comm-timeout 50"
+    differ="the ranks were started with different command lines: this rank"
+    mpmd "$T" "$T --bogus-option" 2 "$differ runs \`renaissance train\`" "$differ has this usage error"
+    grep -q "unknown option '--bogus-option'" out.txt || fail "rank 1's usage error was not printed"
+    mpmd "$T" "$T --help" 2 "$differ runs" "$differ asks for the help or the version"
+    mpmd "$T" "eval --model-file $MODEL --data ds.h5 --weights none.h5 ${DEV[*]}" 2 "$differ runs \`renaissance train\`" \
+      "$differ runs \`renaissance eval\`"
+    mpmd "$T" "$T --save s1.h5" 1 "data-parallel run: the configuration of rank 1 differs from rank 0's: save is none on rank 0 but given on rank 1" \
+      "data-parallel run: the configuration of rank 1 differs"
+    [[ ! -e s1.h5 ]] || fail "--save on rank 1 only: a file was written"
+    rank1_fails --steps 5 "the configuration of rank 1 differs from rank 0's: .*bench steps is 2 on rank 0 but 5 on rank 1" \
+      bench --model-file "$MODEL" --batch 32 --warmup 1 --steps 2 "${DEV[@]}"
+    # The same usage error on both ranks is said once, by rank 0 (exit 2).
+    launch2 "$CLI" "${TRAIN[@]}" --bogus-option >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 2)) || fail "the same usage error on 2 ranks: exit $rc, not 2"
+    (($(grep -c "unknown option '--bogus-option'" out.txt) == 1)) || fail "the same usage error was not said once"
+    ;;
   data-differs)
     "$CLI" data synthetic --out ds_other.h5 --train 200 --val 50 --shape 28,28,1 --classes 10 --seed 4 >/dev/null
     rank1_differs --data ds_other.h5 "the dataset's content" "${TRAIN[@]}"

@@ -161,6 +161,16 @@ bool MpiSession::all_ranks_failed(double grace_s) {
   return false;  // the request stays pending: the caller aborts the job
 }
 
+bool MpiSession::same_on_every_rank(std::uint64_t value, const char* what) {
+  if (m_world == 1 || m_comm == MPI_COMM_NULL) return true;
+  std::uint64_t v[2] = {value, ~value}, max[2] = {0, 0};
+  if (m_watchdog) m_watchdog->arm(what);
+  const int rc = MPI_Allreduce(v, max, 2, MPI_UINT64_T, MPI_MAX, m_comm);
+  if (m_watchdog) m_watchdog->disarm();
+  mpi_check(rc, what);
+  return max[0] == value && max[1] == ~value;  // the largest value and the smallest: all equal
+}
+
 void MpiSession::abort(int code) {
   std::fflush(stdout);
   std::fflush(stderr);

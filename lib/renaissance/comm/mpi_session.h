@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,9 @@ class MpiSession {
   /// consistent error, e.g. a configuration mismatch every rank detected). Returns true when all arrived (the
   /// caller may finalize and exit normally); false when some rank did not (it is still working, dead or hung).
   bool all_ranks_failed(double grace_s);
+  /// Whether every rank passes the same `value` (one MPI_Allreduce of value and its complement, MAX; under the
+  /// start-up watchdog, named `what`, so a rank that never arrives ends the job). True with one rank.
+  bool same_on_every_rank(std::uint64_t value, const char* what);
   /// MPI_Abort(MPI_COMM_WORLD, code): ends every rank of the job. Never returns.
   [[noreturn]] void abort(int code);
 

@@ -101,7 +101,7 @@ std::string describe_run_options(const TrainOptions& o) {
       "sync bn={}\nzero-init residual={}\ndrop last={}\nonecycle momentum={} {},{}\n"
       // Where a run agrees on stopping and writes checkpoints: collectives every rank must call alike (rank 0 alone
       // writes, so the directory's path may differ: node-local scratch).
-      "checkpoint dir={}\ncheckpoint every={}\ncheckpoint each epoch={}\nkeep best={}\npreemption handlers={}\n",
+      "checkpoint dir={}\ncheckpoint every={}\ncheckpoint each epoch={}\nkeep best={}\npreemption handlers={}\n{}",
       backend_name(o.backend), o.epochs, o.batch, o.val_batch, o.lr, o.momentum, o.beta1, o.beta2, o.eps,
       o.weight_decay, o.lars_eta, schedule_name(o.schedule), o.onecycle_pct, o.onecycle_div, o.warmup_epochs,
       o.step_epochs, o.step_gamma, o.label_smoothing, o.ema_decay, o.seed, o.max_steps, o.augmentation.crop_padding,
@@ -110,7 +110,8 @@ std::string describe_run_options(const TrainOptions& o) {
       o.shuffle, o.lowres_epochs, o.bn_momentum, o.bn_eps, o.loss_scale, o.loss_scale_interval, o.validate,
       o.validate_each_epoch, o.fuse, o.sync_bn, o.zero_init_residual, o.drop_last, o.onecycle_momentum,
       o.onecycle_base_momentum, o.onecycle_max_momentum, o.checkpoint_dir.empty() ? "none" : "given",
-      o.checkpoint_every, o.checkpoint_each_epoch, o.checkpoint_keep_best, o.stop_request != nullptr);
+      o.checkpoint_every, o.checkpoint_each_epoch, o.checkpoint_keep_best, o.stop_request != nullptr,
+      o.command_settings);
 }
 
 std::string describe_plan_inputs(const blueprint::BluePrint& model, const plan::BuildOptions& build,

@@ -168,6 +168,10 @@ struct TrainOptions {
   /// Preemption: a flag a SIGUSR1/SIGTERM handler sets. At each step boundary the ranks agree on it (MAX); when
   /// set, rank 0 writes a checkpoint into checkpoint_dir and run() returns early with preempted() true.
   const std::atomic<int>* stop_request = nullptr;
+  /// Lines of the command's own settings ("name=value\n") that every rank must share, compared across ranks at
+  /// start-up with the run options (describe_run_options): bench's step counts (each step is a collective), which
+  /// outputs rank 0 writes (one named on another rank only would be dropped without a word).
+  std::string command_settings;
   /// Data-parallel runs (DESIGN §9): the collectives of this rank, borrowed (lib/renaissance/comm makes it);
   /// nullptr: one rank. With N ranks `batch` (and `val_batch`) are global: each rank trains batch/N samples of
   /// every global batch, the same samples in the same order with the same augmentation as one rank would.
