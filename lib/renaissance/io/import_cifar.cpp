@@ -64,126 +64,6 @@ void read_pax(const std::string& path, const std::string& member, const std::vec
   }
 }
 
-/// The members of a tar (gzip or plain) whose base names are wanted, read into memory; the rest are skipped.
-std::map<std::string, std::vector<std::uint8_t>> read_tar(const std::string& path,
-                                                         const std::vector<std::string>& wanted) {
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    RN_IO_FAIL(path, "download cifar-10-python.tar.gz / cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html",
-               "tarball not found");
-  if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .tar.gz file itself", "is a directory");
-  // GzipReader: the gzip trailer (CRC-32, length) is checked before the data counts as ended (gzread did not always).
-  GzipReader reader(path);
-  std::int64_t offset = 0, held = 0;  // held: bytes of the members read so far
-  auto read = [&](void* dst, std::int64_t n, const std::string& what) { return reader.read(dst, n, what); };
-  std::map<std::string, std::vector<std::uint8_t>> out;
-  std::map<std::string, std::string> taken_from;  // base name -> the member's whole name
-  std::string long_name;
-  std::optional<std::string> pax_path;  // the next member's name and size from its pax header
-  std::optional<std::int64_t> pax_size;
-  for (;;) {
-    unsigned char h[512];
-    const std::int64_t got = read(h, 512, "a tar header");
-    if (got == 0) break;  // end without the two zero blocks: accepted (as tar does)
-    if (got < 512)
-      RN_IO_FAIL(path, "the file is truncated; download it again", "truncated tar header at byte {}", offset);
-    offset += 512;
-    if (std::all_of(h, h + 512, [](unsigned char c) { return c == 0; })) {  // end of archive
-      // The rest of the stream (tar's padding to its record size, or more) is read to its end so that zlib checks
-      // the gzip trailer: the CRC-32 covers the members read above. Bounded like the members.
-      std::vector<std::uint8_t> rest(1 << 16);
-      std::int64_t after = 0;
-      for (std::int64_t k; (k = read(rest.data(), static_cast<std::int64_t>(rest.size()), "the end of the archive")) > 0;) {
-        after += k;
-        if (after > kMaxMembers)
-          RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "more than {} bytes after the end of the archive",
-                     kMaxMembers);
-      }
-      break;
-    }
-    // Header checksum: the sum of the header's bytes with the checksum field as spaces.
-    unsigned sum = 0;
-    for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
-    const std::string chk(reinterpret_cast<char*>(h + 148), 8);
-    if (std::strtoul(chk.c_str(), nullptr, 8) != sum)
-      RN_IO_FAIL(path, "this is not a tar archive, or it is corrupt", "bad tar header checksum at byte {}", offset - 512);
-    std::int64_t size = 0;
-    if (h[124] & 0x80) {  // GNU base-256 size (checked before each shift: 11 bytes would overflow 64 bits)
-      for (int i = 125; i < 136 && size <= (std::int64_t(1) << 40); ++i) size = (size << 8) | h[i];
-    } else {
-      const std::string sz(reinterpret_cast<char*>(h + 124), 12);
-      size = static_cast<std::int64_t>(std::strtoull(sz.c_str(), nullptr, 8));
-    }
-    if (size < 0 || size > (std::int64_t(1) << 40))
-      RN_IO_FAIL(path, "the archive is corrupt", "tar member at byte {} claims {} bytes", offset - 512, size);
-    std::string name(reinterpret_cast<char*>(h), strnlen(reinterpret_cast<char*>(h), 100));
-    if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345]) {
-      const std::string prefix(reinterpret_cast<char*>(h + 345), strnlen(reinterpret_cast<char*>(h + 345), 155));
-      name = prefix + "/" + name;
-    }
-    if (!long_name.empty()) {
-      name = long_name;
-      long_name.clear();
-    }
-    if (pax_path) {
-      name = *pax_path;
-      pax_path.reset();
-    }
-    if (pax_size) {
-      size = *pax_size;
-      pax_size.reset();
-    }
-    const char type = static_cast<char>(h[156]);
-    const std::int64_t padded = (size + 511) / 512 * 512;
-    const std::string base = fs::path(name).filename().string();
-    // Headers that describe the next member: GNU long names ('L', 'K') and pax extended headers ('x', 'g').
-    const bool meta = type == 'L' || type == 'K' || type == 'x' || type == 'g';
-    const bool named = !meta && std::find(wanted.begin(), wanted.end(), base) != wanted.end();
-    // Two members of one base name (a second copy appended, as `tar -r` does, a link of that name added later, or a
-    // decoy in another folder): tar would extract the last, a reader of the first another batch: which one is meant
-    // is not for the importer to guess.
-    if (named && taken_from.count(base))
-      RN_IO_FAIL(path, "make a tarball with one member of each name (extract it and pack it again)",
-                 "the archive has two members named '{}': '{}' and '{}'", base, taken_from[base], name);
-    if (named) taken_from[base] = name;
-    if (named && type != '0' && type != '\0')
-      RN_IO_FAIL(path, "make a tarball whose batches are regular files (extract it and pack it again)",
-                 "member '{}' is not a regular file (tar type '{}': a link, a directory or a device)", name,
-                 type >= 32 && type < 127 ? std::string(1, type) : fmt::format("\\x{:02x}", static_cast<unsigned char>(type)));
-    const bool want = named;
-    if (type == 'L' || type == 'x' || type == 'g' || want) {  // a long name, a pax header, or a member we need
-      if (size > kMaxMembers - held)
-        RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "member '{}' has {} bytes ({} held already; {} in all "
-                   "are accepted)", name, size, held, kMaxMembers);
-      held += size;
-      std::vector<std::uint8_t> data(static_cast<std::size_t>(size));
-      if (read(data.data(), size, "'" + name + "'") < size)
-        RN_IO_FAIL(path, "the file is truncated (an interrupted download?); download it again",
-                   "member '{}' ends after byte {} (uncompressed): {} bytes expected", name, offset, size);
-      std::vector<std::uint8_t> pad(static_cast<std::size_t>(padded - size));
-      read(pad.data(), padded - size, "padding");
-      offset += padded;
-      held -= type == 'L' || type == 'x' || type == 'g' ? size : 0;  // only the members' bytes stay held
-      if (type == 'L')
-        long_name.assign(reinterpret_cast<char*>(data.data()), strnlen(reinterpret_cast<char*>(data.data()), data.size()));
-      else if (type == 'x' || type == 'g')
-        read_pax(path, name, data, type == 'g', pax_path, pax_size);
-      else
-        out[base] = std::move(data);
-    } else {
-      std::vector<std::uint8_t> skip(1 << 16);
-      for (std::int64_t left = padded; left > 0;) {
-        const std::int64_t n = std::min<std::int64_t>(left, static_cast<std::int64_t>(skip.size()));
-        if (read(skip.data(), n, "'" + name + "'") < n)
-          RN_IO_FAIL(path, "the file is truncated; download it again", "member '{}' is truncated", name);
-        left -= n;
-      }
-      offset += padded;
-    }
-  }
-  return out;
-}
-
 [[noreturn]] void bad(const std::string& ctx, const std::string& what) {
   RN_IO_FAIL(ctx, "the member is not a CIFAR python batch (a dict with 'data' uint8 [N, 3072] and the labels)", "{}",
              what);
@@ -307,6 +187,125 @@ std::vector<std::string> names_of(const std::string& tarball, const std::string&
 
 }  // namespace
 
+std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::string& path,
+                                                                 const std::vector<std::string>& wanted) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    RN_IO_FAIL(path, "download cifar-10-python.tar.gz / cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html",
+               "tarball not found");
+  if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .tar.gz file itself", "is a directory");
+  // GzipReader: the gzip trailer (CRC-32, length) is checked before the data counts as ended (gzread did not always).
+  GzipReader reader(path);
+  std::int64_t offset = 0, held = 0;  // held: bytes of the members read so far
+  auto read = [&](void* dst, std::int64_t n, const std::string& what) { return reader.read(dst, n, what); };
+  std::map<std::string, std::vector<std::uint8_t>> out;
+  std::map<std::string, std::string> taken_from;  // base name -> the member's whole name
+  std::string long_name;
+  std::optional<std::string> pax_path;  // the next member's name and size from its pax header
+  std::optional<std::int64_t> pax_size;
+  for (;;) {
+    unsigned char h[512];
+    const std::int64_t got = read(h, 512, "a tar header");
+    if (got == 0) break;  // end without the two zero blocks: accepted (as tar does)
+    if (got < 512)
+      RN_IO_FAIL(path, "the file is truncated; download it again", "truncated tar header at byte {}", offset);
+    offset += 512;
+    if (std::all_of(h, h + 512, [](unsigned char c) { return c == 0; })) {  // end of archive
+      // The rest of the stream (tar's padding to its record size, or more) is read to its end so that zlib checks
+      // the gzip trailer: the CRC-32 covers the members read above. Bounded like the members.
+      std::vector<std::uint8_t> rest(1 << 16);
+      std::int64_t after = 0;
+      for (std::int64_t k; (k = read(rest.data(), static_cast<std::int64_t>(rest.size()), "the end of the archive")) > 0;) {
+        after += k;
+        if (after > kMaxMembers)
+          RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "more than {} bytes after the end of the archive",
+                     kMaxMembers);
+      }
+      break;
+    }
+    // Header checksum: the sum of the header's bytes with the checksum field as spaces.
+    unsigned sum = 0;
+    for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
+    const std::string chk(reinterpret_cast<char*>(h + 148), 8);
+    if (std::strtoul(chk.c_str(), nullptr, 8) != sum)
+      RN_IO_FAIL(path, "this is not a tar archive, or it is corrupt", "bad tar header checksum at byte {}", offset - 512);
+    std::int64_t size = 0;
+    if (h[124] & 0x80) {  // GNU base-256 size (checked before each shift: 11 bytes would overflow 64 bits)
+      for (int i = 125; i < 136 && size <= (std::int64_t(1) << 40); ++i) size = (size << 8) | h[i];
+    } else {
+      const std::string sz(reinterpret_cast<char*>(h + 124), 12);
+      size = static_cast<std::int64_t>(std::strtoull(sz.c_str(), nullptr, 8));
+    }
+    if (size < 0 || size > (std::int64_t(1) << 40))
+      RN_IO_FAIL(path, "the archive is corrupt", "tar member at byte {} claims {} bytes", offset - 512, size);
+    std::string name(reinterpret_cast<char*>(h), strnlen(reinterpret_cast<char*>(h), 100));
+    if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345]) {
+      const std::string prefix(reinterpret_cast<char*>(h + 345), strnlen(reinterpret_cast<char*>(h + 345), 155));
+      name = prefix + "/" + name;
+    }
+    if (!long_name.empty()) {
+      name = long_name;
+      long_name.clear();
+    }
+    if (pax_path) {
+      name = *pax_path;
+      pax_path.reset();
+    }
+    if (pax_size) {
+      size = *pax_size;
+      pax_size.reset();
+    }
+    const char type = static_cast<char>(h[156]);
+    const std::int64_t padded = (size + 511) / 512 * 512;
+    const std::string base = fs::path(name).filename().string();
+    // Headers that describe the next member: GNU long names ('L', 'K') and pax extended headers ('x', 'g').
+    const bool meta = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+    const bool named = !meta && std::find(wanted.begin(), wanted.end(), base) != wanted.end();
+    // Two members of one base name (a second copy appended, as `tar -r` does, a link of that name added later, or a
+    // decoy in another folder): tar would extract the last, a reader of the first another batch: which one is meant
+    // is not for the importer to guess.
+    if (named && taken_from.count(base))
+      RN_IO_FAIL(path, "make a tarball with one member of each name (extract it and pack it again)",
+                 "the archive has two members named '{}': '{}' and '{}'", base, taken_from[base], name);
+    if (named) taken_from[base] = name;
+    if (named && type != '0' && type != '\0')
+      RN_IO_FAIL(path, "make a tarball whose batches are regular files (extract it and pack it again)",
+                 "member '{}' is not a regular file (tar type '{}': a link, a directory or a device)", name,
+                 type >= 32 && type < 127 ? std::string(1, type) : fmt::format("\\x{:02x}", static_cast<unsigned char>(type)));
+    const bool want = named;
+    if (type == 'L' || type == 'x' || type == 'g' || want) {  // a long name, a pax header, or a member we need
+      if (size > kMaxMembers - held)
+        RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "member '{}' has {} bytes ({} held already; {} in all "
+                   "are accepted)", name, size, held, kMaxMembers);
+      held += size;
+      std::vector<std::uint8_t> data(static_cast<std::size_t>(size));
+      if (read(data.data(), size, "'" + name + "'") < size)
+        RN_IO_FAIL(path, "the file is truncated (an interrupted download?); download it again",
+                   "member '{}' ends after byte {} (uncompressed): {} bytes expected", name, offset, size);
+      std::vector<std::uint8_t> pad(static_cast<std::size_t>(padded - size));
+      read(pad.data(), padded - size, "padding");
+      offset += padded;
+      held -= type == 'L' || type == 'x' || type == 'g' ? size : 0;  // only the members' bytes stay held
+      if (type == 'L')
+        long_name.assign(reinterpret_cast<char*>(data.data()), strnlen(reinterpret_cast<char*>(data.data()), data.size()));
+      else if (type == 'x' || type == 'g')
+        read_pax(path, name, data, type == 'g', pax_path, pax_size);
+      else
+        out[base] = std::move(data);
+    } else {
+      std::vector<std::uint8_t> skip(1 << 16);
+      for (std::int64_t left = padded; left > 0;) {
+        const std::int64_t n = std::min<std::int64_t>(left, static_cast<std::int64_t>(skip.size()));
+        if (read(skip.data(), n, "'" + name + "'") < n)
+          RN_IO_FAIL(path, "the file is truncated; download it again", "member '{}' is truncated", name);
+        left -= n;
+      }
+      offset += padded;
+    }
+  }
+  return out;
+}
+
 void import_cifar(const std::string& out_path, const std::string& tarball, int classes, bool coarse,
                   const DatasetWriterOptions& options) {
   RN_CHECK_CTX(classes == 10 || classes == 100, tarball, "CIFAR has 10 or 100 classes, not {}", classes);
@@ -319,7 +318,7 @@ void import_cifar(const std::string& out_path, const std::string& tarball, int c
   std::vector<std::string> wanted = train_members;
   wanted.push_back(test_member);
   wanted.push_back(meta_member);
-  const auto members = read_tar(tarball, wanted);
+  const auto members = read_tar_members(tarball, wanted);
   for (const std::string& m : train_members)
     if (!members.count(m))
       RN_IO_FAIL(tarball, fmt::format("expected the CIFAR-{} python tarball ({})", classes,

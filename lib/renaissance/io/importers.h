@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -114,5 +115,12 @@ struct CifarBatch {
 /// bytes) and `label_key`'s list of labels in [0, classes). Exposed for the fuzzer (fuzz_pickle).
 CifarBatch read_cifar_batch(const std::uint8_t* data, std::size_t size, const std::string& ctx, const char* label_key,
                             int classes);
+
+/// The members of a tar file (gzip or plain) whose base names are in `wanted`, read into memory as tar would
+/// extract them (GNU long names and pax path/size records applied; two members of a wanted name, or a wanted name
+/// that is not a regular file, refused); the gzip stream is read to its end, so its CRC-32 is checked. What
+/// import_cifar reads the tarball with; exposed for the fuzzer (fuzz_tar).
+std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::string& path,
+                                                                 const std::vector<std::string>& wanted);
 
 }  // namespace renaissance::io
