@@ -175,6 +175,8 @@ int main(int argc, char** argv) {
     } catch (const RanksDiffer& d) {
       return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),
                   renaissance::app::kExitUsage);
+    } catch (const std::exception& x) {  // the agreement's own MPI error, inside this handler
+      return fail(mpi, x.what(), 1);
     }
   } catch (const RanksDiffer& d) {
     return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),

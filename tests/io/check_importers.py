@@ -573,6 +573,67 @@ def hostile_archives():
         expect_error(["cifar10", path, "--out", out], "data_batch_1", f"data_batch_1 again as a link (type {kind.decode()})",
                      out)
 
+    # Headers written by hand (what tarfile will not write). raw(name, size, type) is one ustar header; pax(records)
+    # an extended header's data.
+    def raw(name, size, typeflag):
+        h = bytearray(512)
+        h[0:len(name)] = name
+        h[100:108], h[108:116], h[116:124] = b"0000644\0", b"0000000\0", b"0000000\0"
+        h[124:136], h[136:148] = b"%011o\0" % size, b"%011o\0" % 0
+        h[148:156] = b" " * 8
+        h[156] = typeflag
+        h[257:263], h[263:265] = b"ustar\0", b"00"
+        h[148:156] = b"%06o\0 " % sum(h)
+        return bytes(h)
+
+    def padded(data):
+        return data + bytes(-len(data) % 512)
+
+    def pax(**records):
+        out = b""
+        for k, v in records.items():
+            body = b" %s=%s\n" % (k.encode(), v.encode())
+            n = len(body) + 1
+            while len(str(n)) + len(body) != n:
+                n = len(str(n)) + len(body)
+            out += str(n).encode() + body
+        return out
+
+    def member_bytes(name):
+        return next(d for m, d in members if m.name.endswith("/" + name))
+
+    def the_rest(skip):
+        return b"".join(raw(m.name.encode(), len(d), ord("0")) + padded(d) for m, d in members
+                        if d is not None and m.name.split("/")[-1] not in skip)
+
+    real, decoy = member_bytes("data_batch_1"), member_bytes("data_batch_2")
+    p1 = "cifar-10-batches-py/data_batch_1"
+    # A pax header and then a GNU long name before each member: the pax path applies (as tar and Python read it),
+    # to the member, not to the long name's header; the decoy comes first.
+    x1, l1 = pax(path="elsewhere/not_a_batch"), p1.encode() + b"\0"
+    x2, l2 = pax(path=p1), b"whatever\0"
+    crafted = (raw(b"././@PaxHeader", len(x1), ord("x")) + padded(x1) + raw(b"././@LongLink", len(l1), ord("L")) +
+               padded(l1) + raw(b"decoy", len(decoy), ord("0")) + padded(decoy) +
+               raw(b"././@PaxHeader", len(x2), ord("x")) + padded(x2) + raw(b"././@LongLink", len(l2), ord("L")) +
+               padded(l2) + raw(b"real", len(real), ord("0")) + padded(real) + the_rest({"data_batch_1"}) + bytes(1024))
+    path = write_file("pax_and_longname.tar", crafted)
+    imports_as_tar_reads(path, "a pax path and a long name before each member")
+    # A hard link claiming data: tar reads none after it, so the importer must not skip its "data" (the real batch)
+    # and read a decoy hidden in the next member's data as a header.
+    fake = raw(p1.encode(), len(decoy), ord("0")) + padded(decoy)
+    crafted = (raw(b"lnk", len(real) + 512, ord("1")) + raw(p1.encode(), len(real), ord("0")) + padded(real) +
+               raw(b"blob", len(fake), ord("0")) + fake + the_rest({"data_batch_1"}) + bytes(1024))
+    path = write_file("link_with_data.tar", crafted)
+    expect_error(["cifar10", path, "--out", out], "claims", "a hard link claiming data", out)
+    # A pax path ending in '/' (a directory to tar) naming the real batch, after a decoy of that name.
+    x3 = pax(path=p1 + "/")
+    crafted = (raw(p1.encode(), len(decoy), ord("0")) + padded(decoy) + raw(b"././@PaxHeader", len(x3), ord("x")) +
+               padded(x3) + raw(b"xxxxx", len(real), ord("0")) + padded(real) + the_rest({"data_batch_1"}) +
+               bytes(1024))
+    path = write_file("pax_dir_name.tar", crafted)
+    expect_error(["cifar10", path, "--out", out], "data_batch_1", "a pax path naming the batch with a trailing '/'",
+                 out)
+
     # A batch pickle setting 'labels' twice (Python keeps the second).
     import pickle
     i1 = next(i for i, (m, _) in enumerate(members) if m.name.endswith("data_batch_1"))
@@ -659,7 +720,29 @@ def hostile_archives():
         print("  a file named 'o.h5.tmp-20261207' beside --out: kept")
     os.remove(out)
     os.remove(notes)
+    odd = write_file("o.h5.tmp-x.tmp-4000000", b"notes\n")
+    r = imp("cifar10", tgz, "--out", out)
+    if r.returncode or not os.path.exists(odd):
+        fail(f"a file 'o.h5.tmp-x.tmp-4000000' beside --out: exit {r.returncode}, kept: {os.path.exists(odd)}")
+    else:
+        print("  a file named 'o.h5.tmp-x.tmp-4000000' beside --out: kept")
+    os.remove(out)
+    os.remove(odd)
     host = os.uname().nodename
+    # An input named like a temporary of the file a linked --out points to (the writer resolves the link).
+    os.makedirs(os.path.join(base, "linked"), exist_ok=True)
+    target = write_file(os.path.join("linked", "real.h5"), b"")
+    as_tmp_of_target = write_file(os.path.join("linked", f"real.h5.tmp-{host}-4000000"), open(tgz, "rb").read())
+    link_out = os.path.join(base, "linked", "link.h5")
+    os.symlink("real.h5", link_out)
+    r = imp("cifar10", as_tmp_of_target, "--out", link_out)
+    if r.returncode != 1 or "named like a temporary file" not in r.stderr or not os.path.exists(as_tmp_of_target):
+        fail(f"an input named like a temporary of a linked --out's target: exit {r.returncode}, kept: "
+             f"{os.path.exists(as_tmp_of_target)}\n{r.stderr}")
+    else:
+        print("  an input named like a temporary of a linked --out's target: refused, kept")
+    if os.path.getsize(target) != 0:
+        fail("an input named like a temporary of a linked --out's target: the target was written")
     as_tmp = write_file(f"o.h5.tmp-{host}-4000000", open(tgz, "rb").read())
     r = imp("cifar10", as_tmp, "--out", out)
     if r.returncode != 1 or "named like a temporary file" not in r.stderr or not os.path.exists(as_tmp):

@@ -134,11 +134,15 @@ void require_distinct_files(const std::vector<std::pair<std::string, std::string
       if (same_file(out, in))
         RN_FAIL_CTX(out, "{} is the same file as {} {}: writing it would destroy that input", oopt, iopt, in);
       // The writer of `out` removes its dead writers' temporaries "<out>.tmp-<host>-<pid>" beside it.
-      // Compared by directory (links resolved) and by the names themselves (an input that is a link has that name).
+      // Against --out as written and as the writer resolves it (a link's target), by directory (links resolved) and
+      // by the input's own name (an input that is a link has that name).
       std::error_code ec;
-      const fs::path o = fs::absolute(out, ec), i = fs::absolute(in, ec);
-      if (i.filename().string().rfind(o.filename().string() + ".tmp-", 0) == 0 &&
-          fs::weakly_canonical(o.parent_path(), ec) == fs::weakly_canonical(i.parent_path(), ec))
+      const fs::path i = fs::absolute(in, ec), i_dir = fs::weakly_canonical(i.parent_path(), ec);
+      bool temporary_of_out = false;
+      for (const fs::path& o : {fs::absolute(out, ec), fs::weakly_canonical(fs::absolute(out, ec), ec)})
+        temporary_of_out = temporary_of_out || (i.filename().string().rfind(o.filename().string() + ".tmp-", 0) == 0 &&
+                                                fs::weakly_canonical(o.parent_path(), ec) == i_dir);
+      if (temporary_of_out)
         RN_FAIL_CTX(in, "{} is named like a temporary file of {} {}, and writing that removes the ones dead writers "
                     "left: rename the input",
                     iopt, oopt, out);

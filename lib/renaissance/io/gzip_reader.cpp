@@ -18,7 +18,12 @@ GzipReader::GzipReader(std::string path) : m_path(std::move(path)), m_in(kInputC
   if (!m_file) RN_IO_FAIL(m_path, "check the path and the file's permissions", "cannot open: {}", std::strerror(errno));
   m_z.next_in = m_in.data();
   m_z.avail_in = 0;
-  fill();
+  try {
+    fill();
+  } catch (...) {
+    std::fclose(m_file);
+    throw;
+  }
   m_gzip = m_z.avail_in >= 2 && m_z.next_in[0] == 0x1f && m_z.next_in[1] == 0x8b;
   if (m_gzip) {
     if (inflateInit2(&m_z, 15 + 16) != Z_OK) {  // 15 + 16: a gzip wrapper, its header and trailer checked
@@ -37,9 +42,12 @@ GzipReader::~GzipReader() {
 bool GzipReader::fill() {
   if (m_z.avail_in > 0) return true;
   const std::size_t got = std::fread(m_in.data(), 1, m_in.size(), m_file);
-  if (got == 0 && std::ferror(m_file))
+  if (got == 0 && std::ferror(m_file)) {
+    const int err = errno;
+    if (err == EISDIR) RN_IO_FAIL(m_path, "pass the file itself", "is a directory");
     RN_IO_FAIL(m_path, "the file could not be read (a disk or network file system error?)", "read error: {}",
-               std::strerror(errno));
+               std::strerror(err));
+  }
   m_z.next_in = m_in.data();
   m_z.avail_in = static_cast<uInt>(got);
   return got > 0;

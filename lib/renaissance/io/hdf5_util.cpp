@@ -687,9 +687,13 @@ void remove_stale_temporaries(const std::string& path) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     std::error_code rec;
-    // Only "<host>-<pid>" as temporary_name() writes it: the PID-only form of old checkpoint temporaries, accepted
-    // in checkpoint directories, matched user files here ("run.h5.tmp-20261207" next to --out run.h5 was removed).
-    if (name.rfind(prefix, 0) == 0 && name.find('-', prefix.size()) != std::string::npos &&
+    // Exactly "<this host>-<pid>" after the prefix, as temporary_name() writes it: the PID-only form of old checkpoint
+    // temporaries, accepted in checkpoint directories, matched user files here ("run.h5.tmp-20261207" and
+    // "run.h5.tmp-x.tmp-4000000" beside --out run.h5 were removed).
+    const std::string host = host_name() + "-";
+    if (name.size() > prefix.size() + host.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+        name.compare(prefix.size(), host.size(), host) == 0 &&
+        name.find_first_not_of("0123456789", prefix.size() + host.size()) == std::string::npos &&
         is_stale_temporary(name) && it->is_regular_file(rec))
       fs::remove(it->path(), rec);
   }

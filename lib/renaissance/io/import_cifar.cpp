@@ -243,23 +243,30 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
       const std::string prefix(reinterpret_cast<char*>(h + 345), strnlen(reinterpret_cast<char*>(h + 345), 155));
       name = prefix + "/" + name;
     }
-    if (!long_name.empty()) {
-      name = long_name;
+    const char type = static_cast<char>(h[156]);
+    // Headers that describe the next member: GNU long names ('L', 'K') and pax extended headers ('x', 'g'). What they
+    // set waits for the next header that is none of these, as tar applies it (a pax path beats a long name).
+    const bool meta = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+    if (!meta) {
+      if (!long_name.empty()) name = long_name;
+      if (pax_path) name = *pax_path;
+      if (pax_size) size = *pax_size;
       long_name.clear();
-    }
-    if (pax_path) {
-      name = *pax_path;
       pax_path.reset();
-    }
-    if (pax_size) {
-      size = *pax_size;
       pax_size.reset();
     }
-    const char type = static_cast<char>(h[156]);
+    // Links, devices, directories and FIFOs have no data in the archive (tar reads none whatever their size field
+    // says): one claiming some would make this reader skip bytes tar reads as the next headers.
+    if (type >= '1' && type <= '6' && size != 0)
+      RN_IO_FAIL(path, "the archive is corrupt or crafted (extract it with tar and pack it again)",
+                 "member '{}' (tar type '{}': a link, a device, a directory or a FIFO) claims {} bytes of data",
+                 name, type, size);
     const std::int64_t padded = (size + 511) / 512 * 512;
-    const std::string base = fs::path(name).filename().string();
-    // Headers that describe the next member: GNU long names ('L', 'K') and pax extended headers ('x', 'g').
-    const bool meta = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+    // A name ending in '/' names a directory (tar makes one); its base name is what precedes the slashes.
+    std::string stripped = name;
+    while (stripped.size() > 1 && stripped.back() == '/') stripped.pop_back();
+    const bool dir_name = stripped.size() != name.size();
+    const std::string base = fs::path(stripped).filename().string();
     const bool named = !meta && std::find(wanted.begin(), wanted.end(), base) != wanted.end();
     // Two members of one base name (a second copy appended, as `tar -r` does, a link of that name added later, or a
     // decoy in another folder): tar would extract the last, a reader of the first another batch: which one is meant
@@ -268,10 +275,11 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
       RN_IO_FAIL(path, "make a tarball with one member of each name (extract it and pack it again)",
                  "the archive has two members named '{}': '{}' and '{}'", base, taken_from[base], name);
     if (named) taken_from[base] = name;
-    if (named && type != '0' && type != '\0')
+    if (named && ((type != '0' && type != '\0') || dir_name))
       RN_IO_FAIL(path, "make a tarball whose batches are regular files (extract it and pack it again)",
-                 "member '{}' is not a regular file (tar type '{}': a link, a directory or a device)", name,
-                 type >= 32 && type < 127 ? std::string(1, type) : fmt::format("\\x{:02x}", static_cast<unsigned char>(type)));
+                 "member '{}' is not a regular file (tar type '{}'{}: a link, a directory or a device)", name,
+                 type >= 32 && type < 127 ? std::string(1, type) : fmt::format("\\x{:02x}", static_cast<unsigned char>(type)),
+                 dir_name ? ", a name ending in '/'" : "");
     const bool want = named;
     if (type == 'L' || type == 'x' || type == 'g' || want) {  // a long name, a pax header, or a member we need
       if (size > kMaxMembers - held)
