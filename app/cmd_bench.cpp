@@ -179,9 +179,10 @@ void run_bench(const BenchCli& c) {
   double startup_s = 0;
   // Every warm-up, timed and profiled step is a collective: ranks given other counts would pair one rank's gradient
   // all-reduce with another's agreement (a truncated message, or a hang).
-  t.command_settings = fmt::format("bench warmup={}\nbench steps={}\nbench graphs={}\nbench profile={}\n"
-                                   "bench profile steps={}\n",
-                                   c.warmup, c.steps, c.graphs, c.profile, c.profile ? c.profile_steps : 0);
+  t.command_settings = fmt::format(
+      "bench warmup={}\nbench steps={}\nbench graphs={}\nbench profile={}\n"
+      "bench profile steps={}\n",
+      c.warmup, c.steps, c.graphs, c.profile, c.profile ? c.profile_steps : 0);
   {
     runtime::Trainer trainer(bp, t);
     startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

@@ -195,8 +195,7 @@ void inspect(const std::string& path, bool json, bool quick) {
         ++empty;
         continue;
       }
-      const std::string name =
-          k < f.class_names().size() ? fmt::format(" ({})", one_line(f.class_names()[k])) : "";
+      const std::string name = k < f.class_names().size() ? fmt::format(" ({})", one_line(f.class_names()[k])) : "";
       out += fmt::format("{}{}{}: {}", listed++ ? ", " : " ", k, name, hist[k]);
     }
     if (empty) out += fmt::format("{}{} of {} classes without samples", listed ? "; " : " ", empty, hist.size());

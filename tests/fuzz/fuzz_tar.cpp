@@ -27,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       [&] {
         io::GzipReader r(path);
         std::vector<std::uint8_t> buf(4099);
-        for (std::size_t k = 1; r.read(buf.data(), static_cast<std::int64_t>(1 + k % buf.size()), "fuzz") > 0; k = k * 7 + 3)
+        for (std::size_t k = 1; r.read(buf.data(), static_cast<std::int64_t>(1 + k % buf.size()), "fuzz") > 0;
+             k = k * 7 + 3)
           if (r.offset() > (std::int64_t(64) << 20)) break;  // a gzip bomb: the reader is not what bounds it
       },
       "fuzz_tar");

@@ -712,22 +712,15 @@ def hostile_archives():
 
     # Files named like temporaries of --out: one without a host part (not ours: kept), and an input so named
     # (refused: the writer removes its dead writers' temporaries).
-    notes = write_file("o.h5.tmp-20261207", b"notes\n")
-    r = imp("cifar10", tgz, "--out", out)
-    if r.returncode or not os.path.exists(notes):
-        fail(f"a file 'o.h5.tmp-20261207' beside --out: exit {r.returncode}, kept: {os.path.exists(notes)}\n{r.stderr}")
-    else:
-        print("  a file named 'o.h5.tmp-20261207' beside --out: kept")
-    os.remove(out)
-    os.remove(notes)
-    odd = write_file("o.h5.tmp-x.tmp-4000000", b"notes\n")
-    r = imp("cifar10", tgz, "--out", out)
-    if r.returncode or not os.path.exists(odd):
-        fail(f"a file 'o.h5.tmp-x.tmp-4000000' beside --out: exit {r.returncode}, kept: {os.path.exists(odd)}")
-    else:
-        print("  a file named 'o.h5.tmp-x.tmp-4000000' beside --out: kept")
-    os.remove(out)
-    os.remove(odd)
+    for name in ("o.h5.tmp-20261207", "o.h5.tmp-x.tmp-4000000"):
+        notes = write_file(name, b"notes\n")
+        r = imp("cifar10", tgz, "--out", out)
+        if r.returncode or not os.path.exists(notes):
+            fail(f"a file '{name}' beside --out: exit {r.returncode}, kept: {os.path.exists(notes)}\n{r.stderr}")
+        else:
+            print(f"  a file named '{name}' beside --out: kept")
+        os.remove(out)
+        os.remove(notes)
     host = os.uname().nodename
     # An input named like a temporary of the file a linked --out points to (the writer resolves the link).
     os.makedirs(os.path.join(base, "linked"), exist_ok=True)

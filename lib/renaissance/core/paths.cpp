@@ -143,7 +143,8 @@ void require_distinct_files(const std::vector<std::pair<std::string, std::string
         temporary_of_out = temporary_of_out || (i.filename().string().rfind(o.filename().string() + ".tmp-", 0) == 0 &&
                                                 fs::weakly_canonical(o.parent_path(), ec) == i_dir);
       if (temporary_of_out)
-        RN_FAIL_CTX(in, "{} is named like a temporary file of {} {}, and writing that removes the ones dead writers "
+        RN_FAIL_CTX(in,
+                    "{} is named like a temporary file of {} {}, and writing that removes the ones dead writers "
                     "left: rename the input",
                     iopt, oopt, out);
     }

@@ -104,7 +104,7 @@ std::int64_t GzipReader::read(void* dst, std::int64_t n, const std::string& what
     const int ret = inflate(&m_z, Z_NO_FLUSH);
     done += want - m_z.avail_out;
     if (ret == Z_STREAM_END) {
-      m_inflating = false;  // its CRC-32 and length matched
+      m_inflating = false;                           // its CRC-32 and length matched
     } else if (ret != Z_OK && ret != Z_BUF_ERROR) {  // Z_BUF_ERROR: input needed, taken above next time round
       m_offset += done;
       RN_IO_FAIL(m_path, "the file is corrupt; download it again",

@@ -38,9 +38,9 @@ class GzipReader {
   std::FILE* m_file = nullptr;
   std::vector<unsigned char> m_in;
   z_stream m_z{};
-  bool m_gzip = false;     // the file started with the gzip magic
+  bool m_gzip = false;       // the file started with the gzip magic
   bool m_inflating = false;  // inside a member (after its header, before Z_STREAM_END)
-  bool m_end = false;      // the verified end of the data
+  bool m_end = false;        // the verified end of the data
   std::int64_t m_offset = 0;
 };
 

@@ -188,11 +188,13 @@ std::vector<std::string> names_of(const std::string& tarball, const std::string&
 }  // namespace
 
 std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::string& path,
-                                                                 const std::vector<std::string>& wanted) {
+                                                                  const std::vector<std::string>& wanted) {
   std::error_code ec;
   if (!fs::exists(path, ec))
-    RN_IO_FAIL(path, "download cifar-10-python.tar.gz / cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html",
-               "tarball not found");
+    RN_IO_FAIL(
+        path,
+        "download cifar-10-python.tar.gz / cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html",
+        "tarball not found");
   if (fs::is_directory(path, ec)) RN_IO_FAIL(path, "pass the .tar.gz file itself", "is a directory");
   // GzipReader: the gzip trailer (CRC-32, length) is checked before the data counts as ended (gzread did not always).
   GzipReader reader(path);
@@ -215,7 +217,8 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
       // the gzip trailer: the CRC-32 covers the members read above. Bounded like the members.
       std::vector<std::uint8_t> rest(1 << 16);
       std::int64_t after = 0;
-      for (std::int64_t k; (k = read(rest.data(), static_cast<std::int64_t>(rest.size()), "the end of the archive")) > 0;) {
+      for (std::int64_t k;
+           (k = read(rest.data(), static_cast<std::int64_t>(rest.size()), "the end of the archive")) > 0;) {
         after += k;
         if (after > kMaxMembers)
           RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "more than {} bytes after the end of the archive",
@@ -228,7 +231,8 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
     for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
     const std::string chk(reinterpret_cast<char*>(h + 148), 8);
     if (std::strtoul(chk.c_str(), nullptr, 8) != sum)
-      RN_IO_FAIL(path, "this is not a tar archive, or it is corrupt", "bad tar header checksum at byte {}", offset - 512);
+      RN_IO_FAIL(path, "this is not a tar archive, or it is corrupt", "bad tar header checksum at byte {}",
+                 offset - 512);
     std::int64_t size = 0;
     if (h[124] & 0x80) {  // GNU base-256 size (checked before each shift: 11 bytes would overflow 64 bits)
       for (int i = 125; i < 136 && size <= (std::int64_t(1) << 40); ++i) size = (size << 8) | h[i];
@@ -259,8 +263,8 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
     // says): one claiming some would make this reader skip bytes tar reads as the next headers.
     if (type >= '1' && type <= '6' && size != 0)
       RN_IO_FAIL(path, "the archive is corrupt or crafted (extract it with tar and pack it again)",
-                 "member '{}' (tar type '{}': a link, a device, a directory or a FIFO) claims {} bytes of data",
-                 name, type, size);
+                 "member '{}' (tar type '{}': a link, a device, a directory or a FIFO) claims {} bytes of data", name,
+                 type, size);
     const std::int64_t padded = (size + 511) / 512 * 512;
     // A name ending in '/' names a directory (tar makes one); its base name is what precedes the slashes.
     std::string stripped = name;
@@ -276,15 +280,18 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
                  "the archive has two members named '{}': '{}' and '{}'", base, taken_from[base], name);
     if (named) taken_from[base] = name;
     if (named && ((type != '0' && type != '\0') || dir_name))
-      RN_IO_FAIL(path, "make a tarball whose batches are regular files (extract it and pack it again)",
-                 "member '{}' is not a regular file (tar type '{}'{}: a link, a directory or a device)", name,
-                 type >= 32 && type < 127 ? std::string(1, type) : fmt::format("\\x{:02x}", static_cast<unsigned char>(type)),
-                 dir_name ? ", a name ending in '/'" : "");
+      RN_IO_FAIL(
+          path, "make a tarball whose batches are regular files (extract it and pack it again)",
+          "member '{}' is not a regular file (tar type '{}'{}: a link, a directory or a device)", name,
+          type >= 32 && type < 127 ? std::string(1, type) : fmt::format("\\x{:02x}", static_cast<unsigned char>(type)),
+          dir_name ? ", a name ending in '/'" : "");
     const bool want = named;
     if (type == 'L' || type == 'x' || type == 'g' || want) {  // a long name, a pax header, or a member we need
       if (size > kMaxMembers - held)
-        RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "member '{}' has {} bytes ({} held already; {} in all "
-                   "are accepted)", name, size, held, kMaxMembers);
+        RN_IO_FAIL(path, "the archive is not a CIFAR tarball",
+                   "member '{}' has {} bytes ({} held already; {} in all "
+                   "are accepted)",
+                   name, size, held, kMaxMembers);
       held += size;
       std::vector<std::uint8_t> data(static_cast<std::size_t>(size));
       if (read(data.data(), size, "'" + name + "'") < size)
@@ -295,7 +302,8 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
       offset += padded;
       held -= type == 'L' || type == 'x' || type == 'g' ? size : 0;  // only the members' bytes stay held
       if (type == 'L')
-        long_name.assign(reinterpret_cast<char*>(data.data()), strnlen(reinterpret_cast<char*>(data.data()), data.size()));
+        long_name.assign(reinterpret_cast<char*>(data.data()),
+                         strnlen(reinterpret_cast<char*>(data.data()), data.size()));
       else if (type == 'x' || type == 'g')
         read_pax(path, name, data, type == 'g', pax_path, pax_size);
       else

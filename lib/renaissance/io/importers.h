@@ -121,6 +121,6 @@ CifarBatch read_cifar_batch(const std::uint8_t* data, std::size_t size, const st
 /// that is not a regular file, refused); the gzip stream is read to its end, so its CRC-32 is checked. What
 /// import_cifar reads the tarball with; exposed for the fuzzer (fuzz_tar).
 std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::string& path,
-                                                                 const std::vector<std::string>& wanted);
+                                                                  const std::vector<std::string>& wanted);
 
 }  // namespace renaissance::io
