@@ -61,8 +61,10 @@ void install_preemption_handlers(struct sigaction* previous = nullptr) {
 
 int preemption_signal() { return g_stop_request.load(); }
 
-void arm_preemption_early(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "train") != 0) return;
+void arm_preemption_early(int argc, char** argv, char** envp) {
+  // Called twice (from the executable's .preinit_array and again from main): a second install would record our own
+  // handler as the action to restore.
+  if (g_armed_early || argc < 2 || !argv || !argv[1] || std::strcmp(argv[1], "train") != 0) return;
   bool may_checkpoint = false;
   for (int i = 2; i < argc; ++i)
     for (const char* opt : {"--checkpoint-dir", "--config"})
@@ -71,7 +73,16 @@ void arm_preemption_early(int argc, char** argv) {
   install_preemption_handlers(g_previous);
   g_armed_early = true;
   // Test hook: a start-up slow enough for a test to signal it (the line says when the handlers are in place).
-  if (const char* d = std::getenv("RENAISSANCE_TEST_STARTUP_DELAY_MS")) {
+  // From .preinit_array libc has not run its initialiser yet, so getenv sees no environment: envp is read instead.
+  const char* d = nullptr;
+  constexpr const char* kDelay = "RENAISSANCE_TEST_STARTUP_DELAY_MS=";
+  if (envp == nullptr) {
+    d = std::getenv("RENAISSANCE_TEST_STARTUP_DELAY_MS");
+  } else {
+    for (char** e = envp; *e && !d; ++e)
+      if (std::strncmp(*e, kDelay, std::strlen(kDelay)) == 0) d = *e + std::strlen(kDelay);
+  }
+  if (d) {
     std::fprintf(stderr, "renaissance: test: preemption handlers armed, start-up delayed %s ms\n", d);
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(d)));

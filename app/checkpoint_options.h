@@ -53,7 +53,8 @@ int preemption_signal();
 /// start-up (MPI_Init of many ranks, reading the checkpoint, timing engines) is kept for the first step boundary
 /// (checkpoint, exit 75) instead of killing the process (exit 138/143, which no job script requeues).
 /// CheckpointCli::apply keeps them with a checkpoint directory; without one, disarm_preemption_early.
-void arm_preemption_early(int argc, char** argv);
+/// `envp`: the environment when libc's getenv cannot see it yet (the executable's .preinit_array); nullptr: getenv.
+void arm_preemption_early(int argc, char** argv, char** envp = nullptr);
 /// Without a checkpoint directory after all: the actions the process had before arm_preemption_early (SIG_DFL, or a
 /// parent's SIG_IGN), and a signal that came meanwhile taken now if its action was the default. Called by `train`
 /// as soon as its options are read; nothing when the handlers were not armed early.

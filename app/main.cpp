@@ -106,6 +106,16 @@ void fill_closed_standard_descriptors() {
   }
 }
 
+/// The preemption handlers before any shared library's constructor runs: glibc calls an executable's .preinit_array
+/// first, then the libraries' initialisers (cuDNN, cuBLASLt, oneDNN, OpenBLAS: 65-100 ms on the 2-core CI machine),
+/// and only then main. A SIGTERM or SIGUSR1 in that window killed a checkpointed `train` (143/138, which the job
+/// scripts do not requeue) instead of making it checkpoint and exit 75. Only libc is used there (the handlers, the
+/// test hook's fprintf and nanosleep; envp instead of getenv, whose environment libc sets up in its own initialiser);
+/// main calls it again, which does nothing once armed.
+void preinit_preemption(int argc, char** argv, char** envp) { renaissance::app::arm_preemption_early(argc, argv, envp); }
+__attribute__((section(".preinit_array"), used)) void (*const kPreinitPreemption)(int, char**, char**) =
+    preinit_preemption;
+
 }  // namespace
 
 int main(int argc, char** argv) {

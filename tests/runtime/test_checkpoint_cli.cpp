@@ -453,6 +453,24 @@ TEST(PreemptionAtTheStart, ASignalDuringTheStartUpIsKeptForTheFirstStep) {
   EXPECT_NE(ignored.out.find("done: 2 steps"), std::string::npos) << ignored.out;
 }
 
+// Before main, the shared libraries' constructors (cuDNN, cuBLASLt, oneDNN, OpenBLAS) took 65-100 ms, and a signal
+// then killed a checkpointed run (143/138). The handlers are armed from the executable's .preinit_array, which glibc
+// runs before any library's initialiser: the dynamic loader's own trace (LD_DEBUG=libs, set for renaissance only)
+// must show the start-up line before its first "calling init:".
+TEST(PreemptionAtTheStart, TheHandlersAreArmedBeforeTheLibrariesInitialise) {
+  const fs::path d = temp_dir();
+  const std::string args =
+      train_args("--max-steps 1 --checkpoint-dir " + (d / "ck").string() + " --resume auto");
+  Child c = start(args, d / "loader.log", {"RENAISSANCE_TEST_STARTUP_DELAY_MS=1"}, "LD_DEBUG=libs ");
+  const CliRun r = c.wait();
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::size_t armed = r.out.find("preemption handlers armed");
+  const std::size_t first_init = r.out.find("calling init: ");
+  ASSERT_NE(armed, std::string::npos) << r.out.substr(0, 4000);
+  ASSERT_NE(first_init, std::string::npos) << "no loader trace (LD_DEBUG unsupported?)";
+  EXPECT_LT(armed, first_init) << r.out.substr(0, 4000);
+}
+
 // A resume with other hyper-parameters or augmentations (momentum, label smoothing, ...) changed them without a
 // word; the lr, schedule, epochs and data already warned.
 TEST(CheckpointCli, AResumeWithOtherHyperParametersSaysWhich) {
