@@ -112,9 +112,13 @@ void fill_closed_standard_descriptors() {
 /// scripts do not requeue) instead of making it checkpoint and exit 75. Only libc is used there (the handlers, the
 /// test hook's fprintf and nanosleep; envp instead of getenv, whose environment libc sets up in its own initialiser);
 /// main calls it again, which does nothing once armed.
+/// Not under a sanitizer, whose runtime initialises itself from .preinit_array too and intercepts sigaction (the
+/// order of the two entries is the linker's): there main arms them, as before.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 void preinit_preemption(int argc, char** argv, char** envp) { renaissance::app::arm_preemption_early(argc, argv, envp); }
 __attribute__((section(".preinit_array"), used)) void (*const kPreinitPreemption)(int, char**, char**) =
     preinit_preemption;
+#endif
 
 }  // namespace
 
