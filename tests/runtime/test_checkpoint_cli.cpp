@@ -458,6 +458,9 @@ TEST(PreemptionAtTheStart, ASignalDuringTheStartUpIsKeptForTheFirstStep) {
 // runs before any library's initialiser: the dynamic loader's own trace (LD_DEBUG=libs, set for renaissance only)
 // must show the start-up line before its first "calling init:".
 TEST(PreemptionAtTheStart, TheHandlersAreArmedBeforeTheLibrariesInitialise) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizer build: main arms the handlers (app/main.cpp)";
+#endif
   const fs::path d = temp_dir();
   const std::string args =
       train_args("--max-steps 1 --checkpoint-dir " + (d / "ck").string() + " --resume auto");
