@@ -6,9 +6,11 @@
 
 #include <zlib.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <list>
 #include <map>
@@ -701,11 +703,23 @@ void DatasetWriter::finish() {
   }
   H5_CHECK(H5Fflush(m.file, H5F_SCOPE_GLOBAL), ctx, "flushing '{}'", m.tmp_path);
   if (m.file.reset() < 0) RN_IO_FAIL(ctx, "is the disk full?", "closing temporary file '{}' failed", m.tmp_path);
+  // On the disk before it takes the name (H5Fflush does not fsync): a crash or power loss right after the rename
+  // left an empty or partial file under it, and the dataset it replaced was gone. Then the directory entry, as the
+  // checkpoints and weights files do.
+  {
+    const int fd = ::open(m.tmp_path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int err = fd < 0 ? errno : (::fsync(fd) != 0 ? errno : 0);
+    if (fd >= 0) ::close(fd);
+    if (err != 0)
+      RN_IO_FAIL(ctx, "is the disk full, or the file system failing?", "writing temporary file '{}' to the disk "
+                 "(fsync) failed: {}", m.tmp_path, std::strerror(err));
+  }
   std::error_code ec;
   fs::rename(m.tmp_path, m.path, ec);
   if (ec)
     RN_IO_FAIL(ctx, "check permissions of the output directory", "renaming '{}' failed: {}", m.tmp_path, ec.message());
   m.finished = true;
+  fsync_path(fs::absolute(m.path).parent_path().string(), /*directory=*/true);
 }
 
 // ================================================= DatasetFile =================================================
