@@ -116,7 +116,7 @@ void CheckpointCli::add_to(CLI::App& cmd) {
              "Resume from a checkpoint: 'auto' (the newest valid one in --checkpoint-dir; none: start fresh) or a "
              "file")
           ->expected(0, 1);
-  cmd.add_option("--loss-log", loss_log, "Write one JSON object per step (step, epoch, loss) to this JSONL file");
+  cmd.add_option("--loss-log", loss_log, "Write one JSON object per step (step, epoch, loss, lr; momentum with --onecycle-momentum) to this JSONL file");
 }
 
 void CheckpointCli::apply(runtime::TrainOptions& t) {

@@ -67,7 +67,15 @@ void run_inspect(const InspectCli& c) {
     j.begin_object().kv("file", c.file).kv("valid", r.valid);
     if (!r.valid) j.kv("error", r.error);
     j.key("attributes").begin_object();
-    for (const auto& [k, v] : r.attributes) j.kv(k, v);
+    // Numbers as JSON numbers (integer and float attributes, one value or an array of them); a NaN or an infinity,
+    // which JSON has no number for, stays text.
+    for (const auto& [k, v] : r.attributes) {
+      const bool finite = v.find("nan") == std::string::npos && v.find("inf") == std::string::npos;
+      if (r.numeric.count(k) && finite && !v.empty())
+        j.key(k).json_value(v);
+      else
+        j.kv(k, v);
+    }
     j.end_object();
     j.key("groups").begin_object();
     for (const auto& [g, entries] : groups) {

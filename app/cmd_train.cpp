@@ -10,6 +10,7 @@
 #include "run_config.h"
 
 #include <renaissance/comm/communicator.h>
+#include <renaissance/comm/mpi_session.h>
 #include <renaissance/comm/watchdog.h>
 #include <renaissance/core/error.h>
 #include <renaissance/io/checkpoint.h>
@@ -379,7 +380,9 @@ void run_train(TrainCli& c) {
   po.start_step = trainer.steps();
   po.batch = c.t.batch;
   po.log_every = c.log_every;
-  po.tty = isatty(fileno(stdout)) != 0;
+  // A launcher's rank writes into a pseudo-terminal of mpirun's (Open MPI gives each rank one), also when mpirun's
+  // own output goes to a log: the bar's redraws (\r, ESC[K) filled `mpirun ... > run.log`. Ranks print epoch lines.
+  po.tty = isatty(fileno(stdout)) != 0 && !comm::launched_by_mpi_launcher();
   Progress progress(po);
   // Per-step losses for TensorBoard: every --log-every steps, else every 50 (each read is a host synchronisation).
   const std::int64_t tb_every = c.log_every > 0 ? c.log_every : 50;

@@ -65,6 +65,8 @@ class JsonWriter {
   JsonWriter& value(std::int64_t v) { return raw(std::to_string(v)); }
   JsonWriter& value(int v) { return raw(std::to_string(v)); }
   JsonWriter& value(double v) { return raw(std::isfinite(v) ? fmt::format("{}", v) : "null"); }
+  /// Text that is already a JSON value (a number, or an array of numbers, as the caller checked).
+  JsonWriter& json_value(const std::string& text) { return raw(text); }
   template <typename T>
   JsonWriter& kv(const std::string& k, const T& v) {
     key(k);

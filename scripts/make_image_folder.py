@@ -25,7 +25,8 @@ try:
     import numpy as np
     from PIL import Image
 except ImportError as e:  # pragma: no cover - depends on the machine
-    print(f"SKIP: {e} (install python3-numpy / python3-pil)", file=sys.stderr)
+    print(f"SKIP: {e} in {sys.executable} (install python3-numpy / python3-pil, and run the script with that python3)",
+          file=sys.stderr)
     sys.exit(77)
 
 FMNIST_CLASSES = ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",

@@ -147,7 +147,8 @@ def main():
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
     except ImportError:
-        print("plot_metrics: matplotlib is not installed (apt-get install python3-matplotlib)", file=sys.stderr)
+        print(f"plot_metrics: matplotlib is not installed for {sys.executable} (apt-get install python3-matplotlib, "
+              "and run the script with that python3, e.g. /usr/bin/python3)", file=sys.stderr)
         sys.exit(77)
 
     labels = [os.path.splitext(os.path.basename(p))[0] for p in args.files]

@@ -20,14 +20,21 @@ Two PyTorch layouts:
 
 import os
 import struct
+import sys
 import zlib
 
-import h5py
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-import yaml
+try:
+    import h5py
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import yaml
+except ImportError as e:  # a traceback said only "No module named 'h5py'", not which interpreter lacked it
+    print(f"{os.path.basename(sys.argv[0]) or 'renaissance_models'}: {e} in {sys.executable}: the PyTorch scripts need "
+          "numpy, h5py, PyYAML and torch (Debian: python3-h5py python3-yaml python3-torch; run them with the python3 "
+          "that has them, e.g. /usr/bin/python3)", file=sys.stderr)
+    sys.exit(77)
 
 WEIGHTS_FORMAT = "renaissance-weights"
 BN_EPS = 1e-5

@@ -304,6 +304,9 @@ TEST(CheckpointCli, CorruptOrTruncatedCheckpointsFailNamingTheFileAndTensor) {
   const CliRun js = run("checkpoint inspect --json " + good.string());
   EXPECT_EQ(js.code, 0) << js.out;
   EXPECT_NE(js.out.find("\"valid\":true"), std::string::npos) << js.out;
+  // Integer attributes as JSON numbers (they were strings: "step":"6"), text as strings.
+  EXPECT_NE(js.out.find("\"step\":3,"), std::string::npos) << js.out;
+  EXPECT_NE(js.out.find("\"format\":\"renaissance-checkpoint\""), std::string::npos) << js.out;
 
   // A flipped byte in the data of /params/fc1.w of the newest checkpoint.
   flip_byte(newest, offset_of_tensor(newest, "params", "fc1.w") + 17);

@@ -477,6 +477,10 @@ void list_with_hdf5(const VerifiedFile& verified, const std::string& path, Check
       if (H5Aget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0) continue;
       try {
         r.attributes[name] = attr_text(file, name, path);
+        H5Handle attr(H5Aopen(file, name, H5P_DEFAULT), H5Aclose);
+        H5Handle type(attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID, H5Tclose);
+        const H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+        if (cls == H5T_INTEGER || cls == H5T_FLOAT) r.numeric.insert(name);
       } catch (const std::exception&) {
         r.attributes[name] = "<unreadable>";
       }
@@ -542,7 +546,7 @@ std::string get_text(const std::string& in, std::size_t& at) {
 std::string encode(const CheckpointReport& r) {
   std::string out;
   for (const auto& [k, v] : r.attributes) {
-    out += 'A';
+    out += r.numeric.count(k) ? 'N' : 'A';
     put_text(out, k);
     put_text(out, v);
   }
@@ -560,9 +564,10 @@ void decode(const std::string& in, CheckpointReport& r) {
   std::size_t at = 0;
   while (at < in.size()) {
     const char kind = in[at++];
-    if (kind == 'A') {
+    if (kind == 'A' || kind == 'N') {
       std::string k = get_text(in, at);
       r.attributes[k] = get_text(in, at);
+      if (kind == 'N') r.numeric.insert(k);
     } else {
       CheckpointReport::Entry e;
       e.ok = kind == 'T';

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,7 @@ struct CheckpointReport {
   bool valid = false;
   std::string error;
   std::map<std::string, std::string> attributes;  ///< every root attribute, as text
+  std::set<std::string> numeric;                  ///< the attributes the file stores as integers or floats
   struct Entry {
     std::string group, name;
     std::vector<std::int64_t> dims;
