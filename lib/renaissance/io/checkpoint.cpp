@@ -288,14 +288,15 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
                            std::pair{"val_top5", s.val_top5}, std::pair{"ema_val_top1", s.ema_val_top1}})
       if (v >= 0) write_number_attr<double>(file, name, v, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, tmp);
     {
-      H5Handle g(H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp, "create /state"),
+      const H5Handle state_gcpl = untimed_plist(H5P_GROUP_CREATE, tmp);
+      H5Handle g(H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, state_gcpl, H5P_DEFAULT), tmp, "create /state"),
                  H5Gclose);
       write_f32_dataset(g, "loss_scale", {kStateSlots}, s.loss_scale.data(), path + ": /state/loss_scale");
       write_f32_dataset(g, "train_metrics", {static_cast<hsize_t>(s.world_size), kStateSlots}, s.train_metrics.data(),
                     path + ": /state/train_metrics");
     }
     std::map<std::string, H5Handle> groups;
-    H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+    H5Handle gcpl = untimed_plist(H5P_GROUP_CREATE, tmp);
     H5_CHECK(H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), tmp, "creation order");
     for (const char* gname : kTensorGroups)
       groups.emplace(gname, H5Handle(H5_CHECK(H5Gcreate2(file, gname, H5P_DEFAULT, gcpl, H5P_DEFAULT), tmp,

@@ -323,7 +323,7 @@ struct DatasetWriter::Impl {
     const std::string ctx = ds_ctx(path, s, "labels");
     const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, cdims[1] = {4096};
     H5Handle space(H5_CHECK(H5Screate_simple(1, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
-    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+    H5Handle dcpl = untimed_plist(H5P_DATASET_CREATE, ctx);
     H5_CHECK(H5Pset_chunk(dcpl, 1, cdims), ctx, "setting chunks");
     if (options.deflate_level > 0) H5_CHECK(H5Pset_deflate(dcpl, options.deflate_level), ctx, "enabling deflate");
     H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
@@ -364,7 +364,7 @@ struct DatasetWriter::Impl {
                    const void* data) {
     const std::string ctx = ds_ctx(path, static_cast<Split>(si), name);
     H5Handle space(H5_CHECK(H5Screate_simple(rank, dims, nullptr), ctx, "creating the dataspace"), H5Sclose);
-    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+    H5Handle dcpl = untimed_plist(H5P_DATASET_CREATE, ctx);
     hsize_t cdims[2] = {std::max<hsize_t>(1, std::min<hsize_t>(dims[0], 1 << 16)), rank > 1 ? dims[1] : 1};
     H5_CHECK(H5Pset_chunk(dcpl, rank, cdims), ctx, "setting chunks");
     H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
@@ -425,15 +425,18 @@ void DatasetWriter::Impl::create(std::string target, int classes, DatasetWriterO
   H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), path, "setting the format version bounds");
   // STRONG: closing the file closes every object, so finish() really releases it before the rename.
   H5_CHECK(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), path, "setting the close degree");
-  file = own(H5_CHECK(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), path,
-                      "creating temporary file '{}'", tmp_path),
+  // No object times (untimed_plist): one source imported twice gives the same bytes.
+  const H5Handle fcpl = untimed_plist(H5P_FILE_CREATE, path);
+  file = own(H5_CHECK(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), path, "creating temporary file '{}'",
+                      tmp_path),
              H5Fclose);
   for (Split s : kAllSplits) {
     const int si = static_cast<int>(s);
     const std::string gctx = fmt::format("{}: group '/{}'", path, split_name(s));
-    groups[si] = own(
-        H5_CHECK(H5Gcreate2(file, split_name(s), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), gctx, "creating the group"),
-        H5Gclose);
+    const H5Handle gcpl = untimed_plist(H5P_GROUP_CREATE, gctx);
+    groups[si] =
+        own(H5_CHECK(H5Gcreate2(file, split_name(s), H5P_DEFAULT, gcpl, H5P_DEFAULT), gctx, "creating the group"),
+            H5Gclose);
     create_labels(si);
   }
 }
@@ -470,7 +473,7 @@ DatasetWriter::DatasetWriter(std::string path, std::int64_t height, std::int64_t
     const hsize_t maxdims[4] = {H5S_UNLIMITED, hsize_t(height), hsize_t(width), hsize_t(channels)};
     const hsize_t cdims[4] = {hsize_t(chunk), hsize_t(height), hsize_t(width), hsize_t(channels)};
     H5Handle space(H5_CHECK(H5Screate_simple(4, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
-    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+    H5Handle dcpl = untimed_plist(H5P_DATASET_CREATE, ctx);
     H5_CHECK(H5Pset_chunk(dcpl, 4, cdims), ctx, "setting chunks of {} samples", chunk);
     if (options.deflate_level > 0) H5_CHECK(H5Pset_deflate(dcpl, options.deflate_level), ctx, "enabling deflate");
     // After deflate: the checksum covers the bytes on disk, so a flipped byte is reported as corruption
@@ -502,7 +505,7 @@ DatasetWriter::DatasetWriter(std::string path, const JpegStoreSpec& jpeg, int nu
     const std::string ctx = ds_ctx(m.path, s, "jpeg");
     const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, cdims[1] = {hsize_t(kJpegChunkBytes)};
     H5Handle space(H5_CHECK(H5Screate_simple(1, dims, maxdims), ctx, "creating the dataspace"), H5Sclose);
-    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), ctx, "creating a property list"), H5Pclose);
+    H5Handle dcpl = untimed_plist(H5P_DATASET_CREATE, ctx);
     H5_CHECK(H5Pset_chunk(dcpl, 1, cdims), ctx, "setting chunks");
     H5_CHECK(H5Pset_fletcher32(dcpl), ctx, "enabling the Fletcher32 checksum");
     m.images[si] = own(H5_CHECK(H5Dcreate2(m.groups[si], "jpeg", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
@@ -681,7 +684,7 @@ void DatasetWriter::finish() {
     const hsize_t n = m.checksums[si].size();
     const hsize_t cdims[1] = {std::max<hsize_t>(1, std::min<hsize_t>(n, 4096))};
     H5Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr), cctx, "creating the dataspace"), H5Sclose);
-    H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), cctx, "creating a property list"), H5Pclose);
+    H5Handle dcpl = untimed_plist(H5P_DATASET_CREATE, cctx);
     H5_CHECK(H5Pset_chunk(dcpl, 1, cdims), cctx, "setting chunks");
     H5_CHECK(H5Pset_fletcher32(dcpl), cctx, "enabling the Fletcher32 checksum");
     H5Handle ds(H5_CHECK(H5Dcreate2(m.groups[si], "checksums", H5T_STD_U32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),

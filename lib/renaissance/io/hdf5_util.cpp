@@ -252,7 +252,7 @@ void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<
                        const std::string& ctx, const char* layout) {
   H5Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), ctx, "dataspace"),
                  H5Sclose);
-  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Handle dcpl = untimed_plist(H5P_DATASET_CREATE, ctx);
   std::vector<hsize_t> chunk(dims);
   for (hsize_t& c : chunk) c = std::max<hsize_t>(c, 1);  // filters need chunks; a chunk dimension cannot be 0
   H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), ctx, "chunking");
@@ -262,6 +262,12 @@ void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<
               H5Dclose);
   H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), ctx, "write");
   if (layout) write_string_attr(ds, "layout", layout, ctx);
+}
+
+H5Handle untimed_plist(hid_t cls, const std::string& ctx) {
+  H5Handle p(H5_CHECK(H5Pcreate(cls), ctx, "creating a property list"), H5Pclose);
+  H5_CHECK(H5Pset_obj_track_times(p, false), ctx, "turning off object times");
+  return p;
 }
 
 void fsync_path(const std::string& path, bool directory) {
@@ -347,7 +353,8 @@ MemoryH5File::MemoryH5File(std::string ctx) : m_ctx(std::move(ctx)), m_capture(s
                                  &Capture::udata_copy, &Capture::udata_free, m_capture.get()};
   H5_CHECK(H5Pset_file_image_callbacks(m_fapl, &cb), m_ctx, "file-image callbacks");
   const std::string name = fmt::format("{}#image-{}", m_ctx, static_cast<const void*>(this));  // never a file on disk
-  m_file = H5Handle(H5_CHECK(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, m_fapl), m_ctx, "create (in memory)"),
+  const H5Handle fcpl = untimed_plist(H5P_FILE_CREATE, m_ctx);  // the root group's object header too
+  m_file = H5Handle(H5_CHECK(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, fcpl, m_fapl), m_ctx, "create (in memory)"),
                     H5Fclose);
 }
 

@@ -111,6 +111,11 @@ void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<
 /// fsync of a file or a directory (after a rename: the directory entry); errors are ignored (best effort).
 void fsync_path(const std::string& path, bool directory);
 
+/// A property list of class `cls` (H5P_DATASET_CREATE, H5P_GROUP_CREATE, H5P_FILE_CREATE) whose objects carry no
+/// creation and modification times: the same content then makes the same bytes (two imports of one source, two
+/// `--save`s of one run compare equal with cmp or a checksum).
+H5Handle untimed_plist(hid_t cls, const std::string& ctx);
+
 // ---- files written in memory, with a checksum header (checkpoint and weights format 2) --------------------------
 //
 // A file of ours is built as an HDF5 image in memory (core driver), then written with plain write(2) calls: HDF5

@@ -62,8 +62,8 @@ void write_weights(const std::string& path, const std::vector<NamedTensor>& tens
                    t.values.size(), t.shape.str());
       auto g = groups.find(t.group);
       if (g == groups.end())
-        g = groups.emplace(t.group, H5Handle(H5_CHECK(H5Gcreate2(file, t.group.c_str(), H5P_DEFAULT, H5P_DEFAULT,
-                                                                  H5P_DEFAULT),
+        g = groups.emplace(t.group, H5Handle(H5_CHECK(H5Gcreate2(file, t.group.c_str(), H5P_DEFAULT,
+                                                                  untimed_plist(H5P_GROUP_CREATE, ctx), H5P_DEFAULT),
                                                        ctx, "create group"),
                                              H5Gclose))
                 .first;
