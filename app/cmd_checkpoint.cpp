@@ -68,10 +68,24 @@ void run_inspect(const InspectCli& c) {
     if (!r.valid) j.kv("error", r.error);
     j.key("attributes").begin_object();
     // Numbers as JSON numbers (integer and float attributes, one value or an array of them); a NaN or an infinity,
-    // which JSON has no number for, stays text.
+    // which JSON has no number for, stays text, and so does an integer beyond 2^53 (a --seed up to 2^64 - 1): jq and
+    // JavaScript read numbers as doubles and would round it.
+    const auto exact_in_a_double = [](const std::string& v) {
+      std::string digits;
+      for (const char ch : v) {
+        if (ch >= '0' && ch <= '9') {
+          digits += ch;
+        } else {
+          if (!digits.empty() && digits.size() >= 16 && std::stod(digits) > 9007199254740992.0) return false;
+          digits.clear();
+        }
+      }
+      return digits.size() < 16 || std::stod(digits) <= 9007199254740992.0;
+    };
     for (const auto& [k, v] : r.attributes) {
       const bool finite = v.find("nan") == std::string::npos && v.find("inf") == std::string::npos;
-      if (r.numeric.count(k) && finite && !v.empty())
+      const bool integer = v.find_first_of(".eE") == std::string::npos;
+      if (r.numeric.count(k) && finite && !v.empty() && (!integer || exact_in_a_double(v)))
         j.key(k).json_value(v);
       else
         j.kv(k, v);

@@ -10,7 +10,6 @@
 #include "run_config.h"
 
 #include <renaissance/comm/communicator.h>
-#include <renaissance/comm/mpi_session.h>
 #include <renaissance/comm/watchdog.h>
 #include <renaissance/core/error.h>
 #include <renaissance/io/checkpoint.h>
@@ -380,9 +379,10 @@ void run_train(TrainCli& c) {
   po.start_step = trainer.steps();
   po.batch = c.t.batch;
   po.log_every = c.log_every;
-  // A launcher's rank writes into a pseudo-terminal of mpirun's (Open MPI gives each rank one), also when mpirun's
-  // own output goes to a log: the bar's redraws (\r, ESC[K) filled `mpirun ... > run.log`. Ranks print epoch lines.
-  po.tty = isatty(fileno(stdout)) != 0 && !comm::launched_by_mpi_launcher();
+  // Open MPI gives each rank a pseudo-terminal of mpirun's, also when mpirun's own output goes to a log: the bar's
+  // redraws (\r, ESC[K) filled `mpirun ... > run.log`. Its ranks print epoch lines. (srun's ranks write to a pipe, and
+  // `srun --pty bash` is a real terminal, which keeps the bar.)
+  po.tty = isatty(fileno(stdout)) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
   Progress progress(po);
   // Per-step losses for TensorBoard: every --log-every steps, else every 50 (each read is a host synchronisation).
   const std::int64_t tb_every = c.log_every > 0 ? c.log_every : 50;

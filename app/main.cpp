@@ -114,7 +114,12 @@ void fill_closed_standard_descriptors() {
 /// main calls it again, which does nothing once armed.
 /// Not under a sanitizer, whose runtime initialises itself from .preinit_array too and intercepts sigaction (the
 /// order of the two entries is the linker's): there main arms them, as before.
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RENAISSANCE_SANITIZED 1
+#endif
+#endif
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) && !defined(RENAISSANCE_SANITIZED)
 void preinit_preemption(int argc, char** argv, char** envp) { renaissance::app::arm_preemption_early(argc, argv, envp); }
 __attribute__((section(".preinit_array"), used)) void (*const kPreinitPreemption)(int, char**, char**) =
     preinit_preemption;

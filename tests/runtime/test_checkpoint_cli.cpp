@@ -477,6 +477,19 @@ TEST(PreemptionAtTheStart, TheHandlersAreArmedBeforeTheLibrariesInitialise) {
   EXPECT_LT(armed, first_init) << r.out.substr(0, 4000);
 }
 
+// inspect --json: integer attributes as JSON numbers, except one a double cannot hold (a --seed up to 2^64 - 1: jq
+// read 18446744073709551615 as 18446744073709552000), which stays text.
+TEST(CheckpointCli, InspectJsonKeepsLargeIntegersExact) {
+  const fs::path d = temp_dir();
+  const CliRun t = run("train --data " + synthetic() + " --batch 32 --max-steps 1 --seed 18446744073709551615 " +
+                       "--checkpoint-dir " + (d / "ck").string());
+  ASSERT_EQ(t.code, 0) << t.out;
+  const CliRun js = run("checkpoint inspect --json " + (d / "ck" / "latest.h5").string());
+  ASSERT_EQ(js.code, 0) << js.out;
+  EXPECT_NE(js.out.find("\"seed\":\"18446744073709551615\""), std::string::npos) << js.out;
+  EXPECT_NE(js.out.find("\"step\":1,"), std::string::npos) << js.out;
+}
+
 // A resume with other hyper-parameters or augmentations (momentum, label smoothing, ...) changed them without a
 // word; the lr, schedule, epochs and data already warned.
 TEST(CheckpointCli, AResumeWithOtherHyperParametersSaysWhich) {

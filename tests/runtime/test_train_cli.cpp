@@ -116,7 +116,7 @@ TEST(TrainCli, TheSameRunWritesTheSameBytes) {
   EXPECT_TRUE(da == bytes(d / "b.h5")) << "two imports of one source differ";
   for (const char* name : {"wa.h5", "wb.h5"}) {
     if (name[1] == 'b') std::this_thread::sleep_for(std::chrono::milliseconds(1100));
-    const CliRun r = run("train --data " + (d / "a.h5").string() + " --batch 32 --max-steps 2 --save " +
+    const CliRun r = run("train --device cpu --data " + (d / "a.h5").string() + " --batch 32 --max-steps 2 --save " +
                          (d / name).string());
     ASSERT_EQ(r.code, 0) << r.out;
   }
