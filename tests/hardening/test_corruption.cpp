@@ -5,13 +5,17 @@
 // it. Each case names the file, the tensor or dataset and the samples, and nothing prints "verified" for it.
 #include "hardening_util.h"
 
+#include <renaissance/core/error.h>
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/weights.h>
 
 #include <functional>
 
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <thread>
 
 namespace {
 
@@ -233,6 +237,35 @@ TEST(HardeningCorruption, ADatasetTruncatedWhileARunReadsItStopsTheRun) {
                                 120);
   EXPECT_CLEAN_ERROR(r, data + ": dataset '/train/images'", "the file shrank from");
   EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
+}
+
+// A dataset rewritten in place (`cp other.h5 data.h5`, the same size) while a run reads it: the blocks not yet cached
+// failed inside HDF5 ("inflate() failed", Fletcher32) or their content checksum, with nothing saying why.
+TEST(HardeningCorruption, ADatasetRewrittenInPlaceWhileReadSaysSo) {
+  const fs::path d = temp_dir();
+  const std::string data = dataset(d);
+  const fs::path other = d / "other.h5";
+  renaissance::io::make_synthetic(other.string(), 2000, 300, 28, 28, 1, 10, 8);  // another seed, the same layout
+  ASSERT_EQ(fs::file_size(data), fs::file_size(other));
+  renaissance::io::DatasetFile f(data, /*cache_budget=*/1 << 20);
+  std::vector<std::uint8_t> images(28 * 28 * 4);
+  std::vector<std::int32_t> labels(4);
+  f.read(renaissance::io::Split::train, 0, 4, images.data(), labels.data());  // block 0 cached
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // a later modification time, whatever its resolution
+  {
+    std::ifstream in(other, std::ios::binary);
+    std::ofstream out(data, std::ios::binary | std::ios::in | std::ios::out);  // in place: the same inode
+    out << in.rdbuf();
+  }
+  try {
+    f.read(renaissance::io::Split::train, 1500, 4, images.data(), labels.data());  // a block not read before
+    FAIL() << "a block of the rewritten file was read without an error";
+  } catch (const renaissance::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(data), std::string::npos) << what;
+    EXPECT_NE(what.find("the file changed while samples ["), std::string::npos) << what;
+    EXPECT_NE(what.find("written after the run opened it"), std::string::npos) << what;
+  }
 }
 
 TEST(HardeningCorruption, Format1FilesStayReadable) {

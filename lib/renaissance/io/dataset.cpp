@@ -760,6 +760,7 @@ struct DatasetFile::Impl {
   H5Handle file;
   int fd = -1;                  ///< the file as HDF5 holds it open (to notice a truncation during a run)
   std::int64_t file_bytes = 0;  ///< its size when opened
+  std::int64_t mtime_ns = -1;   ///< its modification time when opened (-1: unknown)
   SplitData split[2];
   SplitInfo info[2];
   ~Impl() {
@@ -780,6 +781,27 @@ struct DatasetFile::Impl {
       RN_IO_FAIL(ds_ctx(path, s, "images"), "another process truncated or rewrote the file during the run",
                  "the file shrank from {} to {} bytes while samples [{}, {}) were read", file_bytes,
                  static_cast<std::int64_t>(st.st_size), first, first + count);
+  }
+
+  /// Whether the file was written since it was opened (size or modification time): another process rewrote it in
+  /// place (`cp` over it), and a read of blocks not yet cached then fails inside HDF5 (inflate, Fletcher32) or its
+  /// content checksum. "" when unchanged or unknown.
+  std::string changed_since_open() const {
+    struct stat st {};
+    const bool ok = fd >= 0 ? ::fstat(fd, &st) == 0 : ::stat(path.c_str(), &st) == 0;
+    if (!ok || mtime_ns < 0) return "";
+    const std::int64_t mt = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    if (mt == mtime_ns && static_cast<std::int64_t>(st.st_size) == file_bytes) return "";
+    return static_cast<std::int64_t>(st.st_size) == file_bytes
+               ? std::string("it was written after the run opened it")
+               : fmt::format("it was written after the run opened it, and is now {} bytes instead of {}",
+                             static_cast<std::int64_t>(st.st_size), file_bytes);
+  }
+  [[noreturn]] void fail_changed(Split s, const std::string& why, const std::string& what) const {
+    RN_IO_FAIL(ds_ctx(path, s, "images"),
+               "another process rewrote the file during the run; write a new file and rename it over the old one "
+               "(a run that has it open keeps reading the old one)",
+               "the file changed while {} were read ({}); the run cannot go on", what, why);
   }
 
   /// A JPEG store's bytes [byte0, byte0 + n) from whole raw chunks (H5Dread_chunk: no filter pipeline, no chunk
@@ -841,6 +863,8 @@ struct DatasetFile::Impl {
         rows_io(false, d.images, H5T_NATIVE_UINT8, b->first, b->count, b->images.data(), ds_ctx(path, s, "images"), what);
       rows_io(false, d.labels, H5T_NATIVE_INT32, b->first, b->count, b->labels.data(), ds_ctx(path, s, "labels"), what);
     } catch (const Error& e) {
+      check_size(s, b->first, b->count);
+      if (const std::string why = changed_since_open(); !why.empty()) fail_changed(s, why, what);
       if (request.empty() || request == what) throw;
       throw Error(fmt::format("{} (reading {})", e.message(), request), e.context(), e.hint(), e.where());
     }
@@ -859,6 +883,7 @@ struct DatasetFile::Impl {
         got = shapes_crc(got, meta);
       }
       if (got != want) {
+        if (const std::string why = changed_since_open(); !why.empty()) fail_changed(s, why, what);
         const bool zeros = std::all_of(b->images.begin(), b->images.end(), [](std::uint8_t v) { return v == 0; });
         RN_IO_FAIL(ds_ctx(path, s, jpeg ? "jpeg" : "images"), "the file is corrupted; re-create or re-copy it",
                    "samples [{}, {}) fail their content checksum (stored {:08x}, read {:08x}){}", b->first,
@@ -1452,7 +1477,10 @@ void open_into(DatasetFile::Impl& m, const std::string& path, std::int64_t cache
       m.fd = *static_cast<int*>(handle);
     H5Eclear2(H5E_DEFAULT);
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) m.file_bytes = static_cast<std::int64_t>(st.st_size);
+    if (::stat(path.c_str(), &st) == 0) {
+      m.file_bytes = static_cast<std::int64_t>(st.st_size);
+      m.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    }
   }
   OpenAttr names = open_attr(m.file, "class_names", path, /*required=*/false);
   if (names.attr.valid()) {
