@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -70,17 +71,13 @@ void run_inspect(const InspectCli& c) {
     // Numbers as JSON numbers (integer and float attributes, one value or an array of them); a NaN or an infinity,
     // which JSON has no number for, stays text, and so does an integer beyond 2^53 (a --seed up to 2^64 - 1): jq and
     // JavaScript read numbers as doubles and would round it.
-    const auto exact_in_a_double = [](const std::string& v) {
-      std::string digits;
-      for (const char ch : v) {
-        if (ch >= '0' && ch <= '9') {
-          digits += ch;
-        } else {
-          if (!digits.empty() && digits.size() >= 16 && std::stod(digits) > 9007199254740992.0) return false;
-          digits.clear();
-        }
+    const auto exact_in_a_double = [](const std::string& v) {  // every run of digits at most 2^53
+      for (std::size_t at = v.find_first_of("0123456789"); at != std::string::npos;) {
+        const std::size_t end = std::min(v.find_first_not_of("0123456789", at), v.size());
+        if (end - at >= 16 && std::stod(v.substr(at, end - at)) > 9007199254740992.0) return false;
+        at = v.find_first_of("0123456789", end);
       }
-      return digits.size() < 16 || std::stod(digits) <= 9007199254740992.0;
+      return true;
     };
     for (const auto& [k, v] : r.attributes) {
       const bool finite = v.find("nan") == std::string::npos && v.find("inf") == std::string::npos;

@@ -161,6 +161,10 @@ int main(int argc, char** argv) {
     }
     agree_on_command(mpi, "run " + chain, "runs `" + chain + "`");
   });
+  const auto ranks_differ = [&](const RanksDiffer& d) {
+    return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),
+                renaissance::app::kExitUsage);
+  };
   try {
     // A bare `renaissance` shows what it can do (as git and docker do), not an error.
     if (argc <= 1) {
@@ -192,14 +196,12 @@ int main(int argc, char** argv) {
       }
       return renaissance::app::kExitUsage;
     } catch (const RanksDiffer& d) {
-      return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),
-                  renaissance::app::kExitUsage);
+      return ranks_differ(d);
     } catch (const std::exception& x) {  // the agreement's own MPI error, inside this handler
       return fail(mpi, x.what(), 1);
     }
   } catch (const RanksDiffer& d) {
-    return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),
-                renaissance::app::kExitUsage);
+    return ranks_differ(d);
   } catch (const renaissance::Error& e) {
     return fail(mpi, e.what(), 1);
   } catch (const std::exception& e) {

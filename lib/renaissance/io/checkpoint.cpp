@@ -58,14 +58,17 @@ bool attr_exists(hid_t obj, const char* name, const std::string& ctx) {
   return H5_CHECK(H5Aexists(obj, name), ctx, "looking up attribute '{}' (corrupted metadata?)", name) > 0;
 }
 
-/// Any scalar attribute as text (strings, integers, floats); small arrays as "[a, b]".
-std::string attr_text(hid_t obj, const std::string& name, const std::string& ctx) {
+/// Any scalar attribute as text (strings, integers, floats); small arrays as "[a, b]". `numeric` (optional): whether
+/// the file stores it as integers or floats.
+std::string attr_text(hid_t obj, const std::string& name, const std::string& ctx, bool* numeric = nullptr) {
   H5Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT), ctx, "open attribute '{}'", name), H5Aclose);
   H5Handle type(H5_CHECK(H5Aget_type(attr), ctx, "attribute '{}' type", name), H5Tclose);
   H5Handle space(H5_CHECK(H5Aget_space(attr), ctx, "attribute '{}' space", name), H5Sclose);
   const hssize_t n = H5Sget_simple_extent_npoints(space);
   RN_CHECK_CTX(n >= 1 && n <= 4096, ctx, "attribute '{}' has {} elements", name, n);
-  switch (H5Tget_class(type)) {
+  const H5T_class_t cls = H5Tget_class(type);
+  if (numeric) *numeric = cls == H5T_INTEGER || cls == H5T_FLOAT;
+  switch (cls) {
     case H5T_STRING: {
       RN_CHECK_CTX(n == 1, ctx, "attribute '{}' is a string array", name);
       if (H5Tis_variable_str(type) > 0) {
@@ -477,11 +480,9 @@ void list_with_hdf5(const VerifiedFile& verified, const std::string& path, Check
       char name[256];
       if (H5Aget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0) continue;
       try {
-        r.attributes[name] = attr_text(file, name, path);
-        H5Handle attr(H5Aopen(file, name, H5P_DEFAULT), H5Aclose);
-        H5Handle type(attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID, H5Tclose);
-        const H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
-        if (cls == H5T_INTEGER || cls == H5T_FLOAT) r.numeric.insert(name);
+        bool numeric = false;
+        r.attributes[name] = attr_text(file, name, path, &numeric);
+        if (numeric) r.numeric.insert(name);
       } catch (const std::exception&) {
         r.attributes[name] = "<unreadable>";
       }

@@ -6,7 +6,6 @@
 
 #include <zlib.h>
 
-#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -709,14 +708,9 @@ void DatasetWriter::finish() {
   // On the disk before it takes the name (H5Fflush does not fsync): a crash or power loss right after the rename
   // left an empty or partial file under it, and the dataset it replaced was gone. Then the directory entry, as the
   // checkpoints and weights files do.
-  {
-    const int fd = ::open(m.tmp_path.c_str(), O_RDONLY | O_CLOEXEC);
-    const int err = fd < 0 ? errno : (::fsync(fd) != 0 ? errno : 0);
-    if (fd >= 0) ::close(fd);
-    if (err != 0)
-      RN_IO_FAIL(ctx, "is the disk full, or the file system failing?", "writing temporary file '{}' to the disk "
-                 "(fsync) failed: {}", m.tmp_path, std::strerror(err));
-  }
+  if (const int err = fsync_path(m.tmp_path, /*directory=*/false); err != 0)
+    RN_IO_FAIL(ctx, "is the disk full, or the file system failing?",
+               "writing temporary file '{}' to the disk (fsync) failed: {}", m.tmp_path, std::strerror(err));
   std::error_code ec;
   fs::rename(m.tmp_path, m.path, ec);
   if (ec)
@@ -774,34 +768,32 @@ struct DatasetFile::Impl {
 
   /// The file must not have shrunk since it was opened: HDF5 reads the bytes past a truncated end as zeros, which
   /// pass Fletcher32.
+  /// The file as it is now: through the descriptor HDF5 holds (the file the run opened), else by its path.
+  bool stat_now(struct stat& st) const { return fd >= 0 ? ::fstat(fd, &st) == 0 : ::stat(path.c_str(), &st) == 0; }
+
   void check_size(Split s, std::int64_t first, std::int64_t count) const {
     struct stat st {};
-    const bool ok = fd >= 0 ? ::fstat(fd, &st) == 0 : ::stat(path.c_str(), &st) == 0;
-    if (ok && static_cast<std::int64_t>(st.st_size) < file_bytes)
+    if (stat_now(st) && static_cast<std::int64_t>(st.st_size) < file_bytes)
       RN_IO_FAIL(ds_ctx(path, s, "images"), "another process truncated or rewrote the file during the run",
                  "the file shrank from {} to {} bytes while samples [{}, {}) were read", file_bytes,
                  static_cast<std::int64_t>(st.st_size), first, first + count);
   }
 
-  /// Whether the file was written since it was opened (size or modification time): another process rewrote it in
-  /// place (`cp` over it), and a read of blocks not yet cached then fails inside HDF5 (inflate, Fletcher32) or its
-  /// content checksum. "" when unchanged or unknown.
-  std::string changed_since_open() const {
+  /// A read of blocks not yet cached that failed (inside HDF5: inflate, Fletcher32; or the content checksum) in a
+  /// file written since it was opened (size or modification time: another process rewrote it in place, `cp` over
+  /// it) fails saying so; nothing when unchanged or unknown (the caller reports the failure itself).
+  void fail_if_changed(Split s, const std::string& what) const {
     struct stat st {};
-    const bool ok = fd >= 0 ? ::fstat(fd, &st) == 0 : ::stat(path.c_str(), &st) == 0;
-    if (!ok || mtime_ns < 0) return "";
-    const std::int64_t mt = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    if (mt == mtime_ns && static_cast<std::int64_t>(st.st_size) == file_bytes) return "";
-    return static_cast<std::int64_t>(st.st_size) == file_bytes
-               ? std::string("it was written after the run opened it")
-               : fmt::format("it was written after the run opened it, and is now {} bytes instead of {}",
-                             static_cast<std::int64_t>(st.st_size), file_bytes);
-  }
-  [[noreturn]] void fail_changed(Split s, const std::string& why, const std::string& what) const {
+    if (!stat_now(st) || mtime_ns < 0) return;
+    const auto size = static_cast<std::int64_t>(st.st_size);
+    if (static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec == mtime_ns &&
+        size == file_bytes)
+      return;
     RN_IO_FAIL(ds_ctx(path, s, "images"),
                "another process rewrote the file during the run; write a new file and rename it over the old one "
                "(a run that has it open keeps reading the old one)",
-               "the file changed while {} were read ({}); the run cannot go on", what, why);
+               "the file changed while {} were read (it was written after the run opened it{}); the run cannot go on",
+               what, size == file_bytes ? "" : fmt::format(", and is now {} bytes instead of {}", size, file_bytes));
   }
 
   /// A JPEG store's bytes [byte0, byte0 + n) from whole raw chunks (H5Dread_chunk: no filter pipeline, no chunk
@@ -864,7 +856,7 @@ struct DatasetFile::Impl {
       rows_io(false, d.labels, H5T_NATIVE_INT32, b->first, b->count, b->labels.data(), ds_ctx(path, s, "labels"), what);
     } catch (const Error& e) {
       check_size(s, b->first, b->count);
-      if (const std::string why = changed_since_open(); !why.empty()) fail_changed(s, why, what);
+      fail_if_changed(s, what);
       if (request.empty() || request == what) throw;
       throw Error(fmt::format("{} (reading {})", e.message(), request), e.context(), e.hint(), e.where());
     }
@@ -883,7 +875,7 @@ struct DatasetFile::Impl {
         got = shapes_crc(got, meta);
       }
       if (got != want) {
-        if (const std::string why = changed_since_open(); !why.empty()) fail_changed(s, why, what);
+        fail_if_changed(s, what);
         const bool zeros = std::all_of(b->images.begin(), b->images.end(), [](std::uint8_t v) { return v == 0; });
         RN_IO_FAIL(ds_ctx(path, s, jpeg ? "jpeg" : "images"), "the file is corrupted; re-create or re-copy it",
                    "samples [{}, {}) fail their content checksum (stored {:08x}, read {:08x}){}", b->first,

@@ -270,11 +270,12 @@ H5Handle untimed_plist(hid_t cls, const std::string& ctx) {
   return p;
 }
 
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
+int fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const int err = ::fsync(fd) != 0 ? errno : 0;
   ::close(fd);
+  return err;
 }
 
 // ---- files written in memory, with a checksum header --------------------------------------------------------------
@@ -691,13 +692,13 @@ void remove_stale_temporaries(const std::string& path) {
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   const std::string prefix = p.filename().string() + ".tmp-";
   std::error_code ec;
+  // Exactly "<this host>-<pid>" after the prefix, as temporary_name() writes it: the PID-only form of old checkpoint
+  // temporaries, accepted in checkpoint directories, matched user files here ("run.h5.tmp-20261207" and
+  // "run.h5.tmp-x.tmp-4000000" beside --out run.h5 were removed).
+  const std::string host = host_name() + "-";
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     std::error_code rec;
-    // Exactly "<this host>-<pid>" after the prefix, as temporary_name() writes it: the PID-only form of old checkpoint
-    // temporaries, accepted in checkpoint directories, matched user files here ("run.h5.tmp-20261207" and
-    // "run.h5.tmp-x.tmp-4000000" beside --out run.h5 were removed).
-    const std::string host = host_name() + "-";
     if (name.size() > prefix.size() + host.size() && name.compare(0, prefix.size(), prefix) == 0 &&
         name.compare(prefix.size(), host.size(), host) == 0 &&
         name.find_first_not_of("0123456789", prefix.size() + host.size()) == std::string::npos &&

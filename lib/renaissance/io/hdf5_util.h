@@ -108,8 +108,9 @@ const char* tensor_layout(std::int64_t n, std::int64_t h, std::int64_t w);
 /// read. `layout` (optional): its "layout" attribute (tensor_layout).
 void write_f32_dataset(hid_t parent, const std::string& name, const std::vector<hsize_t>& dims, const float* values,
                        const std::string& ctx, const char* layout = nullptr);
-/// fsync of a file or a directory (after a rename: the directory entry); errors are ignored (best effort).
-void fsync_path(const std::string& path, bool directory);
+/// fsync of a file or a directory (after a rename: the directory entry). Returns 0 or the errno of the open or the
+/// fsync: a directory's is best effort (callers ignore it), a file about to be renamed into place must be on disk.
+int fsync_path(const std::string& path, bool directory);
 
 /// A property list of class `cls` (H5P_DATASET_CREATE, H5P_GROUP_CREATE, H5P_FILE_CREATE) whose objects carry no
 /// creation and modification times: the same content then makes the same bytes (two imports of one source, two

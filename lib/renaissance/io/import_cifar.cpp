@@ -199,7 +199,6 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
   // GzipReader: the gzip trailer (CRC-32, length) is checked before the data counts as ended (gzread did not always).
   GzipReader reader(path);
   std::int64_t offset = 0, held = 0;  // held: bytes of the members read so far
-  auto read = [&](void* dst, std::int64_t n, const std::string& what) { return reader.read(dst, n, what); };
   std::map<std::string, std::vector<std::uint8_t>> out;
   std::map<std::string, std::string> taken_from;  // base name -> the member's whole name
   std::string long_name;
@@ -207,7 +206,7 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
   std::optional<std::int64_t> pax_size;
   for (;;) {
     unsigned char h[512];
-    const std::int64_t got = read(h, 512, "a tar header");
+    const std::int64_t got = reader.read(h, 512, "a tar header");
     if (got == 0) break;  // end without the two zero blocks: accepted (as tar does)
     if (got < 512)
       RN_IO_FAIL(path, "the file is truncated; download it again", "truncated tar header at byte {}", offset);
@@ -218,7 +217,7 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
       std::vector<std::uint8_t> rest(1 << 16);
       std::int64_t after = 0;
       for (std::int64_t k;
-           (k = read(rest.data(), static_cast<std::int64_t>(rest.size()), "the end of the archive")) > 0;) {
+           (k = reader.read(rest.data(), static_cast<std::int64_t>(rest.size()), "the end of the archive")) > 0;) {
         after += k;
         if (after > kMaxMembers)
           RN_IO_FAIL(path, "the archive is not a CIFAR tarball", "more than {} bytes after the end of the archive",
@@ -285,22 +284,21 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
           "member '{}' is not a regular file (tar type '{}'{}: a link, a directory or a device)", name,
           type >= 32 && type < 127 ? std::string(1, type) : fmt::format("\\x{:02x}", static_cast<unsigned char>(type)),
           dir_name ? ", a name ending in '/'" : "");
-    const bool want = named;
-    if (type == 'L' || type == 'x' || type == 'g' || want) {  // a long name, a pax header, or a member we need
+    const bool header_data = type == 'L' || type == 'x' || type == 'g';  // a long name or pax records
+    if (header_data || named) {
       if (size > kMaxMembers - held)
         RN_IO_FAIL(path, "the archive is not a CIFAR tarball",
                    "member '{}' has {} bytes ({} held already; {} in all "
                    "are accepted)",
                    name, size, held, kMaxMembers);
-      held += size;
+      if (named) held += size;  // only the members' bytes stay held
       std::vector<std::uint8_t> data(static_cast<std::size_t>(size));
-      if (read(data.data(), size, "'" + name + "'") < size)
+      if (reader.read(data.data(), size, "'" + name + "'") < size)
         RN_IO_FAIL(path, "the file is truncated (an interrupted download?); download it again",
                    "member '{}' ends after byte {} (uncompressed): {} bytes expected", name, offset, size);
       std::vector<std::uint8_t> pad(static_cast<std::size_t>(padded - size));
-      read(pad.data(), padded - size, "padding");
+      reader.read(pad.data(), padded - size, "padding");
       offset += padded;
-      held -= type == 'L' || type == 'x' || type == 'g' ? size : 0;  // only the members' bytes stay held
       if (type == 'L')
         long_name.assign(reinterpret_cast<char*>(data.data()),
                          strnlen(reinterpret_cast<char*>(data.data()), data.size()));
@@ -312,7 +310,7 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
       std::vector<std::uint8_t> skip(1 << 16);
       for (std::int64_t left = padded; left > 0;) {
         const std::int64_t n = std::min<std::int64_t>(left, static_cast<std::int64_t>(skip.size()));
-        if (read(skip.data(), n, "'" + name + "'") < n)
+        if (reader.read(skip.data(), n, "'" + name + "'") < n)
           RN_IO_FAIL(path, "the file is truncated; download it again", "member '{}' is truncated", name);
         left -= n;
       }
