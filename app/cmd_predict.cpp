@@ -68,9 +68,11 @@ template <typename T>
 void write_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type, int rank, const hsize_t* dims,
                    const T* values, const std::string& ctx) {
   io::H5Handle space(H5_CHECK(H5Screate_simple(rank, dims, nullptr), ctx, "dataspace of '{}'", name), H5Sclose);
-  io::H5Handle ds(H5_CHECK(H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), ctx,
-                           "creating '{}'", name),
-                  H5Dclose);
+  // No object times: the same weights and data give the same bytes (like --save and `data import`).
+  const io::H5Handle dcpl = io::untimed_plist(H5P_DATASET_CREATE, ctx);
+  io::H5Handle ds(
+      H5_CHECK(H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), ctx, "creating '{}'", name),
+      H5Dclose);
   H5_CHECK(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), ctx, "writing '{}'", name);
 }
 

@@ -123,6 +123,15 @@ TEST(TrainCli, TheSameRunWritesTheSameBytes) {
   const std::string wa = bytes(d / "wa.h5");
   ASSERT_FALSE(wa.empty());
   EXPECT_TRUE(wa == bytes(d / "wb.h5")) << "two --save of one run differ";
+  for (const char* name : {"pa.h5", "pb.h5"}) {
+    if (name[1] == 'b') std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    const CliRun r = run("predict --device cpu --data " + (d / "a.h5").string() + " --weights " +
+                         (d / "wa.h5").string() + " --out " + (d / name).string());
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  const std::string pa = bytes(d / "pa.h5");
+  ASSERT_FALSE(pa.empty());
+  EXPECT_TRUE(pa == bytes(d / "pb.h5")) << "two predict --out of one model differ";
 }
 
 TEST(TrainCli, ValidateLastScoresOnlyTheLastEpochAndTrainsTheSame) {
