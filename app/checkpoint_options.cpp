@@ -24,6 +24,8 @@
 #include <iostream>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -267,6 +269,22 @@ RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::i
   }
   std::error_code ec;
   const bool regular = fs::is_regular_file(path, ec);
+  // One writer per file: a second run given the same one (a job array's script without %a in the name) truncated it,
+  // or cut it to its own resume step, under the first, and the two runs' lines interleaved. An advisory flock of the
+  // file itself, taken before anything is cut and held to the end; where the file system has none (some NFS
+  // mounts) the log goes without. A descriptor of its own: the lock is not the stream's.
+  if (regular || !fs::exists(path, ec)) {
+    m_lock_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0666);
+    if (m_lock_fd >= 0 && ::flock(m_lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(m_lock_fd);
+      m_lock_fd = -1;
+      RN_CHECK_CTX(err != EWOULDBLOCK, path,
+                   "{}: another process is writing this file (a second run given the same {}?): give each run a "
+                   "file of its own",
+                   option, option);
+    }
+  }
   if (resumed && regular) {
     const std::int64_t dropped = drop_lines_past(path, option, resume_step);
     if (dropped > 0)
@@ -280,6 +298,10 @@ RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::i
   m_file = std::make_unique<std::ofstream>(path, truncate ? std::ios::trunc : std::ios::app);
   RN_CHECK_CTX(m_file->good(), path, "{}: cannot open it for writing: {}", option, std::strerror(errno));
   m_out = m_file.get();
+}
+
+RunLog::~RunLog() {
+  if (m_lock_fd >= 0) ::close(m_lock_fd);  // releases the flock
 }
 
 void RunLog::write(const std::string& line, const std::string& what) {

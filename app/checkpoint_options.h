@@ -71,7 +71,11 @@ class RunLog {
   /// are not all at its end is rewritten through a temporary and a rename. A FIFO or device is appended to, and the
   /// process's own stdout or stderr (`--loss-log /dev/stdout`, the job's output file) is written through them, never
   /// reopened, cut or replaced.
+  /// A regular file is locked (flock) for the log's lifetime: a second process writing it is refused.
   RunLog(const std::string& path, const char* option, bool resumed, std::int64_t resume_step);
+  ~RunLog();
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
   /// Appends `line`; a failed write fails the run naming the file and `what` ("epoch 3"), except on the process's own
   /// stdout, whose lost output the end of the command reports (app/main.cpp).
   void write(const std::string& line, const std::string& what);
@@ -82,6 +86,7 @@ class RunLog {
   std::unique_ptr<std::ofstream> m_file;
   std::ostream* m_out = nullptr;
   bool m_std = false;
+  int m_lock_fd = -1;  ///< holds the flock
 };
 
 /// The model a checkpoint records (its model_yaml), for `eval --checkpoint` without --model.

@@ -181,8 +181,9 @@ void run_bench(const BenchCli& c) {
   // all-reduce with another's agreement (a truncated message, or a hang).
   t.command_settings = fmt::format(
       "bench warmup={}\nbench steps={}\nbench graphs={}\nbench profile={}\n"
-      "bench profile steps={}\n",
-      c.warmup, c.steps, c.graphs, c.profile, c.profile ? c.profile_steps : 0);
+      "bench profile steps={}\ncpu winograd={}\n",
+      c.warmup, c.steps, c.graphs, c.profile, c.profile ? c.profile_steps : 0,
+      t.backend == runtime::Backend::CPU && runtime::cpu_winograd());
   {
     runtime::Trainer trainer(bp, t);
     startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

@@ -312,8 +312,10 @@ void run_train(TrainCli& c) {
       "give every rank the same checkpoint: one --checkpoint-dir on a shared file system, or the same --resume file");
   // Rank 0 writes the outputs: one named on another rank only would be dropped, so the ranks agree on which exist.
   auto given = [](const std::string& path) { return path.empty() ? "none" : "given"; };
-  c.t.command_settings = fmt::format("save={}\nmetrics={}\nloss log={}\ntensorboard={}\n", given(c.save),
-                                     given(c.metrics), given(c.ckpt.loss_log), given(c.tensorboard));
+  // The CPU convolutions' kernels too: Winograd on one rank and not on another computed other gradients per rank.
+  c.t.command_settings = fmt::format("save={}\nmetrics={}\nloss log={}\ntensorboard={}\ncpu winograd={}\n",
+                                     given(c.save), given(c.metrics), given(c.ckpt.loss_log), given(c.tensorboard),
+                                     c.t.backend == runtime::Backend::CPU && runtime::cpu_winograd());
   runtime::Trainer trainer(bp, c.t, resume.get());
   const bool resumed = resume != nullptr;
   if (resumed && root)

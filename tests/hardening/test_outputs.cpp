@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <thread>
 
 namespace {
@@ -173,6 +174,33 @@ TEST(HardeningOutputs, TwoRunsCannotShareACheckpointDirectoryAndLiveTemporariesS
   EXPECT_TRUE(fs::exists(other_host)) << "another host's temporary is never removed";
   // A finished run releases the lock: the same directory works again.
   EXPECT_EQ(run(common + " --resume auto --epochs 2").code, 0);
+}
+
+TEST(HardeningOutputs, TwoRunsCannotWriteOneMetricsOrLossLogFile) {
+  // Two runs with their own checkpoint directories but one --metrics (a job array's script without %a): B truncated
+  // A's file under it and their lines interleaved. B is refused before its first step; A's file is whole.
+  const fs::path d = temp_dir();
+  const std::string data = tiny_data();
+  for (const std::string opt : {"--metrics", "--loss-log"}) {
+    SCOPED_TRACE(opt);
+    const fs::path log = d / (opt.substr(2) + ".jsonl");
+    const std::string common = " train --data " + data + " --batch 32 " + opt + " " + log.string();
+    const std::string a_log = (d / (opt.substr(2) + "-a.log")).string();
+    const CliResult r = run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=300 " + cli() + common + " --epochs 2 > " + a_log +
+                                      " 2>&1 & a=$!; sleep 1.5; " + cli() + common + " --epochs 1; b=$?; wait $a; " +
+                                      "echo \"A=$? B=$b\"",
+                                  120);
+    EXPECT_NE(r.out.find(log.string() + ": " + opt + ": another process is writing this file"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("A=0 B=1"), std::string::npos) << r.out << read_text(a_log);
+    EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << "B is refused before it trains\n" << r.out;
+    // A's lines, all of them and only them: 2 epochs, or one per step with --loss-log (7 steps an epoch).
+    const std::string text = read_text(log);
+    const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+    EXPECT_EQ(lines, opt == "--metrics" ? 2u : 14u) << text;
+    // A finished run releases the file: the next run writes it again.
+    EXPECT_EQ(run(common + " --epochs 1").code, 0);
+  }
 }
 
 TEST(HardeningOutputs, AFailedWriteOfMetricsOrLossLogFailsTheRun) {
