@@ -2,6 +2,7 @@
 // cmd_train.cpp: --checkpoint-dir, --checkpoint-every STEPS|epoch, --keep N, --resume [auto|PATH], --loss-log.
 #pragma once
 
+#include <renaissance/io/checkpoint.h>
 #include <renaissance/runtime/trainer.h>
 
 #include <CLI/CLI.hpp>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace renaissance::app {
@@ -89,7 +91,9 @@ class RunLog {
   int m_lock_fd = -1;  ///< holds the flock
 };
 
-/// The model a checkpoint records (its model_yaml), for `eval --checkpoint` without --model.
-blueprint::BluePrint checkpoint_model(const std::string& path);
+/// The model a checkpoint records (its model_yaml), for `eval --checkpoint`, after the checks `checkpoint inspect`
+/// makes of its YAML (the arch plan and run config parse too): a file inspect calls INVALID is refused, with --model
+/// as without. nullopt where it records no model and `required` is false (--model given).
+std::optional<blueprint::BluePrint> checkpoint_model(const io::Checkpoint& ck, const std::string& path, bool required);
 
 }  // namespace renaissance::app

@@ -145,12 +145,12 @@ void run_inspect(const InspectCli& c) {
 void set_exit_code(int code) { g_exit_code = code; }
 int exit_code() { return g_exit_code; }
 
-blueprint::BluePrint checkpoint_model(const std::string& path) {
-  const io::Checkpoint ck = io::read_checkpoint(path);
-  RN_CHECK_CTX(!ck.state.model_yaml.empty(), path,
+std::optional<blueprint::BluePrint> checkpoint_model(const io::Checkpoint& ck, const std::string& path, bool required) {
+  RN_CHECK_CTX(!required || !ck.state.model_yaml.empty(), path,
                "the checkpoint records no model YAML (pass --model or --model-file)");
   // What `checkpoint inspect` calls INVALID is refused here too: its arch plan and run config must parse as well.
   check_recorded_plan_and_config(ck.state.arch_plan, ck.state.run_config, path);
+  if (ck.state.model_yaml.empty()) return std::nullopt;
   return blueprint::blueprint_from_yaml(ck.state.model_yaml, path + ": model_yaml");
 }
 

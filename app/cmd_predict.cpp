@@ -105,6 +105,7 @@ void run_predict(const PredictCli& c) {
                "--out would replace {}, a checkpoint or weights file: write the logits to a file of their own", target);
   const io::DatasetFile data(c.data);  // its size now; its labels, normalisation and class names for the output
   const std::int64_t n = data.size(split);
+  data.validate_labels(split);  // before any inference (a label out of range stopped it after the whole pass)
   RN_CHECK_CTX(c.first < n, c.data, "--first {} is past the end of the {} split ({} samples)", c.first, c.split, n);
   // Without --count: 256 samples from --first, or as many as the split has from there.
   const std::int64_t count = count_given ? c.count : std::min<std::int64_t>(n - c.first, 256);

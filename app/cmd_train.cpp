@@ -496,7 +496,6 @@ void run_eval(const EvalCli& c) {
       "--resolution and --classes shape --model or --model-file; with --checkpoint alone the checkpoint's recorded "
       "model is scored as it was trained: leave them out, or pass the model too");
   blueprint::BluePrint bp = c.model.load();
-  if (!c.checkpoint.empty() && !c.model_given) bp = checkpoint_model(c.checkpoint);
   // Read and verified, then matched against the plan before the Trainer times its engines: a corrupt or wrong file
   // costs no start-up.
   auto initial = std::make_unique<runtime::InitialState>();
@@ -505,13 +504,20 @@ void run_eval(const EvalCli& c) {
     if (c.ema) weights.require_ema(c.weights);
     *initial = runtime::InitialState::of_weights(std::move(weights), c.weights);
   } else {
-    *initial = runtime::InitialState::of_checkpoint(io::read_checkpoint(c.checkpoint), c.checkpoint,
-                                                    /*weights_only=*/true);
+    io::Checkpoint ck = io::read_checkpoint(c.checkpoint);
+    // Its recorded YAML is checked with --model too (a checkpoint inspect calls INVALID was scored with --model).
+    std::optional<blueprint::BluePrint> recorded = checkpoint_model(ck, c.checkpoint, !c.model_given);
+    if (!c.model_given) bp = std::move(*recorded);
+    *initial = runtime::InitialState::of_checkpoint(std::move(ck), c.checkpoint, /*weights_only=*/true);
   }
+  // Labels out of range before any inference, as train checks them (they stopped the scoring after its whole pass,
+  // naming a batch).
+  const io::DatasetFile data(c.data);
+  data.validate_labels(io::Split::val);
   // Under mpirun/srun the val batches are dealt over the ranks: every rank must score the same images with the same
   // weights, or the sums blend two evaluations under rank 0's file names.
   require_same_on_ranks(
-      comm.get(), [&] { return io::DatasetFile(c.data).content_fingerprint(); }, "the dataset's content", c.data,
+      comm.get(), [&] { return data.content_fingerprint(); }, "the dataset's content", c.data,
       "give every rank the same dataset file (copy it again, or use a shared path)");
   require_same_on_ranks(
       comm.get(), [&] { return state_fingerprint(initial.get()); }, "the content of the weights", initial->path,

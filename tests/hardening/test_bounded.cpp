@@ -104,6 +104,10 @@ TEST(HardeningBounded, ACheckpointWhoseModelYamlExpandsIsNotValid) {
   const CliResult eval = run("eval --data " + tiny_data() + " --checkpoint " + bad.string(), 60);
   EXPECT_CLEAN_ERROR(eval, bad.string() + ": model_yaml:", "more than 1000000 nodes");
   EXPECT_LT(eval.seconds, 10.0);
+  // With --model too (the recorded YAML was only read without it, and the file was scored).
+  const CliResult eval_model =
+      run("eval --data " + tiny_data() + " --model fmnist_cnn --checkpoint " + bad.string(), 60);
+  EXPECT_CLEAN_ERROR(eval_model, bad.string() + ": model_yaml:", "more than 1000000 nodes");
   // The same for its arch plan: eval builds the model from model_yaml, but a checkpoint that inspect calls INVALID
   // is not scored either (eval used to score it).
   ck = renaissance::io::read_checkpoint((d / "ck" / "latest.h5").string());
@@ -114,6 +118,9 @@ TEST(HardeningBounded, ACheckpointWhoseModelYamlExpandsIsNotValid) {
   EXPECT_CLEAN_ERROR(inspect_arch, "INVALID", bad_arch.string() + ": arch_plan:", "more than 1000000 nodes");
   const CliResult eval_arch = run("eval --data " + tiny_data() + " --checkpoint " + bad_arch.string(), 60);
   EXPECT_CLEAN_ERROR(eval_arch, bad_arch.string() + ": arch_plan:", "more than 1000000 nodes");
+  const CliResult eval_arch_model =
+      run("eval --data " + tiny_data() + " --model fmnist_cnn --checkpoint " + bad_arch.string(), 60);
+  EXPECT_CLEAN_ERROR(eval_arch_model, bad_arch.string() + ": arch_plan:", "more than 1000000 nodes");
   // The untouched checkpoint is valid: the check is not a blanket refusal.
   const CliResult good = run("checkpoint inspect " + (d / "ck" / "latest.h5").string());
   EXPECT_EQ(good.code, 0) << good.out;

@@ -452,3 +452,33 @@ TEST(HardeningCorruption, Format1TensorsThatAreLinksUnstoredChunksOrIntegersAreR
   // The seeds themselves still read.
   EXPECT_EQ(run("checkpoint inspect " + format1_copy("fuzz_checkpoint", "tiny_adam.h5", "ok.h5").string()).code, 0);
 }
+
+// An integer attribute stored as an array (step = [0x4141..., ...]) was read into one integer: a stack overwrite
+// (the parse child crashed, reported as "HDF5 crashed"), or with small values a file called valid and resumed.
+TEST(HardeningCorruption, Format1IntegerAttributesThatAreArraysAreRefused) {
+  for (const hsize_t n : {hsize_t{2}, hsize_t{4}, hsize_t{4096}}) {
+    SCOPED_TRACE(n);
+    const fs::path ck = format1_copy("fuzz_checkpoint", "tiny_adam.h5", "int_array_" + std::to_string(n) + ".h5");
+    {
+      H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+      const hid_t f = H5Fopen(ck.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      ASSERT_GE(f, 0);
+      ASSERT_GE(H5Adelete(f, "step"), 0);
+      const hid_t space = H5Screate_simple(1, &n, nullptr);
+      const hid_t a = H5Acreate2(f, "step", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+      ASSERT_GE(a, 0);
+      const std::vector<long long> v(n, n == 2 ? 0 : 0x4141414141414141LL);
+      EXPECT_GE(H5Awrite(a, H5T_NATIVE_LLONG, v.data()), 0);
+      H5Aclose(a);
+      H5Sclose(space);
+      H5Fclose(f);
+    }
+    const CliResult r = run("checkpoint inspect " + ck.string());
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("attribute 'step' is not one integer (" + std::to_string(n) + " elements)"), std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("crashed"), std::string::npos) << r.out;
+    const CliResult e = run("eval --data " + tiny_data() + " --checkpoint " + ck.string());
+    EXPECT_CLEAN_ERROR(e, "attribute 'step' is not one integer");
+  }
+}

@@ -146,6 +146,31 @@ TEST(HardeningOutputs, SaveOntoASymlinkReplacesItsTargetAndADeviceIsNeverReplace
   EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
+// `--out /dev/stdout > f.h5`: the rename put the logits file in place of the command's stdout file, and the command's
+// summary went to the replaced, unlinked file (exit 0); on a pipe the message said "a dangling symlink"; a link
+// that points at itself was "a dangling symlink" too.
+TEST(HardeningOutputs, TheCommandsOwnStdoutASymlinkLoopAndAPipeAreNamedAsSuch) {
+  const fs::path d = temp_dir();
+  const std::string w = (d / "w.h5").string();
+  ASSERT_EQ(run("train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --save " + w).code, 0);
+  const std::string predict = cli() + " predict --data " + tiny_data() + " --weights " + w;
+  const fs::path own = d / "own.h5";
+  write_text(own, "before");
+  CliResult r = run_shell(predict + " --out /dev/stdout 2>&1 >" + own.string());
+  EXPECT_CLEAN_ERROR(r, "/dev/stdout: --out: is this process's standard output; refusing to replace it");
+  EXPECT_EQ(read_text(own), "") << "the shell truncated it; the command wrote nothing into it";
+  r = run_shell("{ " + predict + " --out /dev/stdout; echo rc=$? >&2; } | cat >/dev/null");
+  EXPECT_NE(r.out.find("/dev/stdout: --out: is a FIFO; refusing to replace it"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos) << r.out;
+  fs::create_symlink(d / "loop.h5", d / "loop.h5");
+  r = run("predict --data " + tiny_data() + " --weights " + w + " --out " + (d / "loop.h5").string());
+  EXPECT_CLEAN_ERROR(r, "--out: a symlink loop");
+  r = run("checkpoint inspect " + (d / "loop.h5").string());
+  EXPECT_CLEAN_ERROR(r, "a symlink loop");
+  r = run("eval --data " + tiny_data() + " --weights " + (d / "loop.h5").string());
+  EXPECT_CLEAN_ERROR(r, "a symlink loop");
+}
+
 TEST(HardeningOutputs, TwoRunsCannotShareACheckpointDirectoryAndLiveTemporariesSurvive) {
   const fs::path d = temp_dir();
   const fs::path ck = d / "ck";

@@ -109,6 +109,18 @@ TEST(HardeningPreflight, AnEmptyValSplitOrValLabelsOutOfRangeAreRefusedNamingThe
   }
   expect_refused_before_training("train --data " + bad.string() + " --epochs 1 --batch 32",
                                  {bad.string() + ": dataset '/val/labels'", "label 12 at index 17 is outside [0, 10)"});
+  // eval and predict too, before their inference (they stopped after the whole pass naming "batch 0 sample 17").
+  const std::string w = (d / "w.h5").string();
+  ASSERT_EQ(
+      run("train --data " + noval.string() + " --epochs 1 --max-steps 1 --batch 32 --no-validate --save " + w).code, 0);
+  for (const std::string& cmd :
+       {"eval --data " + bad.string() + " --weights " + w,
+        "predict --split val --data " + bad.string() + " --weights " + w + " --out " + (d / "p.h5").string()}) {
+    SCOPED_TRACE(cmd);
+    const CliResult r = run(cmd);
+    EXPECT_CLEAN_ERROR(r, bad.string() + ": dataset '/val/labels'", "label 12 at index 17 is outside [0, 10)");
+  }
+  EXPECT_FALSE(fs::exists(d / "p.h5"));
 }
 
 TEST(HardeningPreflight, PredictWithoutCountStopsWhereTheSplitEnds) {

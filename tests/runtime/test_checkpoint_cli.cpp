@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -544,6 +545,52 @@ TEST(CheckpointCli, ACheckpointOfAnotherModelIsRefusedBeforeTheStartUp) {
   const CliRun same = run(train_args("--max-steps 4 --checkpoint-dir " + ck.string() + " --resume auto"));
   EXPECT_EQ(same.code, 0) << same.out;
   EXPECT_NE(same.out.find("resumed from"), std::string::npos) << same.out;
+}
+
+// The first conv's channels differ across AMP settings (an AMP plan pads the image channels to 8), and only so:
+// weights of a model for 3-channel images were cut to the first channel of a 1-channel model's (or zero-padded the
+// other way) and scored with exit 0. Refused naming the tensor and both channel counts; AMP weights still load
+// into the FP32 plan of the same model.
+TEST(CheckpointCli, WeightsForImagesOfOtherChannelsAreRefused) {
+  const fs::path d = temp_dir() / "channels";
+  fs::create_directories(d);
+  const fs::path model3 = d / "cnn3.yaml";
+  // The zoo's fmnist_cnn (models/fmnist_cnn.yaml) for RGB images.
+  std::ofstream(model3) << "name: fmnist_cnn\ninput: [28, 28, 3]\nlayers:\n"
+                           "  - cbr: {out: 32, k: 3, stride: 1, pad: 1}\n  - maxpool: {k: 2, stride: 2, pad: 0}\n"
+                           "  - cbr: {out: 64, k: 3, stride: 1, pad: 1}\n  - maxpool: {k: 2, stride: 2, pad: 0}\n"
+                           "  - cbr: {out: 64, k: 3, stride: 1, pad: 1}\n  - flatten\n  - fc: {out: 10}\n"
+                           "  - softmax_ce: {classes: 10}\n";
+  const fs::path data3 = d / "syn3.h5";
+  renaissance::io::make_synthetic(data3.string(), 96, 32, 28, 28, 3, 10, 5);
+  const std::string w3 = (d / "w3.h5").string(), w1 = (d / "w1.h5").string(), w1amp = (d / "w1amp.h5").string();
+  const std::string ck3 = (d / "ck3").string();
+  ASSERT_EQ(run("train --data " + data3.string() + " --model-file " + model3.string() +
+                " --batch 32 --max-steps 1 --save " + w3 + " --checkpoint-dir " + ck3)
+                .code,
+            0);
+  ASSERT_EQ(run("train --data " + synthetic() + " --batch 32 --max-steps 1 --save " + w1).code, 0);
+  ASSERT_EQ(run("train --data " + synthetic() + " --batch 32 --max-steps 1 --amp --save " + w1amp).code, 0);
+  const std::string on1 = " --data " + synthetic() + " --model fmnist_cnn";
+  const std::string on3 = " --data " + data3.string() + " --model-file " + model3.string();
+  for (const auto& [cmd, file, counts] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"eval --weights " + w3 + on1, w3, "reads 3-channel images, this one 1-channel"},
+           {"predict --out " + (d / "p.h5").string() + " --weights " + w3 + on1, w3,
+            "reads 3-channel images, this one 1-channel"},
+           {"eval --checkpoint " + ck3 + "/latest.h5" + on1, "latest.h5", "reads 3-channel images, this one 1-channel"},
+           {"eval --weights " + w1 + on3, w1, "reads 1-channel images, this one 3-channel"},
+           {"eval --weights " + w1amp + on3, w1amp, "reads 1-channel images, this one 3-channel"}}) {
+    SCOPED_TRACE(cmd);
+    const CliRun r = run(cmd);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(file), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("/params/cbr1.conv.w has shape"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(counts), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(fs::exists(d / "p.h5"));
+  // The AMP weights (first conv padded to 8 channels) in the FP32 plan of their own model: scored.
+  const CliRun amp = run("eval --weights " + w1amp + on1);
+  EXPECT_EQ(amp.code, 0) << amp.out;
 }
 
 TEST(CheckpointCli, OptionErrorsAreClear) {

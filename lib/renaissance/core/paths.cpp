@@ -55,7 +55,10 @@ void require_input_file(const std::string& path, const std::string& what) {
     const int err = errno;
     struct stat lst {};
     if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
-      RN_FAIL_CTX(path, "{}: a dangling symlink", what);
+      RN_FAIL_CTX(path, "{}: {}", what,
+                  err == ELOOP    ? "a symlink loop (too many levels of symbolic links)"
+                  : err == ENOENT ? "a dangling symlink"
+                                  : std::strerror(err));
     RN_FAIL_CTX(path, "{}: {}", what, err == ENOENT ? "no such file" : std::strerror(err));
   }
   if (!S_ISREG(st.st_mode))
@@ -92,13 +95,31 @@ std::string resolve_output_file(const std::string& path, const std::string& opti
     if (S_ISLNK(lst.st_mode)) {
       std::error_code ec;
       const fs::path resolved = fs::canonical(path, ec);
-      RN_CHECK_CTX(!ec, path, "{}: a dangling symlink (refusing to write through it)", option);
+      if (ec) {
+        // A link that names no path but an open object (/dev/stdout on a pipe: /proc/self/fd/1 reads "pipe:[N]").
+        struct stat st {};
+        RN_CHECK_CTX(::stat(path.c_str(), &st) != 0, path,
+                     "{}: is {}; refusing to replace it (write to a regular file)", option, kind_of(st));
+        const int err = errno;
+        RN_FAIL_CTX(path, "{}: {} (refusing to write through it)", option,
+                    err == ELOOP    ? "a symlink loop (too many levels of symbolic links)"
+                    : err == ENOENT ? "a dangling symlink"
+                                    : std::strerror(err));
+      }
       target = resolved.string();
     }
     struct stat st {};
     RN_CHECK_CTX(::stat(target.c_str(), &st) == 0, path, "{}: {}", option, std::strerror(errno));
     RN_CHECK_CTX(S_ISREG(st.st_mode), path,
                  "{}: is {}; refusing to replace it (write to a regular file)", option, kind_of(st));
+    // The process's own stdout or stderr (`--out /dev/stdout > f.h5`): the rename put the file in place of the one
+    // the command's output goes to, and that output went to the replaced, unlinked file.
+    for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+      struct stat own {};
+      RN_CHECK_CTX(::fstat(fd, &own) != 0 || own.st_dev != st.st_dev || own.st_ino != st.st_ino, path,
+                   "{}: is this process's standard {}; refusing to replace it (write to a file of its own)", option,
+                   fd == STDOUT_FILENO ? "output" : "error");
+    }
   } else {
     RN_CHECK_CTX(errno == ENOENT, path, "{}: {}", option, std::strerror(errno));
   }

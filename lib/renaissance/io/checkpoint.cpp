@@ -126,6 +126,10 @@ std::int64_t require_int(hid_t obj, const char* name, const std::string& ctx, st
   H5Handle attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), ctx, "open attribute '{}'", name), H5Aclose);
   H5Handle type(H5_CHECK(H5Aget_type(attr), ctx, "attribute '{}' type", name), H5Tclose);
   RN_CHECK_CTX(H5Tget_class(type) == H5T_INTEGER, ctx, "attribute '{}' is not an integer", name);
+  // One element: an array of them was read into this one integer (a stack overwrite, or an array taken as its first).
+  H5Handle space(H5_CHECK(H5Aget_space(attr), ctx, "attribute '{}' space", name), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  RN_CHECK_CTX(n == 1, ctx, "attribute '{}' is not one integer ({} elements)", name, n);
   long long v = 0;
   H5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &v), ctx, "read attribute '{}'", name);
   RN_CHECK_CTX(v >= min_value && v <= max_value, ctx, "attribute '{}' = {} is out of range ({} to {} expected)", name,

@@ -242,6 +242,8 @@ struct InitialState {
   std::string path;           ///< for messages
   bool weights_only = false;  ///< the masters, BN statistics and EMA weights alone (evaluation), no run state
   bool checkpoint = true;     ///< false: a weights file (its tensors by name, not in the writer's plan order)
+  /// The image channels the writer's model reads (its recorded arch plan's input_channels); 0: not recorded.
+  std::int64_t input_channels = 0;
   static InitialState of_checkpoint(io::Checkpoint ck, std::string path, bool weights_only = false);
   static InitialState of_weights(io::WeightsFile wf, std::string path);
   const char* noun() const { return checkpoint ? "the checkpoint" : "the weights file"; }

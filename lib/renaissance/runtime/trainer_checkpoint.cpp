@@ -321,14 +321,26 @@ Matched match_state(const plan::CompiledPlan& cp, const TrainOptions& o, const I
             "tensor /{}/{} of model '{}' is missing from {}, which was written for model '{}' (a different "
             "architecture?)",
             group, name, model, noun, s.model);
+      // The first conv across AMP settings (an AMP plan pads its input channels to 8): the writer's model reads
+      // images of as many channels as this one, and each side's channels are those or their AMP padding (weights of
+      // a 3-channel model were cut to the first channel of a 1-channel one, or zero-padded the other way, and scored
+      // with exit 0).
+      const std::int64_t data_c = cp.arch.input_channels;
+      const bool same_data = st.input_channels == 0 || st.input_channels == data_c;
+      const auto amp_channels = [&](std::int64_t c) {
+        return c == data_c || c == align_up(data_c, kAmpInputChannelAlign);
+      };
       const bool pad_channels = src->shape != t.shape && is_first_conv(t.region) && (s.amp != o.amp || weights_only) &&
-                                src->shape.n == t.shape.n && src->shape.h == t.shape.h && src->shape.w == t.shape.w;
+                                src->shape.n == t.shape.n && src->shape.h == t.shape.h && src->shape.w == t.shape.w &&
+                                same_data && amp_channels(src->shape.c) && amp_channels(t.shape.c);
       if (src->shape != t.shape && !pad_channels)
-        return fmt::format(
-            "tensor /{}/{} has shape {} in {}{} (model '{}') but model '{}' needs {} (a different "
-            "architecture?)",
-            group, name, src->shape.str(), noun, by_position ? fmt::format(" (as /{}/{})", from, src->name) : "",
-            s.model, model, t.shape.str());
+        return fmt::format("tensor /{}/{} has shape {} in {}{} (model '{}') but model '{}' needs {} ({})", group, name,
+                           src->shape.str(), noun, by_position ? fmt::format(" (as /{}/{})", from, src->name) : "",
+                           s.model, model, t.shape.str(),
+                           same_data
+                               ? std::string("a different architecture?")
+                               : fmt::format("the file's model reads {}-channel images, this one {}-channel images",
+                                             st.input_channels, data_c));
       RN_CHECK(t.dtype == DType::F32, "internal: checkpoint tensor '{}' is {}, not F32", t.name, dtype_name(t.dtype));
       m.loads.push_back({&t, src});
     }
@@ -398,6 +410,19 @@ void check_resumable(const InitialState& st, const TrainOptions& o) {
            st.path, was["drop-last"], o.drop_last);
 }
 
+/// The top-level `input_channels: N` of a recorded arch plan (ArchPlan::to_yaml), read by line rather than parsed:
+/// the attribute is the writer's, checked elsewhere. 0 where it has none.
+std::int64_t recorded_input_channels(const std::string& arch_plan) {
+  std::istringstream in(arch_plan);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("input_channels: ", 0) != 0) continue;
+    char* end = nullptr;
+    const long long c = std::strtoll(line.c_str() + 16, &end, 10);
+    return end && *end == '\0' && c > 0 && c <= (1LL << 20) ? c : 0;
+  }
+  return 0;
+}
+
 }  // namespace
 
 InitialState InitialState::of_checkpoint(io::Checkpoint ck, std::string path, bool weights_only) {
@@ -407,6 +432,7 @@ InitialState InitialState::of_checkpoint(io::Checkpoint ck, std::string path, bo
   st.path = std::move(path);
   st.weights_only = weights_only;
   st.checkpoint = true;
+  st.input_channels = recorded_input_channels(st.state.arch_plan);
   return st;
 }
 
@@ -414,6 +440,8 @@ InitialState InitialState::of_weights(io::WeightsFile wf, std::string path) {
   // Of the run state only the model name (for messages) matters with weights only.
   InitialState st;
   if (const auto it = wf.attributes.find("model"); it != wf.attributes.end()) st.state.model = it->second;
+  if (const auto it = wf.attributes.find("arch_plan"); it != wf.attributes.end())
+    st.input_channels = recorded_input_channels(it->second);
   st.tensors = std::move(wf.tensors);
   st.path = std::move(path);
   st.weights_only = true;
