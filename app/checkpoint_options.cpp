@@ -160,14 +160,20 @@ std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) con
     return std::make_unique<runtime::InitialState>(
         runtime::InitialState::of_checkpoint(io::read_checkpoint(resume), resume));
   io::Checkpoint found;  // read once: finding the newest valid checkpoint validates it whole
+  int skipped = 0;
   const std::string path = io::find_latest_checkpoint(
       dir,
       [&](const std::string& w) {
+        ++skipped;
         if (root) spdlog::warn("{}", w);
       },
       &found);
   if (path.empty()) {
-    if (root) std::printf("no checkpoint in %s: starting fresh\n", dir.c_str());
+    // Checkpoints that are all invalid are not "no checkpoint" (an unattended requeue looked like a first run).
+    if (root && skipped > 0)
+      std::printf("no valid checkpoint in %s (%d skipped, above): starting fresh\n", dir.c_str(), skipped);
+    else if (root)
+      std::printf("no checkpoint in %s: starting fresh\n", dir.c_str());
     std::fflush(stdout);
     return nullptr;
   }

@@ -430,10 +430,15 @@ void run_train(TrainCli& c) {
         std::fprintf(stderr, "renaissance: preempted; the checkpoint of step %lld is written (%s); exit %d (requeue: "
                              "the run resumes from it)\n",
                      static_cast<long long>(trainer.steps()), trainer.last_checkpoint().c_str(), kExitPreempted);
-      else if (root)
+      else if (root && std::filesystem::exists(std::filesystem::path(c.ckpt.dir) / io::kLatestCheckpoint))
         std::fprintf(stderr,
                      "renaissance: preempted, but this checkpoint could not be written: the previous one in %s "
                      "stays; exit %d (requeue: the run resumes from it)\n",
+                     c.ckpt.dir.c_str(), kExitPreempted);
+      else if (root)  // it named a previous checkpoint where there was none
+        std::fprintf(stderr,
+                     "renaissance: preempted, but this checkpoint could not be written, and %s holds none of this "
+                     "run yet; exit %d (requeue: the run starts again from its beginning)\n",
                      c.ckpt.dir.c_str(), kExitPreempted);
       set_exit_code(kExitPreempted);
       return;

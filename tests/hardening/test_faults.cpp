@@ -143,10 +143,22 @@ TEST(HardeningFaults, AFullDiskDuringACheckpointKeepsThePreviousOneAndAPreemptio
   r = run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=300 " + limited + cli() + " " + preempted + " --resume auto & pid=$!; "
                 "sleep 2.5; kill -USR1 $pid; wait $pid");
   expect_disk_full(r, ck, 75);
-  EXPECT_NE(r.out.find("preempted, but this checkpoint could not be written"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("preempted, but this checkpoint could not be written: the previous one in " + ck + " stays"),
+            std::string::npos)
+      << r.out;
   EXPECT_NO_THROW(renaissance::io::read_checkpoint(first.string()));
   EXPECT_EQ(fs::canonical(fs::path(ck) / "latest.h5"), fs::canonical(first));
   EXPECT_TRUE(disk.temporaries().empty()) << disk.temporaries().front();
+  // The same in a directory without a checkpoint: it named "the previous one", which did not exist.
+  const std::string ck2 = (disk.dir() / "ck2").string();
+  r = run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=300 " + limited + cli() + " " +
+                preempted.substr(0, preempted.size() - ck.size()) + ck2 +
+                " & pid=$!; sleep 2.5; kill -USR1 $pid; wait $pid");
+  expect_disk_full(r, ck2, 75);
+  EXPECT_NE(
+      r.out.find("preempted, but this checkpoint could not be written, and " + ck2 + " holds none of this run yet"),
+      std::string::npos)
+      << r.out;
 }
 
 TEST(HardeningFaults, AFullDiskDuringADatasetWriteIsACleanError) {

@@ -287,6 +287,40 @@ TEST(CheckpointDir, ABrokenNewestFallsBackToTheNewestValidOne) {
   EXPECT_EQ(fs::path(io::find_latest_checkpoint(d)).filename().string(), "ckpt-step00000050.h5");
 }
 
+// A resume past a damaged newest checkpoint, then the next save under --keep 2: the rotation kept the newest files by
+// step, so it deleted the valid step 10 and kept the damaged step 20 (a second damaged file then left nothing to
+// resume from). A file the resume search found invalid is not counted, and goes once --keep valid ones are newer.
+TEST(CheckpointDir, TheRotationNeverKeepsAFileFoundInvalidInsteadOfAValidOne) {
+  TempDir dir;
+  const std::string d = dir.file("ck");
+  io::Checkpoint ck = small_checkpoint();
+  for (std::int64_t step : {10, 20}) {
+    ck.state.step = step;
+    io::save_checkpoint_in_dir(d, ck, 2);
+  }
+  io::testing::corrupt_chunk((fs::path(d) / "ckpt-step00000020.h5").string(), "/params/conv1.w", 0);
+  std::vector<std::string> warnings;
+  const std::string found = io::find_latest_checkpoint(d, [&](const std::string& w) { warnings.push_back(w); });
+  EXPECT_EQ(fs::path(found).filename().string(), "ckpt-step00000010.h5");
+  ASSERT_EQ(warnings.size(), 1u) << "latest.h5's target is read once, not again by its own name";
+  ck.state.step = 15;  // the resumed run's next checkpoint
+  io::save_checkpoint_in_dir(d, ck, 2);
+  EXPECT_TRUE(fs::exists(fs::path(d) / "ckpt-step00000015.h5"));
+  EXPECT_TRUE(fs::exists(fs::path(d) / "ckpt-step00000010.h5")) << "a valid checkpoint was pruned for an invalid one";
+  EXPECT_TRUE(fs::exists(fs::path(d) / "ckpt-step00000020.h5")) << "newer than the kept ones: left for now";
+  ck.state.step = 18;
+  io::save_checkpoint_in_dir(d, ck, 2);  // two valid ones newer than 10 and older than 20
+  EXPECT_TRUE(fs::exists(fs::path(d) / "ckpt-step00000018.h5"));
+  EXPECT_TRUE(fs::exists(fs::path(d) / "ckpt-step00000015.h5"));
+  EXPECT_FALSE(fs::exists(fs::path(d) / "ckpt-step00000010.h5"));
+  ck.state.step = 20;  // the step written again: valid now, and counted
+  io::save_checkpoint_in_dir(d, ck, 2);
+  EXPECT_TRUE(fs::exists(fs::path(d) / "ckpt-step00000020.h5"));
+  EXPECT_TRUE(fs::exists(fs::path(d) / "ckpt-step00000018.h5"));
+  EXPECT_FALSE(fs::exists(fs::path(d) / "ckpt-step00000015.h5"));
+  EXPECT_EQ(fs::path(io::find_latest_checkpoint(d)).filename().string(), "ckpt-step00000020.h5");
+}
+
 TEST(CheckpointDir, AStepNameTooLargeForItsTypeIsNotOneOfOurs) {
   // A stray ckpt-step<23 digits>.h5 ended --resume auto and rotation with "error: stoll" (std::out_of_range).
   TempDir dir;

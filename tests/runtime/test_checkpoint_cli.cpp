@@ -491,6 +491,34 @@ TEST(CheckpointCli, InspectJsonKeepsLargeIntegersExact) {
   EXPECT_NE(js.out.find("\"step\":1,"), std::string::npos) << js.out;
 }
 
+// --max-steps sets the schedule's length: a resume with another one changed the learning rate without a word, and
+// one at or below the checkpoint's step trained nothing without a word. A directory whose checkpoints are all
+// invalid said "no checkpoint in D" (an unattended requeue looked like a first run).
+TEST(CheckpointCli, AResumeWithOtherMaxStepsOrNoValidCheckpointSaysSo) {
+  const fs::path d = temp_dir();
+  const fs::path ck = d / "ck";
+  ASSERT_EQ(run(train_args("--max-steps 4 --checkpoint-every 2 --keep 3 --checkpoint-dir " + ck.string())).code, 0);
+  const CliRun longer = run(train_args("--max-steps 6 --resume " + (ck / "ckpt-step00000002.h5").string()));
+  ASSERT_EQ(longer.code, 0) << longer.out;
+  EXPECT_NE(longer.out.find("written with --max-steps 4, resumed with --max-steps 6: the learning-rate schedule"),
+            std::string::npos)
+      << longer.out;
+  const CliRun past = run(train_args("--max-steps 3 --resume " + (ck / "ckpt-step00000004.h5").string()));
+  ASSERT_EQ(past.code, 0) << past.out;
+  EXPECT_NE(past.out.find("the checkpoint is at step 4, and --max-steps 3 ends the run there: no step is trained"),
+            std::string::npos)
+      << past.out;
+  const CliRun same = run(train_args("--max-steps 4 --resume " + (ck / "ckpt-step00000002.h5").string()));
+  ASSERT_EQ(same.code, 0) << same.out;
+  EXPECT_EQ(same.out.find("written with --max-steps"), std::string::npos) << same.out;
+  for (const char* f : {"ckpt-step00000002.h5", "ckpt-step00000004.h5"}) fs::resize_file(ck / f, 1000);
+  const CliRun fresh = run(train_args("--max-steps 2 --checkpoint-dir " + ck.string() + " --resume auto"));
+  ASSERT_EQ(fresh.code, 0) << fresh.out;
+  EXPECT_NE(fresh.out.find("no valid checkpoint in " + ck.string() + " (2 skipped, above): starting fresh"),
+            std::string::npos)
+      << fresh.out;
+}
+
 // A resume with other hyper-parameters or augmentations (momentum, label smoothing, ...) changed them without a
 // word; the lr, schedule, epochs and data already warned.
 TEST(CheckpointCli, AResumeWithOtherHyperParametersSaysWhich) {

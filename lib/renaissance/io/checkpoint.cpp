@@ -642,6 +642,16 @@ std::string checkpoint_file_name(std::int64_t step) { return fmt::format("ckpt-s
 namespace {
 std::mutex g_locks_mutex;
 std::set<std::string> g_locked_dirs;  // canonical paths of the directories this process holds locked
+/// Checkpoints the resume search found invalid (weakly canonical paths): the rotation does not count them toward
+/// --keep. (It kept the newest files by step alone, so a resume past a truncated step 10 deleted the valid step 9
+/// at its next checkpoint and kept the bad file; a second damaged file then left nothing to resume from.)
+std::set<std::string> g_invalid_checkpoints;
+
+std::string checkpoint_key(const fs::path& p) {
+  std::error_code ec;
+  const fs::path c = fs::weakly_canonical(p, ec);
+  return ec ? p.string() : c.string();
+}
 
 std::string lock_key(const std::string& dir) {
   std::error_code ec;
@@ -760,6 +770,10 @@ std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckp
   const std::string name = checkpoint_file_name(ckpt.state.step);
   const fs::path file = fs::path(dir) / name;
   replace_entry(file, ckpt);
+  {
+    std::lock_guard<std::mutex> g(g_locks_mutex);
+    g_invalid_checkpoints.erase(checkpoint_key(file));  // a step written again is valid
+  }
   // latest.h5 → the new file: a fresh symlink renamed over the old one (rename is atomic), updated last.
   const fs::path latest = fs::path(dir) / kLatestCheckpoint;
   const fs::path tmp_link = temporary_name(latest.string());
@@ -769,11 +783,24 @@ std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckp
   fs::rename(tmp_link, latest, ec);
   RN_CHECK_CTX(!ec, latest.string(), "cannot replace the latest.h5 symlink: {}", ec.message());
   fsync_path(dir, true);
-  // Keep the newest `keep`; temporaries of writers that are gone (a crash, kill -9) go too. A temporary is stale
-  // only when its writer process no longer exists on this host: another live run's file is never touched.
-  const auto all = checkpoints_in(dir);
-  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i)
-    if (all[i].second.filename() != name) fs::remove(all[i].second, ec);
+  // Keep the newest `keep` valid ones: one the resume search found invalid is not counted, and goes once `keep`
+  // valid ones are newer (never a valid one for it). Temporaries of writers that are gone (a crash, kill -9) go too.
+  // A temporary is stale only when its writer process no longer exists on this host: another live run's file is
+  // never touched.
+  std::size_t kept = 0;
+  for (const auto& [step, path] : checkpoints_in(dir)) {
+    (void)step;
+    bool invalid = false;
+    {
+      std::lock_guard<std::mutex> g(g_locks_mutex);
+      invalid = g_invalid_checkpoints.count(checkpoint_key(path)) > 0;
+    }
+    if (kept < static_cast<std::size_t>(keep)) {
+      if (!invalid) ++kept;
+    } else if (path.filename() != name) {
+      fs::remove(path, ec);
+    }
+  }
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string f = e.path().filename().string();
     const bool temporary = (f.rfind("ckpt-step", 0) == 0 && f.find(".h5.tmp-") != std::string::npos) ||
@@ -828,18 +855,25 @@ std::string find_latest_checkpoint(const std::string& dir, const std::function<v
       return target.string();
     } catch (const std::exception& e) {
       skip(fmt::format("skipping {} ({}): {}", latest.string(), target.string(), e.what()));
-      tried = target.string();
+      tried = checkpoint_key(target);
+      if (is_checkpoint_file_name(target.filename().string())) {
+        std::lock_guard<std::mutex> g(g_locks_mutex);
+        g_invalid_checkpoints.insert(tried);
+      }
     }
   }
   for (const auto& [step, path] : checkpoints_in(dir)) {
     (void)step;
-    if (path.string() == tried) continue;
+    const std::string key = checkpoint_key(path);
+    if (key == tried) continue;  // latest.h5's target, read once (a relative --checkpoint-dir read it twice)
     try {
       Checkpoint c = read_checkpoint(path.string());
       if (found) *found = std::move(c);
       return path.string();
     } catch (const std::exception& e) {
       skip(fmt::format("skipping {}: {}", path.string(), e.what()));
+      std::lock_guard<std::mutex> g(g_locks_mutex);
+      g_invalid_checkpoints.insert(key);
     }
   }
   return {};

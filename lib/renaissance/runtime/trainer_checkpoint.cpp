@@ -567,6 +567,17 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
           fmt::format("written with --epochs {}, resumed with --epochs {}: the learning-rate schedule, a function of "
                       "the run's total steps, differs from the run that wrote it",
                       was["epochs"], o.epochs));
+    // --max-steps sets the schedule's length too (a resume with another one changed step 11's lr without a word).
+    if (differs("max-steps", fmt::format("{}", o.max_steps))) {
+      auto steps = [](const std::string& v) { return v == "0" ? std::string("(none)") : v; };
+      warn(
+          fmt::format("written with --max-steps {}, resumed with --max-steps {}: the learning-rate schedule, a "
+                      "function of the run's total steps, differs from the run that wrote it",
+                      steps(was["max-steps"]), steps(fmt::format("{}", o.max_steps))));
+    }
+    if (o.max_steps > 0 && s.step >= o.max_steps)
+      warn(fmt::format("the checkpoint is at step {}, and --max-steps {} ends the run there: no step is trained",
+                       s.step, o.max_steps));
     if (differs("lr", fmt::format("{}", o.lr)) || differs("schedule", schedule_name(o.schedule)))
       warn(
           fmt::format("written with --lr {} --schedule {}, resumed with --lr {} --schedule {}: the rest of the run "
