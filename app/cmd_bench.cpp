@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -159,8 +160,12 @@ void run_bench(const BenchCli& c) {
   RN_CHECK_CTX(probe.num_classes >= 1 && probe.num_classes <= io::kMaxClasses, bp.name,
                "{} classes: a dataset (bench's synthetic batch too) has at most {}", probe.num_classes,
                io::kMaxClasses);
-  runtime::Trainer::check_memory(bp, t, c.batch, 1);
-  // A synthetic dataset of one batch, in a private temporary directory, removed however the run ends.
+  // At least 64 samples: a batch of 1 image of 1x1 pixels had one value per channel, whose standard deviation of 0
+  // the dataset refused to normalise (bench rejected its own synthetic data).
+  const std::int64_t samples = std::max<std::int64_t>(c.batch, 64);
+  runtime::Trainer::check_memory(bp, t, samples, 1);
+  // A synthetic dataset of one batch (64 samples at least), in a private temporary directory, removed however the run
+  // ends.
   std::error_code tec;
   const std::filesystem::path tmp = std::filesystem::temp_directory_path(tec);
   RN_CHECK_CTX(!tec, std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
@@ -168,7 +173,7 @@ void run_bench(const BenchCli& c) {
                tec.message());
   const TempDir dir(tmp / fmt::format("renaissance-bench-{}", ::getpid()));
   t.data_path = (dir.path / "synthetic.h5").string();
-  io::make_synthetic(t.data_path, c.batch, 1, bp.in_h, bp.in_w, bp.in_c, static_cast<int>(probe.num_classes), 1);
+  io::make_synthetic(t.data_path, samples, 1, bp.in_h, bp.in_w, bp.in_c, static_cast<int>(probe.num_classes), 1);
   runtime::BenchResult r;
   runtime::ProfileResult prof;
   std::map<std::string, runtime::PassTraffic> traffic;  // --profile: the fused passes' compulsory bytes a step, per label

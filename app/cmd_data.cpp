@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "json_writer.h"
 
+#include <renaissance/core/dtensor.h>
 #include <renaissance/core/error.h>
 #include <renaissance/core/paths.h>
 #include <renaissance/io/dataset.h>
@@ -226,6 +227,9 @@ std::vector<std::int64_t> parse_shape(const std::string& s) {
     }
   }
   RN_CHECK_CTX(dims.size() == 3, "--shape", "'{}' is not H,W,C (e.g. 32,32,3)", s);
+  // No model could train on more (the input pipeline's limit): an error now, not after a training run's start-up.
+  RN_CHECK_CTX(dims[2] <= kMaxImageChannels, "--shape", "'{}': at most {} image channels are supported", s,
+               kMaxImageChannels);
   return dims;
 }
 

@@ -345,6 +345,7 @@ void register_plan_command(CLI::App& app) {
   CLI::Option* json = cmd->add_flag("--json", opt->json, "Print the report as JSON");
   // --yaml prints only the ArchPlan: the report's options beside it were dropped without a word.
   for (CLI::Option* o : {json, pool, graph, nodes}) yaml->excludes(o);
+  for (CLI::Option* o : {pool, graph, nodes}) json->excludes(o);  // the JSON report has none of them
   cmd->callback([opt] {
     const blueprint::BluePrint bp = opt->model.load();
     plan::BuildOptions bo;

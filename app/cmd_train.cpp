@@ -211,10 +211,12 @@ void run_train(TrainCli& c) {
   c.t.optimizer = plan::optimizer_from_name(c.optimizer);
   c.t.schedule = runtime::schedule_from_name(c.schedule);
   // The onecycle options without the onecycle schedule: typed on the command line, an error; set by a recipe
-  // (--config) that the command line runs with another --schedule or --optimizer, a warning, and left out.
+  // (--config) that the command line runs with another --schedule or --optimizer, a warning, and left out. A recipe
+  // that sets both (schedule: cosine beside onecycle-pct) contradicts itself: the error, as on the command line.
   const auto recipe_only = [&](const char* key) { return c.from_config.count(key) > 0; };
-  if (c.t.schedule != runtime::ScheduleKind::ONE_CYCLE && (c.onecycle_pct || c.onecycle_div) &&
-      (!c.onecycle_pct || recipe_only("onecycle-pct")) && (!c.onecycle_div || recipe_only("onecycle-div"))) {
+  if (c.t.schedule != runtime::ScheduleKind::ONE_CYCLE && !recipe_only("schedule") &&
+      (c.onecycle_pct || c.onecycle_div) && (!c.onecycle_pct || recipe_only("onecycle-pct")) &&
+      (!c.onecycle_div || recipe_only("onecycle-div"))) {
     if (root) spdlog::warn("{}: onecycle-pct/onecycle-div have no effect with --schedule {}", c.config, c.schedule);
     c.onecycle_pct.reset();
     c.onecycle_div.reset();
@@ -223,7 +225,8 @@ void run_train(TrainCli& c) {
                                   c.t.optimizer == plan::OptimizerKind::NESTEROV ||
                                   c.t.optimizer == plan::OptimizerKind::LARS;
   if (c.onecycle_momentum != "off" && recipe_only("onecycle-momentum") &&
-      (c.t.schedule != runtime::ScheduleKind::ONE_CYCLE || !momentum_optimizer)) {
+      ((c.t.schedule != runtime::ScheduleKind::ONE_CYCLE && !recipe_only("schedule")) ||
+       (!momentum_optimizer && !recipe_only("optimizer")))) {
     if (root)
       spdlog::warn("{}: onecycle-momentum has no effect with --schedule {} --optimizer {}", c.config, c.schedule,
                    c.optimizer);

@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -215,6 +216,12 @@ int main(int argc, char** argv) {
     return ranks_differ(d);
   } catch (const renaissance::Error& e) {
     return fail(mpi, e.what(), 1);
+  } catch (const std::bad_alloc&) {
+    // What it meant, not "std::bad_alloc" (a model at the layer cap plans in ~11 GB).
+    return fail(mpi,
+                "out of host memory (std::bad_alloc): the command needs more memory than this process may have (the "
+                "machine's, a ulimit, or a Slurm job's --mem); a smaller model or batch, or more memory",
+                1);
   } catch (const std::exception& e) {
     return fail(mpi, e.what(), 1);
   }

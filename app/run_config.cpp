@@ -26,15 +26,7 @@ const std::vector<std::vector<std::string>> kExclusiveGroups = {
 }  // namespace
 
 std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
-  require_input_file(path, "--config");
-  std::string text;
-  {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    RN_CHECK_CTX(in.good() || in.eof(), path, "--config: cannot read the run configuration");
-    text = ss.str();
-  }
+  const std::string text = blueprint::read_yaml_file(path, "--config");
   blueprint::check_yaml_limits(text, path);
   YAML::Node root;
   try {

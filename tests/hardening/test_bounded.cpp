@@ -6,6 +6,9 @@
 
 #include <renaissance/io/checkpoint.h>
 
+#include <tuple>
+#include <vector>
+
 namespace {
 
 using namespace hardening;
@@ -165,4 +168,47 @@ TEST(HardeningBounded, AnImageOfFourGiBOrMoreIsRefusedBeforeTheFileExists) {
                          " --train 10 --val 10 --shape 100000,100000,3 --classes 10"),
                      out.string(), "one image of 100000x100000x3 is 27.9 GiB", "less than 4 GiB");
   EXPECT_FALSE(fs::exists(out));
+}
+
+// Found by a hunt of model files: repeats of repeats of an empty body added no layer, so the layer cap never fired
+// and `plan` walked for hours; a 20x36 input was planned and trained as 20x20; 17 channels passed `plan` and `data
+// synthetic` and failed only after the trainer's start-up; a convolution's MACs overflowed int64 (a negative GMACs
+// figure); a 3 GB model or run.yaml file ended in "std::bad_alloc". Each is an error at once naming the file.
+TEST(HardeningBounded, ModelsThePlannerCannotTakeAreRefusedAtOnceNamingTheFile) {
+  const fs::path d = temp_dir();
+  const std::string tail = "  - gap\n  - fc: {out: 10}\n  - softmax_ce: {classes: 10}\n";
+  for (const auto& [name, text, words] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"empty_repeats.yaml",
+            "name: r\ninput: [28, 28, 1]\nlayers:\n  - repeat: {n: 100000, layer: {repeat: {n: 100000, layer: "
+            "{repeat: {n: 100000, layer: []}}}}}\n" +
+                tail,
+            "the model expands to more than 400000 nodes"},
+           {"rect.yaml", "name: r\ninput: [20, 36, 1]\nlayers:\n  - conv: {out: 8, k: 3, pad: 1}\n" + tail,
+            "rect.yaml:2: input [20, 36, 1]: only square inputs are supported"},
+           {"c17.yaml", "name: r\ninput: [8, 8, 17]\nlayers:\n  - conv: {out: 8, k: 3, pad: 1}\n" + tail,
+            "c17.yaml:2: input [8, 8, 17]: at most 16 image channels are supported"},
+           {"macs.yaml",
+            "name: r\ninput: [1024, 1024, 16]\nlayers:\n  - conv: {out: 1, k: 1024, stride: 1, pad: 131071}\n" + tail,
+            "multiply-accumulates per sample is more than"}}) {
+    SCOPED_TRACE(name);
+    write_text(d / name, text);
+    const CliResult r = run("plan --model-file " + (d / name).string(), 60);
+    EXPECT_CLEAN_ERROR(r, (d / name).string() + ":", words);
+    EXPECT_LT(r.seconds, 10.0);
+  }
+  EXPECT_CLEAN_ERROR(
+      run("data synthetic --out " + (d / "c17.h5").string() + " --train 8 --val 8 --shape 8,8,17 --classes 10"),
+      "--shape: '8,8,17': at most 16 image channels are supported");
+  EXPECT_FALSE(fs::exists(d / "c17.h5"));
+  // A sparse 3 GB file: refused by its size before a byte is read.
+  const fs::path big = d / "big.yaml";
+  { std::ofstream(big) << "name: x\n"; }
+  fs::resize_file(big, std::uintmax_t{3} << 30);
+  for (const std::string& cmd : {"plan --model-file " + big.string(), "train --config " + big.string()}) {
+    SCOPED_TRACE(cmd);
+    const CliResult r = run(cmd, 60);
+    EXPECT_CLEAN_ERROR(r, big.string() + ":", "3221225472 bytes is more than the 64 MiB a YAML input may have");
+    EXPECT_LT(r.seconds, 10.0);
+  }
+  fs::remove(big);
 }

@@ -241,4 +241,11 @@ TEST(HardeningConfig, ARecipesOnecycleKeysUnderAnotherScheduleWarn) {
       << adam.out;
   EXPECT_CLEAN_ERROR(run("train --data " + tiny_data() + " --max-steps 1 --schedule cosine --onecycle-pct 0.3"),
                      "they need --schedule onecycle");
+  // A recipe that sets both contradicts itself: the command line's error (it was a warning, the key dropped).
+  write_text(d / "self.yaml", "schedule: cosine\nonecycle-pct: 0.3\n");
+  EXPECT_CLEAN_ERROR(run(train.substr(0, train.find("--config")) + "--config " + (d / "self.yaml").string()),
+                     "they need --schedule onecycle");
+  write_text(d / "self_adam.yaml", "optimizer: adam\nonecycle-momentum: 0.85,0.95\n");
+  EXPECT_CLEAN_ERROR(run(train.substr(0, train.find("--config")) + "--config " + (d / "self_adam.yaml").string()),
+                     "--optimizer adam has none");
 }

@@ -178,3 +178,21 @@ TEST(HardeningPreflight, AFifoAsTheDatasetAndModelOptionsWithoutAModelAreRefused
     EXPECT_CLEAN_ERROR(r, "--resolution and --classes shape --model or --model-file");
   }
 }
+
+// bench of a model for 1x1 images at --batch 1 wrote a synthetic batch of one value per channel, whose standard
+// deviation of 0 the dataset then refused to normalise; `plan --json --pool` printed the JSON and dropped --pool.
+TEST(HardeningPreflight, BenchOfATinyInputRunsAndPlanJsonRefusesTheTextOnlyOptions) {
+  const fs::path d = temp_dir();
+  write_text(d / "tab.yaml",
+             "name: tab\ninput: [1, 1, 16]\nlayers: [fc: {out: 32}, relu, fc: {out: 10}, "
+             "softmax_ce: {classes: 10}]\n");
+  const CliResult b =
+      run("bench --device cpu --model-file " + (d / "tab.yaml").string() + " --batch 1 --warmup 1 --steps 2");
+  EXPECT_EQ(b.code, 0) << b.out;
+  EXPECT_NE(b.out.find("images/s"), std::string::npos) << b.out;
+  for (const char* opt : {"--pool", "--graph", "--nodes"}) {
+    const CliResult p = run(std::string("plan --model fmnist_cnn --json ") + opt);
+    EXPECT_EQ(p.code, 2) << p.out;
+    EXPECT_NE(p.out.find(std::string(opt) + " excludes --json"), std::string::npos) << p.out;
+  }
+}

@@ -12,12 +12,17 @@ namespace renaissance::blueprint {
 /// applies to its input before building a document, so a few KB of text cannot make a parse expensive.
 inline constexpr int kMaxYamlDepth = 100;                     ///< nested lists/maps (a real model needs < 20)
 inline constexpr std::int64_t kMaxYamlAliasNodes = 1000000;   ///< nodes that aliases (*name) add when expanded
+inline constexpr std::int64_t kMaxYamlBytes = 64 << 20;       ///< one input (an arch plan at the layer cap: ~20 MB)
 
 /// Scans the first YAML document of `text` with a bounded event pass: refuses nesting deeper than kMaxYamlDepth
 /// and aliases whose expansion ("billion laughs": anchors of anchors) would add more than kMaxYamlAliasNodes
 /// nodes, and aliases inside the collection they name (`&a [*a]`, a node that contains itself). Errors name
 /// `source`:line and the limit. Malformed YAML is left to the caller's parser.
 void check_yaml_limits(const std::string& text, const std::string& source);
+
+/// The text of a YAML input file (`what`: "model file", "--config"), refused before it is read when larger than
+/// kMaxYamlBytes (a 3 GB file ended in "std::bad_alloc" naming nothing). Errors name the file.
+std::string read_yaml_file(const std::string& path, const std::string& what);
 
 /// The 1-based line where a second YAML document of `text` starts, or 0 when it holds one (or none): yaml-cpp's
 /// Load builds the first and ignores the rest without a word. Counted with a bounded loop (LoadAll never returns on

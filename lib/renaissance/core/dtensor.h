@@ -24,6 +24,10 @@ constexpr std::int64_t align256(std::int64_t v) { return align_up(v, kSlotAlignm
 /// step on an H200 (`renaissance bench --profile`).
 constexpr std::int64_t kAmpInputChannelAlign = 8;
 
+/// The most image channels a model's input may have: the input pipeline normalises at most this many per pixel
+/// (runtime/data_pipeline.cpp, kernels/cuda/augment.cu).
+constexpr std::int64_t kMaxImageChannels = 16;
+
 /// Channel alignment of a tensor: kAmpInputChannelAlign for FP16 in I_*_DATA, 8 for FP16 in F_FEATURE_FP16 /
 /// F_GRAD_SLOT_FP16, 8 for INT8 in S_MASK, else 1.
 std::int64_t channel_alignment(DType dtype, Region region);

@@ -36,6 +36,8 @@ constexpr std::int64_t kMaxExtent = std::int64_t(1) << 20;       // one H, W, C,
 constexpr std::int64_t kMaxKernel = std::int64_t(1) << 10;       // so out_c * k * k * in_c stays < 2^60
 constexpr std::size_t kMaxLayers = 100000;                       // after expanding repeat/block (ResNet-152: ~500)
 constexpr std::int64_t kMaxSampleElems = std::int64_t(1) << 36;  // H*W*C of one sample (fc weights < 2^56)
+constexpr std::int64_t kMaxLayerMacs = std::int64_t(1) << 45;    // per sample (ResNet-50's largest: ~1.2e8), so
+                                                                 // kMaxLayers of them stay < 2^62
 
 void check_extents(const Shape& s, const std::string& ctx) {
   RN_CHECK_CTX(s.h <= kMaxExtent && s.w <= kMaxExtent && s.c <= kMaxExtent, ctx,
@@ -77,6 +79,12 @@ struct Expander {
 
   // Returns the channel count after the node (-1: unknown, e.g. after flatten).
   std::int64_t walk(const bp::Layer& n, std::int64_t c, const std::string& path, const std::string& name_suffix) {
+    // Every node visited counts, not only the layers pushed: repeats of repeats of an empty body (`layer: []`) add
+    // no layer, and n = 100000 three deep walked for hours.
+    RN_CHECK_CTX(++visits <= kMaxVisits, path,
+                 "the model expands to more than {} nodes (layers, and the seq and repeat nodes around them, empty "
+                 "ones too)",
+                 kMaxVisits);
     const std::string name = suffix(n.name, name_suffix);
     switch (n.kind) {
       case bp::NodeKind::Seq: {
@@ -231,6 +239,9 @@ struct Expander {
     }
     RN_FAIL_CTX(path, "unknown block kind");
   }
+
+  static constexpr std::uint64_t kMaxVisits = 4 * kMaxLayers;
+  std::uint64_t visits = 0;
 
   void push(ArchLayer l, const std::string& path) {
     // A `repeat: {n: 1000000000}` must be an error, not an hour of expansion (tests/fuzz).
@@ -387,39 +398,48 @@ std::int64_t layer_parameter_count(const ArchLayer& l) {
   }
 }
 
-std::int64_t layer_forward_macs(const ArchLayer& l) {
+namespace {
+/// The forward multiply-accumulates of one sample through `l`, counted in T: std::int64_t for reports, long double
+/// for the bound infer_shapes checks first (the extents' bounds leave out_h * out_w * out_c * k * k * in_c up to
+/// 2^102: a plan printed -2251795 GMACs/image).
+template <typename T>
+T forward_macs_in(const ArchLayer& l) {
   const Shape& in = l.in_shape;
   const Shape& out = l.out_shape;
   switch (l.kind) {
     case LayerKind::Conv:
     case LayerKind::CBR: {
       const ConvParams& p = l.conv();
-      return out.h * out.w * out.c * p.k * p.k * logical_in_per_group(l);
+      return T(out.h) * out.w * out.c * p.k * p.k * logical_in_per_group(l);
     }
-    case LayerKind::Fc: return in.h * in.w * in.c * l.fc().out;
-    case LayerKind::GapFC: return in.c * l.fc().out;
+    case LayerKind::Fc: return T(in.h) * in.w * in.c * l.fc().out;
+    case LayerKind::GapFC: return T(in.c) * l.fc().out;
     case LayerKind::BottleneckIdentity:
     case LayerKind::BottleneckProjection: {
       const BlockParams& p = l.block();
-      std::int64_t n = in.h * in.w * in.c * p.mid_c + out.h * out.w * 9 * p.mid_c * p.mid_c + out.h * out.w * p.mid_c * p.out_c;
-      if (l.kind == LayerKind::BottleneckProjection) n += out.h * out.w * in.c * p.out_c;
+      T n = T(in.h) * in.w * in.c * p.mid_c + T(out.h) * out.w * 9 * p.mid_c * p.mid_c +
+            T(out.h) * out.w * p.mid_c * p.out_c;
+      if (l.kind == LayerKind::BottleneckProjection) n += T(out.h) * out.w * in.c * p.out_c;
       return n;
     }
     case LayerKind::BasicBlockIdentity:
     case LayerKind::BasicBlockProjection: {
       const BlockParams& p = l.block();
-      std::int64_t n = out.h * out.w * 9 * (in.c * p.out_c + p.out_c * p.out_c);
-      if (l.kind == LayerKind::BasicBlockProjection) n += out.h * out.w * in.c * p.out_c;
+      T n = T(out.h) * out.w * 9 * (T(in.c) * p.out_c + T(p.out_c) * p.out_c);
+      if (l.kind == LayerKind::BasicBlockProjection) n += T(out.h) * out.w * in.c * p.out_c;
       return n;
     }
     case LayerKind::InvResidualNoShortcut:
     case LayerKind::InvResidualIdentity: {
       const BlockParams& p = l.block();
-      return in.h * in.w * in.c * p.mid_c + out.h * out.w * 9 * p.mid_c + out.h * out.w * p.mid_c * p.out_c;
+      return T(in.h) * in.w * in.c * p.mid_c + T(out.h) * out.w * 9 * p.mid_c + T(out.h) * out.w * p.mid_c * p.out_c;
     }
     default: return 0;
   }
 }
+}  // namespace
+
+std::int64_t layer_forward_macs(const ArchLayer& l) { return forward_macs_in<std::int64_t>(l); }
 
 // ---- the steps ----------------------------------------------------------------------------------
 
@@ -521,6 +541,12 @@ void infer_shapes(Layers& layers, const Shape& input) {
       l.params = p;
     }
     l.out_shape = cur;
+    // The MACs fit the int64 the reports count them in (per layer, and a model of kMaxLayers such layers).
+    const long double macs = forward_macs_in<long double>(l);
+    RN_CHECK_CTX(macs <= static_cast<long double>(kMaxLayerMacs),
+                 l.name.empty() ? (l.origin.empty() ? describe(l, i) : l.origin) : describe(l, i),
+                 "{:.3g} multiply-accumulates per sample is more than the {:.3g} a layer may have", macs,
+                 static_cast<long double>(kMaxLayerMacs));
   }
   RN_CHECK(open.empty(), "unbalanced add2 markers at the end of the model");
 }
@@ -700,6 +726,14 @@ ArchPlan ArchPlan::from_blueprint(const bp::BluePrint& model, const BuildOptions
   plan.model_name = model.name;
   plan.amp = opts.amp;
   plan.fuse = opts.fuse;
+  // The compiler plans every variant at one resolution, H x H: a model for 20x36 images was planned and trained as
+  // 20x20 (its layer table said 20x36).
+  RN_CHECK_CTX(model.in_h == model.in_w, "input",
+               "[{}, {}, {}]: only square inputs are supported (H = W); crop the images to a square (`--crop center`, "
+               "or `data import folder --store raw --size S`)",
+               model.in_h, model.in_w, model.in_c);
+  RN_CHECK_CTX(model.in_c <= kMaxImageChannels, "input", "[{}, {}, {}]: at most {} image channels are supported",
+               model.in_h, model.in_w, model.in_c, kMaxImageChannels);
   const std::int64_t res = opts.resolution;
   plan.input = Shape{1, res > 0 ? res : model.in_h, res > 0 ? res : model.in_w, model.in_c};
   plan.input_channels = model.in_c;
