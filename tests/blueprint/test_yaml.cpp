@@ -58,8 +58,8 @@ TEST(Yaml, ZooModelsRoundTrip) {
 TEST(Yaml, EveryFieldRoundTrips) {
   rb::BluePrint bp;
   bp.name = "all fields: \"quoted\"";
-  bp.in_h = 17;
-  bp.in_w = 19;
+  bp.in_h = 17;  // square: a model file's input must be (the emitter writes H, then W: checked below)
+  bp.in_w = 17;
   bp.in_c = 2;
   bp.root = rb::seq(
       rb::conv(8, 3, 2, 1).named("stem"), rb::conv(8, 3, 1, 1, 4, true), rb::conv(8, 3, 1, 1, rb::kDepthwise),
@@ -91,6 +91,18 @@ TEST(Yaml, EveryFieldRoundTrips) {
   expect_round_trip(bp);
   bp.name = "";
   expect_round_trip(bp);
+  // H before W; a non-square input is written as it is, and the reader refuses it naming the line.
+  bp.in_w = 19;
+  const std::string text = rb::blueprint_to_yaml(bp);
+  EXPECT_NE(text.find("input: [17, 19, 2]"), std::string::npos) << text;
+  try {
+    (void)rb::blueprint_from_yaml(text, "rect.yaml");
+    ADD_FAILURE() << "a 17x19 input was read";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("rect.yaml:2: input [17, 19, 2]: only square inputs are supported"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Yaml, ParsesTheDocumentedFormat) {

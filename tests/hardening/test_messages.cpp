@@ -178,9 +178,14 @@ TEST(HardeningMessages, ResumingWithAnotherEpochsLrOrDataWarns) {
   EXPECT_NE(r.out.find("written with --lr 0.05 --schedule onecycle, resumed with --lr 0.02"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("written with --data " + tiny_data() + ", resumed with --data " + other.string()), std::string::npos)
       << r.out;
-  // The same options: no such warning.
+  // The same options: no such warning (--max-steps 5 for 4 lengthens the onecycle schedule: that one is said).
   const CliResult same = run("train --data " + other.string() + " --epochs 3 --max-steps 5 --batch 32 --lr 0.02 --checkpoint-dir " +
                              ck + " --resume auto");
   ASSERT_EQ(same.code, 0) << same.out;
-  EXPECT_EQ(same.out.find("written with --"), std::string::npos) << same.out;
+  for (const char* opt : {"--epochs", "--lr", "--data"})
+    EXPECT_EQ(same.out.find(std::string("written with ") + opt), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("written with --max-steps 4, resumed with --max-steps 5: the learning-rate schedule spans 5 "
+                          "steps, not the 4"),
+            std::string::npos)
+      << same.out;
 }

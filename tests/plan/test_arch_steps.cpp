@@ -355,12 +355,12 @@ TEST(NormalizeFlatten, AmpFcWithChannelsNotMultipleOf8GetsOne) {
 }
 
 TEST(NormalizeFlatten, SpatialLogitsBeforeSoftmaxGetOne) {
-  rb::BluePrint bp = model(rb::seq(rb::conv(5, 1), rb::softmax_ce(10)));
+  rb::BluePrint bp = model(rb::seq(rb::conv(5, 1), rb::softmax_ce(20)));
   bp.in_h = 2;
-  bp.in_w = 1;
+  bp.in_w = 2;
   const auto v = shaped(bp, plain());
   EXPECT_EQ(kinds(v), (std::vector<K>{K::Conv, K::Flatten, K::SoftmaxCE})) << kind_list(v);
-  EXPECT_EQ(v[2].in_shape, (Shape{1, 1, 1, 10}));
+  EXPECT_EQ(v[2].in_shape, (Shape{1, 1, 1, 20}));
 }
 
 // ---- step 7: merge_blocks ---------------------------------------------------------------------------

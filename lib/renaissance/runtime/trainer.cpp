@@ -47,11 +47,6 @@ plan::BuildOptions build_options(const TrainOptions& opts) {
   return bo;
 }
 
-ShardLayout shard_of(const TrainOptions& opts, std::int64_t train_samples) {
-  return shard_layout(train_samples, opts.batch, opts.comm ? opts.comm->world_size() : 1,
-                      opts.comm ? opts.comm->rank() : 0, opts.drop_last);
-}
-
 /// The arena against the memory it will live in, before it is allocated: a clear error, not a failed allocation.
 void guard_arena(const blueprint::BluePrint& bp, const TrainOptions& opts, std::int64_t arena_bytes) {
   const std::string what = fmt::format("model '{}' (batch {}, {})", bp.name, opts.batch, opts.amp ? "amp" : "fp32");

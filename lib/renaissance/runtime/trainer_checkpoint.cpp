@@ -567,17 +567,31 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
           fmt::format("written with --epochs {}, resumed with --epochs {}: the learning-rate schedule, a function of "
                       "the run's total steps, differs from the run that wrote it",
                       was["epochs"], o.epochs));
-    // --max-steps sets the schedule's length too (a resume with another one changed step 11's lr without a word).
-    if (differs("max-steps", fmt::format("{}", o.max_steps))) {
-      auto steps = [](const std::string& v) { return v == "0" ? std::string("(none)") : v; };
-      warn(
-          fmt::format("written with --max-steps {}, resumed with --max-steps {}: the learning-rate schedule, a "
-                      "function of the run's total steps, differs from the run that wrote it",
-                      steps(was["max-steps"]), steps(fmt::format("{}", o.max_steps))));
+    // --max-steps bounds the schedule's length too, min(--max-steps, --epochs x batches): a resume that changes it
+    // under a schedule whose lr depends on it (onecycle, cosine) changed step 11's lr without a word. (Another
+    // --epochs has its warning above.)
+    if (differs("max-steps", fmt::format("{}", o.max_steps)) && was.count("epochs") &&
+        (o.schedule == ScheduleKind::ONE_CYCLE || o.schedule == ScheduleKind::COSINE)) {
+      const auto number = [](const std::string& v) {
+        char* end = nullptr;
+        const long long x = std::strtoll(v.c_str(), &end, 10);
+        return end && *end == '\0' && !v.empty() ? static_cast<std::int64_t>(x) : std::int64_t{-1};
+      };
+      const std::int64_t batches = shard_of(o, m_impl->data.size(io::Split::train)).batches();
+      const auto total = [&](std::int64_t max_steps, std::int64_t epochs) {
+        return max_steps > 0 ? std::min(max_steps, batches * epochs) : batches * epochs;
+      };
+      const std::int64_t before = total(number(was["max-steps"]), number(was["epochs"]));
+      const std::int64_t now = total(o.max_steps, o.epochs);
+      const auto shown = [](std::int64_t v) { return v > 0 ? fmt::format("{}", v) : std::string("(none)"); };
+      if (before != now)
+        warn(
+            fmt::format("written with --max-steps {}, resumed with --max-steps {}: the learning-rate schedule spans "
+                        "{} steps, not the {} of the run that wrote it",
+                        shown(number(was["max-steps"])), shown(o.max_steps), now, before));
     }
-    if (o.max_steps > 0 && s.step >= o.max_steps)
-      warn(fmt::format("the checkpoint is at step {}, and --max-steps {} ends the run there: no step is trained",
-                       s.step, o.max_steps));
+    if (o.max_steps > 0 && s.step > o.max_steps)
+      warn(fmt::format("the checkpoint is at step {}, past --max-steps {}: no step is trained", s.step, o.max_steps));
     if (differs("lr", fmt::format("{}", o.lr)) || differs("schedule", schedule_name(o.schedule)))
       warn(
           fmt::format("written with --lr {} --schedule {}, resumed with --lr {} --schedule {}: the rest of the run "

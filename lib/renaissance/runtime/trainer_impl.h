@@ -162,6 +162,12 @@ inline void require_loss_scale_left(const std::array<float, plan::kLossScaleSlot
                       "activations or gradients too large for FP16)");
 }
 
+/// This rank's part of an epoch of `train_samples` (sharding.h) under `opts`' batch, ranks and --drop-last.
+inline ShardLayout shard_of(const TrainOptions& opts, std::int64_t train_samples) {
+  return shard_layout(train_samples, opts.batch, opts.comm ? opts.comm->world_size() : 1,
+                      opts.comm ? opts.comm->rank() : 0, opts.drop_last);
+}
+
 }  // namespace trainer_detail
 using namespace trainer_detail;  // NOLINT: the trainer's own files share these
 
