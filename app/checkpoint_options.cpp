@@ -261,6 +261,20 @@ std::int64_t drop_lines_past(const std::string& path, const char* option, std::i
   return dropped;
 }
 
+/// A descriptor of `path` holding an exclusive flock, or -1 where it cannot be opened (the stream's open says why)
+/// or the file system has no flock; another holder is an error naming the option.
+int lock_log(const std::string& path, const char* option) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0666);
+  if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+  const int err = errno;
+  ::close(fd);
+  RN_CHECK_CTX(err != EWOULDBLOCK, path,
+               "{}: another process is writing this file (a second run given the same {}?): give each run a file of "
+               "its own",
+               option, option);
+  return -1;
+}
+
 }  // namespace
 
 RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::int64_t resume_step)
@@ -279,20 +293,19 @@ RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::i
   // or cut it to its own resume step, under the first, and the two runs' lines interleaved. An advisory flock of the
   // file itself, taken before anything is cut and held to the end; where the file system has none (some NFS
   // mounts) the log goes without. A descriptor of its own: the lock is not the stream's.
-  if (regular || !fs::exists(path, ec)) {
-    m_lock_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0666);
-    if (m_lock_fd >= 0 && ::flock(m_lock_fd, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      ::close(m_lock_fd);
-      m_lock_fd = -1;
-      RN_CHECK_CTX(err != EWOULDBLOCK, path,
-                   "{}: another process is writing this file (a second run given the same {}?): give each run a "
-                   "file of its own",
-                   option, option);
-    }
-  }
+  if (regular || !fs::exists(path, ec)) m_lock.fd = lock_log(path, option);
   if (resumed && regular) {
     const std::int64_t dropped = drop_lines_past(path, option, resume_step);
+    // Kept lines after dropped ones are rewritten through a temporary renamed over the file: the lock is the old
+    // inode's, so it is taken again on the new one (a second run was let in).
+    struct stat held {
+    }, now{};
+    if (m_lock.fd >= 0 && ::fstat(m_lock.fd, &held) == 0 && ::stat(path.c_str(), &now) == 0 &&
+        (held.st_ino != now.st_ino || held.st_dev != now.st_dev)) {
+      ::close(m_lock.fd);
+      m_lock.fd = -1;
+      m_lock.fd = lock_log(path, option);
+    }
     if (dropped > 0)
       std::printf(
           "%s: dropped %lld line%s past step %lld or cut short (written after the checkpoint this run "
@@ -306,8 +319,8 @@ RunLog::RunLog(const std::string& path, const char* option, bool resumed, std::i
   m_out = m_file.get();
 }
 
-RunLog::~RunLog() {
-  if (m_lock_fd >= 0) ::close(m_lock_fd);  // releases the flock
+RunLog::LockFd::~LockFd() {
+  if (fd >= 0) ::close(fd);  // releases the flock
 }
 
 void RunLog::write(const std::string& line, const std::string& what) {

@@ -75,7 +75,6 @@ class RunLog {
   /// reopened, cut or replaced.
   /// A regular file is locked (flock) for the log's lifetime: a second process writing it is refused.
   RunLog(const std::string& path, const char* option, bool resumed, std::int64_t resume_step);
-  ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
   /// Appends `line`; a failed write fails the run naming the file and `what` ("epoch 3"), except on the process's own
@@ -88,7 +87,11 @@ class RunLog {
   std::unique_ptr<std::ofstream> m_file;
   std::ostream* m_out = nullptr;
   bool m_std = false;
-  int m_lock_fd = -1;  ///< holds the flock
+  /// The flock's descriptor, closed (the lock released) with the log, also when its constructor throws.
+  struct LockFd {
+    int fd = -1;
+    ~LockFd();
+  } m_lock;
 };
 
 /// The model a checkpoint records (its model_yaml), for `eval --checkpoint`, after the checks `checkpoint inspect`

@@ -160,11 +160,14 @@ void run_bench(const BenchCli& c) {
   RN_CHECK_CTX(probe.num_classes >= 1 && probe.num_classes <= io::kMaxClasses, bp.name,
                "{} classes: a dataset (bench's synthetic batch too) has at most {}", probe.num_classes,
                io::kMaxClasses);
-  // At least 64 samples: a batch of 1 image of 1x1 pixels had one value per channel, whose standard deviation of 0
-  // the dataset refused to normalise (bench rejected its own synthetic data).
-  const std::int64_t samples = std::max<std::int64_t>(c.batch, 64);
+  // At least 64 values per channel, in whole batches: a batch of 1 image of 1x1 pixels had one value per channel,
+  // whose standard deviation of 0 the dataset refused to normalise (bench rejected its own synthetic data). Whole
+  // batches, so no partial-batch variant is planned; images of 8x8 and more need no more than the batch.
+  const std::int64_t pixels = std::max<std::int64_t>(bp.in_h * bp.in_w, 1);
+  const std::int64_t images = (64 + pixels - 1) / pixels;
+  const std::int64_t samples = (std::max(images, c.batch) + c.batch - 1) / c.batch * c.batch;
   runtime::Trainer::check_memory(bp, t, samples, 1);
-  // A synthetic dataset of one batch (64 samples at least), in a private temporary directory, removed however the run
+  // A synthetic dataset of one batch (or a few, above), in a private temporary directory, removed however the run
   // ends.
   std::error_code tec;
   const std::filesystem::path tmp = std::filesystem::temp_directory_path(tec);
@@ -188,7 +191,7 @@ void run_bench(const BenchCli& c) {
       "bench warmup={}\nbench steps={}\nbench graphs={}\nbench profile={}\n"
       "bench profile steps={}\ncpu winograd={}\n",
       c.warmup, c.steps, c.graphs, c.profile, c.profile ? c.profile_steps : 0,
-      t.backend == runtime::Backend::CPU && runtime::cpu_winograd());
+      t.backend == runtime::Backend::CPU && runtime::cpu_winograd_requested());
   {
     runtime::Trainer trainer(bp, t);
     startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

@@ -315,10 +315,11 @@ void run_train(TrainCli& c) {
       "give every rank the same checkpoint: one --checkpoint-dir on a shared file system, or the same --resume file");
   // Rank 0 writes the outputs: one named on another rank only would be dropped, so the ranks agree on which exist.
   auto given = [](const std::string& path) { return path.empty() ? "none" : "given"; };
-  // The CPU convolutions' kernels too: Winograd on one rank and not on another computed other gradients per rank.
+  // The CPU convolutions' setting too (not whether this CPU has the kernels: nodes may differ): Winograd asked for on
+  // one rank and not on another computed each rank's gradients with other rounding.
   c.t.command_settings = fmt::format("save={}\nmetrics={}\nloss log={}\ntensorboard={}\ncpu winograd={}\n",
                                      given(c.save), given(c.metrics), given(c.ckpt.loss_log), given(c.tensorboard),
-                                     c.t.backend == runtime::Backend::CPU && runtime::cpu_winograd());
+                                     c.t.backend == runtime::Backend::CPU && runtime::cpu_winograd_requested());
   runtime::Trainer trainer(bp, c.t, resume.get());
   const bool resumed = resume != nullptr;
   if (resumed && root)
@@ -433,7 +434,8 @@ void run_train(TrainCli& c) {
         std::fprintf(stderr, "renaissance: preempted; the checkpoint of step %lld is written (%s); exit %d (requeue: "
                              "the run resumes from it)\n",
                      static_cast<long long>(trainer.steps()), trainer.last_checkpoint().c_str(), kExitPreempted);
-      else if (root && std::filesystem::exists(std::filesystem::path(c.ckpt.dir) / io::kLatestCheckpoint))
+      else if (std::error_code ec;
+               root && std::filesystem::exists(std::filesystem::path(c.ckpt.dir) / io::kLatestCheckpoint, ec))
         std::fprintf(stderr,
                      "renaissance: preempted, but this checkpoint could not be written: the previous one in %s "
                      "stays; exit %d (requeue: the run resumes from it)\n",
@@ -518,15 +520,15 @@ void run_eval(const EvalCli& c) {
     if (!c.model_given) bp = std::move(*recorded);
     *initial = runtime::InitialState::of_checkpoint(std::move(ck), c.checkpoint, /*weights_only=*/true);
   }
-  // Labels out of range before any inference, as train checks them (they stopped the scoring after its whole pass,
-  // naming a batch).
-  const io::DatasetFile data(c.data);
-  data.validate_labels(io::Split::val);
   // Under mpirun/srun the val batches are dealt over the ranks: every rank must score the same images with the same
   // weights, or the sums blend two evaluations under rank 0's file names.
+  const io::DatasetFile data(c.data);
   require_same_on_ranks(
       comm.get(), [&] { return data.content_fingerprint(); }, "the dataset's content", c.data,
       "give every rank the same dataset file (copy it again, or use a shared path)");
+  // Labels out of range before any inference, as train checks them (they stopped the scoring after its whole pass,
+  // naming a batch); after the agreement, so every rank has the same labels and says the same error.
+  data.validate_labels(io::Split::val);
   require_same_on_ranks(
       comm.get(), [&] { return state_fingerprint(initial.get()); }, "the content of the weights", initial->path,
       "give every rank the same weights or checkpoint file");

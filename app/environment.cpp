@@ -3,7 +3,6 @@
 #include <renaissance/core/error.h>
 #include <renaissance/runtime/devices.h>
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
@@ -82,17 +81,6 @@ void check_environment() {
           "threads will take turns on them (slower than {})",
           n, cpus, cpus == 1 ? "" : "s", cpus);
   }
-}
-
-std::string settings_every_rank_shares() {
-  std::string out;
-  for (const char* name : {"RENAISSANCE_CPU_WINOGRAD", "RENAISSANCE_CPU_ISA", "RENAISSANCE_GEMM",
-                           "RENAISSANCE_GEMM_ISA", "RENAISSANCE_NCCL_LANES"}) {
-    const char* value = std::getenv(name);
-    if (!out.empty()) out += ", ";
-    out += value && *value ? fmt::format("{}={}", name, value) : fmt::format("{} unset", name);
-  }
-  return out;
 }
 
 }  // namespace renaissance::app

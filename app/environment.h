@@ -21,10 +21,4 @@ const std::vector<EnvVariable>& environment_variables();
 /// and empty variables are not checked.
 void check_environment();
 
-/// The variables every rank of a job must share, as "NAME=value" or "NAME unset" joined by ", ": they change what a
-/// rank's kernels compute (RENAISSANCE_CPU_WINOGRAD, _CPU_ISA, _GEMM, _GEMM_ISA) or how the ranks talk (two NCCL
-/// lanes on one rank and one on another waited in ncclCommInitRank until the watchdog). Compared across the ranks
-/// before any command runs (app/main.cpp).
-std::string settings_every_rank_shares();
-
 }  // namespace renaissance::app

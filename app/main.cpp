@@ -40,23 +40,13 @@ std::uint64_t fnv1a(const std::string& s) {
 /// `train` while another printed its help or a usage error and returned left the first waiting in a collective (a
 /// hang, or the watchdog's exit 3), and a usage error on a rank other than 0 was never printed.
 struct RanksDiffer {
-  std::string differ;  ///< what differs: "command lines"
-  std::string what;    ///< this rank's part
+  std::string what;  ///< this rank's part
 };
 
 /// Throws RanksDiffer unless every rank's outcome is `outcome` (described as `what`).
 void agree_on_command(renaissance::comm::MpiSession& mpi, const std::string& outcome, const std::string& what) {
   if (!mpi.same_on_every_rank(fnv1a(outcome), "agreeing on the command line (every rank must run the same)"))
-    throw RanksDiffer{"command lines", what};
-}
-
-/// The RENAISSANCE_* variables every rank must share (app/environment.h: the CPU kernels' choice, the NCCL lanes):
-/// a wrapper script exporting one on some nodes only trained the replicas with other kernels, or left the ranks
-/// waiting for a communicator the others never made.
-void agree_on_environment(renaissance::comm::MpiSession& mpi) {
-  const std::string settings = renaissance::app::settings_every_rank_shares();
-  if (!mpi.same_on_every_rank(fnv1a(settings), "agreeing on the RENAISSANCE_* settings"))
-    throw RanksDiffer{"RENAISSANCE_* settings", "has " + settings + " (give every rank the same environment)"};
+    throw RanksDiffer{what};
 }
 
 /// Every rank reports its own error, prefixed with its rank. When every rank failed (a configuration mismatch
@@ -171,10 +161,9 @@ int main(int argc, char** argv) {
       chain += " " + a->get_name();
     }
     agree_on_command(mpi, "run " + chain, "runs `" + chain + "`");
-    agree_on_environment(mpi);
   });
   const auto ranks_differ = [&](const RanksDiffer& d) {
-    return fail(mpi, ("the ranks were started with different " + d.differ + ": this rank " + d.what).c_str(),
+    return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),
                 renaissance::app::kExitUsage);
   };
   try {

@@ -188,7 +188,8 @@ TEST(HardeningBounded, ModelsThePlannerCannotTakeAreRefusedAtOnceNamingTheFile) 
            {"c17.yaml", "name: r\ninput: [8, 8, 17]\nlayers:\n  - conv: {out: 8, k: 3, pad: 1}\n" + tail,
             "c17.yaml:2: input [8, 8, 17]: at most 16 image channels are supported"},
            {"macs.yaml",
-            "name: r\ninput: [1024, 1024, 16]\nlayers:\n  - conv: {out: 1, k: 1024, stride: 1, pad: 131071}\n" + tail,
+            "name: r\ninput: [1024, 1024, 16]\nlayers:\n  - conv: {out: 1024, k: 1024, stride: 1, pad: 131071}\n" +
+                tail,  // 1.2e21: past int64
             "multiply-accumulates per sample is more than"}}) {
     SCOPED_TRACE(name);
     write_text(d / name, text);

@@ -206,15 +206,21 @@ TEST(HardeningOutputs, TwoRunsCannotWriteOneMetricsOrLossLogFile) {
   // A's file under it and their lines interleaved. B is refused before its first step; A's file is whole.
   const fs::path d = temp_dir();
   const std::string data = tiny_data();
+  // B starts once A has opened (and locked) the file: A's steps are slow, B's start-up takes ~0.3 s more.
+  const auto a_then_b = [&](const std::string& a, const std::string& b, const std::string& a_started,
+                            const std::string& a_log) {
+    return run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=300 " + cli() + a + " > " + a_log + " 2>&1 & a=$!; " + "until " +
+                         a_started + " || ! kill -0 $a 2>/dev/null; do sleep 0.05; done; " + cli() + b +
+                         "; b=$?; wait $a; echo \"A=$? B=$b\"",
+                     120);
+  };
   for (const std::string opt : {"--metrics", "--loss-log"}) {
     SCOPED_TRACE(opt);
     const fs::path log = d / (opt.substr(2) + ".jsonl");
     const std::string common = " train --data " + data + " --batch 32 " + opt + " " + log.string();
     const std::string a_log = (d / (opt.substr(2) + "-a.log")).string();
-    const CliResult r = run_shell("RENAISSANCE_TEST_STEP_DELAY_MS=300 " + cli() + common + " --epochs 2 > " + a_log +
-                                      " 2>&1 & a=$!; sleep 1.5; " + cli() + common + " --epochs 1; b=$?; wait $a; " +
-                                      "echo \"A=$? B=$b\"",
-                                  120);
+    // A fresh file: wait for A's first line (the --loss-log's first step; --metrics' first epoch).
+    const CliResult r = a_then_b(common + " --epochs 2", common + " --epochs 1", "[ -s " + log.string() + " ]", a_log);
     EXPECT_NE(r.out.find(log.string() + ": " + opt + ": another process is writing this file"), std::string::npos)
         << r.out;
     EXPECT_NE(r.out.find("A=0 B=1"), std::string::npos) << r.out << read_text(a_log);
@@ -226,6 +232,18 @@ TEST(HardeningOutputs, TwoRunsCannotWriteOneMetricsOrLossLogFile) {
     // A finished run releases the file: the next run writes it again.
     EXPECT_EQ(run(common + " --epochs 1").code, 0);
   }
+  // A resumed run whose file holds kept lines after dropped ones rewrites it through a temporary renamed over it:
+  // the lock was the old inode's, and a second run got in.
+  const std::string ck = (d / "ck").string();
+  const fs::path log = d / "mixed.jsonl";
+  ASSERT_EQ(run("train --data " + data + " --batch 32 --epochs 2 --max-steps 2 --checkpoint-dir " + ck).code, 0);
+  write_text(log, "{\"step\":1}\n{\"step\":50}\n{\"step\":2}\n");
+  const CliResult r = a_then_b(" train --data " + data + " --batch 32 --epochs 2 --loss-log " + log.string() +
+                                   " --checkpoint-dir " + ck + " --resume auto",
+                               " train --data " + data + " --batch 32 --epochs 1 --loss-log " + log.string(),
+                               "grep -q step.:3 " + log.string(), (d / "mixed-a.log").string());
+  EXPECT_NE(r.out.find("--loss-log: another process is writing this file"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("A=0 B=1"), std::string::npos) << r.out << read_text(d / "mixed-a.log");
 }
 
 TEST(HardeningOutputs, AFailedWriteOfMetricsOrLossLogFailsTheRun) {

@@ -300,7 +300,10 @@ TEST(CheckpointDir, TheRotationNeverKeepsAFileFoundInvalidInsteadOfAValidOne) {
   }
   io::testing::corrupt_chunk((fs::path(d) / "ckpt-step00000020.h5").string(), "/params/conv1.w", 0);
   std::vector<std::string> warnings;
-  const std::string found = io::find_latest_checkpoint(d, [&](const std::string& w) { warnings.push_back(w); });
+  // Through a relative path too (latest.h5's target was compared canonical against the listing's relative names).
+  const std::string rel = fs::relative(d).string();
+  ASSERT_TRUE(fs::path(rel).is_relative()) << rel;
+  const std::string found = io::find_latest_checkpoint(rel, [&](const std::string& w) { warnings.push_back(w); });
   EXPECT_EQ(fs::path(found).filename().string(), "ckpt-step00000010.h5");
   ASSERT_EQ(warnings.size(), 1u) << "latest.h5's target is read once, not again by its own name";
   ck.state.step = 15;  // the resumed run's next checkpoint

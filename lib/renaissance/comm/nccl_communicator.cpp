@@ -43,6 +43,13 @@ int lanes_from_env() {
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s)
     : MpiCommunicator(comm, timeout_s), m_state(std::make_unique<State>()) {
   m_state->lanes = lanes_from_env();
+  // Every rank makes as many communicators: RENAISSANCE_NCCL_LANES=1 on some ranks only left the others waiting in
+  // their second ncclCommInitRank until the watchdog. Agreed over MPI first; every rank then says the same error.
+  const std::int64_t most = agree_max(m_state->lanes), least = -agree_max(-m_state->lanes);
+  RN_CHECK_CTX(most == least, "RENAISSANCE_NCCL_LANES",
+               "the ranks make different numbers of NCCL communicators ({} on this rank, {} to {} over the job): "
+               "set it alike on every rank, or on none",
+               m_state->lanes, least, most);
   for (int lane = 0; lane < m_state->lanes; ++lane) {
     // One unique id per communicator, made by rank 0 and broadcast over MPI.
     ncclUniqueId id;

@@ -13,16 +13,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <cstring>
-#include <memory>
-#include <mutex>
-#include <set>
-#include <sstream>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 namespace renaissance::io {
@@ -642,15 +643,65 @@ std::string checkpoint_file_name(std::int64_t step) { return fmt::format("ckpt-s
 namespace {
 std::mutex g_locks_mutex;
 std::set<std::string> g_locked_dirs;  // canonical paths of the directories this process holds locked
-/// Checkpoints the resume search found invalid (weakly canonical paths): the rotation does not count them toward
-/// --keep. (It kept the newest files by step alone, so a resume past a truncated step 10 deleted the valid step 9
-/// at its next checkpoint and kept the bad file; a second damaged file then left nothing to resume from.)
-std::set<std::string> g_invalid_checkpoints;
+/// What this process knows of checkpoint files (weakly canonical paths): valid (it wrote the file, or read it whole)
+/// or not, as of the file's identity then (device, inode, size, modification time). The rotation counts only valid
+/// files toward --keep: it kept the newest files by step alone, so a resume past a truncated step 10 deleted the
+/// valid step 9 at its next checkpoint and kept the bad file (a second damaged file then left nothing to resume
+/// from). A file the process knows nothing of is read whole before it is counted, so a requeued process, which
+/// never read the damaged newer file, judges it too.
+struct Verdict {
+  bool valid = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0;
+};
+std::map<std::string, Verdict> g_checkpoint_verdicts;
 
 std::string checkpoint_key(const fs::path& p) {
   std::error_code ec;
   const fs::path c = fs::weakly_canonical(p, ec);
   return ec ? p.string() : c.string();
+}
+
+bool identity_of(const fs::path& p, Verdict* v) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return false;
+  v->dev = st.st_dev;
+  v->ino = st.st_ino;
+  v->size = st.st_size;
+  v->mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return true;
+}
+
+void remember_checkpoint(const fs::path& p, bool valid) {
+  Verdict v;
+  v.valid = valid;
+  if (!identity_of(p, &v)) return;
+  std::lock_guard<std::mutex> g(g_locks_mutex);
+  g_checkpoint_verdicts[checkpoint_key(p)] = v;
+}
+
+/// Whether `p` is a valid checkpoint: what this process knows of the file as it is now, else read whole (and
+/// remembered).
+bool checkpoint_is_valid(const fs::path& p) {
+  Verdict now;
+  if (!identity_of(p, &now)) return false;
+  {
+    std::lock_guard<std::mutex> g(g_locks_mutex);
+    const auto it = g_checkpoint_verdicts.find(checkpoint_key(p));
+    if (it != g_checkpoint_verdicts.end() && it->second.dev == now.dev && it->second.ino == now.ino &&
+        it->second.size == now.size && it->second.mtime_ns == now.mtime_ns)
+      return it->second.valid;
+  }
+  bool valid = true;
+  try {
+    (void)read_checkpoint(p.string());
+  } catch (const std::exception&) {
+    valid = false;
+  }
+  remember_checkpoint(p, valid);
+  return valid;
 }
 
 std::string lock_key(const std::string& dir) {
@@ -770,10 +821,7 @@ std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckp
   const std::string name = checkpoint_file_name(ckpt.state.step);
   const fs::path file = fs::path(dir) / name;
   replace_entry(file, ckpt);
-  {
-    std::lock_guard<std::mutex> g(g_locks_mutex);
-    g_invalid_checkpoints.erase(checkpoint_key(file));  // a step written again is valid
-  }
+  remember_checkpoint(file, true);
   // latest.h5 → the new file: a fresh symlink renamed over the old one (rename is atomic), updated last.
   const fs::path latest = fs::path(dir) / kLatestCheckpoint;
   const fs::path tmp_link = temporary_name(latest.string());
@@ -783,20 +831,15 @@ std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckp
   fs::rename(tmp_link, latest, ec);
   RN_CHECK_CTX(!ec, latest.string(), "cannot replace the latest.h5 symlink: {}", ec.message());
   fsync_path(dir, true);
-  // Keep the newest `keep` valid ones: one the resume search found invalid is not counted, and goes once `keep`
+  // Keep the newest `keep` valid ones (checkpoint_is_valid): an invalid one is not counted, and goes once `keep`
   // valid ones are newer (never a valid one for it). Temporaries of writers that are gone (a crash, kill -9) go too.
   // A temporary is stale only when its writer process no longer exists on this host: another live run's file is
   // never touched.
   std::size_t kept = 0;
   for (const auto& [step, path] : checkpoints_in(dir)) {
     (void)step;
-    bool invalid = false;
-    {
-      std::lock_guard<std::mutex> g(g_locks_mutex);
-      invalid = g_invalid_checkpoints.count(checkpoint_key(path)) > 0;
-    }
     if (kept < static_cast<std::size_t>(keep)) {
-      if (!invalid) ++kept;
+      if (checkpoint_is_valid(path)) ++kept;
     } else if (path.filename() != name) {
       fs::remove(path, ec);
     }
@@ -851,15 +894,13 @@ std::string find_latest_checkpoint(const std::string& dir, const std::function<v
     const fs::path target = fs::weakly_canonical(latest, ec);
     try {
       Checkpoint c = read_checkpoint(target.string());
+      remember_checkpoint(target, true);
       if (found) *found = std::move(c);
       return target.string();
     } catch (const std::exception& e) {
       skip(fmt::format("skipping {} ({}): {}", latest.string(), target.string(), e.what()));
       tried = checkpoint_key(target);
-      if (is_checkpoint_file_name(target.filename().string())) {
-        std::lock_guard<std::mutex> g(g_locks_mutex);
-        g_invalid_checkpoints.insert(tried);
-      }
+      remember_checkpoint(target, false);
     }
   }
   for (const auto& [step, path] : checkpoints_in(dir)) {
@@ -868,12 +909,12 @@ std::string find_latest_checkpoint(const std::string& dir, const std::function<v
     if (key == tried) continue;  // latest.h5's target, read once (a relative --checkpoint-dir read it twice)
     try {
       Checkpoint c = read_checkpoint(path.string());
+      remember_checkpoint(path, true);
       if (found) *found = std::move(c);
       return path.string();
     } catch (const std::exception& e) {
       skip(fmt::format("skipping {}: {}", path.string(), e.what()));
-      std::lock_guard<std::mutex> g(g_locks_mutex);
-      g_invalid_checkpoints.insert(key);
+      remember_checkpoint(path, false);
     }
   }
   return {};

@@ -32,6 +32,7 @@ int cpu_threads() { return cpu::num_threads(); }
 int cpu_affinity_count() { return cpu::affinity_cpu_count(); }
 void set_cpu_winograd(bool on) { cpu::set_conv2d_winograd(on); }
 bool cpu_winograd() { return cpu::conv2d_winograd() && cpu::conv2d_winograd_available(); }
+bool cpu_winograd_requested() { return cpu::conv2d_winograd(); }
 const char* cpu_vector_isa() { return cpu::vector_isa_name(cpu::vector_isa()); }
 bool cpu_openblas_available() { return cpu::openblas_available(); }
 

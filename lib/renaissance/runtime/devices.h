@@ -24,6 +24,8 @@ bool cpu_openblas_available();
 /// whether plans take them, i.e. the setting is on and this CPU has the kernels (AVX-512 with oneDNN).
 void set_cpu_winograd(bool on);
 bool cpu_winograd();
+/// The setting alone (--cpu-winograd, else RENAISSANCE_CPU_WINOGRAD, else on), whatever this CPU has.
+bool cpu_winograd_requested();
 /// The instruction-set level of the CPU backend's element-wise kernels: "avx512", "avx2" or "generic"
 /// (cpu::vector_isa: the best this build and CPU have, or RENAISSANCE_CPU_ISA's).
 const char* cpu_vector_isa();

@@ -288,6 +288,11 @@ Matched match_state(const plan::CompiledPlan& cp, const TrainOptions& o, const I
   m.same_optimizer = !weights_only && s.optimizer == plan::optimizer_name(o.optimizer);
   std::map<std::string, std::vector<const io::NamedTensor*>> file_groups;
   for (const io::NamedTensor& nt : st.tensors) file_groups[nt.group].push_back(&nt);
+  // A file whose model reads images of other channels (its recorded arch plan says so): under AMP both first convs
+  // are padded to 8 channels, so 3-channel weights fitted a 1-channel model shape for shape and loaded.
+  RN_CHECK_CTX(st.input_channels == 0 || st.input_channels == cp.arch.input_channels, path,
+               "{} was written for a model of {}-channel images; model '{}' reads {}-channel images", noun,
+               st.input_channels, model, cp.arch.input_channels);
   // Evaluating the EMA of a run that kept none would score the plain weights under the EMA's name.
   RN_CHECK_CTX(!weights_only || !o.ema || !file_groups["ema"].empty(), path,
                "--ema: {} has no EMA weights (its run was without --ema); score it without --ema", noun);
@@ -321,26 +326,22 @@ Matched match_state(const plan::CompiledPlan& cp, const TrainOptions& o, const I
             "tensor /{}/{} of model '{}' is missing from {}, which was written for model '{}' (a different "
             "architecture?)",
             group, name, model, noun, s.model);
-      // The first conv across AMP settings (an AMP plan pads its input channels to 8): the writer's model reads
-      // images of as many channels as this one, and each side's channels are those or their AMP padding (weights of
-      // a 3-channel model were cut to the first channel of a 1-channel one, or zero-padded the other way, and scored
-      // with exit 0).
+      // The first conv across AMP settings (an AMP plan pads its input channels to 8): each side's channels are the
+      // data's or their AMP padding, nothing else (weights of a 3-channel model were cut to the first channel of a
+      // 1-channel one, or zero-padded the other way, and scored with exit 0; a file that records its model's
+      // channels is checked whole above).
       const std::int64_t data_c = cp.arch.input_channels;
-      const bool same_data = st.input_channels == 0 || st.input_channels == data_c;
       const auto amp_channels = [&](std::int64_t c) {
         return c == data_c || c == align_up(data_c, kAmpInputChannelAlign);
       };
       const bool pad_channels = src->shape != t.shape && is_first_conv(t.region) && (s.amp != o.amp || weights_only) &&
                                 src->shape.n == t.shape.n && src->shape.h == t.shape.h && src->shape.w == t.shape.w &&
-                                same_data && amp_channels(src->shape.c) && amp_channels(t.shape.c);
+                                amp_channels(src->shape.c) && amp_channels(t.shape.c);
       if (src->shape != t.shape && !pad_channels)
-        return fmt::format("tensor /{}/{} has shape {} in {}{} (model '{}') but model '{}' needs {} ({})", group, name,
-                           src->shape.str(), noun, by_position ? fmt::format(" (as /{}/{})", from, src->name) : "",
-                           s.model, model, t.shape.str(),
-                           same_data
-                               ? std::string("a different architecture?")
-                               : fmt::format("the file's model reads {}-channel images, this one {}-channel images",
-                                             st.input_channels, data_c));
+        return fmt::format(
+            "tensor /{}/{} has shape {} in {}{} (model '{}') but model '{}' needs {} (a different architecture?)",
+            group, name, src->shape.str(), noun, by_position ? fmt::format(" (as /{}/{})", from, src->name) : "",
+            s.model, model, t.shape.str());
       RN_CHECK(t.dtype == DType::F32, "internal: checkpoint tensor '{}' is {}, not F32", t.name, dtype_name(t.dtype));
       m.loads.push_back({&t, src});
     }
