@@ -110,15 +110,19 @@ chmod +x rank_wrapper.sh
 # rank1_fails OPT VAL MESSAGE ARGS...: `renaissance ARGS` on 2 ranks, rank 1 with OPT's value VAL, exits 1 and every
 # rank reports "data-parallel run: MESSAGE" (a grep pattern).
 rank1_fails() {
-  local opt=$1 val=$2 message=$3 rc r
+  local opt=$1 val=$2 message=$3
   shift 3
   RANK1_OPT=$opt RANK1_VAL=$val launch2 ./rank_wrapper.sh "$@" >out.txt 2>&1
-  rc=$?
+  both_reported $? "$opt on rank 1" "$message"
+}
+# both_reported RC LABEL MESSAGE: the launch (its output in out.txt) exited 1 and both ranks said
+# "data-parallel run: MESSAGE".
+both_reported() {
+  local rc=$1 label=$2 message=$3 r
   cat out.txt
-  ((rc == 1)) || fail "$opt on rank 1: exit $rc, not 1"
+  ((rc == 1)) || fail "$label: exit $rc, not 1"
   for r in 0 1; do
-    grep -q "error: rank $r/2: data-parallel run: $message" out.txt ||
-      fail "$opt on rank 1: rank $r did not report the difference"
+    grep -q "error: rank $r/2: data-parallel run: $message" out.txt || fail "$label: rank $r did not report the difference"
   done
 }
 # rank1_differs OPT VAL WHAT ARGS...: every rank reports "WHAT differs between ranks: rank 1's copy".
@@ -332,13 +336,8 @@ PYEOF
     # shellcheck disable=SC2086
     timeout 60 "$MPIEXEC" -n 1 env RENAISSANCE_CPU_WINOGRAD=off "$CLI" $T : -n 1 env -u RENAISSANCE_CPU_WINOGRAD "$CLI" $T \
       >out.txt 2>&1
-    rc=$?
-    cat out.txt
-    ((rc == 1)) || fail "RENAISSANCE_CPU_WINOGRAD=off on rank 0 only: exit $rc, not 1"
-    for r in 0 1; do
-      grep -q "error: rank $r/2: data-parallel run: the configuration of rank 1 differs from rank 0's: .*cpu winograd is false on rank 0 but true on rank 1" out.txt ||
-        fail "RENAISSANCE_CPU_WINOGRAD=off on rank 0 only: rank $r did not report it"
-    done
+    both_reported $? "RENAISSANCE_CPU_WINOGRAD=off on rank 0 only" \
+      "the configuration of rank 1 differs from rank 0's: .*cpu winograd is false on rank 0 but true on rank 1"
     # The same usage error on both ranks is said once, by rank 0 (exit 2).
     launch2 "$CLI" "${TRAIN[@]}" --bogus-option >out.txt 2>&1
     rc=$?
