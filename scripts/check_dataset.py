@@ -47,8 +47,14 @@ def open_idx(path):
 
 
 def read_idx(path, expect_magic):
-    with open_idx(path) as f:
-        data = f.read()
+    """The idx file's array; ValueError naming the file when it is missing, truncated or not that idx file."""
+    try:
+        with open_idx(path) as f:
+            data = f.read()
+    except (OSError, EOFError, zlib.error) as e:  # missing, unreadable, a truncated or damaged .gz
+        raise ValueError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})")
+    if len(data) < 4 or len(data) < 4 + 4 * data[3]:
+        raise ValueError(f"{path}: {len(data)} bytes, shorter than an idx header")
     magic = struct.unpack(">I", data[:4])[0]
     if magic != expect_magic:
         raise ValueError(f"{path}: magic {magic}, expected {expect_magic}")
@@ -100,6 +106,39 @@ class Store:
         return zlib.crc32(lab, zlib.crc32(self.images[a:b].tobytes()))
 
 
+def structure_errors(f):
+    """What the checks below read, missing or unusable: each a FAIL line, not a KeyError or ZeroDivision traceback."""
+    errs = [f"no '{k}' attribute" for k in ("num_classes", "mean", "std") if k not in f.attrs]
+    try:
+        version = int(f.attrs.get("version", -1))
+    except (TypeError, ValueError):
+        return errs + [f"version attribute is {f.attrs.get('version')!r}, not a number"]
+    storage = text(f.attrs.get("storage", "raw"))
+    if storage == "jpeg" and "channels" not in f.attrs:
+        errs.append("a JPEG store without a 'channels' attribute")
+    for split in ("train", "val"):
+        if not isinstance(f.get(split), h5py.Group):
+            errs.append(f"no /{split} split")
+            continue
+        need = ["labels"] + (["jpeg", "offsets", "shapes"] if storage == "jpeg" else ["images"])
+        need += ["checksums"] if version >= 2 else []
+        for name in need:
+            if not isinstance(f[split].get(name), h5py.Dataset):
+                why = f" (version {version} files have one)" if name == "checksums" else ""
+                errs.append(f"no /{split}/{name}{why}")
+        sums = f[split].get("checksums")
+        if version >= 2 and isinstance(sums, h5py.Dataset):
+            block = sums.attrs.get("block_samples")
+            if block is None:
+                errs.append(f"/{split}/checksums has no block_samples attribute")
+            elif np.asarray(block).size != 1 or int(np.asarray(block).reshape(-1)[0]) < 1:
+                errs.append(f"/{split}/checksums: block_samples is {block!r}, not a count >= 1")
+        images = f[split].get("images")
+        if storage != "jpeg" and isinstance(images, h5py.Dataset) and images.ndim != 4:
+            errs.append(f"/{split}/images has {images.ndim} dimensions, not [N, H, W, C]")
+    return errs
+
+
 def generic_checks(f, check):
     """Format, structure, content checksums, mean/std: what holds for every dataset."""
     fmt = text(f.attrs.get("format"))
@@ -126,6 +165,12 @@ def generic_checks(f, check):
             check(d.dtype == np.uint8 and d.ndim == 4, f"/{split}/images not uint8 [N,H,W,C]")
             check(d.chunks is not None and d.fletcher32, f"/{split}/images not chunked with Fletcher32")
             check(len(st.images) == len(st), f"/{split}: {len(st.images)} images, {len(st)} labels")
+            tr = f["train/images"]
+            # One image shape for the whole file (the network's input): 32x32 val images under 28x28 train ones
+            # were reported consistent.
+            check(d.shape[1:] == tr.shape[1:] and d.dtype == tr.dtype,
+                  f"/{split}/images are {list(d.shape[1:])} {d.dtype}, /train/images {list(tr.shape[1:])} {tr.dtype} "
+                  "(H, W, C): the splits differ")
         if version >= 2:
             sums = f[f"{split}/checksums"]
             block = int(sums.attrs["block_samples"])
@@ -137,6 +182,8 @@ def generic_checks(f, check):
                   f"{'match' if not bad and len(want) == len(sums) else 'DIFFER'}")
     # mean/std over the train split's pixels as a reader sees them.
     tr = stores["train"]
+    if not check(len(tr) > 0, "/train is empty"):
+        return stores
     if storage == "jpeg":
         s1 = s2 = 0
         n = 0
@@ -152,8 +199,11 @@ def generic_checks(f, check):
     else:
         x = tr.images.astype(np.float64) / 255.0
         mean, std = x.mean(axis=(0, 1, 2)), x.std(axis=(0, 1, 2))
-    ok = check(np.allclose(f.attrs["mean"], mean, atol=1e-5), f"mean {f.attrs['mean']} != {mean}")
-    ok &= check(np.allclose(f.attrs["std"], std, atol=1e-5), f"std {f.attrs['std']} != {std}")
+
+    def close(a, b):  # one value per channel (allclose broadcast 2 values against 3 channels into a traceback)
+        return np.shape(a) == np.shape(b) and np.allclose(a, b, atol=1e-5)
+    ok = check(close(f.attrs["mean"], mean), f"mean {f.attrs['mean']} != {mean}")
+    ok &= check(close(f.attrs["std"], std), f"std {f.attrs['std']} != {std}")
     print(f"mean {mean}, std {std} {'match' if ok else 'DIFFER from'} the attributes")
     return stores
 
@@ -195,6 +245,9 @@ def torchvision_resize_center_crop(im, size):
 
 def folder_compare(f, stores, root, check):
     from PIL import Image
+    if not check(os.path.isdir(os.path.join(root, "train")), f"{root}: no train/ directory (an ImageFolder tree is "
+                                                             "train/<class>/*, val/<class>/*)"):
+        return
     classes, listing = image_folder_listing(root)
     names = [text(n) for n in f.attrs.get("class_names", [])]
     check(names == classes, f"class_names {names[:3]}... differ from the folders {classes[:3]}...")
@@ -210,7 +263,12 @@ def folder_compare(f, stores, root, check):
                 bad += 1
                 check(False, f"/{split} sample {i} ({path}): label {st.labels[i]}, folder says {k}")
                 continue
-            im = Image.open(path)
+            try:
+                im = Image.open(path)
+            except OSError as e:  # a file the importer could not have read either
+                bad += 1
+                check(False, f"/{split} sample {i} ({path}): Pillow cannot read it ({e})")
+                continue
             if storage == "raw":
                 c = f[f"{split}/images"].shape[3]
                 ref = torchvision_resize_center_crop(im.convert("L" if c == 1 else "RGB"), f[f"{split}/images"].shape[1])
@@ -252,6 +310,17 @@ def folder_compare(f, stores, root, check):
 
 def cifar_compare(f, stores, tarball, check):
     """The loading code of the CIFAR web page: pickle.load(fo, encoding='bytes')."""
+    if not check(stores["train"].storage == "raw", "a JPEG store: --cifar compares raw pixels"):
+        return
+    try:
+        cifar_members(f, stores, tarball, check)
+    except (tarfile.TarError, OSError, EOFError, zlib.error, pickle.UnpicklingError, KeyError, ValueError,
+            TypeError) as e:  # not a tarball, a member missing, a pickle of something else
+        why = "not a tar archive" if isinstance(e, tarfile.ReadError) else f"{type(e).__name__}: {e}"
+        check(False, f"{tarball}: not a cifar-10/100-python tarball ({why.splitlines()[0]})")
+
+
+def cifar_members(f, stores, tarball, check):
     with tarfile.open(tarball) as t:
         members = {os.path.basename(m.name): m for m in t.getmembers() if m.isfile()}
         c10 = "data_batch_1" in members
@@ -279,9 +348,19 @@ def cifar_compare(f, stores, tarball, check):
 
 
 def idx_compare(f, stores, idx_dir, check, labels_seen):
+    raw = stores["train"].storage == "raw"
+    if not check(raw, "a JPEG store: --idx-dir compares raw pixels (`data import fashion-mnist` writes raw stores)"):
+        return
     for split, prefix in SPLITS.items():
-        images = read_idx(os.path.join(idx_dir, f"{prefix}-images-idx3-ubyte.gz"), 2051)
-        labels = read_idx(os.path.join(idx_dir, f"{prefix}-labels-idx1-ubyte.gz"), 2049)
+        try:
+            images = read_idx(os.path.join(idx_dir, f"{prefix}-images-idx3-ubyte.gz"), 2051)
+            labels = read_idx(os.path.join(idx_dir, f"{prefix}-labels-idx1-ubyte.gz"), 2049)
+        except ValueError as e:
+            check(False, str(e))
+            continue
+        if not check(images.ndim == 3 and labels.ndim == 1 and len(images) == len(labels),
+                     f"{idx_dir}: {prefix} images {list(images.shape)} and labels {list(labels.shape)} do not pair up"):
+            continue
         st = stores[split]
         n_errors = len(ERRORS)
         want = images.shape + (1,)
@@ -331,17 +410,30 @@ def main():
             ERRORS.append(msg)
         return cond
 
-    with h5py.File(args.file, "r") as f:
+    try:
+        f = h5py.File(args.file, "r")
+    except OSError as e:
+        print(f"FAIL: {args.file}: not an HDF5 file ({str(e).splitlines()[0] if str(e) else type(e).__name__})",
+              file=sys.stderr)
+        return 1
+    with f:
+        missing = structure_errors(f)
+        for e in missing:
+            print(f"FAIL: {args.file}: {e}", file=sys.stderr)
+        if missing:
+            return 1
         num_classes = int(f.attrs["num_classes"])
         stores = generic_checks(f, check)
         labels_seen = []
         expected_classes = args.num_classes
         if args.idx_dir:
             idx_compare(f, stores, args.idx_dir, check, labels_seen)
-            expected_classes = expected_classes or int(max(l.max() for l in labels_seen)) + 1
+            if labels_seen and all(len(y) for y in labels_seen):
+                expected_classes = expected_classes or int(max(y.max() for y in labels_seen)) + 1
         elif args.folder:
             folder_compare(f, stores, args.folder, check)
-            expected_classes = expected_classes or len(image_folder_listing(args.folder)[0])
+            if os.path.isdir(os.path.join(args.folder, "train")):
+                expected_classes = expected_classes or len(image_folder_listing(args.folder)[0])
         elif args.cifar:
             cifar_compare(f, stores, args.cifar, check)
         if expected_classes:

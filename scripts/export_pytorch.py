@@ -26,11 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import renaissance_models as rm  # noqa: E402
 
 
-def build_state_dict(attrs, tensors, layout, ema):
-    arch = rm.arch_from_yaml(attrs["arch_plan"])
+def build_state_dict(path, attrs, tensors, layout, ema):
+    arch = rm.arch_from_yaml(rm.arch_plan_text(path, attrs))
     layers, classes, in_c = rm.model_info(arch)
-    layout = rm.pick_layout(layers, layout)
-    model = rm.torch_model(layers, classes, in_c, layout)
+    layout, model = rm.pick_model(layers, classes, in_c, layout)
     names = rm.module_names(layers, layout)
     step = int(attrs.get("step", "0") or 0)
     sd = {}
@@ -42,13 +41,13 @@ def build_state_dict(attrs, tensors, layout, ema):
             raise SystemExit(f"layer {l['name']} ({l['kind']}) has no place in the {layout} layout")
         for tname, pname in rm.TENSOR_ROLES[l["kind"]]:
             group = rm.tensor_group(tname)
+            if l["kind"] == "Conv" and tname == "b" and not l.get("params", {}).get("bias", False):
+                continue  # convs without bias (the default): before the /ema lookup, which has no such tensor either
             key = (group, f"{l['name']}.{tname}")
             if ema and group == "params":
                 if ("ema", key[1]) not in tensors:
                     raise SystemExit(f"--ema: the file has no /ema/{key[1]} (train with --ema)")
                 key = ("ema", key[1])
-            if l["kind"] == "Conv" and tname == "b" and not l.get("params", {}).get("bias", False):
-                continue  # convs without bias (the default)
             if key not in tensors:
                 raise SystemExit(f"the file has no /{key[0]}/{key[1]}")
             sd[f"{prefix}.{pname}"] = rm.torch.from_numpy(rm.to_torch(l, tname, tensors[key], layers, i))
@@ -58,7 +57,7 @@ def build_state_dict(attrs, tensors, layout, ema):
     if missing or unexpected:
         raise SystemExit(f"state_dict does not fit the {type(model).__name__}: missing {missing}, unexpected "
                          f"{unexpected}")
-    return model, sd, layout
+    return model, sd, layout, classes
 
 
 def main():
@@ -66,7 +65,8 @@ def main():
     ap.add_argument("weights", help="Renaissance weights/checkpoint HDF5 (renaissance train --save)")
     ap.add_argument("--out", required=True, help="state_dict file to write (.pt)")
     ap.add_argument("--layout", choices=["auto", "torchvision", "renaissance"], default="auto",
-                    help="auto: torchvision keys for ResNets and fmnist_cnn, else Renaissance layer names")
+                    help="auto: torchvision keys where a torchvision-style twin (ResNet, fmnist_cnn) computes exactly "
+                    "what the plan does, else Renaissance layer names")
     ap.add_argument("--ema", action="store_true", help="export the EMA weights (/ema) instead of /params")
     ap.add_argument("--print-model", action="store_true", help="print the PyTorch module")
     ap.add_argument("--check-logits", metavar="LOGITS_H5",
@@ -79,48 +79,73 @@ def main():
     rm.refuse_same_file(args.out, {"the weights": args.weights, "--data": args.data, "--check-logits": args.check_logits})
     if os.path.isdir(args.out) or not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         raise SystemExit(f"{args.out}: --out must be a file in an existing directory")
+    if args.check_logits:  # before any work: a check that cannot run is an error, not a traceback after the export
+        if not args.data:
+            raise SystemExit("--check-logits needs --data")
+        rm.check_device(args.device)
     attrs, tensors = rm.read_weights(args.weights)
-    model, sd, layout = build_state_dict(attrs, tensors, args.layout, args.ema)
-    rm.torch.save(sd, args.out)
+    model, sd, layout, classes = build_state_dict(args.weights, attrs, tensors, args.layout, args.ema)
+    # The reference read before --out is written: logits that cannot be compared are an error without an export.
+    ref = reference(args.check_logits, args.data, classes) if args.check_logits else None
+    try:
+        rm.torch.save(sd, args.out)
+    except OSError as e:
+        raise SystemExit(f"{args.out}: cannot write it ({e.strerror or e})")
     print(f"{args.weights}: model '{attrs.get('model')}' step {attrs.get('step')} -> {args.out} "
           f"({len(sd)} tensors, {layout} layout, {type(model).__name__})")
     if args.print_model:
         print(model)
-    if args.check_logits:
-        if not args.data:
-            raise SystemExit("--check-logits needs --data")
-        sys.exit(check_logits(model, args.check_logits, args.data, args.device, args.tolerance))
+    if ref:
+        sys.exit(check_logits(model, ref, args.device, args.tolerance))
 
 
-def check_logits(model, logits_path, data_path, device, tolerance):
-    import h5py
+def reference(logits_path, data_path, classes):
+    """(logits, labels, images, mean, std, split, data path) of a `renaissance predict --out` file and the dataset it
+    ran on, checked to fit each other and a model of `classes` outputs."""
     import numpy as np
-    torch = rm.torch
     for path in (logits_path, data_path):
         if not os.path.isfile(path):
             raise SystemExit(f"{path}: no such file")
-    with h5py.File(logits_path, "r") as f:
+    with rm.open_h5(logits_path, "logits file") as f:
         if rm._text(f.attrs.get("format", "")) != "renaissance-logits":
             raise SystemExit(f"{logits_path}: not a `renaissance predict --out` file")
+        missing = [k for k in ("split", "first") if k not in f.attrs] + [k for k in ("logits", "labels") if k not in f]
+        if missing:
+            raise SystemExit(f"{logits_path}: no {', '.join(missing)}: not a complete `renaissance predict --out` file")
         ref = np.asarray(f["logits"][...], np.float32)
         labels = np.asarray(f["labels"][...])
         split = rm._text(f.attrs["split"])
         first = int(f.attrs["first"])
-    with h5py.File(data_path, "r") as d:
+    if ref.ndim != 2 or ref.shape[0] == 0:
+        raise SystemExit(f"{logits_path}: logits of shape {list(ref.shape)}: no samples to compare")
+    if labels.shape != (ref.shape[0],):
+        raise SystemExit(f"{logits_path}: {labels.size} labels for {ref.shape[0]} rows of logits")
+    if ref.shape[1] != classes:
+        raise SystemExit(f"{logits_path}: {ref.shape[1]} logits per sample, the model gives {classes}: the logits of "
+                         "another model")
+    with rm.open_h5(data_path, "dataset") as d:
         if split not in d or "images" not in d[split] or d[split]["images"].ndim != 4:
             raise SystemExit(f"{data_path}: no raw /{split}/images (a JPEG store cannot be checked here: import the "
                              "images as a raw store, `data import ... --store raw`)")
+        if "labels" not in d[split] or "mean" not in d.attrs or "std" not in d.attrs:
+            raise SystemExit(f"{data_path}: no /{split}/labels or mean/std attributes: not a Renaissance dataset")
         count = d[split]["images"].shape[0]
         if first + ref.shape[0] > count:
             raise SystemExit(f"{logits_path}: samples [{first}, {first + ref.shape[0]}) of {split}, but {data_path} "
                              f"has {count}: not the dataset the logits were computed on")
         images = d[split]["images"][first:first + ref.shape[0]]
-        mean, std = d.attrs["mean"], d.attrs["std"]
+        mean, std = np.atleast_1d(d.attrs["mean"]), np.atleast_1d(d.attrs["std"])
         if not (np.asarray(d[split]["labels"][first:first + ref.shape[0]]) == labels).all():
             raise SystemExit(f"{logits_path}: its labels differ from {data_path}'s: not the dataset the logits were "
                              "computed on")
     if images.shape[3] != len(mean):
         raise SystemExit(f"{data_path}: {images.shape[3]} channels but {len(mean)} mean values")
+    return ref, labels, images, mean, std, split, data_path
+
+
+def check_logits(model, reference, device, tolerance):
+    torch = rm.torch
+    ref, labels, images, mean, std, split, data_path = reference
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     model = model.to(device).eval()

@@ -280,7 +280,10 @@ def run_case(case, args):
     zoo, model_file = CASES[case]
     tag = f"{case}_{'amp' if args.amp else 'fp32'}"
     out_dir = os.path.join(args.out, tag)
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:  # a file in the way, no permission
+        raise SystemExit(f"--out {args.out}: cannot make {out_dir} ({e.strerror or e})")
     ns = types.SimpleNamespace(like=None, renaissance=args.renaissance, model=zoo,
                                model_file=os.path.join(ROOT, model_file) if model_file else None,
                                classes=0, resolution=0, amp=args.amp)
@@ -382,6 +385,13 @@ def run_case(case, args):
           "".join(f"; {k} {v:.1e}" for k, v in sensitivity.items()))
 
 
+def positive(text):
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cases", nargs="*", default=list(CASES), help=f"cases to write (default: {' '.join(CASES)})")
@@ -391,11 +401,11 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="torch.manual_seed and the batch's random images")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--momentum", type=float, default=0.9)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=positive, default=10)
+    ap.add_argument("--batch", type=positive, default=32)
     ap.add_argument("--bn-momentum", type=float, default=0.1)
     ap.add_argument("--bn-eps", type=float, default=1e-5)
-    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads on the CPU")
+    ap.add_argument("--threads", type=positive, default=1, help="torch.set_num_threads on the CPU")
     ap.add_argument("--renaissance", help="the renaissance executable (default: build/app/renaissance, then "
                     "build-gpu/app/renaissance)")
     args = ap.parse_args()
@@ -404,6 +414,9 @@ def main():
         raise SystemExit(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
     if args.amp and not args.device.startswith("cuda"):
         raise SystemExit("--amp needs --device cuda (PyTorch's CPU autocast has no FP16)")
+    rm.check_device(args.device)  # before any file is written
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise SystemExit(f"--out {args.out}: not a directory (each case goes to OUT/<case>_<fp32|amp>/)")
     if not args.renaissance:  # import_pytorch.find_cli's places, and scripts/gpu-test's build directory
         gpu_build = os.path.join(ROOT, "build-gpu", "app", "renaissance")
         try:

@@ -26,6 +26,8 @@ import renaissance_models as rm  # noqa: E402
 
 def find_cli(explicit):
     if explicit:
+        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
+            raise SystemExit(f"--renaissance {explicit}: no such executable")
         return explicit
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for cand in ("build/app/renaissance", "build-interop/app/renaissance", "build/release/app/renaissance"):
@@ -41,7 +43,7 @@ def find_cli(explicit):
 def arch_yaml(args):
     if args.like:
         attrs, _ = rm.read_weights(args.like)
-        return attrs["arch_plan"]
+        return rm.arch_plan_text(args.like, attrs)
     cmd = [find_cli(args.renaissance), "plan", "--yaml"]
     cmd += ["--model-file", args.model_file] if args.model_file else ["--model", args.model]
     if args.classes:
@@ -50,7 +52,10 @@ def arch_yaml(args):
         cmd += ["--resolution", str(args.resolution)]
     if args.amp:
         cmd += ["--amp"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:  # not executable after all (a directory, no permission, a foreign binary)
+        raise SystemExit(f"{cmd[0]}: cannot run it ({e.strerror or e})")
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr.strip()}")
     return r.stdout
@@ -69,6 +74,8 @@ def write_weights(path, tensors, attrs):
                 g = f.require_group(group)
                 g.create_dataset(name, data=value.astype("<f4"), chunks=value.shape, fletcher32=True)
         os.replace(tmp, path)
+    except OSError as e:  # an unwritable directory, a full disk
+        raise SystemExit(f"{path}: cannot write it ({e.strerror or str(e).splitlines()[0]})")
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -97,6 +104,12 @@ def main():
     torch = rm.torch
     if not os.path.isfile(args.state_dict):
         raise SystemExit(f"{args.state_dict}: no such file")
+    with open(args.state_dict, "rb") as f:
+        head = f.read(4)
+    # torch.save writes a zip archive (PyTorch >= 1.6), older versions a pickle (protocol 2: b"\x80\x02"); anything
+    # else (text, HDF5) gave torch's "invalid load key" under a misleading "not a plain state_dict".
+    if head != b"PK\x03\x04" and head[:1] != b"\x80":
+        raise SystemExit(f"{args.state_dict}: not a PyTorch file (torch.save writes a zip archive or a pickle)")
     # weights_only: tensors and plain containers only; a pickle that would run code (a crafted .pt ran os.system
     # here) or a whole pickled module is refused.
     try:
@@ -119,7 +132,15 @@ def main():
     text = arch_yaml(args)
     arch = rm.arch_from_yaml(text)
     layers, classes, in_c = rm.model_info(arch)
+    bad = [k for k in sd if not isinstance(k, str)]
+    if bad:
+        raise SystemExit(f"{args.state_dict}: key {bad[0]!r} is not a string: not a state_dict")
     layout = "renaissance" if any(k.startswith("mods.") for k in sd) else "torchvision"
+    if layout == "torchvision":  # torchvision keys come from a twin: this plan must compute what that twin does
+        twin, why = rm.torchvision_twin(layers, classes, in_c)
+        if twin is None:
+            raise SystemExit(f"{args.state_dict}: torchvision-layout keys, but no torchvision-style twin computes what "
+                             f"this model does ({why}): not this model's state_dict (export with --layout renaissance)")
     names = rm.module_names(layers, layout)
 
     # Shapes come from the Renaissance side: the conversions need them (padded first-conv channels under AMP).
@@ -134,9 +155,10 @@ def main():
                 continue
             if key not in sd:
                 raise SystemExit(f"{args.state_dict}: no '{key}' for Renaissance tensor {l['name']}.{tname}")
-            value = sd[key].detach().cpu().float().numpy()
+            value = plain_array(args.state_dict, key, sd[key])
             shape = renaissance_shape(l, tname)
-            out[(rm.tensor_group(tname), f"{l['name']}.{tname}")] = rm.from_torch(l, tname, value, shape, layers, i)
+            out[(rm.tensor_group(tname), f"{l['name']}.{tname}")] = rm.from_torch(
+                l, tname, value, shape, layers, i, key=f"{args.state_dict}: '{key}'")
             used.add(key)
     unused = [k for k in sd if k not in used and not k.endswith("num_batches_tracked")]
     if unused:
@@ -149,6 +171,23 @@ def main():
              "step": 0, "plan_hash": "imported", "source": os.path.basename(args.state_dict)}
     write_weights(args.out, out, attrs)
     print(f"{args.state_dict} ({layout} layout) -> {args.out}: {len(out)} tensors for model '{attrs['model']}'")
+
+
+def plain_array(path, key, t):
+    """A state_dict value as a float32 array: a dense floating-point tensor of finite values (a list, a sparse or
+    complex tensor was a traceback or lost its imaginary part; a NaN/Inf went into the file with exit 0)."""
+    torch = rm.torch
+    if not isinstance(t, torch.Tensor):
+        raise SystemExit(f"{path}: '{key}' is of type {type(t).__name__}, not a tensor")
+    if t.layout != torch.strided:
+        raise SystemExit(f"{path}: '{key}' is a {t.layout} tensor, not a dense one (save it with .to_dense())")
+    if not t.dtype.is_floating_point:
+        raise SystemExit(f"{path}: '{key}' is a {t.dtype} tensor, not a floating-point one")
+    value = t.detach().cpu().float().numpy()
+    if not rm.isfinite_all(value):
+        raise SystemExit(f"{path}: '{key}' holds a non-finite value (NaN, Inf or beyond float32's range: a diverged "
+                         "run's weights?)")
+    return value
 
 
 def renaissance_shape(layer, tname):

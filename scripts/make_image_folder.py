@@ -9,6 +9,8 @@
                       image, train/ and val/ (the t10k files), class folders named 0_T-shirt_top ... 9_Ankle_boot
                       (sorted names keep the label order).
 
+OUT must be new or empty: files of an earlier run would be imported with the new ones.
+
   scripts/make_image_folder.py imagenet-like /data/fake-imagenet --classes 1000 --train-per-class 50 --val-per-class 5
   scripts/make_image_folder.py fashion-mnist /tmp/fmnist-png --format png --train-limit 6000 --val-limit 1000
 
@@ -88,28 +90,47 @@ def imagenet_like(a):
           f"{total / 2**20:.1f} MiB, {total / max(n, 1) / 1024:.1f} KiB per image")
 
 
-def read_idx(path):
+IDX_MAGIC = {"images": (2051, 3), "labels": (2049, 1)}  # unsigned bytes, 3 or 1 dimensions
+
+
+def read_idx(path, kind):
+    """The uint8 array of an idx file of `kind` (images or labels), its header checked: a truncated file, a swapped
+    pair or a label file of other content was a numpy traceback or a KeyError mid-way."""
     op = gzip.open if path.endswith(".gz") else open
     try:
         with op(path, "rb") as f:
             data = f.read()
     except (OSError, EOFError) as e:
         raise SystemExit(f"make_image_folder: {path}: {getattr(e, 'strerror', None) or e}")
-    if len(data) < 8:
-        raise SystemExit(f"{path}: not an idx file ({len(data)} bytes)")
+    magic_want, ndim = IDX_MAGIC[kind]
+    if len(data) < 4 + 4 * ndim:
+        raise SystemExit(f"make_image_folder: {path}: not an idx {kind} file ({len(data)} bytes)")
     magic = struct.unpack(">I", data[:4])[0]
-    ndim = data[3]
+    if magic != magic_want:
+        other = [k for k, (m, _) in IDX_MAGIC.items() if m == magic]
+        raise SystemExit(f"make_image_folder: {path}: magic {magic}, not {magic_want} (idx {kind})"
+                         + (f": an idx {other[0]} file (images and labels swapped?)" if other else ""))
     dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    if magic not in (2049, 2051):
-        raise SystemExit(f"{path}: not an idx file (magic {magic})")
+    size = int(np.prod(dims, dtype=np.int64))
+    if len(data) - 4 - 4 * ndim != size:
+        raise SystemExit(f"make_image_folder: {path}: {len(data) - 4 - 4 * ndim} bytes of data, the header says "
+                         f"{' x '.join(map(str, dims))} = {size} (truncated?)")
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def fashion_mnist(a):
+    # Both splits' files read and checked before any image is written.
+    splits = []
     for split, prefix, limit in (("train", "train", a.train_limit), ("val", "t10k", a.val_limit)):
-        x = read_idx(os.path.join(a.src, f"{prefix}-images-idx3-ubyte.gz"))
-        y = read_idx(os.path.join(a.src, f"{prefix}-labels-idx1-ubyte.gz"))
-        n = len(y) if limit is None else min(limit, len(y))
+        xp, yp = (os.path.join(a.src, f"{prefix}-{k}-idx{d}-ubyte.gz") for k, d in (("images", 3), ("labels", 1)))
+        x, y = read_idx(xp, "images"), read_idx(yp, "labels")
+        if len(x) != len(y):
+            raise SystemExit(f"make_image_folder: {xp} has {len(x)} images, {yp} {len(y)} labels")
+        if len(y) and y.max() >= len(FMNIST_CLASSES):
+            raise SystemExit(f"make_image_folder: {yp}: label {y.max()} at index {int(y.argmax())}; Fashion-MNIST "
+                             f"has {len(FMNIST_CLASSES)} classes")
+        splits.append((split, x, y, len(y) if limit is None else min(limit, len(y))))
+    for split, x, y, n in splits:
         for k, name in enumerate(FMNIST_CLASSES):
             os.makedirs(os.path.join(a.out, split, f"{k}_{name}"), exist_ok=True)
         ext = "png" if a.format == "png" else "jpg"
@@ -152,9 +173,11 @@ def size(text):
 
 
 def check_out(path):
-    """OUT is a directory, or will be one: before any image is made."""
+    """OUT is an empty directory, or will be one: before any image is made."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise SystemExit(f"make_image_folder: {path}: exists and is not a directory")
+    if os.path.isdir(path) and os.listdir(path):  # the files of an earlier run would stay among the new ones
+        raise SystemExit(f"make_image_folder: {path}: exists and is not empty; give a new or empty directory")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise SystemExit(f"make_image_folder: {path}: the directory {parent} does not exist or is not writable")

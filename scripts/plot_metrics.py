@@ -8,7 +8,9 @@ in every panel (the metrics record the step at the end of each epoch). A series 
 each run has its colour, and train is a solid line with circles, validation dashed with squares, EMA dotted with
 triangles; per-step training losses (`train --loss-log FILE`, one per run, in the same order) are a thin line of the
 run's colour. The learning rate is the value at the end of each epoch, and per step where the loss log has it. The title is --title, else the run ids the
-files record (metrics lines carry `run_id` since issue 17), else the file names.
+files record (metrics lines carry `run_id` since issue 17; all of them, a resumed run's file has two), else the file
+names. A file is one run: a step that does not advance within a run_id (or a file without run ids) is refused as
+runs concatenated into one file.
 Needs matplotlib (Debian: python3-matplotlib); exits 77 when it is missing so CTest reports the test as skipped.
 """
 import argparse
@@ -37,7 +39,7 @@ def is_number(v, integer=False):
 
 
 def load_jsonl(path, required, what):
-    rows = []
+    rows, last = [], {}  # run_id -> (step, line) of its last line
     try:
         f = open(path, encoding="utf-8")
     except OSError as e:
@@ -63,12 +65,23 @@ def load_jsonl(path, required, what):
         for key in NUMBERS:
             if key in row and row[key] is not None and not is_number(row[key]):
                 sys.exit(f"plot_metrics: {path}:{n}: '{key}' must be a number, got {json.dumps(row[key])}")
+        if row.get("run_id") is not None and not isinstance(row["run_id"], str):
+            sys.exit(f"plot_metrics: {path}:{n}: 'run_id' must be a string, got {json.dumps(row['run_id'])}")
+        for key in required:  # every line: a later line without "step" was a KeyError while plotting
+            if key not in row:
+                sys.exit(f"plot_metrics: {path}:{n}: missing key '{key}' (is this a {what} file?)")
+        # A run records each step once, in order, and a resumed run's file keeps only the lines before its
+        # checkpoint (a requeued Slurm job keeps its run_id): a step that does not advance within one run_id (or
+        # within a file without run_ids) is runs concatenated into one file, which plotted as one zigzag line.
+        rid = row.get("run_id")
+        if rid in last and row["step"] <= last[rid][0]:
+            sys.exit(f"plot_metrics: {path}:{n}: step {row['step']} after step {last[rid][0]} (line {last[rid][1]})"
+                     f"{f' of run {rid}' if rid else ''}: several runs concatenated into one file? Give each run's "
+                     "file separately")
+        last[rid] = (row["step"], n)
         rows.append(row)
     if not rows:
         sys.exit(f"plot_metrics: {path}: empty (no {what})")
-    for key in required:
-        if key not in rows[0]:
-            sys.exit(f"plot_metrics: {path}: missing key '{key}' (is this a {what} file?)")
     return rows
 
 
@@ -80,11 +93,11 @@ def series(rows, key, scale=1.0):
 def make_figure(plt, MaxNLocator, runs, steps, labels, title_arg=None):
     """The figure: loss, accuracy and learning-rate panels; runs[i] (metrics rows) named labels[i], steps[i] its
     per-step loss log where given. tests/runtime/check_plot_metrics.py inspects what this returns."""
-    run_ids = []
+    run_ids = []  # every run id, in order: a resumed run's file has the ids of the run and its resumption
     for rows in runs:
-        rid = rows[-1].get("run_id")
-        if rid and rid not in run_ids:
-            run_ids.append(rid)
+        for rid in (r.get("run_id") for r in rows):
+            if rid and rid not in run_ids:
+                run_ids.append(rid)
     title = title_arg or (", ".join(run_ids) if run_ids else ", ".join(labels))
 
     fig, (ax_loss, ax_acc, ax_lr) = plt.subplots(1, 3, figsize=(15, 4.4))
@@ -135,8 +148,8 @@ def main():
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
         sys.exit(f"plot_metrics: --out {args.out}: the directory {out_dir} does not exist or is not writable")
-    for p in args.files + args.loss_log:
-        if os.path.exists(args.out) and os.path.samefile(p, args.out):
+    for p in args.files + args.loss_log:  # a missing input is load_jsonl's error, not samefile's traceback
+        if os.path.exists(args.out) and os.path.exists(p) and os.path.samefile(p, args.out):
             sys.exit(f"plot_metrics: --out {args.out} is the input {p}")
     runs = [load_jsonl(p, ("epoch", "step", "train_loss"), "`renaissance train --metrics`") for p in args.files]
     steps = [load_jsonl(p, ("step", "loss"), "`renaissance train --loss-log`") for p in args.loss_log]

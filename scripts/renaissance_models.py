@@ -14,7 +14,8 @@ Layouts (docs/interop.md):
 
 Two PyTorch layouts:
   * "torchvision": conv1/bn1/layerS.B.{conv1,bn1,...,downsample.0,downsample.1}/fc for ResNets (the keys of
-    torchvision.models.resnet*), conv1/bn1/conv2/.../fc for plain stacks such as fmnist_cnn;
+    torchvision.models.resnet*), conv1/bn1/conv2/.../fc for fmnist_cnn; only where that twin computes exactly what
+    the plan does (torchvision_twin compares them layer for layer);
   * "renaissance": an ArchPlanNet (any model) whose module names are the Renaissance layer names ('.' -> '_').
 """
 
@@ -90,7 +91,7 @@ def read_weights(path):
     if not os.path.isfile(path):
         raise SystemExit(f"{path}: no such file")
     verify_checksums(path)
-    with h5py.File(path, "r") as f:
+    with open_h5(path) as f:
         attrs = {k: _text(v) if isinstance(v, (bytes, str)) else str(np.asarray(v).reshape(-1)[0])
                  for k, v in f.attrs.items() if np.asarray(v).size == 1}
         if attrs.get("format") not in (WEIGHTS_FORMAT, "renaissance-checkpoint"):
@@ -107,10 +108,36 @@ def read_weights(path):
     return attrs, tensors
 
 
+def open_h5(path, what="file"):
+    """h5py.File(path, "r"), or SystemExit naming the file when it is missing or not HDF5 (h5py's OSError was a
+    traceback)."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"{path}: no such file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise SystemExit(f"{path}: not an HDF5 {what} ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+
+
+def arch_plan_text(path, attrs):
+    """The arch_plan attribute of a weights/checkpoint file: the layer structure every conversion needs."""
+    text = attrs.get("arch_plan")
+    if not text:
+        raise SystemExit(f"{path}: no arch_plan attribute (the ArchPlan YAML the layer names come from): not written "
+                         "by `renaissance train --save`, or by a Renaissance too old to record it")
+    return text
+
+
 def arch_from_yaml(text):
-    arch = yaml.safe_load(text)
+    try:
+        arch = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SystemExit(f"the arch_plan attribute is not valid YAML ({str(e).splitlines()[0]})")
     if not isinstance(arch, dict) or arch.get("format") != "renaissance-arch-plan":
         raise SystemExit("the arch_plan attribute is not a Renaissance ArchPlan")
+    missing = [k for k in ("layers", "input_channels", "num_classes") if k not in arch]
+    if missing or not isinstance(arch["layers"], list):
+        raise SystemExit(f"the arch_plan attribute lacks {missing or ['a layer list']}: not a complete ArchPlan")
     return arch
 
 
@@ -237,44 +264,52 @@ def to_torch(layer, tensor, value, layers, index):
     return np.ascontiguousarray(value.reshape(-1))
 
 
-def from_torch(layer, tensor, value, shape, layers, index):
-    """The inverse of to_torch: a PyTorch tensor back into the Renaissance shape `shape` (n, h, w, c)."""
+def torch_shape(layer, tensor, shape):
+    """The shape PyTorch gives the tensor whose Renaissance shape is `shape` (n, h, w, c): to_torch's result."""
     kind = layer["kind"]
+    if kind == "Conv" and tensor == "w":
+        logical = layer.get("params", {}).get("logical_in_c", 0) or 0
+        in_c = logical if logical and logical < shape[3] else shape[3]
+        return (shape[0], in_c, shape[1], shape[2])
+    if kind == "Fc" and tensor == "w":
+        return (shape[0], int(np.prod(shape[1:])))
+    return (int(np.prod(shape)),)
+
+
+def from_torch(layer, tensor, value, shape, layers, index, key=None):
+    """The inverse of to_torch: a PyTorch tensor back into the Renaissance shape `shape` (n, h, w, c). Its shape must
+    be exactly torch_shape's: a tensor of the same size but another shape (a 9x1 kernel for a 3x3, an fc weight
+    transposed) went in reshaped, exit 0."""
+    kind = layer["kind"]
+    key = key or f"{layer['name']}.{tensor}"
     value = np.asarray(value, dtype=np.float32)
+    want = torch_shape(layer, tensor, shape)
     if kind == "Conv" and tensor == "w":
         if value.ndim != 4:
-            raise SystemExit(f"{layer['name']}.w: a PyTorch tensor of shape {list(value.shape)}, not a 4-D conv weight")
+            raise SystemExit(f"{key}: a PyTorch tensor of shape {list(value.shape)}, not a 4-D conv weight "
+                             f"{list(want)}")
+        if value.shape[1] != want[1]:
+            # Only the channels an AMP plan's first conv pads (logical_in_c real ones, the rest zero) are filled in;
+            # elsewhere zeros hid a model of other channels (a 1-channel state_dict went into a 3-channel model).
+            raise SystemExit(f"{key}: {value.shape[1]} input channels in the state_dict, {want[1]} in the model "
+                             f"(shapes {list(value.shape)} and {list(want)}): not the same model "
+                             "(check --model/--classes/--resolution)")
+    if tuple(value.shape) != want:
+        raise SystemExit(f"{key}: shape {list(value.shape)} in the state_dict, the model's is {list(want)} (PyTorch "
+                         f"layout of Renaissance {layer['name']}.{tensor} {list(shape)}): not the same model "
+                         "(check --model/--classes/--resolution)")
+    if kind == "Conv" and tensor == "w":
         w = value.transpose(0, 2, 3, 1)  # OIHW -> OHWI
-        if w.shape[3] < shape[3]:
-            # Only the channels an AMP plan's first conv pads (logical_in_c real ones, the rest zero); elsewhere the
-            # zeros hid a model of other channels (a 1-channel state_dict went into a 3-channel model, exit 0).
-            logical = layer.get("params", {}).get("logical_in_c", 0) or 0
-            if w.shape[3] != logical:
-                raise SystemExit(f"{layer['name']}.w: {w.shape[3]} input channels in the state_dict, "
-                                 f"{logical or shape[3]} in the model: not the same model "
-                                 "(check --model/--classes/--resolution)")
+        if w.shape[3] < shape[3]:  # the AMP padding
             w = np.concatenate([w, np.zeros(w.shape[:3] + (shape[3] - w.shape[3],), np.float32)], axis=3)
-        if w.size != int(np.prod(shape)):
-            raise SystemExit(f"{layer['name']}.w: PyTorch shape {list(value.shape)} does not fit the model's "
-                             f"{list(shape)} (n, h, w, c): not the same model")
-        return np.ascontiguousarray(w.reshape(shape))
+        return np.ascontiguousarray(w)
     if kind == "Fc" and tensor == "w":
-        out = value.shape[0]
         src = _fc_source_hwc(layers, index)
         w = value
         if src:
             h, wd, c = src
-            if w.size != out * c * h * wd:
-                raise SystemExit(f"{layer['name']}.w: PyTorch shape {list(value.shape)} does not fit the model's "
-                                 f"{list(shape)}: not the same model (check --classes)")
-            w = w.reshape(out, c, h, wd).transpose(0, 2, 3, 1)
-        if w.size != int(np.prod(shape)):
-            raise SystemExit(f"{layer['name']}.w: PyTorch shape {list(value.shape)} does not fit the model's "
-                             f"{list(shape)}: not the same model (check --classes)")
+            w = w.reshape(shape[0], c, h, wd).transpose(0, 2, 3, 1)
         return np.ascontiguousarray(w.reshape(shape))
-    if value.size != int(np.prod(shape)):
-        raise SystemExit(f"{layer['name']}.{tensor}: PyTorch shape {list(value.shape)} does not fit the model's "
-                         f"{list(shape)}: not the same model")
     return np.ascontiguousarray(value.reshape(shape))
 
 
@@ -452,6 +487,37 @@ class ResNet(nn.Module):
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
+    def signature(self, h, w, c):
+        """What forward() computes, as plan_signature() writes a plan (torchvision_twin compares the two)."""
+        t = _Trace(h, w, c)
+        t.conv(self.conv1)
+        t.add("Bn2d")
+        t.add("Relu")
+        if isinstance(self.maxpool, nn.MaxPool2d):
+            t.pool(self.maxpool.kernel_size, self.maxpool.stride, self.maxpool.padding)
+        for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+            for b in stage:
+                block_in = t.cur
+                t.add("Add2Start")
+                if b.downsample is None:
+                    t.add("Identity")
+                else:
+                    t.conv(b.downsample[0])
+                    t.add("Bn2d")
+                t.cur = block_in
+                t.add("Add2ShortcutEnd", in_s=None)
+                convs = [b.conv1, b.conv2] + ([b.conv3] if isinstance(b, Bottleneck) else [])
+                for j, conv in enumerate(convs):
+                    t.conv(conv)
+                    t.add("Bn2d")
+                    if j < len(convs) - 1:
+                        t.add("Relu")
+                t.add("Add2End")
+                t.add("Relu")
+        t.add("Gap", out=(1, 1, t.cur[2]))
+        t.fc(self.fc)
+        return t.sig
+
 
 class FmnistCnn(nn.Module):
     """The zoo's fmnist_cnn: 3 x (conv3x3 + BN + ReLU), max-pools after the first two, flatten, fc."""
@@ -471,6 +537,19 @@ class FmnistCnn(nn.Module):
         x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2, 2)
         x = F.relu(self.bn3(self.conv3(x)))
         return self.fc(torch.flatten(x, 1))
+
+    def signature(self, h, w, c):
+        """What forward() computes, as plan_signature() writes a plan (torchvision_twin compares the two)."""
+        t = _Trace(h, w, c)
+        for conv, pool in ((self.conv1, True), (self.conv2, True), (self.conv3, False)):
+            t.conv(conv)
+            t.add("Bn2d")
+            t.add("Relu")
+            if pool:
+                t.pool(2, 2, 0)
+        t.add("Flatten", out=(1, 1, t.cur[0] * t.cur[1] * t.cur[2]))
+        t.fc(self.fc)
+        return t.sig
 
 
 class ArchPlanNet(nn.Module):
@@ -539,47 +618,117 @@ def _first_conv(layers):
     return -1
 
 
-def resnet_from_layers(layers, num_classes, in_channels):
-    """A ResNet whose stages, block kind, width and stem match the plain layers, or None."""
+# ---- which twin: what it computes, compared with the plan layer for layer ------------------------------------------
+
+def plan_signature(layers, in_channels):
+    """(kind, params, in (h, w, c), out (h, w, c)) of every plain layer up to the logits (a last SoftmaxCE, the loss,
+    left out), as the twins' signature() methods write what they compute."""
+    first, sig = _first_conv(layers), []
+    for i, l in enumerate(layers):
+        k, p = l["kind"], l.get("params") or {}
+        if k == "SoftmaxCE" and i == len(layers) - 1:
+            break
+        in_s, out_s, params = tuple(l["in"][1:]), tuple(l["out"][1:]), ()
+        if k == "Conv":
+            groups = p.get("groups", 1)
+            groups = l["in"][3] if groups in (0, -1) else groups  # the depthwise marker
+            params = (p["out_c"], p["k"], p["stride"], p["pad"], groups, bool(p.get("bias", False)))
+            if i == first and p.get("logical_in_c"):
+                in_s = in_s[:2] + (p["logical_in_c"],)  # AMP's zero padding channels, cut off in PyTorch
+        elif k == "MaxPool":
+            params = (p["k"], p["stride"], p["pad"])
+        elif k == "Fc":
+            params = (p["out"],)
+        if k == "Add2ShortcutEnd":
+            in_s = None  # plans record the shortcut's output or the block's input here; its out is the block's input
+        sig.append((k, params, in_s, out_s))
+    return sig
+
+
+class _Trace:
+    """A twin's forward() written as plan_signature() writes a plan (shapes by PyTorch's arithmetic, floor mode)."""
+
+    def __init__(self, h, w, c):
+        self.cur, self.sig = (h, w, c), []
+
+    def add(self, kind, params=(), out=None, in_s="cur"):
+        in_s = self.cur if in_s == "cur" else in_s
+        self.cur = out or self.cur
+        self.sig.append((kind, params, in_s, self.cur))
+
+    def conv(self, m):
+        h, w, _ = self.cur
+        k, s, p = m.kernel_size[0], m.stride[0], m.padding[0]
+        self.add("Conv", (m.out_channels, k, s, p, m.groups, m.bias is not None),
+                 (_conv_out(h, k, s, p), _conv_out(w, k, s, p), m.out_channels))
+
+    def pool(self, k, s, p):
+        h, w, c = self.cur
+        self.add("MaxPool", (k, s, p), (_conv_out(h, k, s, p), _conv_out(w, k, s, p), c))
+
+    def fc(self, m):  # on the flattened map: in_features must be what the plan's fc sees
+        self.add("Fc", (m.out_features,), (1, 1, m.out_features), in_s=(1, 1, m.in_features))
+
+
+def _resnet_guess(layers, num_classes, in_channels):
+    """The ResNet whose block kind, stage lengths, base width and stem the plan suggests (torchvision_twin then
+    compares it layer for layer), or a string saying why there is none."""
     segs = _segments(layers)
     blocks = [s for k, s in segs if k == "block"]
-    if not blocks:
-        return None
     stem = [s for k, s in segs if k == "layer" and s["kind"] == "Conv"]
     if len(stem) != 1:
-        return None
+        return f"{len(stem)} convolutions outside the residual blocks, a ResNet has one"
     main_convs = {sum(1 for l in b["main"] if l["kind"] == "Conv") for b in blocks}
     if main_convs not in ({2}, {3}):
-        return None
-    block = BasicBlock if main_convs == {2} else Bottleneck
+        return "residual blocks of neither 2 (basic) nor 3 (bottleneck) convolutions"
     counts, seen = [], False
-    for b in blocks:
+    for b in blocks:  # a stage starts at a projection shortcut (the first block's may be one too)
         projection = any(l["kind"] == "Conv" for l in b["shortcut"])
         if not counts or (seen and projection):
             counts.append(0)
         counts[-1] += 1
         seen = True
     if len(counts) != 4:
-        return None
+        return f"{len(counts)} stages, a torchvision ResNet has 4"
     p = stem[0]["params"]
-    small = p["k"] == 3 and p["stride"] == 1
-    return ResNet(block, counts, num_classes, in_channels, width=p["out_c"], small_stem=small)
+    return ResNet(BasicBlock if main_convs == {2} else Bottleneck, counts, num_classes, in_channels,
+                  width=p["out_c"], small_stem=p["k"] == 3)
+
+
+def _fmt(sig):
+    kind, params, in_s, out_s = sig
+    return f"{kind}{list(params) if params else ''} {list(in_s) if in_s else '?'} -> {list(out_s)}"
+
+
+def torchvision_twin(layers, num_classes, in_channels):
+    """(module, None) where a torchvision-keyed twin (ResNet, FmnistCnn) computes exactly what the plan does, layer
+    for layer (kinds, kernels, strides, pads, pools, activations, widths, shapes), else (None, why not): picked from
+    the tensor kinds and the first conv's width alone, a strided or tanh CNN became an FmnistCnn, a ResNet with other
+    strides, pools or widths a torchvision one, and the logits were wrong."""
+    if not layers:
+        return None, "no layers"
+    twin = (_resnet_guess(layers, num_classes, in_channels) if any(l["kind"] == "Add2Start" for l in layers)
+            else FmnistCnn(num_classes, in_channels))
+    if isinstance(twin, str):
+        return None, twin
+    _, h, w, _ = layers[0]["in"]
+    plan, want, name = plan_signature(layers, in_channels), twin.signature(h, w, in_channels), type(twin).__name__
+    for i, (a, b) in enumerate(zip(plan, want)):
+        if a != b:
+            return None, f"layer {layers[i]['name']} is {_fmt(a)}, {name}'s is {_fmt(b)}"
+    if len(plan) != len(want):
+        return None, f"{len(plan)} layers, {name} has {len(want)}"
+    return twin, None
 
 
 def torch_model(layers, num_classes, in_channels, layout):
     """The PyTorch module for these plain layers in `layout` ('torchvision' or 'renaissance')."""
     if layout == "renaissance":
         return ArchPlanNet(layers)
-    segs = _segments(layers)
-    if any(k == "block" for k, _ in segs):
-        m = resnet_from_layers(layers, num_classes, in_channels)
-        if m is None:
-            raise SystemExit("this model is not a torchvision-style ResNet; use --layout renaissance")
-        return m
-    kinds = [l["kind"] for l in layers if l["kind"] in TENSOR_ROLES]
-    if kinds == ["Conv", "Bn2d"] * 3 + ["Fc"] and layers[_first_conv(layers)]["params"]["out_c"] == 32:
-        return FmnistCnn(num_classes, in_channels)
-    raise SystemExit("no torchvision-style twin for this model; use --layout renaissance")
+    twin, why = torchvision_twin(layers, num_classes, in_channels)
+    if twin is None:
+        raise SystemExit(f"no torchvision-style twin computes what this model does ({why}); use --layout renaissance")
+    return twin
 
 
 def module_names(layers, layout):
@@ -591,14 +740,13 @@ def module_names(layers, layout):
     return names
 
 
-def pick_layout(layers, layout):
+def pick_model(layers, num_classes, in_channels, layout):
+    """(layout, module); 'auto' is the torchvision twin where one matches the plan exactly, else the generic
+    ArchPlanNet (exact for every plan it runs)."""
     if layout != "auto":
-        return layout
-    try:
-        torch_model(layers, 10, 1, "torchvision")
-        return "torchvision"
-    except SystemExit:
-        return "renaissance"
+        return layout, torch_model(layers, num_classes, in_channels, layout)
+    twin, _ = torchvision_twin(layers, num_classes, in_channels)
+    return ("torchvision", twin) if twin is not None else ("renaissance", ArchPlanNet(layers))
 
 
 def model_info(arch):
@@ -615,6 +763,22 @@ def normalize(images_u8, mean, std):
     bias = (-mean / std).astype(np.float32)
     x = images_u8.astype(np.float32) * scale + bias
     return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+
+
+def check_device(device):
+    """torch.device(device), or SystemExit where PyTorch cannot use it here (a bogus name, cuda without CUDA:
+    tracebacks in export_pytorch.py --check-logits and golden_pytorch.py)."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise SystemExit(f"--device {device}: not a PyTorch device ({str(e).splitlines()[0]})")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: this PyTorch ({torch.__version__}) sees no CUDA device")
+    try:
+        torch.zeros(1, device=dev)
+    except (RuntimeError, AssertionError) as e:
+        raise SystemExit(f"--device {device}: unusable ({str(e).splitlines()[0]})")
+    return dev
 
 
 def relative_error(a, b):

@@ -156,5 +156,100 @@ if [[ -f fmnist_cnn.auto.pt ]]; then
 else
   echo "not checked: importing into a model of other input channels (fmnist_cnn is not among --models)"
 fi
+# --ema: every EMA export failed (the /ema lookup came before skipping the bias convs do not have).
+d28=$(dataset 28 28 1)
+"$CLI" train --model fmnist_cnn --data "$d28" --epochs 1 --max-steps 3 --batch 16 --lr 0.02 --ema --no-validate \
+  --device "$RDEV" --save ema.h5 | tail -1
+"$CLI" predict --model fmnist_cnn --data "$d28" --weights ema.h5 --ema --count 32 --device "$RDEV" --out ema.logits.h5
+"$PY" "$SRC/scripts/export_pytorch.py" ema.h5 --out ema.pt --ema --check-logits ema.logits.h5 --data "$d28" \
+  --device "$DEVICE" || { echo "FAIL: --ema export"; fail=1; }
+# auto takes a torchvision twin only where it computes exactly what the plan does: these were taken for an FmnistCnn
+# or a torchvision ResNet (first conv's width, tensor kinds, stage count) and gave wrong logits with exit 0.
+sed '0,/stride: 1/s//stride: 2/' "$SRC/models/fmnist_cnn.yaml" >strided.yaml  # a strided first conv
+sed 's/^input: \[28, 28, 1\]/input: [32, 32, 1]/' "$SRC/models/fmnist_cnn.yaml" >fmnist32.yaml  # 8x8 before fc
+sed -e 's/- cbr: {out: \([0-9]*\), k: 3, stride: 1, pad: 1}/- conv: {out: \1, k: 3, pad: 1}\n  - bn\n  - tanh/' \
+  "$SRC/models/fmnist_cnn.yaml" >tanh.yaml
+N=$SRC/models/resnet18_fmnist_narrow.yaml
+sed '/- cbr:/a\  - maxpool: {k: 3, stride: 2, pad: 1}' "$N" >rn_pool.yaml  # small stem + max-pool
+sed 's/out: 128/out: 64/' "$N" >rn_width.yaml                           # stage widths 16 32 64 64
+sed 's/out: 32, kind: RESNET_3_3, stride: 2/out: 32, kind: RESNET_3_3, stride: 1/' "$N" >rn_stride.yaml
+for m in strided fmnist32 tanh rn_pool rn_width rn_stride; do
+  data=$d28; [[ $m == fmnist32 ]] && data=$(dataset 32 32 1)
+  "$CLI" train --model-file "$m.yaml" --data "$data" --epochs 1 --max-steps 1 --batch 16 --lr 0.05 --no-validate \
+    --device "$RDEV" --save "$m.h5" >/dev/null
+  "$CLI" predict --model-file "$m.yaml" --data "$data" --weights "$m.h5" --count 32 --device "$RDEV" \
+    --out "$m.logits.h5" >/dev/null
+  out=$("$PY" "$SRC/scripts/export_pytorch.py" "$m.h5" --out "$m.pt" --check-logits "$m.logits.h5" --data "$data" \
+    --device "$DEVICE" 2>&1) && rc=0 || rc=$?
+  if [[ $rc -ne 0 || $out != *"renaissance layout"* ]]; then
+    echo "FAIL: $m, --layout auto: exit $rc"; echo "$out"; fail=1
+  else
+    echo "auto layout of $m: $(tail -1 <<<"$out" | cut -c1-100)"
+  fi
+done
+refused "--layout torchvision without an exact twin" "no torchvision-style twin computes what this model does" \
+  "$PY" "$SRC/scripts/export_pytorch.py" rn_stride.h5 --out x.pt --layout torchvision
+# Export: bad files and logits that do not fit.
+echo "not HDF5" >text.h5
+refused "export of a text file" "text.h5: not an HDF5 file" "$PY" "$SRC/scripts/export_pytorch.py" text.h5 --out x.pt
+"$PY" -c "import h5py; h5py.File('noarch.h5', 'w').attrs['format'] = 'renaissance-weights'"
+refused "export without arch_plan" "noarch.h5: no arch_plan attribute" \
+  "$PY" "$SRC/scripts/export_pytorch.py" noarch.h5 --out x.pt
+"$PY" - ema.logits.h5 <<'PYEOF'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    logits, labels, attrs = f["logits"][...], f["labels"][...], dict(f.attrs)
+def write(name, logits=logits, labels=labels, drop=()):
+    with h5py.File(name, "w") as g:
+        g.attrs.update({k: v for k, v in attrs.items() if k not in drop})
+        g["logits"], g["labels"] = logits, labels
+write("lg_classes.h5", logits=logits[:, :5])
+write("lg_empty.h5", logits=logits[:0], labels=labels[:0])
+write("lg_nosplit.h5", drop=("split",))
+write("lg_short.h5", labels=labels[:10])
+PYEOF
+for c in "lg_classes:5 logits per sample, the model gives 10" "lg_empty:no samples to compare" \
+  "lg_nosplit:no split" "lg_short:10 labels for 32 rows of logits"; do
+  refused "--check-logits ${c%%:*}" "${c#*:}" "$PY" "$SRC/scripts/export_pytorch.py" ema.h5 --out x.pt \
+    --check-logits "${c%%:*}.h5" --data "$d28"
+done
+refused "--device bogus" "--device bogus: not a PyTorch device" "$PY" "$SRC/scripts/export_pytorch.py" ema.h5 \
+  --out x.pt --check-logits ema.logits.h5 --data "$d28" --device bogus
+if "$PY" -c "import sys, torch; sys.exit(torch.cuda.is_available())"; then  # exit 0: no CUDA here
+  refused "--device cuda without CUDA" "sees no CUDA device" "$PY" "$SRC/scripts/export_pytorch.py" ema.h5 \
+    --out x.pt --check-logits ema.logits.h5 --data "$d28" --device cuda
+fi
+# Import: each tensor's exact shape (a 9x1 kernel for a 3x3 went in reshaped), finite dense floating-point tensors.
+"$PY" - ema.pt <<'PYEOF'
+import sys, torch
+sd = torch.load(sys.argv[1])
+def save(name, key, value):
+    torch.save(dict(sd, **{key: value}), name)
+save("sd_k91.pt", "conv2.weight", sd["conv2.weight"].reshape(64, 32, 9, 1))
+save("sd_fct.pt", "fc.weight", sd["fc.weight"].t().contiguous())
+save("sd_nan.pt", "conv1.weight", sd["conv1.weight"].clone().index_fill_(0, torch.tensor([0]), float("nan")))
+save("sd_int.pt", "bn1.bias", 3)
+save("sd_sparse.pt", "fc.bias", sd["fc.bias"].to_sparse())
+PYEOF
+for c in "sd_k91:'conv2.weight': shape [64, 32, 9, 1] in the state_dict, the model's is [64, 32, 3, 3]" \
+  "sd_fct:'fc.weight': shape [3136, 10] in the state_dict, the model's is [10, 3136]" \
+  "sd_nan:'conv1.weight' holds a non-finite value" "sd_int:'bn1.bias' is of type int, not a tensor" \
+  "sd_sparse:'fc.bias' is a torch.sparse_coo tensor"; do
+  refused "import ${c%%:*}" "${c#*:}" "$PY" "$SRC/scripts/import_pytorch.py" "${c%%:*}.pt" --out x.h5 --like ema.h5
+done
+refused "import of a text file" "text.h5: not a PyTorch file" \
+  "$PY" "$SRC/scripts/import_pytorch.py" text.h5 --out x.h5 --like ema.h5
+refused "import --like a text file" "text.h5: not an HDF5 file" \
+  "$PY" "$SRC/scripts/import_pytorch.py" ema.pt --out x.h5 --like text.h5
+refused "import --renaissance /nonexistent" "--renaissance /nonexistent: no such executable" \
+  "$PY" "$SRC/scripts/import_pytorch.py" ema.pt --out x.h5 --model fmnist_cnn --renaissance /nonexistent
+refused "import torchvision keys into a model without that twin" "no torchvision-style twin computes what" \
+  "$PY" "$SRC/scripts/import_pytorch.py" ema.pt --out x.h5 --like strided.h5
+[[ ! -e x.h5 && ! -e x.pt ]] || { echo "FAIL: a refused export or import wrote its --out"; fail=1; }
+# golden_pytorch.py (a developer tool): --out a file, a device PyTorch lacks.
+refused "golden --out a file" "--out text.h5: not a directory" \
+  "$PY" "$SRC/scripts/golden_pytorch.py" --out text.h5 --renaissance "$CLI"
+refused "golden --device bogus" "--device bogus: not a PyTorch device" \
+  "$PY" "$SRC/scripts/golden_pytorch.py" --out golden --device bogus --renaissance "$CLI"
 if [[ $fail -ne 0 ]]; then echo "INTEROP FAILED"; exit 1; fi
 echo "INTEROP OK"

@@ -11,6 +11,10 @@
 - CIFAR round trips: scripts/make_cifar_tarball.py tarballs (Python 2 opcodes as in the real files, and Python 3
   protocol 2, 4 and 5 pickles: numpy's _reconstruct, and _frombuffer in protocol 5) checked by check_dataset.py
   --cifar (pickle.load(..., encoding="bytes"));
+- the scripts on bad input: check_dataset.py on files lacking a split, checksums, block_samples or num_classes, val
+  images of another shape than train's, a text file, a --folder without train/, a --cifar that is no tarball, an
+  --idx-dir missing or truncating a file, a JPEG store with --idx-dir (FAIL and exit 1, no traceback);
+  make_cifar_tarball.py's argument checks and its --out replaced through a temporary;
 - bad input: a corrupt JPEG, a truncated JPEG, a truncated PNG, a non-image file named .jpg, a dangling link and a
   FIFO named like images, an empty class folder,
   a val class that train lacks, a 20000x20000 PNG and JPEG (headers only), a missing train folder, a corrupt and a
@@ -24,6 +28,7 @@
   like a temporary of --out, an image named '.png'.
 Exit 0 all pass, 1 a failure, 77 numpy/h5py/Pillow missing.
 """
+import gzip
 import io
 import os
 import shutil
@@ -160,6 +165,82 @@ def cifar_round_trips():
         fail(f"import cifar100 --coarse: {r.stdout}{r.stderr}")
     else:
         check_dataset(out, "--cifar", tgz)
+
+
+def script_refuses(name, args, code, must, what):
+    """A script's error: exit `code` (1, or argparse's 2), `must` in its output, no traceback."""
+    r = run([PY, os.path.join(SRC, "scripts", name), *args])
+    out = r.stdout + r.stderr
+    if r.returncode != code or must not in out or "Traceback" in out:
+        fail(f"{name}, {what}: exit {r.returncode} (expected {code} with '{must}'):\n{out}")
+    else:
+        print(f"  {name}, {what}: exit {code}, {[l for l in out.splitlines() if must in l][0][:140]}")
+
+
+def script_bad_inputs():
+    """check_dataset.py: a FAIL line and exit 1, never a traceback or "consistent", for files that lack what it reads
+    or whose splits differ; make_cifar_tarball.py: arguments checked, --out written through a temporary."""
+    print("check_dataset.py and make_cifar_tarball.py on bad input")
+    base = fresh(os.path.join(WORK, "scripts-bad"))
+    good = os.path.join(WORK, "raw64.h5")
+
+    def variant(name, change):
+        path = os.path.join(base, f"{name}.h5")
+        shutil.copyfile(good, path)
+        with h5py.File(path, "r+") as f:
+            change(f)
+        return path
+
+    def val32(f):  # 32x32 val images under 64x64 train ones: reported "consistent"
+        n = f["val/images"].shape[0]
+        del f["val/images"]
+        f.create_dataset("val/images", data=np.zeros((n, 32, 32, 3), np.uint8), chunks=(1, 32, 32, 3), fletcher32=True)
+    cases = [("val32", val32, "/val/images are [32, 32, 3] uint8, /train/images [64, 64, 3] uint8"),
+             ("noval", lambda f: f.__delitem__("val"), "no /val split"),
+             ("nochecksums", lambda f: f.__delitem__("train/checksums"), "no /train/checksums (version 3"),
+             ("noblock", lambda f: f["train/checksums"].attrs.__delitem__("block_samples"),
+              "/train/checksums has no block_samples attribute"),
+             ("block0", lambda f: f["train/checksums"].attrs.__setitem__("block_samples", np.int64(0)),
+              "block_samples is 0, not a count >= 1"),
+             ("noclasses", lambda f: f.attrs.__delitem__("num_classes"), "no 'num_classes' attribute")]
+    for name, change, must in cases:
+        script_refuses("check_dataset.py", [variant(name, change)], 1, must, name)
+    text = os.path.join(base, "text.h5")
+    with open(text, "w") as f:
+        f.write("not HDF5\n")
+    script_refuses("check_dataset.py", [text], 1, "text.h5: not an HDF5 file", "a text file")
+    os.makedirs(os.path.join(base, "folder", "val"))
+    script_refuses("check_dataset.py", [good, "--folder", os.path.join(base, "folder")], 1, "no train/ directory",
+                   "--folder without train/")
+    script_refuses("check_dataset.py", [good, "--cifar", text], 1, "not a cifar-10/100-python tarball",
+                   "--cifar on a text file")
+    idx = os.path.join(base, "idx")
+    os.makedirs(idx)
+    for prefix, n in (("train", 27), ("t10k", 6)):
+        with gzip.open(os.path.join(idx, f"{prefix}-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">IIII", 2051, n, 64, 64) + bytes(n * 64 * 64))
+    script_refuses("check_dataset.py", [good, "--idx-dir", idx], 1, "train-labels-idx1-ubyte.gz: cannot read it",
+                   "--idx-dir without the label files")
+    with gzip.open(os.path.join(idx, "train-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">II", 2049, 27) + bytes(27))
+    data = open(os.path.join(idx, "train-labels-idx1-ubyte.gz"), "rb").read()
+    with open(os.path.join(idx, "train-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write(data[:len(data) // 2])
+    script_refuses("check_dataset.py", [good, "--idx-dir", idx], 1, "train-labels-idx1-ubyte.gz: cannot read it",
+                   "a truncated idx .gz")
+    script_refuses("check_dataset.py", [os.path.join(WORK, "jpeg.h5"), "--idx-dir", idx], 1,
+                   "a JPEG store: --idx-dir compares raw pixels", "a JPEG store with --idx-dir")
+    tgz = os.path.join(base, "c.tar.gz")
+    for args, code, must in ((["--per-batch", "0"], 2, "argument --per-batch: must be >= 1, got 0"),
+                             (["--style", "py3", "--protocol", "9"], 2, "argument --protocol: a pickle protocol is 0"),
+                             (["--out", base], 1, "is a directory"),
+                             (["--out", os.path.join(base, "none", "c.tgz")], 1, "does not exist or is not writable")):
+        script_refuses("make_cifar_tarball.py", ["--per-batch", "2", "--out", tgz] + args, code, must, " ".join(args))
+    with open(tgz, "w") as f:
+        f.write("an older file\n")
+    script("make_cifar_tarball.py", "--per-batch", "2", "--out", tgz)
+    if not tarfile.is_tarfile(tgz) or [e for e in os.listdir(base) if e.startswith("c.tar.gz.")]:
+        fail(f"make_cifar_tarball.py: {tgz} not replaced by a tarball, or a temporary left: {os.listdir(base)}")
 
 
 def expect_error(args, must_name, what, out):
@@ -762,6 +843,7 @@ def main():
     root = make_folder()
     round_trips(root)
     cifar_round_trips()
+    script_bad_inputs()
     bad_inputs(root)
     listing_and_names(root)
     hostile_archives()

@@ -80,6 +80,18 @@ plt.close(fig)
 fig = pm.make_figure(plt, MaxNLocator, [plain], [], ["metrics"])
 check(fig._suptitle.get_text() == "metrics", f"title from file names: {fig._suptitle.get_text()}")
 plt.close(fig)
+# A resumed run's file (the lines of two run ids, steps advancing) plots, titled with both ids.
+import tempfile  # noqa: E402
+with tempfile.TemporaryDirectory() as tmp:
+    resumed = os.path.join(tmp, "resumed.jsonl")
+    with open(resumed, "w") as f:
+        for r in ema[:2] + [dict(r, run_id="20261202T010000Z-vm-4300") for r in ema[2:]]:
+            f.write(json.dumps(r) + "\n")
+    rows_resumed = pm.load_jsonl(resumed, ("epoch", "step", "train_loss"), "metrics")
+fig = pm.make_figure(plt, MaxNLocator, [rows_resumed], [], ["resumed"])
+check(fig._suptitle.get_text() == f"{ema[0]['run_id']}, 20261202T010000Z-vm-4300",
+      f"title with both run ids of a resumed run: {fig._suptitle.get_text()}")
+plt.close(fig)
 
 for f in failures:
     print("FAIL", f)
