@@ -374,7 +374,11 @@ void run_train(TrainCli& c) {
   if (!c.tensorboard.empty() && root) {
     tb = std::make_unique<io::TensorBoardWriter>(c.tensorboard);
     // Points past the checkpoint that a killed run wrote are written again from here: TensorBoard drops the old ones.
-    if (resumed) tb->session_start(trainer.steps() + 1);
+    // A run asked to resume that found no checkpoint starts again from step 0: a killed attempt's points all go.
+    if (resumed)
+      tb->session_start(trainer.steps() + 1);
+    else if (!c.ckpt.resume.empty())
+      tb->session_start(0);
     tb->text(trainer.steps(), "run/config",
              fmt::format("run `{}`, model `{}`, data `{}`\n\n```\n{}```", run_id, bp.name, c.data, c.config_text));
     std::printf("tensorboard: %s (tensorboard --logdir %s)\n", tb->path().c_str(), c.tensorboard.c_str());

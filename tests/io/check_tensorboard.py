@@ -84,9 +84,11 @@ def read_back(tb_dir, metrics_path, loss_path):
     print("PASS")
 
 
-def read_resumed(tb_dir, loss_path):
+def read_resumed(tb_dir, loss_path, last="10"):
     """A run killed after its checkpoint of step 4 (it had logged steps 5-7), then resumed: the resumed run's event
-    file starts with a SessionLog START at step 5, so TensorBoard keeps each step once, the resumed run's values."""
+    file starts with a SessionLog START at step 5, so TensorBoard keeps each step once, the resumed run's values.
+    The same for a run killed before any checkpoint, then started again by --resume auto: START at step 0."""
+    last = int(last)
     from tensorboard.backend.event_processing import event_accumulator as ea_mod
 
     files = sorted(f for f in os.listdir(tb_dir) if "tfevents" in f)
@@ -96,13 +98,13 @@ def read_resumed(tb_dir, loss_path):
     acc.Reload()
     got = [(e.step, e.value) for e in acc.Scalars("train/step_loss")]
     losses = [(d["step"], d["loss"]) for d in (json.loads(line) for line in open(loss_path) if line.strip())]
-    if [s for s, _ in got] != list(range(1, 11)) or [s for s, _ in losses] != list(range(1, 11)):
+    if [s for s, _ in got] != list(range(1, last + 1)) or [s for s, _ in losses] != list(range(1, last + 1)):
         fail(f"after the resume: train/step_loss steps {[s for s, _ in got]}, the loss log's {[s for s, _ in losses]} "
-             "(each of 1-10 once expected)")
+             f"(each of 1-{last} once expected)")
     for (s, g), (_, r) in zip(got, losses):
         if abs(g - r) > 1e-6 * max(1.0, abs(r)):
             fail(f"after the resume: train/step_loss at step {s}: {g} != the loss log's {r}")
-    print("resumed: steps 1-10 once each in TensorBoard and the loss log, the same values")
+    print(f"resumed: steps 1-{last} once each in TensorBoard and the loss log, the same values")
     print("PASS")
 
 
@@ -111,7 +113,7 @@ def main():
         read_back(*sys.argv[2:5])
         return
     if len(sys.argv) >= 2 and sys.argv[1] == "--read-resumed":
-        read_resumed(*sys.argv[2:4])
+        read_resumed(*sys.argv[2:5])
         return
     cli, work = sys.argv[1], sys.argv[2]
     venv = sys.argv[3] if len(sys.argv) > 3 else os.path.join(work, "venv")
@@ -154,7 +156,20 @@ def main():
             for name in ("ckpt-step00000007.h5", "latest.h5"):
                 os.remove(os.path.join(ck, name))
             time.sleep(1.1)  # the event file names start with the second: the resumed run's sorts after
-    sys.exit(subprocess.run([py, os.path.abspath(__file__), "--read-resumed", tb2, loss2]).returncode)
+    rc = subprocess.run([py, os.path.abspath(__file__), "--read-resumed", tb2, loss2]).returncode
+    if rc != 0:
+        sys.exit(rc)
+    # Killed before its first checkpoint (here: its checkpoints removed), then started again by --resume auto, which
+    # finds none: the first attempt's points stayed beside the second's (no SessionLog START was written).
+    subprocess.run(["rm", "-rf", tb2, ck, loss2], check=True)
+    for max_steps in ("3", "5"):
+        r = subprocess.run(common + ["--max-steps", max_steps], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"train --max-steps {max_steps} exited {r.returncode}: {r.stdout}{r.stderr}")
+        if max_steps == "3":
+            subprocess.run(["rm", "-rf", ck], check=True)
+            time.sleep(1.1)
+    sys.exit(subprocess.run([py, os.path.abspath(__file__), "--read-resumed", tb2, loss2, "5"]).returncode)
 
 
 if __name__ == "__main__":

@@ -350,9 +350,9 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
       I.push_hyper_async(s);
       if (o.comm) o.comm->set_step(m_step + 1);
       if (I.step(v, s, true) && !o.amp && o.backend == Backend::CPU)
-        throw Error(
-            fmt::format("NaN or inf in the gradients at step {} (epoch {}, batch {})", m_step + 1, epoch + 1, b->index),
-            "training", "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
+        throw Error(fmt::format("NaN or inf in the gradients at step {} (epoch {}, batch {} of {})", m_step + 1,
+                                epoch + 1, first_batch + b->index + 1, batches),
+                    "training", "the loss diverged: lower --lr, or use --amp for dynamic loss scaling");
       I.session->release_slot(s);
       ++m_step;
       I.session->trace_node_hashes(m_step);
