@@ -36,7 +36,7 @@ std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
                   "a run configuration holds one YAML document, found a second one");
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
-    RN_FAIL_CTX(fmt::format("{}:{}", path, e.mark.line + 1), "malformed YAML: {}", e.msg);
+    RN_FAIL_CTX(fmt::format("{}:{}", path, e.mark.line + 1), "malformed YAML: {}", blueprint::printable(e.msg));
   }
   std::set<std::string> applied;
   if (root.IsNull()) return applied;

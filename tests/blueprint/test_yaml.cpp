@@ -249,6 +249,9 @@ TEST(YamlErrors, WrongTypes) {
   expect_error(model("  - {conv: {out: 4, k: 3}, name: c}\n"), {"bad.yaml:4", "layers[0]", "exactly one key"});
   expect_error(model("  - [relu]\n"), {"bad.yaml:4", "layers[0]", "got a list"});
   expect_error("name: m\ninput: [8, 8]\nlayers: []\n", {"bad.yaml:2", "field 'input' must be a list [H, W, C]"});
+  // yaml-cpp quotes the offending byte: a control character is shown as \xNN, not written to the terminal.
+  expect_error(std::string("name: \"a\\\x01\"\ninput: [8, 8, 3]\nlayers: []\n"),
+               {"bad.yaml:1", "malformed YAML: unknown escape character: \\x01"});
   expect_error("name: m\ninput: [8, 8, 3]\nlayers: 5\n", {"bad.yaml:3", "layers", "unknown layer kind '5'"});
   expect_error("- a\n- b\n", {"bad.yaml:1", "must be a map"});
   expect_error("", {"bad.yaml:1", "empty model"});

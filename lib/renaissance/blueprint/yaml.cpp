@@ -19,6 +19,12 @@
 
 namespace renaissance::blueprint {
 
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) out += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, char(c));
+  return out;
+}
+
 namespace {
 
 constexpr const char* kKnownKinds =
@@ -106,13 +112,6 @@ class Parser {
  private:
   std::string m_source;
 };
-
-/// `s` for a message: control characters as \xNN.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) out += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, char(c));
-  return out;
-}
 
 /// The parameter map of one node: rejects unknown and duplicate keys up front, then hands out
 /// typed, validated fields.
@@ -696,7 +695,7 @@ BluePrint blueprint_from_yaml(const std::string& text, const std::string& source
   } catch (const YAML::Exception& e) {
     // Malformed YAML, or yaml-cpp refusing an operation on a node: both point at a mark.
     const int line = e.mark.line < 0 ? 1 : e.mark.line + 1;
-    parser.fail_line(line, "", fmt::format("malformed YAML: {}", e.msg));
+    parser.fail_line(line, "", fmt::format("malformed YAML: {}", printable(e.msg)));
   }
 }
 

@@ -29,6 +29,9 @@ std::string read_yaml_file(const std::string& path, const std::string& what);
 /// some inputs). Malformed YAML throws YAML::Exception.
 int second_yaml_document_line(const std::string& text);
 
+/// `s` for a message: control characters (a NUL yaml-cpp quotes from the input) as \xNN.
+std::string printable(const std::string& s);
+
 /// Parses a model from YAML text. `source` names the file in error messages
 /// ("model.yaml:12: layers[3].conv: field 'k' must be a positive integer").
 BluePrint blueprint_from_yaml(const std::string& text, const std::string& source = "<yaml>");

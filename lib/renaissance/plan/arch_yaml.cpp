@@ -112,7 +112,7 @@ ArchPlan ArchPlan::from_yaml(const std::string& text, const std::string& source)
   try {
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
-    RN_FAIL_CTX(fmt::format("{}:{}", source, e.mark.line + 1), "malformed YAML: {}", e.msg);
+    RN_FAIL_CTX(fmt::format("{}:{}", source, e.mark.line + 1), "malformed YAML: {}", blueprint::printable(e.msg));
   }
   RN_CHECK_CTX(root.IsMap(), source, "an arch plan must be a YAML map");
   RN_CHECK_CTX(get<std::string>(root, "format", source, "plan") == kFormat, source,
