@@ -179,7 +179,7 @@ void warn_inapplicable_options(const CLI::App& cmd, const TrainCli& c) {
                  t.step_epochs, c.schedule);
   if (given("--momentum") && (c.optimizer == "sgd" || c.optimizer == "adam" || c.optimizer == "adamw"))
     spdlog::warn("--momentum {} has no effect with --optimizer {} (it is for momentum, nesterov and lars{})",
-                 t.momentum, c.optimizer, c.optimizer == "sgd" ? "" : "; adam's first moment is --beta1");
+                 t.momentum, c.optimizer, c.optimizer == "sgd" ? "" : "; adam's first moment decays by beta1 = 0.9, fixed");
   if (given("--start-resolution") && t.start_resolution > 0 && t.lowres_epochs == 0)
     spdlog::warn("--start-resolution {} has no effect without --lowres-epochs (the epochs trained at that size)",
                  t.start_resolution);
