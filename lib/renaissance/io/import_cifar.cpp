@@ -299,9 +299,10 @@ std::map<std::string, std::vector<std::uint8_t>> read_tar_members(const std::str
       std::vector<std::uint8_t> pad(static_cast<std::size_t>(padded - size));
       reader.read(pad.data(), padded - size, "padding");
       offset += padded;
-      if (type == 'L')
-        long_name.assign(reinterpret_cast<char*>(data.data()),
-                         strnlen(reinterpret_cast<char*>(data.data()), data.size()));
+      if (type == 'L')  // (an empty one has no data(): strnlen(nullptr, 0) is undefined; found by fuzz_tar)
+        long_name = data.empty() ? std::string()
+                                 : std::string(reinterpret_cast<char*>(data.data()),
+                                               strnlen(reinterpret_cast<char*>(data.data()), data.size()));
       else if (type == 'x' || type == 'g')
         read_pax(path, name, data, type == 'g', pax_path, pax_size);
       else
