@@ -9,8 +9,8 @@ each run has its colour, and train is a solid line with circles, validation dash
 triangles; per-step training losses (`train --loss-log FILE`, one per run, in the same order) are a thin line of the
 run's colour. The learning rate is the value at the end of each epoch, and per step where the loss log has it. The title is --title, else the run ids the
 files record (metrics lines carry `run_id` since issue 17; all of them, a resumed run's file has two), else the file
-names. A file is one run: a step that does not advance within a run_id (or a file without run ids) is refused as
-runs concatenated into one file.
+names. A file is one run, whose steps advance (a resumed run's too): a step that does not is refused as runs
+concatenated into one file.
 Needs matplotlib (Debian: python3-matplotlib); exits 77 when it is missing so CTest reports the test as skipped.
 """
 import argparse
@@ -39,7 +39,7 @@ def is_number(v, integer=False):
 
 
 def load_jsonl(path, required, what):
-    rows, last = [], {}  # run_id -> (step, line) of its last line
+    rows, last = [], ()  # (step, line, run_id) of the last line
     try:
         f = open(path, encoding="utf-8")
     except OSError as e:
@@ -71,14 +71,14 @@ def load_jsonl(path, required, what):
             if key not in row:
                 sys.exit(f"plot_metrics: {path}:{n}: missing key '{key}' (is this a {what} file?)")
         # A run records each step once, in order, and a resumed run's file keeps only the lines before its
-        # checkpoint (a requeued Slurm job keeps its run_id): a step that does not advance within one run_id (or
-        # within a file without run_ids) is runs concatenated into one file, which plotted as one zigzag line.
+        # checkpoint, so its steps advance across the file even where the resumption has a run_id of its own: a step
+        # that does not advance is runs concatenated into one file, which plotted as one zigzag line.
         rid = row.get("run_id")
-        if rid in last and row["step"] <= last[rid][0]:
-            sys.exit(f"plot_metrics: {path}:{n}: step {row['step']} after step {last[rid][0]} (line {last[rid][1]})"
-                     f"{f' of run {rid}' if rid else ''}: several runs concatenated into one file? Give each run's "
-                     "file separately")
-        last[rid] = (row["step"], n)
+        if last and row["step"] <= last[0]:
+            sys.exit(f"plot_metrics: {path}:{n}: step {row['step']} after step {last[0]} (line {last[1]})"
+                     f"{f' of run {last[2]}' if last[2] else ''}: several runs concatenated into one file? Give each "
+                     "run's file separately")
+        last = (row["step"], n, rid)
         rows.append(row)
     if not rows:
         sys.exit(f"plot_metrics: {path}: empty (no {what})")

@@ -28,9 +28,12 @@ printf '{"step":1,"epoch":1,"train_loss":1.0}\n{"epoch":2,"train_loss":0.5}\n' >
 expect "nostep.jsonl:2: missing key 'step'" "$work/nostep.jsonl" --out "$work/a.png"
 printf '{"step":1,"epoch":1,"train_loss":1.0,"run_id":5}\n' >"$work/rid.jsonl"
 expect "rid.jsonl:1: 'run_id' must be a string, got 5" "$work/rid.jsonl" --out "$work/a.png"
-# Runs concatenated into one file: a step that does not advance within a run_id (or a file without run_ids).
+# Runs concatenated into one file: a step that does not advance (within a run_id, across two, or without run_ids).
 cat "$fixtures/metrics_ema.jsonl" "$fixtures/metrics_ema.jsonl" >"$work/twice.jsonl"
 expect "twice.jsonl:6: step 32 after step 160 (line 5) of run" "$work/twice.jsonl" --out "$work/a.png"
+{ cat "$fixtures/metrics_ema.jsonl"; sed 's/"run_id":"[^"]*"/"run_id":"another"/' "$fixtures/metrics_ema.jsonl"; } \
+  >"$work/two_runs.jsonl"
+expect "two_runs.jsonl:6: step 32 after step 160 (line 5) of run" "$work/two_runs.jsonl" --out "$work/a.png"
 cat "$fixtures/loss_log_ema.jsonl" "$fixtures/loss_log_ema.jsonl" >"$work/twice_steps.jsonl"
 expect "twice_steps.jsonl:$(($(wc -l <"$fixtures/loss_log_ema.jsonl") + 1)): step 1 after step" \
   "$fixtures/metrics_ema.jsonl" --loss-log "$work/twice_steps.jsonl" --out "$work/a.png"
