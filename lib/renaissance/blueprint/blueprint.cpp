@@ -1,4 +1,5 @@
 #include <renaissance/blueprint/blueprint.h>
+#include <renaissance/core/dtensor.h>
 #include <renaissance/core/error.h>
 
 namespace renaissance::blueprint {
@@ -141,6 +142,17 @@ bool node_activation(NodeKind k, ops::Activation* out) {
 #undef RN_BP_ACT_CASE
     default: return false;
   }
+}
+
+std::string input_shape_problem(std::int64_t h, std::int64_t w, std::int64_t c) {
+  if (h != w)
+    return fmt::format(
+        "input [{}, {}, {}]: only square inputs are supported (H = W); crop the images to a square "
+        "(`--crop center`, or `data import folder --store raw --size S`)",
+        h, w, c);
+  if (c > kMaxImageChannels)
+    return fmt::format("input [{}, {}, {}]: at most {} image channels are supported", h, w, c, kMaxImageChannels);
+  return {};
 }
 
 }  // namespace renaissance::blueprint

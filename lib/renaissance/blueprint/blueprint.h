@@ -66,6 +66,12 @@ struct BluePrint {
   }
 };
 
+/// Why an input of H x W x C cannot be planned and trained, or empty: the compiler plans every variant at one
+/// resolution, H x H (a model for 20x36 images was planned and trained as 20x20), and the input pipeline normalises
+/// at most kMaxImageChannels channels (17 failed only after the trainer's start-up). The YAML reader says it with
+/// the file and line, ArchPlan::from_blueprint for any BluePrint.
+std::string input_shape_problem(std::int64_t h, std::int64_t w, std::int64_t c);
+
 // ---- DSL factories (DESIGN §2) ----------------------------------------------------------------
 Layer seq(std::vector<Layer> layers);
 template <typename... L>

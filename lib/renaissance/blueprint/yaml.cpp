@@ -2,7 +2,6 @@
 // names the file, the 1-based line, the path in the tree and the reason, so a CLI user can fix a
 // model without reading C++. Shapes are checked later by the planner.
 #include <renaissance/blueprint/yaml.h>
-#include <renaissance/core/dtensor.h>
 #include <renaissance/core/error.h>
 #include <renaissance/core/paths.h>
 
@@ -357,17 +356,9 @@ BluePrint Parser::parse_document(const YAML::Node& doc) {
   bp.in_h = parse_int(in[0], "", "input[0] (H)", Bound::Positive);
   bp.in_w = parse_int(in[1], "", "input[1] (W)", Bound::Positive);
   bp.in_c = parse_int(in[2], "", "input[2] (C)", Bound::Positive);
-  // What the planner and the input pipeline take, said here with the file and line (a 20x36 model was planned as
-  // 20x20, and 17 channels failed only after the trainer's start-up).
-  if (bp.in_h != bp.in_w)
-    fail(in, "",
-         fmt::format("input [{}, {}, {}]: only square inputs are supported (H = W); crop the images to a "
-                     "square (`--crop center`, or `data import folder --store raw --size S`)",
-                     bp.in_h, bp.in_w, bp.in_c));
-  if (bp.in_c > kMaxImageChannels)
-    fail(in, "",
-         fmt::format("input [{}, {}, {}]: at most {} image channels are supported", bp.in_h, bp.in_w, bp.in_c,
-                     kMaxImageChannels));
+  // What the planner and the input pipeline take, said here with the file and line.
+  if (const std::string problem = input_shape_problem(bp.in_h, bp.in_w, bp.in_c); !problem.empty())
+    fail(in, "", problem);
   bp.root = parse_layer_value(f.require("layers"), "layers");
   return bp;
 }

@@ -26,6 +26,13 @@ const char* kind_of(const struct stat& st) {
   return "not a regular file";
 }
 
+/// Why a symbolic link cannot be followed, from the errno of stat(2) through it.
+const char* unfollowable_link(int err) {
+  return err == ELOOP    ? "a symlink loop (too many levels of symbolic links)"
+         : err == ENOENT ? "a dangling symlink"
+                         : std::strerror(err);
+}
+
 /// 0 when a file can be created in `dir` (made and removed again: access(2) answers from the mode bits, so it says
 /// yes for root on a read-only mount, on /proc, or on NFS with root_squash, and the write failed after the run's work);
 /// else the errno of the attempt.
@@ -55,10 +62,7 @@ void require_input_file(const std::string& path, const std::string& what) {
     const int err = errno;
     struct stat lst {};
     if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
-      RN_FAIL_CTX(path, "{}: {}", what,
-                  err == ELOOP    ? "a symlink loop (too many levels of symbolic links)"
-                  : err == ENOENT ? "a dangling symlink"
-                                  : std::strerror(err));
+      RN_FAIL_CTX(path, "{}: {}", what, unfollowable_link(err));
     RN_FAIL_CTX(path, "{}: {}", what, err == ENOENT ? "no such file" : std::strerror(err));
   }
   if (!S_ISREG(st.st_mode))
@@ -101,10 +105,7 @@ std::string resolve_output_file(const std::string& path, const std::string& opti
         RN_CHECK_CTX(::stat(path.c_str(), &st) != 0, path,
                      "{}: is {}; refusing to replace it (write to a regular file)", option, kind_of(st));
         const int err = errno;
-        RN_FAIL_CTX(path, "{}: {} (refusing to write through it)", option,
-                    err == ELOOP    ? "a symlink loop (too many levels of symbolic links)"
-                    : err == ENOENT ? "a dangling symlink"
-                                    : std::strerror(err));
+        RN_FAIL_CTX(path, "{}: {} (refusing to write through it)", option, unfollowable_link(err));
       }
       target = resolved.string();
     }

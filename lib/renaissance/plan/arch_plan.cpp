@@ -726,14 +726,8 @@ ArchPlan ArchPlan::from_blueprint(const bp::BluePrint& model, const BuildOptions
   plan.model_name = model.name;
   plan.amp = opts.amp;
   plan.fuse = opts.fuse;
-  // The compiler plans every variant at one resolution, H x H: a model for 20x36 images was planned and trained as
-  // 20x20 (its layer table said 20x36).
-  RN_CHECK_CTX(model.in_h == model.in_w, "input",
-               "[{}, {}, {}]: only square inputs are supported (H = W); crop the images to a square (`--crop center`, "
-               "or `data import folder --store raw --size S`)",
-               model.in_h, model.in_w, model.in_c);
-  RN_CHECK_CTX(model.in_c <= kMaxImageChannels, "input", "[{}, {}, {}]: at most {} image channels are supported",
-               model.in_h, model.in_w, model.in_c, kMaxImageChannels);
+  if (const std::string problem = bp::input_shape_problem(model.in_h, model.in_w, model.in_c); !problem.empty())
+    RN_FAIL("{}", problem);
   const std::int64_t res = opts.resolution;
   plan.input = Shape{1, res > 0 ? res : model.in_h, res > 0 ? res : model.in_w, model.in_c};
   plan.input_channels = model.in_c;

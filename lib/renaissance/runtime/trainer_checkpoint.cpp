@@ -411,15 +411,21 @@ void check_resumable(const InitialState& st, const TrainOptions& o) {
            st.path, was["drop-last"], o.drop_last);
 }
 
+/// A recorded value that is a whole decimal number (a run_config or arch plan line's), else -1.
+std::int64_t whole_number(const std::string& v) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  return !v.empty() && end && *end == '\0' ? static_cast<std::int64_t>(x) : -1;
+}
+
 /// The top-level `input_channels: N` of a recorded arch plan (ArchPlan::to_yaml), read by line rather than parsed:
 /// the attribute is the writer's, checked elsewhere. 0 where it has none.
 std::int64_t recorded_input_channels(const std::string& arch_plan) {
   std::istringstream in(arch_plan);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("input_channels: ", 0) != 0) continue;
-    char* end = nullptr;
-    const long long c = std::strtoll(line.c_str() + 16, &end, 10);
-    return end && *end == '\0' && c > 0 && c <= (1LL << 20) ? c : 0;
+    const std::int64_t c = whole_number(line.substr(16));
+    return c > 0 && c <= (1LL << 20) ? c : 0;
   }
   return 0;
 }
@@ -573,23 +579,18 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
     // --epochs has its warning above.)
     if (differs("max-steps", fmt::format("{}", o.max_steps)) && was.count("epochs") &&
         (o.schedule == ScheduleKind::ONE_CYCLE || o.schedule == ScheduleKind::COSINE)) {
-      const auto number = [](const std::string& v) {
-        char* end = nullptr;
-        const long long x = std::strtoll(v.c_str(), &end, 10);
-        return end && *end == '\0' && !v.empty() ? static_cast<std::int64_t>(x) : std::int64_t{-1};
-      };
       const std::int64_t batches = shard_of(o, m_impl->data.size(io::Split::train)).batches();
       const auto total = [&](std::int64_t max_steps, std::int64_t epochs) {
         return max_steps > 0 ? std::min(max_steps, batches * epochs) : batches * epochs;
       };
-      const std::int64_t before = total(number(was["max-steps"]), number(was["epochs"]));
+      const std::int64_t before = total(whole_number(was["max-steps"]), whole_number(was["epochs"]));
       const std::int64_t now = total(o.max_steps, o.epochs);
       const auto shown = [](std::int64_t v) { return v > 0 ? fmt::format("{}", v) : std::string("(none)"); };
       if (before != now)
         warn(
             fmt::format("written with --max-steps {}, resumed with --max-steps {}: the learning-rate schedule spans "
                         "{} steps, not the {} of the run that wrote it",
-                        shown(number(was["max-steps"])), shown(o.max_steps), now, before));
+                        shown(whole_number(was["max-steps"])), shown(o.max_steps), now, before));
     }
     if (o.max_steps > 0 && s.step > o.max_steps)
       warn(fmt::format("the checkpoint is at step {}, past --max-steps {}: no step is trained", s.step, o.max_steps));
