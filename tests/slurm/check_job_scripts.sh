@@ -4,7 +4,8 @@
 # task (RENAISSANCE_CPU_THREADS, OMP_NUM_THREADS, SRUN_CPUS_PER_TASK); every srun passes them on with -c; BATCH is
 # checked before any srun (exit 2); MODEL_FILE
 # (--model-file) is honoured where MODEL is; the first line says the restart count (jobs/README.md); the training
-# scripts pass EXTRA_ARGS unglobbed and requeue a 75 at most MAX_REQUEUES times (stand-in srun/scontrol). The Slurm tests
+# scripts pass EXTRA_ARGS unglobbed, requeue a 75 at most MAX_REQUEUES times and never resume a first run from a
+# default checkpoint directory that an earlier job with the same id filled (stand-in srun/scontrol). The Slurm tests
 # run train-cpu.sbatch and train-multinode.sbatch for real; this covers every script, the GPU ones included.
 #   tests/slurm/check_job_scripts.sh JOBS_DIR        exit 0: all keep them; 1: each miss is named
 set -uo pipefail
@@ -58,10 +59,10 @@ exit "${FAKE_SCONTROL_RC:-0}"
 ' "$fake" >"$fake/bin/scontrol"
     chmod +x "$fake/bin/srun" "$fake/bin/scontrol"
     touch "$fake/runA.jsonl" "$fake/runB.jsonl"
-    job() {  # job SLURM_RESTART_COUNT FAKE_RC FAKE_SCONTROL_RC
-      rm -f "$fake/scontrol.calls"
+    job() {  # job SLURM_RESTART_COUNT FAKE_RC FAKE_SCONTROL_RC [VAR=VALUE...]
+      rm -f "$fake/scontrol.calls" "$fake/srun.args"
       (cd "$fake" && env -i PATH="$fake/bin:/usr/bin:/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 SLURM_JOB_NODELIST=n1 \
-        SLURM_JOB_NUM_NODES=1 SLURM_RESTART_COUNT="$1" FAKE_RC="$2" FAKE_SCONTROL_RC="$3" \
+        SLURM_JOB_NUM_NODES=1 SLURM_RESTART_COUNT="$1" FAKE_RC="$2" FAKE_SCONTROL_RC="$3" "${@:4}" \
         EXTRA_ARGS=$'--amp\n--metrics run?.jsonl' bash "$script" >"$fake/out" 2>&1)
     }
     job 0 0 0
@@ -79,6 +80,26 @@ exit "${FAKE_SCONTROL_RC:-0}"
     rc=$?
     ((rc == 75)) && grep -q 'scontrol requeue failed' "$fake/out" ||
       miss "$name" "a failed requeue: exit $rc, not 75 with a message: $(cat "$fake/out")"
+    # The default CKPT_DIR (checkpoints/$SLURM_JOB_ID, made absolute) already holding files on a first run: an earlier
+    # job with the same id (ids repeat) left them, and --resume auto went on from its weights (or ended at once as
+    # "done"). Refused with exit 2 before srun; a requeued run (restart 1) and a CKPT_DIR of the user's own resume.
+    # The requeue-limit message says how to go on: resubmit with CKPT_DIR set to the directory.
+    ck="$fake/checkpoints/7"
+    grep -qF -- "CKPT_DIR=$ck jobs/$name" "$fake/out" ||
+      miss "$name" "the failed requeue does not say 'sbatch --export=ALL,CKPT_DIR=$ck jobs/$name': $(cat "$fake/out")"
+    mkdir -p "$ck" && touch "$ck/ckpt-step00000003.h5"
+    job 0 0 0
+    rc=$?
+    ((rc == 2)) && [[ ! -e $fake/srun.args ]] && grep -qF "$ck already holds files of an earlier job" "$fake/out" ||
+      miss "$name" "a first run in a default CKPT_DIR that holds files: exit $rc (srun run: $([[ -e $fake/srun.args ]] &&
+        echo yes || echo no)), not 2 naming it: $(cat "$fake/out")"
+    job 1 0 0
+    rc=$?
+    ((rc == 0)) && grep -qxF "$ck" "$fake/srun.args" || miss "$name" "a requeued run did not go on in $ck (exit $rc)"
+    job 0 0 0 CKPT_DIR=checkpoints/7
+    rc=$?
+    ((rc == 0)) && grep -qxF "$ck" "$fake/srun.args" ||
+      miss "$name" "CKPT_DIR=checkpoints/7 given on a first run: exit $rc, not resumed from $ck: $(cat "$fake/out")"
     out=$(env -i PATH=/usr/bin:/bin bash "$f" 2>&1)
     rc=$?
     ((rc != 0)) && [[ $out == *"run it with sbatch"* ]] || miss "$name" "outside Slurm: exit $rc: $out"
