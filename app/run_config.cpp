@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -22,6 +23,16 @@ namespace {
 /// overrides every key of the group in the file; two of a group in the file are an error.
 const std::vector<std::vector<std::string>> kExclusiveGroups = {
     {"model", "model-file"}, {"weights", "checkpoint"}, {"validate", "no-validate"}};
+
+/// A relative model file belongs to the configuration: looked up beside the file first (a recipe names
+/// `../models/x.yaml` and works from any directory, in the source tree and installed), else where the command runs.
+std::string model_file_beside(const std::string& config, const std::string& value) {
+  namespace fs = std::filesystem;
+  if (value.empty() || fs::path(value).is_absolute()) return value;
+  const fs::path beside = fs::path(config).parent_path() / value;
+  std::error_code ec;
+  return fs::is_regular_file(beside, ec) ? beside.string() : value;
+}
 
 }  // namespace
 
@@ -84,7 +95,7 @@ std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
     RN_CHECK_CTX(opt->get_expected_max() != 0 || is_flag_word(value.Scalar(), /*digits=*/false), where,
                  "option '{}' is a flag: true or false (yes/no, on/off, y/n), got '{}'", key, value.Scalar());
     try {
-      opt->add_result(value.Scalar());
+      opt->add_result(key == "model-file" ? model_file_beside(path, value.Scalar()) : value.Scalar());
       opt->run_callback();
     } catch (const CLI::Error& e) {
       RN_FAIL_CTX(where, "option '{}': {}", key, e.what());

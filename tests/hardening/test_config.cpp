@@ -249,3 +249,33 @@ TEST(HardeningConfig, ARecipesOnecycleKeysUnderAnotherScheduleWarn) {
   EXPECT_CLEAN_ERROR(run(train.substr(0, train.find("--config")) + "--config " + (d / "self_adam.yaml").string()),
                      "--optimizer adam has none");
 }
+
+// A relative model-file in a configuration is the configuration's own: found beside the file from any directory (an
+// installed recipe named models/... only worked from the source tree's root); one not beside it is relative to the
+// current directory, as before.
+TEST(HardeningConfig, ARelativeModelFileIsFoundBesideTheConfigurationThenInTheCurrentDirectory) {
+  const fs::path d = temp_dir();
+  const fs::path here = d / "run" / "here";  // ../models from here is no directory: only beside the file is
+  fs::create_directories(d / "recipes");
+  fs::create_directories(d / "models");
+  fs::create_directories(here);
+  write_text(d / "models" / "m.yaml",
+             "name: beside\ninput: [28, 28, 1]\nlayers:\n  - cbr: {out: 4, k: 3, pad: 1}\n"
+             "  - gap\n  - fc: {out: 10}\n  - softmax_ce: {classes: 10}\n");
+  write_text(here / "c.yaml",
+             "name: cwd_relative\ninput: [28, 28, 1]\nlayers:\n  - gap\n"
+             "  - fc: {out: 10}\n  - softmax_ce: {classes: 10}\n");
+  write_text(d / "recipes" / "beside.yaml", "model-file: ../models/m.yaml\n");
+  write_text(d / "recipes" / "cwd.yaml", "model-file: c.yaml\n");
+  const std::string train = cli() + " train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --config ";
+  CliResult r = run_shell("cd " + here.string() + " && exec " + train + (d / "recipes" / "beside.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("training beside on"), std::string::npos) << r.out;
+  r = run_shell("cd " + here.string() + " && exec " + train + (d / "recipes" / "cwd.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("training cwd_relative on"), std::string::npos) << r.out;
+  // In neither place: the error names the path as written.
+  r = run_shell("cd " + d.string() + " && exec " + train + (d / "recipes" / "cwd.yaml").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("c.yaml: model file"), std::string::npos) << r.out;
+}

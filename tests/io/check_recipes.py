@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every recipes/*.yaml is a valid run configuration that trains: `renaissance train --config R` with the data
 replaced by a small dataset of the recipe's shape and the run cut to one or two steps on the CPU (the command line
-wins over the file). The ImageNet recipe runs on a generated JPEG store of 1000 classes, so its random-resized crops,
+wins over the file), run from a directory outside the source tree (a recipe's model file is found beside it). The ImageNet recipe runs on a generated JPEG store of 1000 classes, so its random-resized crops,
 progressive resize (160) and the validation's Resize + CenterCrop run from decoded JPEGs.
 
     check_recipes.py RENAISSANCE_CLI SOURCE_DIR WORKDIR
@@ -63,7 +63,7 @@ def main():
         which = "imagenet" if "imagenet" in base else "cifar" if "cifar" in base else "fmnist"
         batch = "2" if which == "imagenet" else "8"
         r = run(CLI, "train", "--config", recipe, "--device", "cpu", "--data", data[which], "--epochs", "1",
-                "--max-steps", "2", "--batch", batch, "--val-batch", "8", cwd=SRC)
+                "--max-steps", "2", "--batch", batch, "--val-batch", "8", cwd=WORK)
         ok = r.returncode == 0 and "done: 2 steps" in r.stdout
         print(f"{base}: {'ok' if ok else 'FAILED'}  {r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ''}")
         if not ok:
