@@ -49,10 +49,12 @@ class Renaissance(CMakePackage, CudaPackage):
     variant("openblas", default=False, description="Offer OpenBLAS as a CPU GEMM backend")
     variant("onednn", default=False, description="oneDNN 2.x primitives for CPU convolutions")
     variant("images", default=True, description="JPEG/PNG import, JPEG stores (turbojpeg, png)")
+    # nvJPEG came after 0.1.0, whose tree has no switch for it (a spec could claim it for a binary
+    # without it). "@0.1.1:" holds main: Spack orders main above every numbered version.
     variant(
         "nvjpeg",
         default=True,
-        when="+cuda",
+        when="@0.1.1: +cuda",
         description="Decode JPEG stores on the GPU with nvJPEG (the CUDA toolkit's libnvjpeg)",
     )
 
