@@ -126,14 +126,26 @@ endif()
 
 # ---- share/renaissance: what a user of an installed copy (Spack, a module) runs beside the binary ----------------
 # jobs/ (the sbatch scripts), scripts/ (plot_metrics.py, the data and comparison scripts), models/ (model YAMLs) and
-# recipes/ (run.yaml files for --config); scripts keep their executable bits.
+# recipes/ (run.yaml files for --config); scripts keep their executable bits. Not the scripts that work on a source
+# checkout (they cd to the repository root: setup would make share/renaissance/.deps, test and quickstart look for
+# CMakeLists.txt): they are for developers, not for a user of the install.
+set(_rn_dev_scripts setup test quickstart check-spack-recipe make-release-tarball gpu-test fuzz sanitize)
 foreach(_rn_share jobs scripts models recipes)
+  set(_rn_excludes "")
+  if(_rn_share STREQUAL "scripts")
+    foreach(_rn_dev IN LISTS _rn_dev_scripts)
+      list(APPEND _rn_excludes REGEX "/scripts/${_rn_dev}$" EXCLUDE)
+    endforeach()
+  endif()
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_rn_share}/
     DESTINATION ${CMAKE_INSTALL_DATADIR}/renaissance/${_rn_share}
     USE_SOURCE_PERMISSIONS
     PATTERN "__pycache__" EXCLUDE
-    PATTERN "*.pyc" EXCLUDE)
+    PATTERN "*.pyc" EXCLUDE
+    ${_rn_excludes})
 endforeach()
+unset(_rn_excludes)
+unset(_rn_dev_scripts)
 unset(_rn_share)
 
 # ---- package config ------------------------------------------------------------------------------

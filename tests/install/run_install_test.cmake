@@ -28,6 +28,12 @@ foreach(f bin/renaissance include/renaissance/core/dtensor.h share/renaissance/j
     message(FATAL_ERROR "missing after install: ${prefix}/${f}")
   endif()
 endforeach()
+# the development scripts (they work on a source checkout only) are not installed
+foreach(f setup test quickstart check-spack-recipe make-release-tarball gpu-test fuzz sanitize)
+  if(EXISTS "${prefix}/share/renaissance/scripts/${f}")
+    message(FATAL_ERROR "a development script was installed: ${prefix}/share/renaissance/scripts/${f}")
+  endif()
+endforeach()
 # the scripts stay executable
 foreach(f share/renaissance/jobs/train-cpu.sbatch share/renaissance/scripts/plot_metrics.py)
   execute_process(COMMAND test -x "${prefix}/${f}" RESULT_VARIABLE _x)
@@ -82,7 +88,20 @@ if(NOT step_output MATCHES "compute_slot_bytes = 2304")
   message(FATAL_ERROR "unexpected consumer output:\n${step_output}")
 endif()
 
-# 4. the installed executable starts
+# 4. the installed executable starts, and an installed recipe that names a model file (../models/...) trains one
+# step from a directory outside the prefix and the source tree (it failed everywhere but the source root)
 run_step("renaissance --help" "${prefix}/bin/renaissance" --help)
+execute_process(COMMAND "${prefix}/bin/renaissance" data synthetic --out "${WORK_DIR}/tiny.h5" --train 16 --val 8
+  --shape 28,28,1 --classes 10 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "renaissance data synthetic failed (${rc}):\n${out}")
+endif()
+execute_process(COMMAND "${prefix}/bin/renaissance" train
+  --config "${prefix}/share/renaissance/recipes/fmnist-resnet18-narrow-cpu.yaml" --data "${WORK_DIR}/tiny.h5"
+  --epochs 1 --max-steps 1 --batch 8 --val-batch 8
+  WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "done: 1 steps")
+  message(FATAL_ERROR "the installed recipe fmnist-resnet18-narrow-cpu.yaml did not train from ${WORK_DIR} (${rc}):\n${out}")
+endif()
 
 message(STATUS "install test passed (prefix ${prefix})")
