@@ -15,7 +15,8 @@
 #include <string>
 
 #ifdef RENAISSANCE_HAVE_OPENBLAS
-#include <cblas.h>
+#include <cblas.h>  // the types and enums; the functions come from dlopen (kernels/cpu/CMakeLists.txt says why)
+#include <dlfcn.h>
 #endif
 
 #if defined(__GNUC__)
@@ -365,19 +366,54 @@ void check_args(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std:
 }
 
 #ifdef RENAISSANCE_HAVE_OPENBLAS
-void openblas_init() {
-  // We parallelise around OpenBLAS (fixed tiles, our pool), so it must not start its own threads.
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+/// OpenBLAS, loaded on first use: the library found at configure time, else its usual soname.
+struct OpenBlasApi {
+  decltype(&cblas_sgemm) sgemm = nullptr;
+  std::string error;  ///< why it could not be loaded
+};
+
+const OpenBlasApi& openblas_api() {
+  static const OpenBlasApi api = [] {
+    OpenBlasApi a;
+    // We parallelise around OpenBLAS (fixed tiles, our pool), so it must not start its own threads: its constructor
+    // reads OPENBLAS_NUM_THREADS (unless the user set it) and starts that many less one.
+    setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/0);
+    void* lib = nullptr;
+    std::string tried;
+    for (const char* name : {RENAISSANCE_OPENBLAS_LIBRARY, "libopenblas.so.0"}) {
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+      const char* why = dlerror();
+      tried += std::string(tried.empty() ? "" : "; ") + (why ? why : name);
+    }
+    if (!lib) {
+      a.error = "could not load OpenBLAS: " + tried;
+      return a;
+    }
+    auto set_threads = reinterpret_cast<decltype(&openblas_set_num_threads)>(dlsym(lib, "openblas_set_num_threads"));
+    a.sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(lib, "cblas_sgemm"));
+    if (!a.sgemm || !set_threads) {
+      a.error = "the OpenBLAS library loaded has no cblas_sgemm or openblas_set_num_threads";
+      a.sgemm = nullptr;
+      return a;
+    }
+    set_threads(1);
+    return a;
+  }();
+  return api;
+}
+
+/// Loads OpenBLAS, or throws Error saying why it cannot be used.
+void require_openblas() {
+  const OpenBlasApi& api = openblas_api();
+  RN_CHECK(api.sgemm != nullptr, "GEMM backend 'openblas': {}", api.error);
 }
 
 void openblas_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                    const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
                    std::int64_t ldc) {
-  openblas_init();
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  openblas_api().sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                       static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                       static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 #endif
 
@@ -385,7 +421,12 @@ GemmBackend default_backend() {
   if (const char* env = std::getenv("RENAISSANCE_GEMM")) {
     const std::string v = env;
     if (v == "own") return GemmBackend::Own;
-    if (v == "openblas" && openblas_available()) return GemmBackend::OpenBlas;
+    if (v == "openblas" && openblas_available()) {
+#ifdef RENAISSANCE_HAVE_OPENBLAS
+      require_openblas();  // loaded here, on the thread that picks the backend, not inside a pool task
+#endif
+      return GemmBackend::OpenBlas;
+    }
   }
   // Measured on the 2-core EPYC (Zen 4): the own kernel matches or beats single-threaded OpenBLAS 0.3.21
   // on the convolution shapes we train (docs/kernels-cpu.md).
@@ -432,6 +473,9 @@ void set_gemm_backend(GemmBackend backend) {
   RN_CHECK(backend != GemmBackend::OpenBlas || openblas_available(),
            "GEMM backend 'openblas' asked for, but this build has no OpenBLAS (install libopenblas-dev and "
            "reconfigure)");
+#ifdef RENAISSANCE_HAVE_OPENBLAS
+  if (backend == GemmBackend::OpenBlas) require_openblas();
+#endif
   backend_slot().store(static_cast<int>(backend), std::memory_order_relaxed);
 }
 

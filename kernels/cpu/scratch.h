@@ -24,6 +24,11 @@ class AlignedBuffer {
       const bool huge = count * sizeof(float) >= (1u << 20);
       const std::size_t align = huge ? kHuge : 4096;
       const std::size_t bytes = ((count * sizeof(float) + align - 1) / align) * align;
+      // The old buffer goes first, and with it the capacity: a failed allocation left the old capacity beside a null
+      // pointer, so the next smaller request returned null (a oneDNN kernel then wrote through it: SIGSEGV under a
+      // memory limit instead of the "out of host memory" error).
+      m_data.reset();
+      m_capacity = 0;
       m_data.reset(static_cast<float*>(std::aligned_alloc(huge ? kHuge : 64, bytes)));
       if (!m_data) throw std::bad_alloc();
 #if defined(__linux__) && defined(MADV_HUGEPAGE)

@@ -279,3 +279,19 @@ TEST(HardeningConfig, ARelativeModelFileIsFoundBesideTheConfigurationThenInTheCu
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("c.yaml: model file"), std::string::npos) << r.out;
 }
+
+// OpenBLAS is loaded only when RENAISSANCE_GEMM=openblas asks for it. Linked, its constructor started its thread pool
+// in every run, and under `ulimit -v` a pool thread spun forever in its buffer allocation: a run that had stopped
+// with "out of host memory" never exited (blas_shutdown joined that thread at exit). The dynamic loader's own log
+// (LD_DEBUG=files) says which libraries a run loads.
+TEST(HardeningConfig, OpenBlasIsLoadedOnlyWhenItIsAskedFor) {
+  if (!renaissance::cpu::openblas_available()) GTEST_SKIP() << "this build has no OpenBLAS";
+  const std::string train = cli() + " train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32";
+  CliResult r = run_shell("LD_DEBUG=files exec " + train);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("libopenblas"), std::string::npos) << "loaded without being asked for";
+  r = run_shell("RENAISSANCE_GEMM=openblas LD_DEBUG=files exec " + train);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("libopenblas"), std::string::npos) << "RENAISSANCE_GEMM=openblas did not load it";
+  EXPECT_NE(r.out.find("done: 1 steps"), std::string::npos) << r.out;
+}

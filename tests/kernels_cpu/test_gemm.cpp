@@ -1,10 +1,15 @@
 // SGEMM (own kernel with each micro-kernel this CPU runs, and OpenBLAS when built in) against a naive
 // double-precision product; small-integer inputs make the product exact, so those compare bit for bit.
 #include <kernels/cpu/gemm.h>
+#include <kernels/cpu/scratch.h>
 #include <kernels/cpu/thread_pool.h>
 #include <renaissance/core/error.h>
 
 #include "kernel_test_util.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
 
 namespace renaissance::cpu::test {
 namespace {
@@ -184,6 +189,24 @@ TEST_F(GemmTest, RejectsBadLeadingDimensions) {
   if (!openblas_available()) {
     EXPECT_THROW(set_gemm_backend(GemmBackend::OpenBlas), Error);
   }
+}
+
+// A scratch buffer whose growth fails (the allocation refused: a memory limit) keeps no capacity: the next, smaller
+// request allocates again. It kept the old capacity beside a null pointer and returned null, which a oneDNN kernel
+// wrote through (SIGSEGV under `ulimit -v` instead of the "out of host memory" error).
+TEST(ScratchBuffer, AFailedGrowthLeavesNoNullBufferBehind) {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan aborts on a request that large unless told to return null, as malloc does (scripts/sanitize tells it).
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  if (!asan || !std::strstr(asan, "allocator_may_return_null=1"))
+    GTEST_SKIP() << "under ASan without allocator_may_return_null=1";
+#endif
+  detail::AlignedBuffer buffer;
+  ASSERT_NE(buffer.get(16), nullptr);
+  EXPECT_THROW(buffer.get(std::size_t{1} << 52), std::bad_alloc);  // 16 PiB: more than any address space
+  float* again = buffer.get(16);
+  ASSERT_NE(again, nullptr);
+  again[15] = 1.0f;  // writable
 }
 
 }  // namespace
