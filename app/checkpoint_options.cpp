@@ -154,7 +154,7 @@ void CheckpointCli::apply(runtime::TrainOptions& t) {
   }
 }
 
-std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) const {
+std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root, std::string* skipped_note) const {
   if (resume.empty()) return nullptr;
   if (resume != "auto")
     return std::make_unique<runtime::InitialState>(
@@ -166,8 +166,11 @@ std::unique_ptr<runtime::InitialState> CheckpointCli::read_resume(bool root) con
       [&](const std::string& w) {
         ++skipped;
         if (root) spdlog::warn("{}", w);
+        if (skipped_note) *skipped_note += (skipped_note->empty() ? "" : "; ") + w;
       },
       &found);
+  if (skipped_note && !skipped_note->empty())
+    *skipped_note = fmt::format(" (after skipping {} invalid: {})", skipped, *skipped_note);
   if (path.empty()) {
     // Checkpoints that are all invalid are not "no checkpoint" (an unattended requeue looked like a first run).
     if (root && skipped > 0)

@@ -35,7 +35,9 @@ struct CheckpointCli {
   void apply(runtime::TrainOptions& t);
   /// --resume: reads the checkpoint to resume (auto: the newest valid one in --checkpoint-dir; none there starts
   /// fresh: nullptr), for the Trainer to start from (matched against the plan before the device start-up).
-  std::unique_ptr<runtime::InitialState> read_resume(bool root) const;
+  /// `skipped`, when given: what --resume auto passed over on this rank ("" or " (after skipping N invalid: ...)"),
+  /// for the ranks' agreement on the checkpoint (only rank 0 warns, so another rank's reason was never shown).
+  std::unique_ptr<runtime::InitialState> read_resume(bool root, std::string* skipped = nullptr) const;
   /// Adds the per-step loss log and the checkpoint messages to `obs` (rank 0 writes).
   /// `trainer` gives each step's learning rate to the loss log.
   void observe(runtime::TrainObserver& obs, bool root, bool resumed, const runtime::Trainer& trainer);

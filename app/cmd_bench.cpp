@@ -1,6 +1,7 @@
 // `renaissance bench`: training-step throughput on synthetic data (N warm-up + M timed steps).
 #include "cli_errors.h"
 #include "commands.h"
+#include "environment.h"
 #include "gpu_options.h"
 #include "json_writer.h"
 #include "model_options.h"
@@ -189,9 +190,10 @@ void run_bench(const BenchCli& c) {
   // all-reduce with another's agreement (a truncated message, or a hang).
   t.command_settings = fmt::format(
       "bench warmup={}\nbench steps={}\nbench graphs={}\nbench profile={}\n"
-      "bench profile steps={}\ncpu winograd={}\n",
+      "bench profile steps={}\ncpu winograd={}\n{}",
       c.warmup, c.steps, c.graphs, c.profile, c.profile ? c.profile_steps : 0,
-      t.backend == runtime::Backend::CPU && runtime::cpu_winograd_requested());
+      t.backend == runtime::Backend::CPU && runtime::cpu_winograd_requested(),
+      t.backend == runtime::Backend::CPU ? cpu_kernel_env_settings() : "");
   {
     runtime::Trainer trainer(bp, t);
     startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

@@ -2,6 +2,7 @@
 #include "checkpoint_options.h"
 #include "cli_errors.h"
 #include "commands.h"
+#include "environment.h"
 #include "gpu_options.h"
 #include "json_writer.h"
 #include "model_options.h"
@@ -306,20 +307,22 @@ void run_train(TrainCli& c) {
                                                     c.metrics, c.ckpt.loss_log, c.ckpt.dir, c.tensorboard},
                                                    c.t, root);
   // The checkpoint to resume is read first: the Trainer matches it against the plan before its device start-up.
-  std::unique_ptr<runtime::InitialState> resume = c.ckpt.read_resume(root);
+  std::string skipped;  // what --resume auto passed over here, named if the ranks disagree
+  std::unique_ptr<runtime::InitialState> resume = c.ckpt.read_resume(root, &skipped);
   // Every rank reads the checkpoint it resumes from: one that found another (node-local directories, another
   // --resume file) or none would train other replicas under averaged gradients and blend their metrics.
   require_same_on_ranks(
       comm.get(), [&] { return state_fingerprint(resume.get()); }, "the checkpoint to resume from",
-      resume ? resume->path : "(none found: a fresh start)",
+      (resume ? resume->path : std::string("(none found: a fresh start)")) + skipped,
       "give every rank the same checkpoint: one --checkpoint-dir on a shared file system, or the same --resume file");
   // Rank 0 writes the outputs: one named on another rank only would be dropped, so the ranks agree on which exist.
   auto given = [](const std::string& path) { return path.empty() ? "none" : "given"; };
   // The CPU convolutions' setting too (not whether this CPU has the kernels: nodes may differ): Winograd asked for on
   // one rank and not on another computed each rank's gradients with other rounding.
-  c.t.command_settings = fmt::format("save={}\nmetrics={}\nloss log={}\ntensorboard={}\ncpu winograd={}\n",
+  const bool cpu = c.t.backend == runtime::Backend::CPU;
+  c.t.command_settings = fmt::format("save={}\nmetrics={}\nloss log={}\ntensorboard={}\ncpu winograd={}\n{}",
                                      given(c.save), given(c.metrics), given(c.ckpt.loss_log), given(c.tensorboard),
-                                     c.t.backend == runtime::Backend::CPU && runtime::cpu_winograd_requested());
+                                     cpu && runtime::cpu_winograd_requested(), cpu ? cpu_kernel_env_settings() : "");
   runtime::Trainer trainer(bp, c.t, resume.get());
   const bool resumed = resume != nullptr;
   if (resumed && root)
@@ -482,6 +485,7 @@ struct EvalCli {
   std::string checkpoint;  ///< a checkpoint instead of --weights (its model unless --model/--model-file is given)
   bool model_given = false;
   std::int64_t batch = 256;
+  bool batch_given = false;
   bool amp = false;
   bool ema = false;
   bool json = false;
@@ -498,6 +502,10 @@ void run_eval(const EvalCli& c) {
       comm::open_communicator(t.backend, comm::comm_timeout_from_env(comm::kDefaultCommTimeout));
   t.comm = comm.get();
   t.batch = c.batch;
+  // The default batch over ranks that do not divide it (`mpirun -np 3 renaissance eval`): the nearest multiple below,
+  // since scoring is the same at any batch; a --batch typed is taken as it is (and must divide).
+  if (const int world = comm ? comm->world_size() : 1; !c.batch_given && world > 1)
+    t.batch = std::max<std::int64_t>(world, c.batch / world * world);
   t.amp = c.amp;
   t.ema = c.ema;
   t.epochs = 1;
@@ -748,7 +756,10 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--weights", c->weights, "Weights file written by `renaissance train --save`");
   cmd->add_option("--checkpoint", c->checkpoint,
                   "Checkpoint written by `renaissance train --checkpoint-dir` (its model unless --model is given)");
-  cmd->add_option("--batch", c->batch, "Batch size")->capture_default_str();
+  cmd->add_option("--batch", c->batch,
+                  "Batch size (global: dealt over the ranks under mpirun/srun, where the default is rounded down to a "
+                  "multiple of the rank count)")
+      ->capture_default_str();
   cmd->add_flag("--amp", c->amp, "Evaluate in FP16 (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Evaluate the EMA weights");
   cmd->add_flag("--json", c->json, "Print the result as JSON");
@@ -760,6 +771,7 @@ void register_eval_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->callback([c, cmd] {
     c->model_given = cmd->get_option("--model")->count() > 0 || cmd->get_option("--model-file")->count() > 0;
+    c->batch_given = cmd->get_option("--batch")->count() > 0;
     run_eval(*c);
   });
 }

@@ -3,11 +3,13 @@
 #include <renaissance/core/error.h>
 #include <renaissance/runtime/devices.h>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 namespace renaissance::app {
 
@@ -81,6 +83,17 @@ void check_environment() {
           "threads will take turns on them (slower than {})",
           n, cpus, cpus == 1 ? "" : "s", cpus);
   }
+}
+
+std::string cpu_kernel_env_settings() {
+  std::string lines;
+  for (const auto& [name, label] : {std::pair<const char*, const char*>{"RENAISSANCE_GEMM", "cpu gemm"},
+                                    {"RENAISSANCE_CPU_ISA", "cpu isa cap"},
+                                    {"RENAISSANCE_GEMM_ISA", "gemm isa cap"}}) {
+    const char* value = std::getenv(name);
+    lines += fmt::format("{}={}\n", label, value && *value ? value : "default");
+  }
+  return lines;
 }
 
 }  // namespace renaissance::app

@@ -21,4 +21,10 @@ const std::vector<EnvVariable>& environment_variables();
 /// and empty variables are not checked.
 void check_environment();
 
+/// The CPU kernels' settings asked for in the environment (RENAISSANCE_GEMM, RENAISSANCE_CPU_ISA,
+/// RENAISSANCE_GEMM_ISA; "default" when unset) as `name=value` lines for the ranks' configuration check (Trainer's
+/// command_settings): ranks asked for another GEMM backend or instruction-set cap rounded their gradients otherwise
+/// (weights 1e-6 apart after 6 steps). What each CPU has is not compared: nodes may differ.
+std::string cpu_kernel_env_settings();
+
 }  // namespace renaissance::app

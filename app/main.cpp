@@ -20,7 +20,9 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace {
@@ -57,6 +59,17 @@ int fail(renaissance::comm::MpiSession& mpi, const char* what, int code) {
   std::fflush(stderr);
   if (mpi.world_size() > 1 && !mpi.all_ranks_failed(kErrorGraceSeconds)) mpi.abort(code);
   return code;
+}
+
+/// std::thread's "Resource temporarily unavailable" (EAGAIN from pthread_create) said as what it means: the process
+/// may start no more threads, or not map a thread's stack. It was the bare errno text, and at the MPI start-up (the
+/// watchdog thread) an uncaught exception: SIGABRT, exit 134.
+std::string describe(const std::system_error& e) {
+  if (e.code() != std::errc::resource_unavailable_try_again) return e.what();
+  return std::string("could not start a thread (") + e.what() +
+         "): this process may not have another thread or its stack (the limits on processes and memory: ulimit -u, "
+         "-v and -s, a Slurm job's --mem, a container's pids limit); raise them, or use fewer threads "
+         "(--loader-threads, RENAISSANCE_CPU_THREADS)";
 }
 
 /// stdout closed under us (`renaissance train | head`): the run goes on (its files are what matters) and says once,
@@ -138,7 +151,17 @@ int main(int argc, char** argv) {
   renaissance::app::arm_preemption_early(argc, argv);
   // MPI first: under mpirun or `srun --mpi=pmix` this process is one rank of a data-parallel job; started alone it
   // is a singleton of one rank (DESIGN §9).
-  renaissance::comm::MpiSession mpi(&argc, &argv);
+  std::optional<renaissance::comm::MpiSession> session;
+  try {
+    session.emplace(&argc, &argv);
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "renaissance: error: MPI start-up: %s\n", describe(e).c_str());
+    return 1;
+  } catch (const std::exception& e) {  // MPI_Init_thread's own failure, a launcher setting that cannot work
+    std::fprintf(stderr, "renaissance: error: MPI start-up: %s\n", e.what());
+    return 1;
+  }
+  renaissance::comm::MpiSession& mpi = *session;
   // Logs go to stderr: stdout carries the results (--json lines, tables) that scripts read.
   spdlog::set_default_logger(spdlog::stderr_color_mt("renaissance"));
   CLI::App app{"Renaissance: planned, graph-captured training of convolutional image classifiers", "renaissance"};
@@ -161,6 +184,13 @@ int main(int argc, char** argv) {
       chain += " " + a->get_name();
     }
     agree_on_command(mpi, "run " + chain, "runs `" + chain + "`");
+    // Commands of one process (predict says so itself): under mpirun/srun every rank ran them, printing each line N
+    // times (`plan --json` gave lines interleaved past parsing) and writing the same file N times.
+    const std::string command = app.get_subcommands().front()->get_name();
+    if (mpi.world_size() > 1 && (command == "plan" || command == "data" || command == "checkpoint"))
+      RN_FAIL_CTX(chain.substr(std::string("renaissance ").size()),
+                  "it runs in one process, and this job has {} ranks: start it without mpirun/srun, or with one task",
+                  mpi.world_size());
   });
   const auto ranks_differ = [&](const RanksDiffer& d) {
     return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),
@@ -211,6 +241,8 @@ int main(int argc, char** argv) {
                 "out of host memory (std::bad_alloc): the command needs more memory than this process may have (the "
                 "machine's, a ulimit, or a Slurm job's --mem); a smaller model or batch, or more memory",
                 1);
+  } catch (const std::system_error& e) {
+    return fail(mpi, describe(e).c_str(), 1);
   } catch (const std::exception& e) {
     return fail(mpi, e.what(), 1);
   }

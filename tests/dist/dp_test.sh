@@ -338,6 +338,26 @@ PYEOF
       >out.txt 2>&1
     both_reported $? "RENAISSANCE_CPU_WINOGRAD=off on rank 0 only" \
       "the configuration of rank 1 differs from rank 0's: .*cpu winograd is false on rank 0 but true on rank 1"
+    # So are the GEMM backend and the instruction-set caps asked for (weights 1e-6 apart after 6 steps).
+    # shellcheck disable=SC2086
+    timeout 60 "$MPIEXEC" -n 1 env RENAISSANCE_GEMM_ISA=generic "$CLI" $T : -n 1 env -u RENAISSANCE_GEMM_ISA "$CLI" $T \
+      >out.txt 2>&1
+    rc=$?
+    if [[ $DEVICE != cuda ]]; then  # the CPU kernels: what a GPU rank does not use
+      both_reported $rc "RENAISSANCE_GEMM_ISA=generic on rank 0 only" \
+        "the configuration of rank 1 differs from rank 0's: .*gemm isa cap is generic on rank 0 but default on rank 1"
+    fi
+    # --tta flip on rank 1 only: its extra passes ran and their result was dropped (rank 0 reports).
+    rank1_fails --tta flip "the configuration of rank 1 differs from rank 0's: .*tta flip is false on rank 0 but true on rank 1" \
+      "${TRAIN[@]}" --tta off
+    # RENAISSANCE_MPI=never under a launcher of 2 ranks: each trained alone on all of the data and wrote the same
+    # outputs (or waited for the other until --comm-timeout). Refused on every rank, nothing written.
+    launch2 env RENAISSANCE_MPI=never "$CLI" "${TRAIN[@]}" --save never.h5 >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 1)) && (($(grep -c "RENAISSANCE_MPI=never, but the launcher started this process as one of 2 ranks" out.txt) == 2)) ||
+      fail "RENAISSANCE_MPI=never on 2 ranks: exit $rc, not 1 with the error on both"
+    [[ ! -e never.h5 ]] || fail "RENAISSANCE_MPI=never on 2 ranks wrote --save"
     # The same usage error on both ranks is said once, by rank 0 (exit 2).
     launch2 "$CLI" "${TRAIN[@]}" --bogus-option >out.txt 2>&1
     rc=$?
@@ -374,6 +394,27 @@ PYEOF
     grep -q "error: rank 0/2: predict: it runs in one process, and this job has 2 ranks" out.txt ||
       fail "predict on 2 ranks: no error"
     [[ ! -e p.h5 ]] || fail "predict on 2 ranks wrote --out"
+    # Neither do plan, data and checkpoint: every rank printed each line (`plan --json` interleaved past parsing) and
+    # wrote the same file. Refused on every rank.
+    launch2 "$CLI" plan --model-file "$MODEL" --json >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 1)) && grep -q "error: rank 1/2: plan: it runs in one process, and this job has 2 ranks" out.txt ||
+      fail "plan on 2 ranks: exit $rc, not 1 with the error on every rank"
+    launch2 "$CLI" data synthetic --out d2.h5 --train 20 --val 10 --shape 28,28,1 --classes 10 >out.txt 2>&1
+    rc=$?
+    ((rc == 1)) && grep -q "data synthetic: it runs in one process" out.txt && [[ ! -e d2.h5 ]] ||
+      fail "data synthetic on 2 ranks: exit $rc, not 1 without a file: $(cat out.txt)"
+    # The default --batch (256) over 3 ranks: rounded down to a multiple of them (255), the same scores as one
+    # process; it was refused as "not divisible by the 3 ranks". A --batch typed must still divide.
+    DEFAULT_EVAL=(eval --model-file "$MODEL" --data ds.h5 --weights w.h5 "${DEV[@]}" --json)
+    one=$("$CLI" "${DEFAULT_EVAL[@]}" 2>/dev/null) || fail "eval on one process (default batch)"
+    three=$(launchn 3 "$CLI" "${DEFAULT_EVAL[@]}" 2>out.txt) || { cat out.txt; fail "eval on 3 ranks, default batch"; }
+    echo "3 ranks:   $three"
+    [[ $(grep -o '"val_top1":[^,]*' <<<"$one") == $(grep -o '"val_top1":[^,]*' <<<"$three") ]] ||
+      fail "3 ranks with the default batch score another top-1 than one process"
+    launchn 3 "$CLI" "${DEFAULT_EVAL[@]}" --batch 256 >out.txt 2>&1 && fail "eval --batch 256 on 3 ranks ran"
+    grep -q "not divisible by the 3 ranks" out.txt || fail "eval --batch 256 on 3 ranks: no error: $(cat out.txt)"
     ;;
   resume-differs)
     # Each rank reads the checkpoint it resumes from: another file on rank 1, or none (node-local directories), trained
@@ -387,6 +428,17 @@ PYEOF
     mkdir -p empty
     rank1_differs --checkpoint-dir empty "the checkpoint to resume from" "${R[@]}" --lr 0.05 --max-steps 6 \
       --checkpoint-dir ckA --resume auto
+    # Rank 1's newest checkpoint corrupt (node-local directories): it went back to an older one, and only rank 0
+    # warns of skipped files, so the error did not say why. Rank 1 names what it skipped.
+    "$CLI" "${R[@]}" --lr 0.05 --max-steps 3 --checkpoint-dir ckD --checkpoint-every 1 >/dev/null 2>&1 ||
+      fail "cannot write checkpoints D"
+    truncate -s 1000 ckD/ckpt-step00000003.h5
+    RANK1_OPT=--checkpoint-dir RANK1_VAL=ckD launch2 ./rank_wrapper.sh "${R[@]}" --lr 0.05 --max-steps 6 \
+      --checkpoint-dir ckA --resume auto >out.txt 2>&1
+    rc=$?
+    cat out.txt
+    ((rc == 1)) && grep -q "error: rank 1/2: .*this rank, 1, read ckD/ckpt-step00000002.h5 (after skipping 1 invalid: .*ckpt-step00000003.h5" out.txt ||
+      fail "a corrupt newest checkpoint on rank 1 only: exit $rc, or rank 1 did not name what it skipped"
     rank1_fails --checkpoint-every 2 \
       "the configuration of rank 1 differs from rank 0's: .*checkpoint every is 1 on rank 0 but 2 on rank 1" \
       "${R[@]}" --lr 0.05 --max-steps 4 --checkpoint-dir ckC --checkpoint-every 1

@@ -214,3 +214,23 @@ TEST(HardeningFaults, SigpipeOnStdoutDoesNotKillTheRun) {
   EXPECT_NO_THROW(renaissance::io::read_weights(w.string()));
   EXPECT_NE(read_text(d / "err.txt").find("standard output was closed"), std::string::npos) << read_text(d / "err.txt");
 }
+
+// A process that may start no thread (ulimit -s larger than what ulimit -v leaves: no thread's stack can be mapped;
+// as root RLIMIT_NPROC does not apply) stops with an error that says so and exit 1. At the MPI start-up (the
+// watchdog's thread, RENAISSANCE_MPI=always as under a launcher) it was an uncaught std::system_error: SIGABRT,
+// exit 134; later (the CPU kernels' pool, the loader) the bare "Resource temporarily unavailable".
+TEST(HardeningFaults, AThreadThatCannotBeStartedIsAnErrorSayingWhyNotAnAbort) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's shadow memory does not fit under ulimit -v";
+#endif
+  const std::string limits = "ulimit -s 4000000 && ulimit -v 3000000 && ";  // sh: one limit per ulimit
+  const std::string train = " train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32";
+  for (const std::string mpi : {"always", "never"}) {
+    const CliResult r = run_shell(limits + "RENAISSANCE_MPI=" + mpi + " exec " + cli() + train);
+    EXPECT_EQ(r.code, 1) << mpi << ": " << r.out;
+    EXPECT_NE(r.out.find("could not start a thread (Resource temporarily unavailable)"), std::string::npos)
+        << mpi << ": " << r.out;
+    EXPECT_NE(r.out.find("ulimit -u, -v and -s"), std::string::npos) << r.out;
+    if (mpi == "always") EXPECT_NE(r.out.find("MPI start-up: "), std::string::npos) << r.out;
+  }
+}

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -74,6 +75,18 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   // MPI_Init: Open MPI exports OMPI_COMM_WORLD_SIZE into the environment of the ranks it starts itself.
   const bool by_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
                          std::getenv("HYDRA_CONTROL_FD") != nullptr;
+  // RENAISSANCE_MPI=never in a process that a launcher started as one of several ranks: each would train alone on
+  // the whole data and write the same outputs (or wait for a rank that never joins until --comm-timeout). Refused.
+  if (const char* mode = std::getenv("RENAISSANCE_MPI"); mode && std::string(mode) == "never") {
+    int launched = -1;
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"})
+      launched = std::max(launched, env_int(v));
+    RN_CHECK(launched <= 1,
+             "RENAISSANCE_MPI=never, but the launcher started this process as one of {} ranks: each would run the "
+             "command alone on all of the data and write the same outputs (hint: unset RENAISSANCE_MPI, or launch "
+             "one process)",
+             launched);
+  }
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized && !launched_by_mpi_launcher()) {

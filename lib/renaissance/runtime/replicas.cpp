@@ -97,7 +97,7 @@ std::string describe_run_options(const TrainOptions& o) {
       "{},{} "
       "val resize {}\nshuffle={}\n"
       "lowres epochs={}\nbn momentum={}\nbn eps={}\nloss scale={}\nloss scale interval={}\nvalidate={}\n"
-      "validate each epoch={}\nfuse={}\n"
+      "validate each epoch={}\ntta flip={}\nfuse={}\n"
       "sync bn={}\nzero-init residual={}\ndrop last={}\nonecycle momentum={} {},{}\n"
       // Where a run agrees on stopping and writes checkpoints: collectives every rank must call alike (rank 0 alone
       // writes, so the directory's path may differ: node-local scratch).
@@ -108,7 +108,7 @@ std::string describe_run_options(const TrainOptions& o) {
       o.augmentation.horizontal_flip, io::crop_mode_name(o.augmentation.crop), o.augmentation.scale_min,
       o.augmentation.scale_max, o.augmentation.ratio_min, o.augmentation.ratio_max, o.augmentation.val_resize,
       o.shuffle, o.lowres_epochs, o.bn_momentum, o.bn_eps, o.loss_scale, o.loss_scale_interval, o.validate,
-      o.validate_each_epoch, o.fuse, o.sync_bn, o.zero_init_residual, o.drop_last, o.onecycle_momentum,
+      o.validate_each_epoch, o.tta_flip, o.fuse, o.sync_bn, o.zero_init_residual, o.drop_last, o.onecycle_momentum,
       o.onecycle_base_momentum, o.onecycle_max_momentum, o.checkpoint_dir.empty() ? "none" : "given",
       o.checkpoint_every, o.checkpoint_each_epoch, o.checkpoint_keep_best, o.stop_request != nullptr,
       o.command_settings);
