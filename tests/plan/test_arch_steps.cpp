@@ -363,6 +363,29 @@ TEST(NormalizeFlatten, SpatialLogitsBeforeSoftmaxGetOne) {
   EXPECT_EQ(v[2].in_shape, (Shape{1, 1, 1, 20}));
 }
 
+// A flatten of a map larger than 1x1 leads only to fc (or the loss), through element-wise layers: a bn, conv or gap
+// after it was planned on the map as if the flatten were not there (another network than the model's, silently).
+// Refused naming the flatten and the layer; after a 1x1 map (gap) the flatten is nothing and anything may follow.
+TEST(NormalizeFlatten, AFlattenOfAMapLeadsOnlyToFcThroughElementwiseLayers) {
+  for (const auto& after : {rb::bn(), rb::conv(4, 1), rb::gap()}) {
+    const auto bp = model(rb::seq(rb::conv(3, 3, 1, 1), rb::flatten(), after, rb::fc(10), rb::softmax_ce(10)));
+    try {
+      shaped(bp, plain());
+      ADD_FAILURE() << "a flatten of an 8x8 map followed by a non-fc layer was planned";
+    } catch (const renaissance::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("flatten of a 8x8x3 map followed by"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("not on the 192 features"), std::string::npos) << e.what();
+    }
+  }
+  const auto ok =
+      shaped(model(rb::seq(rb::conv(3, 3, 1, 1), rb::flatten(), rb::relu(), rb::fc(10), rb::softmax_ce(10))), plain());
+  EXPECT_EQ(kinds(ok), (std::vector<K>{K::Conv, K::Relu, K::Flatten, K::Fc, K::SoftmaxCE})) << kind_list(ok);
+  const auto after_gap =
+      shaped(model(rb::seq(rb::conv(16, 3, 1, 1), rb::gap(), rb::flatten(), rb::bn(), rb::fc(10), rb::softmax_ce(10))),
+             plain());
+  EXPECT_EQ(kinds(after_gap), (std::vector<K>{K::Conv, K::Gap, K::Bn1d, K::Fc, K::SoftmaxCE})) << kind_list(after_gap);
+}
+
 // ---- step 7: merge_blocks ---------------------------------------------------------------------------
 
 TEST(MergeBlocks, HandWrittenBottlenecksBecomeFusedBlocks) {

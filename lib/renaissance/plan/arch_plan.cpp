@@ -552,6 +552,26 @@ void infer_shapes(Layers& layers, const Shape& input) {
 }
 
 void normalize_flatten(Layers& layers, const Shape& input, bool amp) {
+  // A flatten is where a map meets the classifier: the plan keeps maps as they are and lets the fc read them whole,
+  // so a flatten of a map larger than 1x1 may lead only to fc (or the loss), through element-wise layers. Any other
+  // layer after it was planned on the map as if the flatten were not there (a bn became a per-channel BN of the map,
+  // a 1x1 conv or gap ran on its channels), silently another network than the YAML's.
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const ArchLayer& f = layers[i];
+    if (f.kind != LayerKind::Flatten || (f.in_shape.h == 1 && f.in_shape.w == 1)) continue;
+    std::size_t j = i + 1;
+    while (j < layers.size() && is_transparent_for_bn(layers[j].kind)) ++j;
+    if (j == layers.size() || layers[j].kind == LayerKind::Fc || layers[j].kind == LayerKind::SoftmaxCE) continue;
+    const ArchLayer& next = layers[j];
+    RN_FAIL_CTX(
+        f.origin.empty() ? describe(f, i) : f.origin,
+        "flatten of a {}x{}x{} map followed by {}: a flatten may lead only to fc (through element-wise "
+        "layers), anything else would run on the {}x{} map, not on the {} features (hint: put the layer "
+        "before the flatten, or use gap)",
+        f.in_shape.h, f.in_shape.w, f.in_shape.c,
+        next.origin.empty() ? describe(next, j) : fmt::format("{} ({})", next.origin, layer_kind_name(next.kind)),
+        f.in_shape.h, f.in_shape.w, f.in_shape.h * f.in_shape.w * f.in_shape.c);
+  }
   layers.erase(std::remove_if(layers.begin(), layers.end(),
                               [](const ArchLayer& l) { return l.kind == LayerKind::Flatten; }),
                layers.end());
