@@ -73,6 +73,13 @@ std::vector<GradPlan> plans() {
       {"add2_projection",
        seq(conv(K, 3, 1, 1), add2(seq(conv(8, 3, 2, 1), bn()), seq(conv(8, 1, 2, 0), bn())), gap(), fc(K)), false},
       {"basic_block", seq(conv(K, 3, 1, 1), block(0, 8, BlockKind::RESNET_3_3, 2), gap(), fc(K)), true},
+      // Three nested residual adds with projection shortcuts (found by a differential hunt against PyTorch): five
+      // gradient buffers live at once, refused while the walk had four.
+      {"add2_nested_3",
+       seq(add2(seq(add2(seq(add2(seq(conv(4, 1), bn(), tanh()), seq(conv(4, 1))), conv(4, 1)), seq(conv(4, 1))), bn()),
+                seq(conv(4, 1))),
+           gap(), fc(K)),
+       false},
   };
 }
 

@@ -24,7 +24,9 @@ std::vector<RegionRange> contiguous_ranges();
 /// Gradient bucket 1 (G_DEEP_CONV) and bucket 2 (G_BN_BIAS..G_FIRST_CONV).
 constexpr RegionRange kGradBucketDeep{Region::G_DEEP_CONV, Region::G_DEEP_CONV};
 constexpr RegionRange kGradBucketFirst{Region::G_BN_BIAS, Region::G_FIRST_CONV};
-constexpr int kMaxGradSlots = 4;
+/// Gradient buffers live at once in the backward walk (a slot is allocated only when used: the plan holds
+/// max_slots() of them). Three nested residual blocks with projection shortcuts and BN/ReLU need 5; 4 refused them.
+constexpr int kMaxGradSlots = 8;
 
 /// Program points [first, last] (closed) during which a tensor's bytes hold a value some later node still needs.
 /// Points number the top-level nodes of the train step, then of validation, in replay order (liveness.h).
