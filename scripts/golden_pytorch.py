@@ -184,7 +184,7 @@ def renaissance_tensors(model, layers, which):
     for i, l, tname, pname, group in plain_tensors(layers):
         if which == "grad" and group != "params":
             continue
-        t = getattr(model.mods[l["name"].replace(".", "_")], pname)
+        t = getattr(model.mods[rm.module_key(l["name"])], pname)
         if which == "grad":
             if t.grad is None:
                 raise SystemExit(f"no gradient for {l['name']}.{tname}")

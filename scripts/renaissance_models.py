@@ -403,8 +403,30 @@ def torchvision_names(layers):
     return names
 
 
+def module_key(name):
+    """The PyTorch module name of a Renaissance layer: PyTorch's module names hold no '.', so '.' becomes '_'."""
+    return name.replace(".", "_")
+
+
+def module_keys(layers):
+    """{layer name: module key} of the layers with tensors; SystemExit when two layers map to one key ('x.y' and
+    'x_y', or an unnamed cbr's 'cbr1.conv' and a conv named 'cbr1_conv'): one module would have held both layers'
+    tensors, the export writing one of them and dropping the other without a word."""
+    keys, owner = {}, {}
+    for l in layers:
+        if l["kind"] not in TENSOR_ROLES:
+            continue
+        key = module_key(l["name"])
+        if key in owner and owner[key] != l["name"]:
+            raise SystemExit(f"layers '{owner[key]}' and '{l['name']}' both become the PyTorch module '{key}' "
+                             "(PyTorch's module names hold no '.', which becomes '_'): rename one of them")
+        owner[key] = l["name"]
+        keys[l["name"]] = key
+    return keys
+
+
 def renaissance_names(layers):
-    return {l["name"]: "mods." + l["name"].replace(".", "_") for l in layers if l["kind"] in TENSOR_ROLES}
+    return {name: "mods." + key for name, key in module_keys(layers).items()}
 
 
 # ---- PyTorch models ---------------------------------------------------------------------------------------------
@@ -559,8 +581,9 @@ class ArchPlanNet(nn.Module):
         super().__init__()
         self.plan = layers
         self.mods = nn.ModuleDict()
+        module_keys(layers)  # no two layers on one module
         for i, l in enumerate(layers):
-            k, p, key = l["kind"], l.get("params", {}), l["name"].replace(".", "_")
+            k, p, key = l["kind"], l.get("params", {}), module_key(l["name"])
             if k == "Conv":
                 in_c = (p.get("logical_in_c") or 0) if i == _first_conv(layers) else 0
                 in_c = in_c or l["in"][3]
@@ -578,7 +601,7 @@ class ArchPlanNet(nn.Module):
         stack = []
         for l in self.plan:
             k, p = l["kind"], l.get("params", {})
-            key = l["name"].replace(".", "_")
+            key = module_key(l["name"])
             if k in ("Conv", "Bn2d"):
                 x = self.mods[key](x)
             elif k == "Bn1d":

@@ -156,6 +156,25 @@ if [[ -f fmnist_cnn.auto.pt ]]; then
 else
   echo "not checked: importing into a model of other input channels (fmnist_cnn is not among --models)"
 fi
+# Two layers whose names differ only in '.' and '_' ('x.y', 'x_y'): both became the PyTorch module 'x_y' and the export
+# wrote one of their tensors, dropping the other, exit 0.
+d8=$(dataset 8 8 1)
+cat >collide.yaml <<'YAML'
+name: collide
+input: [8, 8, 1]
+layers:
+  - conv: {out: 4, k: 3, pad: 1, name: x.y}
+  - relu
+  - conv: {out: 4, k: 3, pad: 1, name: x_y}
+  - gap
+  - fc: {out: 10}
+  - softmax_ce: {classes: 10}
+YAML
+"$CLI" train --model-file collide.yaml --data "$d8" --epochs 1 --max-steps 1 --batch 8 --no-validate \
+  --device "$RDEV" --save collide.h5 >/dev/null
+refused "export of two layers on one module name" "layers 'x.y' and 'x_y' both become the PyTorch module 'x_y'" \
+  "$PY" "$SRC/scripts/export_pytorch.py" collide.h5 --out collide.pt
+[[ ! -e collide.pt ]] || { echo "FAIL: the colliding export wrote collide.pt"; fail=1; }
 # --ema: every EMA export failed (the /ema lookup came before skipping the bias convs do not have).
 d28=$(dataset 28 28 1)
 "$CLI" train --model fmnist_cnn --data "$d28" --epochs 1 --max-steps 3 --batch 16 --lr 0.02 --ema --no-validate \
