@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +71,20 @@ std::string describe(const std::system_error& e) {
          "): this process may not have another thread or its stack (the limits on processes and memory: ulimit -u, "
          "-v and -s, a Slurm job's --mem, a container's pids limit); raise them, or use fewer threads "
          "(--loader-threads, RENAISSANCE_CPU_THREADS)";
+}
+
+/// Every thread this process starts gets at least 2 MiB of stack. std::thread takes glibc's default, which is the
+/// stack limit (`ulimit -s`): at 128 KiB the batch loader's HDF5 read overflowed its stack (SIGSEGV). Thread stacks
+/// are mappings of their own, so the limit on the main thread's stack need not bound them.
+void ensure_thread_stacks() {
+  constexpr std::size_t kMinThreadStack = std::size_t{2} << 20;
+  pthread_attr_t attr;
+  if (pthread_getattr_default_np(&attr) != 0) return;
+  std::size_t size = 0;
+  if (pthread_attr_getstacksize(&attr, &size) == 0 && size < kMinThreadStack &&
+      pthread_attr_setstacksize(&attr, kMinThreadStack) == 0)
+    pthread_setattr_default_np(&attr);
+  pthread_attr_destroy(&attr);
 }
 
 /// stdout closed under us (`renaissance train | head`): the run goes on (its files are what matters) and says once,
@@ -149,6 +164,7 @@ int main(int argc, char** argv) {
   fill_closed_standard_descriptors();
   std::atexit(warn_if_stdout_was_lost);
   renaissance::app::arm_preemption_early(argc, argv);
+  ensure_thread_stacks();  // before any thread of ours (the MPI watchdog's is the first)
   // MPI first: under mpirun or `srun --mpi=pmix` this process is one rank of a data-parallel job; started alone it
   // is a singleton of one rank (DESIGN §9).
   std::optional<renaissance::comm::MpiSession> session;

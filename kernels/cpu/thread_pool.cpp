@@ -53,8 +53,11 @@ std::mutex& global_pool_mutex() {
 }
 
 std::unique_ptr<ThreadPool>& global_pool() {
-  static std::unique_ptr<ThreadPool> pool;
-  return pool;
+  // Never destroyed: exit() run on a worker (libgomp's "Out of memory" calls it from the worker that set its OpenMP
+  // thread count) destroyed a static pool, whose destructor then joined the calling thread itself: std::system_error
+  // "Resource deadlock avoided", std::terminate, exit 134. The process's end stops the workers.
+  static auto* pool = new std::unique_ptr<ThreadPool>();
+  return *pool;
 }
 
 }  // namespace
@@ -77,10 +80,20 @@ ThreadPool::ThreadPool(int num_threads) {
   RN_CHECK(num_threads >= 0, "ThreadPool: thread count {} is negative", num_threads);
   const int n = num_threads == 0 ? default_thread_count() : num_threads;
   m_workers.reserve(static_cast<std::size_t>(n - 1));
-  for (int i = 1; i < n; ++i) m_workers.emplace_back([this] { worker_loop(); });
+  try {
+    for (int i = 1; i < n; ++i) m_workers.emplace_back([this] { worker_loop(); });
+  } catch (...) {
+    // A worker that could not start (EAGAIN: a process or memory limit): no destructor runs for a constructor that
+    // throws, so the workers already started are stopped here (left running, the teardown of the members waited on
+    // them forever or called std::terminate).
+    stop_and_join();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_and_join(); }
+
+void ThreadPool::stop_and_join() {
   {
     std::lock_guard<std::mutex> lock(m_mutex);
     m_stop = true;
@@ -88,6 +101,7 @@ ThreadPool::~ThreadPool() {
   }
   m_work_cv.notify_all();
   for (auto& t : m_workers) t.join();
+  m_workers.clear();
 }
 
 void ThreadPool::run_chunks() {

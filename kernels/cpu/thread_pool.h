@@ -39,6 +39,7 @@ class ThreadPool {
 
  private:
   void worker_loop();
+  void stop_and_join();  ///< stops the workers and joins them (the destructor, and a constructor that failed)
   void run_chunks();
 
   std::vector<std::thread> m_workers;

@@ -233,4 +233,8 @@ TEST(HardeningFaults, AThreadThatCannotBeStartedIsAnErrorSayingWhyNotAnAbort) {
     EXPECT_NE(r.out.find("ulimit -u, -v and -s"), std::string::npos) << r.out;
     if (mpi == "always") EXPECT_NE(r.out.find("MPI start-up: "), std::string::npos) << r.out;
   }
+  // A small stack limit bounds the main thread's stack only: the threads get 2 MiB (the batch loader's HDF5 read
+  // overflowed a 128 KiB one: SIGSEGV). eval and predict run the loader too.
+  const CliResult small = run_shell("ulimit -s 128 && exec " + cli() + train);
+  EXPECT_EQ(small.code, 0) << small.out;
 }

@@ -385,7 +385,6 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
   struct Join {
     std::vector<std::thread>& pool;
     std::mutex& mutex;
@@ -400,6 +399,9 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
       for (std::thread& t : pool) t.join();
     }
   } join{pool, mutex, cv, stop};
+  // After the guard: a thread that cannot start (EAGAIN) leaves the ones already started stopped and joined, not
+  // joinable threads whose destruction called std::terminate.
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
 
   std::int64_t done[2] = {0, 0};
   // Raw stores: samples are appended in runs (one HDF5 write per run instead of per image).

@@ -23,16 +23,27 @@ struct LoaderPool::Loop {
 };
 
 LoaderPool::LoaderPool(int threads) {
-  for (int t = 0; t < threads; ++t) m_threads.emplace_back([this] { run(); });
+  try {
+    for (int t = 0; t < threads; ++t) m_threads.emplace_back([this] { run(); });
+  } catch (...) {
+    // A thread that could not start (EAGAIN: a process or memory limit): the destructor does not run for a
+    // constructor that throws, so the threads already started are stopped here (left running, the members' teardown
+    // waited on them forever or called std::terminate).
+    stop_and_join();
+    throw;
+  }
 }
 
-LoaderPool::~LoaderPool() {
+LoaderPool::~LoaderPool() { stop_and_join(); }
+
+void LoaderPool::stop_and_join() {
   {
     std::lock_guard<std::mutex> lock(m_mutex);
     m_stop = true;
   }
   m_cv.notify_all();
   for (std::thread& t : m_threads) t.join();
+  m_threads.clear();
 }
 
 bool LoaderPool::take(Loop& loop, std::int64_t& i) {

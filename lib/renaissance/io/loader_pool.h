@@ -34,6 +34,7 @@ class LoaderPool {
  private:
   struct Loop;
   void run();
+  void stop_and_join();  ///< stops the threads and joins them (the destructor, and a constructor that failed)
   /// Takes the next index of `loop` (under m_mutex); false when it has none left.
   static bool take(Loop& loop, std::int64_t& i);
   void finish(Loop& loop, std::exception_ptr error);
