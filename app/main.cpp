@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -149,7 +150,28 @@ void fill_closed_standard_descriptors() {
 #endif
 #endif
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) && !defined(RENAISSANCE_SANITIZED)
-void preinit_preemption(int argc, char** argv, char** envp) { renaissance::app::arm_preemption_early(argc, argv, envp); }
+/// Room for the shared libraries' initialisers (cuBLASLt's, nvrtc's, cuDNN's allocate before main: under a memory
+/// limit just above what mapping the libraries takes, they crashed, SIGSEGV or an uncaught std::bad_alloc, exit
+/// 134/139, in every command, the CPU ones too; a window of ~6 MiB). A 16 MiB reservation that cannot be mapped means
+/// there is no such room: said, exit 1. Only libc (the loader has mapped the libraries, none has run its initialiser).
+void preinit_memory_headroom() {
+  constexpr std::size_t kHeadroom = std::size_t{16} << 20;
+  void* p = ::mmap(nullptr, kHeadroom, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p != MAP_FAILED) {
+    ::munmap(p, kHeadroom);
+    return;
+  }
+  static const char kMessage[] =
+      "renaissance: error: out of host memory before the start: the libraries are mapped but there is no room for "
+      "their initialisation (the address-space limit, ulimit -v, or a job's memory limit, is too low); raise it\n";
+  [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof(kMessage) - 1);
+  ::_exit(1);
+}
+
+void preinit_preemption(int argc, char** argv, char** envp) {
+  preinit_memory_headroom();
+  renaissance::app::arm_preemption_early(argc, argv, envp);
+}
 __attribute__((section(".preinit_array"), used)) void (*const kPreinitPreemption)(int, char**, char**) =
     preinit_preemption;
 #endif

@@ -238,3 +238,28 @@ TEST(HardeningFaults, AThreadThatCannotBeStartedIsAnErrorSayingWhyNotAnAbort) {
   const CliResult small = run_shell("ulimit -s 128 && exec " + cli() + train);
   EXPECT_EQ(small.code, 0) << small.out;
 }
+
+// Under an address-space limit (ulimit -v: SGE's h_vmem, some sites' defaults) just above what mapping the libraries
+// takes, every command crashed before main: the CUDA libraries' initialisers (SIGSEGV, or an uncaught std::bad_alloc:
+// exit 134/139). Found by bisection on this machine's own libraries: from the lowest limit at which the loader maps
+// them (below it, ld.so's exit 127) over the next 24 MiB, `plan` either runs or says it is out of memory, exit 1.
+TEST(HardeningFaults, ALowAddressSpaceLimitIsAnErrorNeverACrash) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's shadow memory does not fit under ulimit -v";
+#endif
+  const auto plan_under = [](long kib) {
+    return run_shell("ulimit -v " + std::to_string(kib) + " && exec " + cli() + " plan >/dev/null", 60);
+  };
+  long lo = 64L << 10, hi = 64L << 20;  // KiB: 64 MiB (the loader fails) .. 64 GiB (it maps them)
+  ASSERT_NE(plan_under(hi).code, 127) << plan_under(hi).out;
+  while (hi - lo > 256) {
+    const long mid = (lo + hi) / 2;
+    (plan_under(mid).code == 127 ? lo : hi) = mid;
+  }
+  for (long kib = hi; kib <= hi + (24L << 10); kib += 1024) {
+    const CliResult r = plan_under(kib);
+    EXPECT_LT(r.code, 128) << "ulimit -v " << kib << ": " << r.out;
+    if (r.code != 0 && r.code != 127)
+      EXPECT_NE(r.out.find("out of host memory"), std::string::npos) << "ulimit -v " << kib << ": " << r.out;
+  }
+}

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -470,6 +471,8 @@ void list_with_hdf5(const VerifiedFile& verified, const std::string& path, Check
   H5Handle file;
   try {
     file = open_verified(verified, path);
+  } catch (const std::bad_alloc&) {
+    throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
   } catch (const std::exception&) {
     H5Eclear2(H5E_DEFAULT);
     return;
@@ -488,6 +491,8 @@ void list_with_hdf5(const VerifiedFile& verified, const std::string& path, Check
         bool numeric = false;
         r.attributes[name] = attr_text(file, name, path, &numeric);
         if (numeric) r.numeric.insert(name);
+      } catch (const std::bad_alloc&) {
+        throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
       } catch (const std::exception&) {
         r.attributes[name] = "<unreadable>";
       }
@@ -501,6 +506,8 @@ void list_with_hdf5(const VerifiedFile& verified, const std::string& path, Check
     std::vector<std::string> names;
     try {
       names = link_names(g, path);
+    } catch (const std::bad_alloc&) {
+      throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
     } catch (const std::exception&) {
       continue;
     }
@@ -513,6 +520,8 @@ void list_with_hdf5(const VerifiedFile& verified, const std::string& path, Check
         require_valid_statistics(name, read_dataset(g, name, path, &dims), path);  // as read_checkpoint checks it
         for (hsize_t d : dims) e.dims.push_back(static_cast<std::int64_t>(d));
         e.ok = true;
+      } catch (const std::bad_alloc&) {
+        throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
       } catch (const std::exception&) {
         e.ok = false;
         const hid_t ds = H5Dopen2(g, name.c_str(), H5P_DEFAULT);
@@ -595,6 +604,8 @@ CheckpointReport inspect_checkpoint(const std::string& path) {
   try {
     (void)read_checkpoint(path);
     r.valid = true;
+  } catch (const std::bad_alloc&) {
+    throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
   } catch (const std::exception& e) {
     r.error = e.what();
   }
@@ -607,6 +618,8 @@ CheckpointReport inspect_checkpoint(const std::string& path) {
     VerifiedFile verified;
     try {
       verified = read_verified_file(path, &entries);
+    } catch (const std::bad_alloc&) {
+      throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
     } catch (const std::exception&) {
       for (const ChecksumEntry& c : entries) {
         CheckpointReport::Entry e;
@@ -628,10 +641,14 @@ CheckpointReport inspect_checkpoint(const std::string& path) {
                  return encode(mine);
                }),
                r);
+      } catch (const std::bad_alloc&) {
+        throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
       } catch (const std::exception&) {
       }
     }
     H5Eclear2(H5E_DEFAULT);
+  } catch (const std::bad_alloc&) {
+    throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
   } catch (const std::exception&) {
     H5Eclear2(H5E_DEFAULT);
   }
@@ -697,6 +714,8 @@ bool checkpoint_is_valid(const fs::path& p) {
   bool valid = true;
   try {
     (void)read_checkpoint(p.string());
+  } catch (const std::bad_alloc&) {
+    throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
   } catch (const std::exception&) {
     valid = false;
   }
@@ -859,6 +878,8 @@ double best_checkpoint_top1(const std::string& dir) {
   if (!fs::exists(best, ec)) return -1;
   try {
     return read_checkpoint(best.string()).state.val_top1;
+  } catch (const std::bad_alloc&) {
+    throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
   } catch (const std::exception&) {
     return -1;
   }
@@ -873,6 +894,8 @@ std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt,
   } else if (fs::exists(best, ec)) {
     try {
       if (read_checkpoint(best.string()).state.val_top1 >= ckpt.state.val_top1) return {};
+    } catch (const std::bad_alloc&) {
+      throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
     } catch (const std::exception&) {
       // an unreadable best.h5 is replaced
     }
@@ -897,6 +920,8 @@ std::string find_latest_checkpoint(const std::string& dir, const std::function<v
       remember_checkpoint(target, true);
       if (found) *found = std::move(c);
       return target.string();
+    } catch (const std::bad_alloc&) {
+      throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
     } catch (const std::exception& e) {
       skip(fmt::format("skipping {} ({}): {}", latest.string(), target.string(), e.what()));
       tried = checkpoint_key(target);
@@ -912,6 +937,8 @@ std::string find_latest_checkpoint(const std::string& dir, const std::function<v
       remember_checkpoint(path, true);
       if (found) *found = std::move(c);
       return path.string();
+    } catch (const std::bad_alloc&) {
+      throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
     } catch (const std::exception& e) {
       skip(fmt::format("skipping {}: {}", path.string(), e.what()));
       remember_checkpoint(path, false);

@@ -16,13 +16,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <new>
 
 /// Weak: present only in sanitizer builds (scripts/sanitize, scripts/fuzz), where run_contained's child clears it.
 extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
@@ -763,6 +764,12 @@ void throw_h5_error(const char* file, int line, const std::string& context, cons
     h5 = fmt::format("{} {}", write ? "writing the file failed:" : "reading the file failed:",
                      err > 0 ? describe_write_errno(err) : std::string("unknown error"));
   }
+  // HDF5 out of memory (a ulimit -v, a job's memory limit): "memory allocation failed for chunk", "unable to allocate
+  // memory block". Said as what it is by main, and never taken for a bad file (a resume skipped valid checkpoints as
+  // invalid and started afresh).
+  if (h5.find("memory allocation failed") != std::string::npos ||
+      h5.find("unable to allocate memory block") != std::string::npos)
+    throw std::bad_alloc();
   if (hint.empty()) {
     if (h5.find("metadata checksum") != std::string::npos)
       hint = "the file is corrupted (its metadata failed a checksum); re-create or re-copy it";
