@@ -3,7 +3,6 @@
 #include "commands.h"
 #include "model_options.h"
 
-#include <renaissance/comm/mpi_session.h>
 #include <renaissance/core/error.h>
 #include <renaissance/core/log.h>
 #include <renaissance/core/paths.h>
@@ -77,13 +76,7 @@ void write_dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type
 }
 
 void run_predict(const PredictCli& c) {
-  // One process: N ranks would each compute the logits and write --out over each other (the last rename winning,
-  // whatever weights that rank had).
-  if (const comm::MpiSession* mpi = comm::MpiSession::current(); mpi && mpi->world_size() > 1)
-    RN_FAIL_CTX("predict",
-                "it runs in one process, and this job has {} ranks: start it without mpirun/srun, or with "
-                "one task (eval scores a dataset on several ranks)",
-                mpi->world_size());
+  // One process only: main refuses a job of several ranks before any command runs.
   const bool count_given = c.count_option && c.count_option->count() > 0;
   RN_CHECK(!count_given || c.count >= 1, "--count must be >= 1, got {}", c.count);
   RN_CHECK(c.batch >= 1, "--batch must be >= 1, got {}", c.batch);

@@ -222,13 +222,16 @@ int main(int argc, char** argv) {
       chain += " " + a->get_name();
     }
     agree_on_command(mpi, "run " + chain, "runs `" + chain + "`");
-    // Commands of one process (predict says so itself): under mpirun/srun every rank ran them, printing each line N
-    // times (`plan --json` gave lines interleaved past parsing) and writing the same file N times.
+    // Commands of one process: under mpirun/srun every rank ran them, printing each line N times (`plan --json` gave
+    // lines interleaved past parsing) and writing the same file N times (predict's --out: the last rename won,
+    // whatever weights that rank had).
     const std::string command = app.get_subcommands().front()->get_name();
-    if (mpi.world_size() > 1 && (command == "plan" || command == "data" || command == "checkpoint"))
+    if (mpi.world_size() > 1 &&
+        (command == "plan" || command == "data" || command == "checkpoint" || command == "predict"))
       RN_FAIL_CTX(chain.substr(std::string("renaissance ").size()),
-                  "it runs in one process, and this job has {} ranks: start it without mpirun/srun, or with one task",
-                  mpi.world_size());
+                  "it runs in one process, and this job has {} ranks: start it without mpirun/srun, or with one "
+                  "task{}",
+                  mpi.world_size(), command == "predict" ? " (eval scores a dataset on several ranks)" : "");
   });
   const auto ranks_differ = [&](const RanksDiffer& d) {
     return fail(mpi, ("the ranks were started with different command lines: this rank " + d.what).c_str(),
