@@ -418,6 +418,44 @@ TEST(Trainer, ZeroInitResidualZeroesTheLastBnOfEachResidualBranch) {
       Error);
 }
 
+// The BN that ends a residual sum's shortcut is never the one zeroed, even where it is the last BN before the
+// sum: an add2 whose shortcut projects (conv + BN) and whose main branch ends in a BN zeroes the main one only; one
+// whose main branch is empty has no branch BN to zero, which is the same clear error as a model without sums.
+TEST(Trainer, ZeroInitResidualNeverZeroesAShortcutBn) {
+  const std::string data = synthetic(64, 32, 16, 3);
+  auto model = [](bp::Layer main) {
+    bp::BluePrint m;
+    m.name = "shortcut_bn";
+    m.in_h = m.in_w = 16;
+    m.in_c = 3;
+    m.root = bp::seq(bp::cbr(8, 3, 1, 1), bp::add2(std::move(main), bp::seq(bp::conv(8, 1), bp::bn())), bp::relu(),
+                     bp::gap_fc(10), bp::softmax_ce(10));
+    return m;
+  };
+  for (const bool fuse : {true, false}) {
+    auto o = small_options(data);
+    o.fuse = fuse;
+    o.zero_init_residual = true;
+    const std::string path = temp_path("zir_shortcut.h5");
+    runtime::Trainer(model(bp::seq(bp::conv(8, 3, 1, 1), bp::bn())), o).save_weights(path);
+    std::set<std::string> zeroed, ones;
+    for (const io::NamedTensor& t : io::read_weights(path).tensors) {
+      if (t.group != "params" || t.name.size() <= 6 || t.name.compare(t.name.size() - 6, 6, ".gamma") != 0) continue;
+      if (std::all_of(t.values.begin(), t.values.end(), [](float v) { return v == 0.0f; })) zeroed.insert(t.name);
+      if (std::all_of(t.values.begin(), t.values.end(), [](float v) { return v == 1.0f; })) ones.insert(t.name);
+    }
+    // The stem's BN, then the shortcut's (walked first: bn2d1), then the main branch's (bn2d2), alone at 0.
+    EXPECT_EQ(zeroed, (std::set<std::string>{"bn2d2.gamma"})) << "fuse " << fuse;
+    EXPECT_EQ(ones, (std::set<std::string>{"cbr1.bn.gamma", "bn2d1.gamma"})) << "fuse " << fuse;
+    try {
+      runtime::Trainer t(model(bp::seq()), o);
+      ADD_FAILURE() << "fuse " << fuse << ": an empty main branch has no BN to zero, yet the run was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--zero-init-residual"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Trainer, NoStepReadsInputsFeaturesOrTemporariesBeforeWritingThem) {
   const std::string data = synthetic(256, 64, 16, 3, 10);
   const bp::BluePrint m = tiny_residual_model();

@@ -25,12 +25,11 @@ std::vector<std::string> residual_branch_bn_scales(const CompiledPlan& plan) {
     flatten(plan.train.bucket(static_cast<GraphId>(g)), parts);
     for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
       const Node &bn = *parts[i], &add = *parts[i + 1];
-      if (bn.op != OpKind::BN_FWD_TRAIN || add.op != OpKind::ADD2_FWD || bn.outputs.empty() || add.outputs.empty())
+      if (bn.op != OpKind::BN_FWD_TRAIN || add.op != OpKind::ADD2_FWD || bn.outputs.empty() || add.inputs.empty())
         continue;
-      const TensorId y = mp.owner_of(bn.outputs[0]);
-      if (std::none_of(add.inputs.begin(), add.inputs.end(),
-                       [&](TensorId t) { return t != kNoTensor && mp.owner_of(t) == y; }))
-        continue;  // the sum does not read this BN's output
+      // The sum's first operand is the main branch's output, its second the shortcut's (LayerIds::x, x2): a BN
+      // that ends the shortcut (a projection, or the only layers when the main branch is empty) keeps γ = 1.
+      if (add.inputs[0] == kNoTensor || mp.owner_of(add.inputs[0]) != mp.owner_of(bn.outputs[0])) continue;
       const std::string& gamma = mp.tensor(bn.inputs[1]).name;
       if (std::find(names.begin(), names.end(), gamma) == names.end()) names.push_back(gamma);
     }

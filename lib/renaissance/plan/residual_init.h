@@ -13,8 +13,8 @@
 namespace renaissance::plan {
 
 /// The names of those γ tensors in the training graph, in graph order: every BN_FWD_TRAIN whose next plain part
-/// (fused layers count as their parts) is an ADD2_FWD that reads its output. Empty for a model without
-/// residual sums.
+/// (fused layers count as their parts) is an ADD2_FWD whose main-branch operand is its output. Empty for a model
+/// without residual sums.
 std::vector<std::string> residual_branch_bn_scales(const CompiledPlan& plan);
 
 }  // namespace renaissance::plan
