@@ -364,6 +364,7 @@ void CheckpointCli::report_preempted(const runtime::Trainer& trainer, bool root)
   std::printf("preempted by %s at step %lld: checkpoint %s; exit %d (requeue and resume with --resume auto)\n",
               sig == SIGTERM   ? "SIGTERM"
               : sig == SIGUSR1 ? "SIGUSR1"
+              : sig == 0       ? "a signal to another rank"  // the stop request is agreed at a step boundary
                                : "a signal",
               static_cast<long long>(trainer.steps()),
               trainer.last_checkpoint().empty() ? "(none)" : trainer.last_checkpoint().c_str(), kExitPreempted);

@@ -3,7 +3,9 @@
 #  1. 14 steps uninterrupted  vs  7 steps + checkpoint, then --resume auto to 14: the per-step losses (rank 0's
 #     --loss-log) and the epoch metrics are identical;
 #  2. SIGUSR1 to mpirun (forwarded to both ranks) mid-run: exit 75, one checkpoint; the rerun continues the
-#     uninterrupted loss curve.
+#     uninterrupted loss curve;
+#  3. SIGUSR1 to rank 1 alone: both ranks stop at the same step (exit 75), and rank 0, which got no signal, says
+#     the signal went to another rank.
 #
 #   run_mpi_resume_test.sh --mpiexec PATH --cli PATH --work-dir DIR
 set -uo pipefail
@@ -66,6 +68,29 @@ grep -q "preempted by SIGUSR1" pre.log || fail "no preemption message"
 mpi2 "${ARGS[@]}" --loss-log pre.jsonl --checkpoint-dir pk --resume auto >post.log 2>&1 || { cat post.log; fail "rerun"; }
 grep -q "resumed from" post.log || fail "the rerun did not resume"
 cmp -s ref.jsonl pre.jsonl || { diff ref.jsonl pre.jsonl | head; fail "the preempted run's loss curve differs"; }
+
+# 3. The signal to one rank only (a node's own preemption notice): rank 0's report names no signal it never got.
+RENAISSANCE_TEST_STEP_DELAY_MS=100 "$MPIEXEC" "${FLAGS[@]}" -n 2 -x RENAISSANCE_TEST_STEP_DELAY_MS "$CLI" \
+  "${ARGS[@]}" --loss-log one.jsonl --checkpoint-dir ok --resume auto >one.log 2>&1 &
+PID=$!
+for _ in $(seq 1 300); do
+  [[ -f one.jsonl && $(wc -l <one.jsonl) -ge 3 ]] && break
+  sleep 0.1
+done
+RANK1=""
+for p in $(pgrep -f -- "--loss-log one.jsonl"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && RANK1=$p
+done
+if [[ -z "$RANK1" ]]; then
+  fail "rank 1's process not found"
+  kill -USR1 "$PID"
+else
+  kill -USR1 "$RANK1"
+fi
+wait "$PID"
+RC=$?
+[[ $RC -eq 75 ]] || { cat one.log; fail "the run preempted on rank 1 exited $RC, not 75"; }
+grep -q "preempted by a signal to another rank at step" one.log || { cat one.log; fail "rank 0's preemption report"; }
 
 ((FAIL)) && exit 1
 echo "PASS: 2-rank exact resume and preemption"
