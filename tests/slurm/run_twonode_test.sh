@@ -117,6 +117,9 @@ TRAIN=(--batch 32 --epochs 2 --max-steps 12 --lr 0.05 --crop-padding 2)
 case "$MODE" in
   equality)
     MODEL=$FIXTURES/dp_cnn.yaml
+    # `exec` runs a command as node n2 (its host name), in the caller's directory (it ran in / before).
+    where=$("$SLURM2" exec n2 /bin/sh -c 'echo "$(hostname) $PWD"') || fail "slurm-twonode exec n2 failed"
+    [[ "$where" == "n2 $WORK" ]] || fail "slurm-twonode exec n2 ran as '$where', not 'n2 $WORK'"
     "$CLI" train --model-file "$MODEL" --data ds.h5 "${TRAIN[@]}" --device cpu --save w1.h5 >out1.txt 2>&1 ||
       { cat out1.txt; fail "1-rank run"; }
     run_job multinode "$MODEL" -- --max-steps 12 --lr 0.05 --crop-padding 2 --save "$WORK/w4.h5"
