@@ -4,8 +4,9 @@
 #include "commands.h"
 #include "environment.h"
 
-#include <renaissance/core/error.h>
 #include <renaissance/comm/mpi_session.h>
+#include <renaissance/core/error.h>
+#include <renaissance/io/hdf5_util.h>
 
 #include <renaissance/core/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -186,6 +187,9 @@ int main(int argc, char** argv) {
   fill_closed_standard_descriptors();
   std::atexit(warn_if_stdout_was_lost);
   renaissance::app::arm_preemption_early(argc, argv);
+  // Ctrl-C or a kill of an import (or of any write of a file) removes the temporary it was writing; train's
+  // preemption handlers, where armed, keep SIGTERM.
+  renaissance::io::install_interrupt_cleanup();
   ensure_thread_stacks();  // before any thread of ours (the MPI watchdog's is the first)
   // MPI first: under mpirun or `srun --mpi=pmix` this process is one rank of a data-parallel job; started alone it
   // is a singleton of one rank (DESIGN §9).

@@ -7,8 +7,11 @@
 
 #include <gmock/gmock.h>
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <sstream>
 
@@ -245,6 +248,62 @@ TEST_F(DataCli, ImportFashionMnist) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Ankle boot"));
   EXPECT_THAT(r.out, HasSubstr("9 (Ankle boot): 6000"));
+}
+
+// An import interrupted by Ctrl-C, a kill or a hang-up removes the temporary it was writing and still dies of the
+// signal (the shell's and the launcher's view of it unchanged): it stayed, as large as the written part of the
+// dataset, until the next write of the same file. An ignored signal stays ignored: under nohup the import finishes.
+TEST_F(DataCli, AnInterruptedWriteLeavesNoTemporary) {
+  auto start = [&](const std::string& out, int ignored) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (ignored) std::signal(ignored, SIG_IGN);
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::execl(RENAISSANCE_CLI, RENAISSANCE_CLI, "data", "synthetic", "--out", out.c_str(), "--train", "200000", "--val",
+              "100", "--shape", "28,28,1", "--classes", "10", "--seed", "5", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    return pid;
+  };
+  auto temporaries = [&](const std::string& of) {  // "<of>.tmp-<host>-<pid>"
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(dir.path()))
+      if (e.path().filename().string().rfind(fs::path(of).filename().string() + ".tmp-", 0) == 0) ++n;
+    return n;
+  };
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    const std::string out = dir.file(fmt::format("sig{}.h5", sig));
+    const pid_t pid = start(out, 0);
+    ASSERT_GT(pid, 0);
+    // Once the temporary exists (the write has begun): the signal.
+    bool begun = false;
+    for (int i = 0; i < 20000 && !begun; ++i) {
+      begun = temporaries(out) > 0;
+      if (!begun) ::usleep(500);
+    }
+    ASSERT_TRUE(begun) << "signal " << sig << ": no temporary appeared";
+    ASSERT_EQ(::kill(pid, sig), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    if (WIFEXITED(status)) {  // it finished before the signal came: nothing to show for this signal
+      ADD_FAILURE() << "signal " << sig << ": the write finished first (exit " << WEXITSTATUS(status) << ")";
+      continue;
+    }
+    ASSERT_TRUE(WIFSIGNALED(status));
+    EXPECT_EQ(WTERMSIG(status), sig);
+    EXPECT_EQ(temporaries(out), 0) << "signal " << sig << " left the temporary";
+    EXPECT_FALSE(fs::exists(out)) << "signal " << sig;
+  }
+  const std::string out = dir.file("nohup.h5");
+  const pid_t pid = start(out, SIGHUP);
+  for (int i = 0; i < 20000 && temporaries(out) == 0; ++i) ::usleep(500);
+  ::kill(pid, SIGHUP);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_TRUE(fs::exists(out));
+  EXPECT_EQ(temporaries(out), 0);
 }
 
 }  // namespace

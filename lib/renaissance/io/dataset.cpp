@@ -273,6 +273,7 @@ struct DatasetWriter::Impl {
   std::vector<std::uint64_t> sum, sumsq;  // train pixel sums per channel: exact, so mean/std are reproducible
   std::uint64_t pixels_seen = 0;           // train pixels summed (JPEG stores: their sizes differ)
   bool finished = false;
+  std::unique_ptr<InterruptibleTemporary> interruptible;  ///< tmp_path, removed by an interrupt (released after ~Impl)
   // Content checksums (format 2): one CRC-32 per block of `block` samples, over the block's image bytes then its
   // labels (int32 LE); JPEG stores continue over each sample's (byte count, height, width) as uint32 LE. The open
   // block's image CRC runs as samples stream in; its labels wait for the block's end.
@@ -416,6 +417,7 @@ void DatasetWriter::Impl::create(std::string target, int classes, DatasetWriterO
   path = resolve_output_file(path, "--out");
   remove_stale_temporaries(path);
   tmp_path = temporary_name(path);
+  interruptible = std::make_unique<InterruptibleTemporary>(tmp_path);
 
   H5Handle fapl(make_file_access_plist(), H5Pclose);
   // Format 2: checksummed metadata (superblock 2, object headers 2), so a corrupt header is a checksum error, never

@@ -14,8 +14,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -708,11 +710,62 @@ void remove_stale_temporaries(const std::string& path) {
   }
 }
 
+namespace {
+
+// The interrupt handler's list: a path is written, then its slot published (release); the handler reads published
+// slots only. Lock-free atomics and unlink() are async-signal-safe.
+struct TemporarySlot {
+  std::atomic<int> state{0};  // 0 free, 1 being filled or emptied, 2 published
+  char path[PATH_MAX] = {};
+};
+TemporarySlot g_temporaries[InterruptibleTemporary::kMaxTemporaries];
+
+extern "C" void on_interrupt_remove_temporaries(int sig) {
+  const int saved = errno;
+  for (TemporarySlot& t : g_temporaries)
+    if (t.state.load(std::memory_order_acquire) == 2) ::unlink(t.path);
+  errno = saved;
+  // SA_RESETHAND restored the default action and SA_NODEFER leaves the signal unblocked: this ends the process as
+  // the signal would have without the handler.
+  ::raise(sig);
+}
+
+}  // namespace
+
+InterruptibleTemporary::InterruptibleTemporary(const std::string& path) {
+  if (path.size() >= PATH_MAX) return;
+  for (int i = 0; i < kMaxTemporaries; ++i) {
+    int free = 0;
+    if (!g_temporaries[i].state.compare_exchange_strong(free, 1, std::memory_order_acq_rel)) continue;
+    std::memcpy(g_temporaries[i].path, path.c_str(), path.size() + 1);
+    g_temporaries[i].state.store(2, std::memory_order_release);
+    m_slot = i;
+    return;
+  }
+}
+
+InterruptibleTemporary::~InterruptibleTemporary() {
+  if (m_slot >= 0) g_temporaries[m_slot].state.store(0, std::memory_order_release);
+}
+
+void install_interrupt_cleanup() {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction was {};
+    if (sigaction(sig, nullptr, &was) != 0 || was.sa_handler != SIG_DFL || (was.sa_flags & SA_SIGINFO)) continue;
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt_remove_temporaries;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
 void write_file_atomically(const std::string& path, const std::vector<std::uint8_t>& bytes,
                            const std::function<void()>& halfway) {
   const std::string target = resolve_output_file(path, "output", /*probe=*/false);  // the temporary is the probe
   remove_stale_temporaries(target);
   const std::string tmp = temporary_name(target);
+  const InterruptibleTemporary interruptible(tmp);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   RN_CHECK_CTX(fd >= 0, path, "cannot create '{}': {}", tmp, describe_write_errno(errno));
   auto fail = [&](const std::string& what, int err) {

@@ -208,6 +208,27 @@ bool is_stale_temporary(const std::string& filename);
 /// Writers call it before they create their own temporary.
 void remove_stale_temporaries(const std::string& path);
 
+/// A temporary this process is writing, on the list that the interrupt handlers (install_interrupt_cleanup) remove
+/// before the process dies: Ctrl-C or a `kill` of an import left its temporary, as large as the dataset, until the
+/// next write of the same file. Registered for the object's lifetime (none once kMaxTemporaries are: then the next
+/// writer's remove_stale_temporaries is what removes it).
+class InterruptibleTemporary {
+ public:
+  static constexpr int kMaxTemporaries = 16;
+  explicit InterruptibleTemporary(const std::string& path);
+  ~InterruptibleTemporary();
+  InterruptibleTemporary(const InterruptibleTemporary&) = delete;
+  InterruptibleTemporary& operator=(const InterruptibleTemporary&) = delete;
+
+ private:
+  int m_slot = -1;
+};
+
+/// SIGINT, SIGTERM and SIGHUP, where they have their default action (an ignored one stays ignored; a handler
+/// installed before, such as train's preemption handlers, stays): unlink every InterruptibleTemporary, then die of
+/// the signal as before (the same exit status for the shell or the launcher).
+void install_interrupt_cleanup();
+
 namespace detail {
 /// Throws an Error "<what>: <HDF5 error stack>" with `context` (file/dataset) and a hint.
 [[noreturn]] void throw_h5_error(const char* file, int line, const std::string& context, const std::string& what,
