@@ -39,8 +39,10 @@
 #include <kernels/cpu/vectorize.h>
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <new>
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -214,6 +216,19 @@ namespace {
 
 using Impl = Conv2dPlan::Onednn::Impl;
 
+/// oneDNN writes its JIT kernels into code buffers that Xbyak maps without checking the result (the library is built
+/// with XBYAK_NO_EXCEPTION): under an address-space limit (ulimit -v, a job's limit) just too low for them,
+/// dnnl_primitive_create wrote through a null buffer, SIGSEGV (exit 139), where a few MiB more or less gave "out of
+/// host memory". Before each creation the room for them is reserved and released: none is std::bad_alloc, which the
+/// CLI reports as out of host memory (exit 1). Buffers are tens to hundreds of KiB; 32 MiB leaves oneDNN's own
+/// allocations room as well.
+void require_jit_room() {
+  constexpr std::size_t kRoom = std::size_t{32} << 20;
+  void* p = ::mmap(nullptr, kRoom, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  ::munmap(p, kRoom);
+}
+
 /// The activations of mb samples: NHWC, or, when `blocked`, nChw16c, which for exactly 16 channels is the same bytes
 /// (oneDNN then runs its blocked kernels on the NHWC tensors as they are).
 memory::desc activations(std::int64_t n, const Shape& s, bool blocked) {
@@ -228,6 +243,7 @@ memory::desc weights_desc(const Shape& xs, const Shape& ys, const Conv2dParams& 
 }
 
 ActSide make_side(std::int64_t mb, const Shape& s, bool wino) {
+  require_jit_room();
   ActSide a;
   a.user = activations(mb, s, false);
   a.prim = activations(mb, s, wino);
@@ -247,6 +263,7 @@ ActSide make_side(std::int64_t mb, const Shape& s, bool wino) {
 }
 
 ConvPrim make_prim(Impl& m, const Conv2dParams& p, std::int64_t mb) {
+  require_jit_room();
   const dnnl::engine& eng = cpu_engine();
   const bool blocked = m.blocked16 || m.wino;
   const memory::desc x = activations(mb, m.xs, blocked), y = activations(mb, m.ys, blocked);
@@ -328,6 +345,7 @@ std::string format_name(const memory::desc& md) {
 }
 
 void make_reorders(Impl& m) {
+  require_jit_room();
   const dnnl::engine& eng = cpu_engine();
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

@@ -242,7 +242,8 @@ TEST(HardeningFaults, AThreadThatCannotBeStartedIsAnErrorSayingWhyNotAnAbort) {
 // Under an address-space limit (ulimit -v: SGE's h_vmem, some sites' defaults) just above what mapping the libraries
 // takes, every command crashed before main: the CUDA libraries' initialisers (SIGSEGV, or an uncaught std::bad_alloc:
 // exit 134/139). Found by bisection on this machine's own libraries: from the lowest limit at which the loader maps
-// them (below it, ld.so's exit 127) over the next 24 MiB, `plan` either runs or says it is out of memory, exit 1.
+// them (below it, ld.so's exit 127) over the next 24 MiB, `plan` either runs or says it is out of memory, exit 1;
+// then a CPU training near its own limit (below).
 TEST(HardeningFaults, ALowAddressSpaceLimitIsAnErrorNeverACrash) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "ASan's shadow memory does not fit under ulimit -v";
@@ -261,5 +262,27 @@ TEST(HardeningFaults, ALowAddressSpaceLimitIsAnErrorNeverACrash) {
     EXPECT_LT(r.code, 128) << "ulimit -v " << kib << ": " << r.out;
     if (r.code != 0 && r.code != 127)
       EXPECT_NE(r.out.find("out of host memory"), std::string::npos) << "ulimit -v " << kib << ": " << r.out;
+  }
+  // Further up, a CPU training: between a limit at which it runs (found by bisection) and 320 MiB below it,
+  // in 8 MiB steps, it runs or fails with an error of ours, exit 1. oneDNN's JIT kernels crashed in a window of a few
+  // MiB there (SIGSEGV inside dnnl_primitive_create, whose code buffers Xbyak maps unchecked).
+  const std::string train = " train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32";
+  const auto train_under = [&](long kib) {
+    return run_shell("ulimit -v " + std::to_string(kib) + " && exec " + cli() + train + " >/dev/null", 60);
+  };
+  long fails = hi, runs = 16L << 20;  // 16 GiB
+  ASSERT_EQ(train_under(runs).code, 0) << train_under(runs).out;
+  while (runs - fails > 4096) {
+    const long mid = (fails + runs) / 2;
+    const CliResult r = train_under(mid);
+    ASSERT_LT(r.code, 128) << "ulimit -v " << mid << ": " << r.out;
+    (r.code == 0 ? runs : fails) = mid;
+  }
+  for (long kib = runs; kib >= std::max(hi, runs - (320L << 10)); kib -= 8L << 10) {
+    const CliResult r = train_under(kib);  // out of host memory, no room for the arena or for a thread's stack
+    if (r.code != 0) {
+      EXPECT_EQ(r.code, 1) << "ulimit -v " << kib << ": " << r.out;
+      EXPECT_NE(r.out.find("renaissance: error: "), std::string::npos) << "ulimit -v " << kib << ": " << r.out;
+    }
   }
 }
