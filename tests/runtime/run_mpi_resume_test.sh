@@ -50,6 +50,11 @@ cmp -s full.jsonl part.jsonl || { diff full.jsonl part.jsonl | head; fail "per-s
 # The epochs after the resume (the partial first line of mpart is the stopped run's) report the same metrics.
 diff <(strip_timing mfull.jsonl) <(strip_timing mpart.jsonl | tail -n +2) || fail "epoch metrics differ"
 
+# A resume that adds --sync-bn (batch-norm statistics over both ranks' batches from here on) says so.
+mpi2 "${ARGS[@]}" --schedule constant --max-steps 16 --sync-bn --resume ck/latest.h5 >sbn.log 2>&1 ||
+  { cat sbn.log; fail "the resume with --sync-bn"; }
+grep -q "written without --sync-bn, resumed with it" sbn.log || { cat sbn.log; fail "no --sync-bn warning"; }
+
 # 2. Preemption: SIGUSR1 to mpirun mid-run (the default one-cycle schedule).
 mpi2 "${ARGS[@]}" --loss-log ref.jsonl >ref.log 2>&1 || { cat ref.log; fail "reference run"; }
 # mpirun itself in the background (not a function's subshell): it forwards SIGUSR1 to the ranks.

@@ -3,10 +3,12 @@
 // Trainer loading it + k steps gives the per-step losses and the final state of 2k uninterrupted steps, bit for bit.
 #include "../io/io_test_util.h"
 
+#include <renaissance/blueprint/yaml.h>
 #include <renaissance/blueprint/zoo.h>
 #include <renaissance/core/error.h>
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/importers.h>
+#include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer.h>
 
 #include <gtest/gtest.h>
@@ -613,6 +615,61 @@ TEST(CheckpointPortability, AnotherDeterminismSettingLoadsWithAWarning) {
   const auto wb = d.load_checkpoint(bare);
   ASSERT_EQ(wb.size(), 1u);
   EXPECT_NE(wb[0].find("records no --lr or --epochs"), std::string::npos) << wb[0];
+}
+
+// What a resume changed without a word: another network whose tensors have the same names and shapes (a pool's
+// window), the EMA of an --ema checkpoint dropped by a run without --ema, the CPU's Winograd convolutions switched;
+// and what it said though nothing changed: --warmup-epochs under a onecycle schedule, which does not use it, and a
+// --data path with a newline (its recorded line broke: "--data changed"). --sync-bn on one rank changes nothing.
+TEST(CheckpointPortability, AnotherNetworkEmaOrWinogradSettingLoadsWithAWarning) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "odd\n\"dir");
+  const std::string data = (dir.path() / "odd\n\"dir" / "syn.h5").string();
+  fs::copy_file(synthetic(dir), data);
+  auto o = options(data);
+  o.ema = true;
+  o.schedule = runtime::ScheduleKind::ONE_CYCLE;
+  o.max_steps = 2;
+  o.validate = false;
+  const std::string p = checkpoint_after(dir, o, 2, "ema.h5");
+  const auto load = [&](const bp::BluePrint& m, const runtime::TrainOptions& oo) {
+    runtime::Trainer t(m, oo);
+    return t.load_checkpoint(p);
+  };
+  const bp::BluePrint model = bp::zoo_model("fmnist_cnn");
+  EXPECT_TRUE(load(model, o).empty()) << load(model, o).front();
+  auto same = o;
+  same.warmup_epochs = 3;  // onecycle has no warm-up
+  same.sync_bn = true;     // one rank: its own statistics are every rank's
+  EXPECT_TRUE(load(model, same).empty()) << load(model, same).front();
+
+  auto no_ema = o;
+  no_ema.ema = false;
+  const auto w = load(model, no_ema);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("the checkpoint's EMA weights are dropped"), std::string::npos) << w[0];
+
+  // fmnist_cnn with a 3x3 window in its first pool: every tensor the same, another network.
+  std::string yaml = bp::blueprint_to_yaml(model);
+  const std::string pool = "maxpool: {k: 2, stride: 2, pad: 0}";
+  ASSERT_NE(yaml.find(pool), std::string::npos) << yaml;
+  yaml.replace(yaml.find(pool), pool.size(), "maxpool: {k: 3, stride: 2, pad: 1}");
+  const auto wa = load(bp::blueprint_from_yaml(yaml), o);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_NE(wa[0].find("written for model 'fmnist_cnn', resumed with model 'fmnist_cnn' whose layers differ"),
+            std::string::npos)
+      << wa[0];
+
+  if (io::read_checkpoint(p).state.run_config.find("cpu-winograd: on") != std::string::npos) {
+    runtime::set_cpu_winograd(false);
+    const auto ww = load(model, o);
+    runtime::set_cpu_winograd(true);
+    ASSERT_EQ(ww.size(), 1u);
+    EXPECT_NE(ww[0].find("written with the CPU's Winograd convolutions on, resumed with them off"), std::string::npos)
+        << ww[0];
+  } else {
+    std::printf("note: this CPU has no Winograd convolutions: their setting's warning is not shown here\n");
+  }
 }
 
 // Checkpoints written before FP32 plans fused Conv+BN+ReLU name those tensors after the plain layers (conv1.w,

@@ -1,6 +1,9 @@
 // Checkpoints and resume (DESIGN §10, docs/checkpoints.md).
 #include <renaissance/io/hdf5_util.h>
+#include <renaissance/runtime/devices.h>
 #include <renaissance/runtime/trainer_impl.h>
+
+#include <cctype>
 
 namespace renaissance::runtime {
 
@@ -43,11 +46,63 @@ const char* conv_stats_name(const TrainOptions& o) {
   return o.conv_stats && o.backend == Backend::CUDA ? "on" : "off";
 }
 
+/// A YAML double-quoted scalar: a path with a newline or a quote in it broke its "key: value" line, and a resume
+/// with the same --data warned that it had changed.
+std::string yaml_quoted(const std::string& v) {
+  std::string q = "\"";
+  for (const char ch : v) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      q += '\\';
+      q += ch;
+    } else if (ch == '\n') {
+      q += "\\n";
+    } else if (ch == '\t') {
+      q += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      q += fmt::format("\\x{:02x}", u);
+    } else {
+      q += ch;
+    }
+  }
+  return q + "\"";
+}
+
+/// The value of a yaml_quoted scalar (a backslash before anything else stays as written, as older files have it).
+std::string yaml_unquoted(const std::string& q) {
+  std::string v;
+  for (std::size_t i = 1; i + 1 < q.size(); ++i) {
+    const char ch = q[i];
+    if (ch != '\\' || i + 2 >= q.size()) {
+      v += ch;
+      continue;
+    }
+    const char e = q[i + 1];
+    if (e == '"' || e == '\\') {
+      v += e;
+      ++i;
+    } else if (e == 'n') {
+      v += '\n';
+      ++i;
+    } else if (e == 't') {
+      v += '\t';
+      ++i;
+    } else if (e == 'x' && i + 3 < q.size() - 1 && std::isxdigit(static_cast<unsigned char>(q[i + 2])) &&
+               std::isxdigit(static_cast<unsigned char>(q[i + 3]))) {
+      v += static_cast<char>(std::stoi(q.substr(i + 2, 2), nullptr, 16));
+      i += 3;
+    } else {
+      v += ch;
+    }
+  }
+  return v;
+}
+
 /// The training options as YAML (keys named like the `train` options), recorded in checkpoints.
 std::string options_yaml(const TrainOptions& o) {
   std::string y;
   auto kv = [&](const char* k, const auto& v) { y += fmt::format("{}: {}\n", k, v); };
-  kv("data", fmt::format("\"{}\"", absolute_path(o.data_path)));  // provenance: where, whatever the working dir
+  kv("data", yaml_quoted(absolute_path(o.data_path)));  // provenance: where, whatever the working dir
   kv("epochs", o.epochs);
   kv("batch", o.batch);
   kv("val-batch", o.val_batch);
@@ -91,6 +146,9 @@ std::string options_yaml(const TrainOptions& o) {
   kv("deterministic", o.deterministic);
   kv("conv-stats", std::string(conv_stats_name(o)));
   kv("recompute", std::string(o.recompute_bn_relu ? "bn-relu" : "off"));
+  kv("sync-bn", o.sync_bn);
+  // The CPU convolutions as they run (Winograd rounds otherwise: resumed with it off, a run changed without a word).
+  kv("cpu-winograd", std::string(o.backend != Backend::CPU ? "n/a" : cpu_winograd() ? "on" : "off"));
   kv("checkpoint-every", o.checkpoint_every);
   kv("checkpoint-each-epoch", o.checkpoint_each_epoch);
   kv("keep", o.checkpoint_keep);
@@ -394,7 +452,7 @@ std::map<std::string, std::string> recorded_options(const std::string& run_confi
     const auto colon = line.find(": ");
     if (colon == std::string::npos) continue;
     std::string v = line.substr(colon + 2);
-    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = yaml_unquoted(v);
     was[line.substr(0, colon)] = v;
   }
   return was;
@@ -534,6 +592,26 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
                  "with)",
                  position, s.epoch + 1, o.data_path, batches, o.batch);
   }
+  {
+    // Another model whose tensors have the same names and shapes (a pool's window, an activation, a stride: nothing
+    // a tensor shape shows) loaded and trained on without a word.
+    const auto layers = [](const std::string& yaml) {  // the model YAML without its name line
+      return yaml.rfind("name: ", 0) == 0 && yaml.find('\n') != std::string::npos ? yaml.substr(yaml.find('\n')) : yaml;
+    };
+    const std::string& model = m_plan->arch.model_name;
+    if (!s.model_yaml.empty() && !I.model_yaml.empty() && layers(s.model_yaml) != layers(I.model_yaml))
+      warn(
+          fmt::format("written for model '{}', resumed with model '{}' whose layers differ from the ones it records "
+                      "(its tensors have the same names and shapes): the rest of the run trains another network",
+                      s.model, model));
+    else if (s.model != model)
+      warn(fmt::format("written for model '{}', resumed as model '{}'", s.model, model));
+  }
+  if (!o.ema &&
+      std::any_of(st.tensors.begin(), st.tensors.end(), [](const io::NamedTensor& t) { return t.group == "ema"; }))
+    warn(
+        "the checkpoint's EMA weights are dropped: this run is without --ema, so neither it nor its checkpoints "
+        "keep an average (resume with --ema to continue it)");
   if (s.amp != o.amp)
     warn(fmt::format("written {} AMP, resumed {}: the loss scale starts afresh and results differ",
                      s.amp ? "with" : "without", o.amp ? "with it" : "without it"));
@@ -609,15 +687,44 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
       warn(fmt::format("written with --conv-stats {}, resumed with --conv-stats {}: the batch-norm statistics are "
                        "summed otherwise, so the resumed steps are not bit-identical to an uninterrupted run",
                        was["conv-stats"], conv_stats_name(o)));
+    if (differs("cpu-winograd", o.backend != Backend::CPU ? "n/a"
+                                : cpu_winograd()          ? "on"
+                                                          : "off") &&
+        was["cpu-winograd"] != "n/a" && o.backend == Backend::CPU)
+      warn(
+          fmt::format("written with the CPU's Winograd convolutions {}, resumed with them {} (--cpu-winograd, "
+                      "RENAISSANCE_CPU_WINOGRAD): they round otherwise, so the resumed steps are not bit-identical "
+                      "to an uninterrupted run",
+                      was["cpu-winograd"], cpu_winograd() ? "on" : "off"));
+    if (differs("sync-bn", fmt::format("{}", o.sync_bn)) && (s.world_size > 1 || I.comm_world() > 1))
+      warn(
+          fmt::format("written {} --sync-bn, resumed {}: the batch-norm statistics are now taken over {}, so the "
+                      "rest of the run differs",
+                      o.sync_bn ? "without" : "with", o.sync_bn ? "with it" : "without it",
+                      o.sync_bn ? "every rank's batch" : "each rank's own batch"));
     if (differs("onecycle-momentum", onecycle_momentum_name(o)))
       warn(fmt::format("written with --onecycle-momentum {}, resumed with {}: the rest of the run follows the new "
                        "momentum",
                        was["onecycle-momentum"], onecycle_momentum_name(o)));
     {  // The other hyper-parameters and augmentations, said in one warning (they changed without a word).
       std::map<std::string, std::string> now = recorded_options(options_yaml(o));
+      // Only what this run uses (train warns of the others: "has no effect"): another --warmup-epochs under
+      // --schedule onecycle was called a change of the run.
+      const bool adam = o.optimizer == plan::OptimizerKind::ADAM || o.optimizer == plan::OptimizerKind::ADAMW;
+      const auto applies = [&](const std::string& key) {
+        if (key == "warmup-epochs") return o.schedule != ScheduleKind::ONE_CYCLE;
+        if (key == "step-epochs" || key == "step-gamma") return o.schedule == ScheduleKind::STEP;
+        if (key == "momentum") return o.optimizer != plan::OptimizerKind::SGD && !adam;
+        if (key == "beta1" || key == "beta2" || key == "eps") return adam;
+        if (key == "lars-eta") return o.optimizer == plan::OptimizerKind::LARS;
+        if (key == "ema-decay") return o.ema;
+        if (key == "crop-scale" || key == "crop-ratio") return o.augmentation.crop == io::CropMode::random_resized;
+        if (key == "start-resolution") return o.lowres_epochs > 0;
+        return true;
+      };
       std::string before, after;
       for (const char* key : kResumeWarnedOptions)
-        if (was.count(key) && now.count(key) && was[key] != now[key]) {
+        if (was.count(key) && now.count(key) && was[key] != now[key] && applies(key)) {
           before += fmt::format("{}--{} {}", before.empty() ? "" : " ", key, was[key]);
           after += fmt::format("{}--{} {}", after.empty() ? "" : " ", key, now[key]);
         }
