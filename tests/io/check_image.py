@@ -173,6 +173,36 @@ def check_regions(rng, jpegs):
         fail(f"region of a truncated JPEG's first rows: {line} (expected an error naming the truncation)")
 
 
+def check_warned_jpegs():
+    """libjpeg warnings (stray bytes before a marker) leave the image complete: decoded as Pillow decodes it. A fatal
+    error after such a warning is an error (TurboJPEG reported it as a warning: the image was stored black)."""
+    data = open(os.path.join(WORK, "progressive.jpg"), "rb").read()
+    sos = [i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] == 0xDA]
+    if len(sos) < 3:
+        fail(f"progressive.jpg has {len(sos)} scans, the test needs 3")
+        return
+    warned = data[: sos[1]] + b"\x00\x11" + data[sos[1]:]  # 2 extraneous bytes before the second scan
+    broken = bytearray(warned)
+    broken[sos[2] + 2 + 5] = 99  # the third scan's first component id: no such component
+    paths = {}
+    for name, b in (("warned.jpg", warned), ("warned_then_broken.jpg", bytes(broken))):
+        paths[name] = os.path.join(WORK, name)
+        open(paths[name], "wb").write(b)
+    ref = arr(Image.open(paths["warned.jpg"]).convert("RGB"))
+    try:
+        Image.open(paths["warned_then_broken.jpg"]).convert("RGB")
+        fail("Pillow decodes warned_then_broken.jpg: the test's broken file is not broken")
+    except OSError:
+        pass
+    out = paths["warned.jpg"] + ".npy"
+    lines = run_jobs([f"decode {paths['warned.jpg']} 3 {out}", f"decode {paths['warned_then_broken.jpg']} 3 {out}.x"])
+    if lines[0] != "ok" or not np.array_equal(np.load(out), ref):
+        fail(f"decode of a JPEG with a warning: {lines[0]} (expected Pillow's pixels)")
+    if not (lines[1].startswith("error:") and "Invalid component ID" in lines[1]):
+        fail(f"decode of a JPEG with a fatal error after a warning: {lines[1]} (expected an error)")
+    print("warnings: a warned JPEG decodes as Pillow's, a fatal error after a warning is an error")
+
+
 def write_png16(path, a):
     import struct
     import zlib
@@ -406,6 +436,7 @@ def check_render(rng):
 def main():
     rng = np.random.default_rng(12)
     check_decoding(rng)
+    check_warned_jpegs()
     check_resize(rng)
     check_center(rng)
     check_geometry()

@@ -155,6 +155,21 @@ Image jpeg_pixels(const ImageHeader& hd, std::int64_t rows, std::int64_t max_col
   return img;
 }
 
+#ifdef RENAISSANCE_HAVE_JPEG_REGION
+bool jpeg_region_run(const std::uint8_t* data, std::size_t size, J_COLOR_SPACE cs, int comps, JDIMENSION y0,
+                     JDIMENSION rows, JDIMENSION* x0, JDIMENSION* cols, std::uint8_t* out, std::uint8_t* last_row,
+                     char* error, std::size_t error_size, bool* truncated);
+#else
+/// libjpeg's warnings (jerror.h's JWRN_ messages), which leave the image complete; anything else is a fatal error.
+bool is_libjpeg_warning(const std::string& msg) {
+  for (const char* w : {"Corrupt JPEG data", "Warning: ", "Inconsistent progression sequence",
+                        "Invalid SOS parameters for sequential JPEG", "Unknown Adobe color transform code",
+                        "Application transferred too"})
+    if (msg.rfind(w, 0) == 0) return true;
+  return false;
+}
+#endif
+
 Image jpeg_decode(const std::uint8_t* data, std::size_t size, int channels, const std::string& name,
                   const DecodeLimits& limits) {
   const ImageHeader hd = jpeg_header(data, size, name, limits);
@@ -166,8 +181,30 @@ Image jpeg_decode(const std::uint8_t* data, std::size_t size, int channels, cons
     if (tjDecompress2(t, data, static_cast<unsigned long>(size), out, w, 0, h, pf, flags) == 0) return w;
     const std::string msg = tjGetErrorStr2(t);
     // libjpeg-turbo >= 2 reports warnings as -1 too (the image is complete). Pillow ignores libjpeg's warnings but
-    // refuses a file that ends early ("image file is truncated"); so does this reader.
-    if (tjGetErrorCode(t) == TJERR_WARNING && msg.find("Premature end of JPEG file") == std::string::npos) return w;
+    // refuses a file that ends early ("image file is truncated"); so does this reader. TurboJPEG's code stays
+    // TJERR_WARNING when a fatal error came after a warning (its warning flag is never cleared): a file with a few
+    // stray bytes and then a broken scan was stored black, its error left to a training's cropped decode.
+    if (tjGetErrorCode(t) == TJERR_WARNING && msg.find("Premature end of JPEG file") == std::string::npos) {
+#ifdef RENAISSANCE_HAVE_JPEG_REGION
+      // The libjpeg API, whose error_exit is the fatal error alone, decides (and decodes: the same pixels).
+      const J_COLOR_SPACE cs = pf == TJPF_CMYK ? JCS_CMYK : pf == TJPF_GRAY ? JCS_GRAYSCALE : JCS_EXT_RGB;
+      const int comps = pf == TJPF_CMYK ? 4 : pf == TJPF_GRAY ? 1 : 3;
+      JDIMENSION x0 = 0, cols = static_cast<JDIMENSION>(w);
+      char error[JMSG_LENGTH_MAX + 64];
+      bool truncated = false;
+      std::uint8_t unused[4];
+      if (jpeg_region_run(data, size, cs, comps, 0, static_cast<JDIMENSION>(h), &x0, &cols, out, unused, error,
+                          sizeof error, &truncated))
+        return w;
+      reset_decompressor();
+      if (truncated)
+        RN_IO_FAIL(name, "the file is truncated (an interrupted download or copy?)",
+                   "the JPEG data ends before the image is complete ({})", error);
+      RN_IO_FAIL(name, "the file is corrupt", "cannot decode the JPEG: {}", error);
+#else
+      if (is_libjpeg_warning(msg)) return w;
+#endif
+    }
     reset_decompressor();
     if (msg.find("Premature end") != std::string::npos)
       RN_IO_FAIL(name, "the file is truncated (an interrupted download or copy?)",
