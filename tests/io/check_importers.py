@@ -36,6 +36,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import time
 import zlib
 
 try:
@@ -364,6 +365,23 @@ def bad_inputs(good):
                                                      os.path.join(r, "train", "n00000001", "to2"))))
     expect_error(["folder", root, "--out", out], "which holds it through other links",
                  "two folders linking to each other", out)
+    # Links that reach one folder by several paths, without a cycle: 24 folders each linking twice to the next made
+    # 2^24 walks of the last one's images (hours; at depth 10, 1,024 copies of one image).
+    def diamond_chain(r):
+        chain = os.path.join(r, "chain")
+        for i in range(13):
+            os.makedirs(os.path.join(chain, f"d{i}"))
+        for i in range(12):
+            for link in ("l1", "l2"):
+                os.symlink(os.path.join("..", f"d{i + 1}"), os.path.join(chain, f"d{i}", link))
+        shutil.copy(os.path.join(r, cls, sorted(os.listdir(os.path.join(r, cls)))[0]),
+                    os.path.join(chain, "d12", "img.png"))
+        os.symlink(os.path.join("..", "..", "chain", "d0"), os.path.join(r, cls, "top"))
+    root = tree("link_diamonds", diamond_chain)
+    t0 = time.monotonic()
+    expect_error(["folder", root, "--out", out], "is reached again here", "links reaching one folder twice", out)
+    if time.monotonic() - t0 > 30:
+        fail(f"links reaching one folder twice: the import took {time.monotonic() - t0:.0f} s to say so")
     # --out inside the tree: the finished dataset would replace an image being imported (or join a class folder).
     root = tree("out_inside", lambda r: None)
     image = os.path.join(root, cls, sorted(os.listdir(os.path.join(root, cls)))[0])

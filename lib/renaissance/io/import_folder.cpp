@@ -71,6 +71,10 @@ std::vector<ClassFile> class_files(const fs::path& dir, std::int64_t& other) {
   // and drop the rest of the class without a word, so the error is checked after the loop. The folder it could not
   // open is the last one entered.
   fs::path last_folder = dir;
+  // Every real folder entered, and the path it was first entered by: links that reach one folder by several paths
+  // without a cycle (each of 24 folders linking twice to the next) made 2^24 walks of its images (the import ran
+  // for hours; at depth 10 it stored 1,024 copies of one image).
+  std::map<fs::path, fs::path> entered;
   for (; it != end; it.increment(ec)) {
     std::error_code fec;
     containers.resize(static_cast<std::size_t>(it.depth()) + 1);
@@ -86,6 +90,14 @@ std::vector<ClassFile> class_files(const fs::path& dir, std::int64_t& other) {
                        "a link to the folder {}, which holds it{}: importing would repeat its images without end",
                        real.string(), c == containers.back() ? "" : " through other links");
         }
+      if (!cec) {
+        const auto [first, inserted] = entered.emplace(real, it->path());
+        if (!inserted)
+          RN_IO_FAIL(it->path().string(), "remove one of the links: keep one path to each folder within a class",
+                     "the folder {} is reached again here (first as {}): links reach it by more than one path, so its "
+                     "images would be imported once per path",
+                     real.string(), first->second.string());
+      }
       containers.push_back(cec ? it->path() : real);
       continue;
     }
