@@ -91,6 +91,12 @@ ImageHeader jpeg_header(const std::uint8_t* data, std::size_t size, const std::s
   if (tjDecompressHeader3(t, data, static_cast<unsigned long>(size), &w, &h, &subsamp, &cs) != 0) {
     const std::string msg = tjGetErrorStr2(t);
     reset_decompressor();
+    // A valid file whose chroma sampling factors TurboJPEG has no name for (cjpeg -sample 1x4, 3x1, 4x2, ...):
+    // Pillow decodes it; this reader does not.
+    if (msg.find("Could not determine subsampling type") != std::string::npos)
+      RN_IO_FAIL(name, "re-encode it with a common chroma subsampling (4:4:4, 4:2:2 or 4:2:0)",
+                 "cannot read this JPEG: its chroma subsampling is not one libjpeg-turbo's TurboJPEG API supports ({})",
+                 msg);
     RN_IO_FAIL(name, "the file is corrupt, truncated or not a JPEG", "cannot read the JPEG header: {}", msg);
   }
   ImageHeader hd;
