@@ -536,6 +536,32 @@ TEST(CheckpointCli, AResumeWithOtherHyperParametersSaysWhich) {
   EXPECT_EQ(same.out.find("the rest of the run trains with the new values"), std::string::npos) << same.out;
 }
 
+// A stop request during an epoch's validation makes that epoch's checkpoint the preemption's: the run trained a step
+// of the next epoch and wrote a second checkpoint before it stopped. One step an epoch and a long validation: the
+// signal comes once the step's loss is logged (at the step boundary or in the validation: either way the run stops
+// at the epoch's end), and the resumed run continues the uninterrupted loss curve.
+TEST(CheckpointCli, ASignalDuringValidationStopsAtTheEpochsEnd) {
+  const fs::path d = temp_dir();
+  const std::string data = (d / "long_val.h5").string();
+  renaissance::io::make_synthetic(data, 32, 8000, 28, 28, 1, 10, 2);
+  const std::string common = "train --data " + data + " --batch 32 --epochs 3 --seed 3 ";
+  const CliRun full = run(common + "--loss-log " + (d / "full.jsonl").string());
+  ASSERT_EQ(full.code, 0) << full.out;
+  const std::string args =
+      common + "--checkpoint-dir " + (d / "ck").string() + " --resume auto --loss-log " + (d / "part.jsonl").string();
+  Child c = start(args, d / "preempted.log");
+  ASSERT_TRUE(wait_for([&] { return !lines_of(d / "part.jsonl").empty(); })) << "no step";
+  ASSERT_EQ(::kill(c.pid, SIGUSR1), 0);
+  const CliRun pre = c.wait();
+  ASSERT_EQ(pre.code, 75) << pre.out;
+  EXPECT_NE(pre.out.find("preempted by SIGUSR1 at step 1"), std::string::npos) << pre.out;
+  EXPECT_FALSE(fs::exists(d / "ck" / "ckpt-step00000002.h5")) << pre.out;
+  EXPECT_EQ(lines_of(d / "part.jsonl").size(), 1u);
+  const CliRun resumed = run(args);
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_EQ(lines_of(d / "part.jsonl"), lines_of(d / "full.jsonl"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Signals, PreemptionCli, ::testing::Values(SIGUSR1, SIGTERM),
                          [](const ::testing::TestParamInfo<int>& i) { return i.param == SIGUSR1 ? "USR1" : "TERM"; });
 

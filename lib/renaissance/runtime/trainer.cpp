@@ -440,6 +440,9 @@ std::vector<EpochMetrics> Trainer::run(const TrainObserver& observer) {
     }
     if (m.validated) I.last_epoch_metrics = m;
     const bool epoch_complete = I.cur_position >= batches;
+    // A stop request that came during the epoch's validation: this epoch's checkpoint is the preemption's (the run
+    // trained a step of the next epoch and wrote a second checkpoint before it stopped). Collective, as at a step.
+    if (epoch_complete && !I.preempted && !last_epoch && I.stop_agreed()) I.preempted = true;
     if (epoch_complete) {  // a checkpoint from here resumes at the next epoch
       I.cur_epoch = epoch + 1;
       I.cur_position = 0;
