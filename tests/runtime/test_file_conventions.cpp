@@ -221,6 +221,16 @@ TEST(FileConventions, CheckpointsCarryValidationMetricsAndKeepBest) {
   expect_utf8_strings(f, "latest.h5");
   // Resumable from best.h5 as from any checkpoint.
   EXPECT_EQ(run("eval --device cpu --data " + dataset() + " --checkpoint ck/best.h5"), 0);
+  // A damaged best.h5 is replaced by the resumed run's best, with a warning naming why (it was replaced silently).
+  fs::resize_file(work_dir() / "ck" / "best.h5", 1000);
+  ASSERT_EQ(run("train --device cpu --classes 3 --data " + dataset() +
+                    " --epochs 5 --batch 64 --lr 0.05 --checkpoint-dir ck --keep 1 --keep-best val_top1 --resume auto",
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("ck: the best checkpoint cannot be read (ck/best.h5: the file has 1000 bytes"), std::string::npos)
+      << out;
+  EXPECT_NO_THROW(renaissance::io::read_checkpoint((work_dir() / "ck" / "best.h5").string()));
   // --keep-best without a directory is refused.
   EXPECT_NE(run("train --device cpu --classes 3 --data " + dataset() + " --epochs 1 --keep-best val_top1", &out), 0);
   EXPECT_NE(out.find("--keep-best needs --checkpoint-dir"), std::string::npos) << out;

@@ -872,7 +872,7 @@ std::string save_checkpoint_in_dir(const std::string& dir, const Checkpoint& ckp
   return file.string();
 }
 
-double best_checkpoint_top1(const std::string& dir) {
+double best_checkpoint_top1(const std::string& dir, std::string* why_invalid) {
   const fs::path best = fs::path(dir) / kBestCheckpoint;
   std::error_code ec;
   if (!fs::exists(best, ec)) return -1;
@@ -880,7 +880,8 @@ double best_checkpoint_top1(const std::string& dir) {
     return read_checkpoint(best.string()).state.val_top1;
   } catch (const std::bad_alloc&) {
     throw;  // out of memory says nothing of the file: never "invalid" (a resume started afresh)
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    if (why_invalid) *why_invalid = e.what();
     return -1;
   }
 }

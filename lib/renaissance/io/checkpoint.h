@@ -118,7 +118,8 @@ std::string save_best_checkpoint(const std::string& dir, const Checkpoint& ckpt,
                                  double best_top1 = std::numeric_limits<double>::quiet_NaN());
 /// The val_top1 recorded in `dir`/best.h5; -1 when there is none, or it cannot be read (save_best_checkpoint then
 /// replaces it).
-double best_checkpoint_top1(const std::string& dir);
+/// `why_invalid` (optional): set to the reason when a best.h5 exists but cannot be read.
+double best_checkpoint_top1(const std::string& dir, std::string* why_invalid = nullptr);
 
 /// Before a run writes into `dir`: its own names (latest.h5, best.h5, ckpt-step*.h5) are regular files or symbolic
 /// links (a run replaces the links themselves, never writing through them). A directory or a special file there is

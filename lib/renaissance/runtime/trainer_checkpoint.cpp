@@ -267,9 +267,18 @@ void Trainer::Impl::on_rank0_agreed(const std::string& what, const std::function
   if (outcome != 0) throw Error(fmt::format("rank 0 could not write {} (see its error)", what), opt.checkpoint_dir);
 }
 
+double Trainer::Impl::read_best_top1() const {
+  std::string why;
+  const double top1 = io::best_checkpoint_top1(opt.checkpoint_dir, &why);
+  // A damaged best.h5 was replaced by the run's next best without a word.
+  if (!why.empty())
+    spdlog::warn("{}: the best checkpoint cannot be read ({}): this run's best replaces it", opt.checkpoint_dir, why);
+  return top1;
+}
+
 void Trainer::Impl::save_best_in_dir(const io::Checkpoint& ck, std::int64_t step) {
   // best.h5 is read once a run (its val_top1), not at every checkpoint: this run is the directory's only writer.
-  if (std::isnan(best_top1)) best_top1 = io::best_checkpoint_top1(opt.checkpoint_dir);
+  if (std::isnan(best_top1)) best_top1 = read_best_top1();
   const std::string best = io::save_best_checkpoint(opt.checkpoint_dir, ck, best_top1);
   if (best.empty()) return;
   best_top1 = ck.state.val_top1;
@@ -278,7 +287,7 @@ void Trainer::Impl::save_best_in_dir(const io::Checkpoint& ck, std::int64_t step
 
 void Trainer::Impl::keep_best_in_dir(std::int64_t step) {
   on_rank0_agreed(fmt::format("the best checkpoint of step {}", step), [&] {
-    if (std::isnan(best_top1)) best_top1 = io::best_checkpoint_top1(opt.checkpoint_dir);
+    if (std::isnan(best_top1)) best_top1 = read_best_top1();
     if (last_epoch_metrics.val_top1 > best_top1)
       save_best_in_dir(make_checkpoint(step, std::vector<float>(plan::kResultSlots * comm_world(), 0.0f)), step);
   });

@@ -303,6 +303,7 @@ struct Trainer::Impl {
   /// Collective: `write` runs on rank 0; every rank learns whether it succeeded (rank 0 rethrows its error, the others
   /// throw naming `what`).
   void on_rank0_agreed(const std::string& what, const std::function<void()>& write);
+  double read_best_top1() const;  ///< best.h5's val_top1 (-1: none, or unreadable: said)
   /// Rank 0: `ck` as D/best.h5 when it beats the one there (logged), best_top1 updated.
   void save_best_in_dir(const io::Checkpoint& ck, std::int64_t step);
   /// The mean loss of the last training step's batch (this rank).
