@@ -355,7 +355,15 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
 
   // Workers process items in any order within a window ahead of the writer; the writer appends in item order.
   const int threads = std::max(1, o.threads > 0 ? o.threads : available_cpus());
-  const std::size_t window = static_cast<std::size_t>(std::max(8, 4 * threads));
+  // Raw stores: the window's decoded samples also fit 1 GiB (at --size 10000, 300 MB each, 8 of them took 3 GB;
+  // at --size 30000 a window would not fit the host): never fewer than one a worker and one being written.
+  std::size_t window = static_cast<std::size_t>(std::max(8, 4 * threads));
+  if (o.storage == Storage::raw) {
+    const auto sample =
+        static_cast<std::size_t>(o.size) * static_cast<std::size_t>(o.size) * static_cast<std::size_t>(o.channels);
+    window = std::max(std::min(window, (std::size_t{1} << 30) / std::max<std::size_t>(sample, 1)),
+                      static_cast<std::size_t>(threads) + 1);
+  }
   std::vector<Result> results(window);
   std::mutex mutex;
   std::condition_variable cv;
@@ -447,7 +455,13 @@ FolderImportSummary import_folder(const std::string& out_path, const std::string
     } else if (o.storage == Storage::raw) {
       if (it.split != run_split || run_images.size() >= (std::size_t(16) << 20)) flush_run();
       run_split = it.split;
-      run_images.insert(run_images.end(), r.pixels.begin(), r.pixels.begin() + static_cast<std::ptrdiff_t>(sample_bytes));
+      try {
+        run_images.insert(run_images.end(), r.pixels.begin(),
+                          r.pixels.begin() + static_cast<std::ptrdiff_t>(sample_bytes));
+      } catch (const std::bad_alloc&) {  // said as the workers say it: naming the image (it was a bare bad_alloc)
+        RN_IO_FAIL(it.path, "import with a lower --size, or with more memory",
+                   "out of memory while storing it ({} MB a sample at --size {})", sample_bytes >> 20, o.size);
+      }
       run_labels.push_back(it.label);
     } else {
       writer->append_encoded(it.split, r.bytes.data(), static_cast<std::int64_t>(r.bytes.size()), r.height, r.width,
