@@ -41,6 +41,7 @@ struct PredictCli {
   bool amp = false;
   bool ema = false;
   std::string device = "auto";
+  std::int64_t val_resize = -1;  ///< -1: the file's recorded one (else 0, size/0.875)
 };
 
 /// Variable-length UTF-8, like every file of ours (io::write_string_attr).
@@ -122,6 +123,7 @@ void run_predict(const PredictCli& c) {
   if (c.ema) weights.require_ema(c.weights);
   auto initial =
       std::make_unique<runtime::InitialState>(runtime::InitialState::of_weights(std::move(weights), c.weights));
+  t.augmentation.val_resize = scoring_val_resize(c.val_resize, *initial);
   runtime::Trainer trainer(bp, t, initial.get());
   initial.reset();  // the host copy of the tensors
   const std::vector<float> logits = trainer.logits(split, c.first, count, c.ema);
@@ -193,6 +195,7 @@ void register_predict_command(CLI::App& app) {
   cmd->add_option("--batch", c->batch, "Inference batch size")->capture_default_str();
   cmd->add_flag("--amp", c->amp, "FP16 inference (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Use the EMA weights");
+  add_val_resize_option(*cmd, c->val_resize);
   cmd->add_option("--device", c->device, "cpu|cuda|auto")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));

@@ -491,6 +491,7 @@ struct EvalCli {
   bool json = false;
   std::string device = "auto";
   std::string tta = "off";
+  std::int64_t val_resize = -1;  ///< -1: the file's recorded one (else 0, size/0.875)
 };
 
 void run_eval(const EvalCli& c) {
@@ -532,6 +533,7 @@ void run_eval(const EvalCli& c) {
     if (!c.model_given) bp = std::move(*recorded);
     *initial = runtime::InitialState::of_checkpoint(std::move(ck), c.checkpoint, /*weights_only=*/true);
   }
+  t.augmentation.val_resize = scoring_val_resize(c.val_resize, *initial);
   // Under mpirun/srun the val batches are dealt over the ranks: every rank must score the same images with the same
   // weights, or the sums blend two evaluations under rank 0's file names.
   const io::DatasetFile data(c.data);
@@ -763,6 +765,7 @@ void register_eval_command(CLI::App& app) {
   cmd->add_flag("--amp", c->amp, "Evaluate in FP16 (FP32 accumulation)");
   cmd->add_flag("--ema", c->ema, "Evaluate the EMA weights");
   cmd->add_flag("--json", c->json, "Print the result as JSON");
+  add_val_resize_option(*cmd, c->val_resize);
   cmd->add_option("--tta", c->tta, "flip: also score each image by the mean of its logits and its mirror image's")
       ->check(CLI::IsMember({"off", "flip"}))
       ->capture_default_str();

@@ -90,4 +90,16 @@ runtime::Backend pick_backend(const std::string& device) {
   return runtime::Backend::CPU;
 }
 
+void add_val_resize_option(CLI::App& cmd, std::int64_t& val_resize) {
+  cmd.add_option("--val-resize", val_resize,
+                 "Images not of the model's size: short side to this, then the centre crop (0: size/0.875; left out: "
+                 "the value the weights or checkpoint record, as train's --val-resize validated them)")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(65535)));
+}
+
+std::int64_t scoring_val_resize(std::int64_t given, const runtime::InitialState& file) {
+  if (given >= 0) return given;
+  return file.val_resize > 0 ? file.val_resize : 0;
+}
+
 }  // namespace renaissance::app

@@ -4,6 +4,7 @@
 #include <renaissance/blueprint/blueprint.h>
 #include <renaissance/runtime/arena_keeper.h>
 #include <renaissance/runtime/executor.h>
+#include <renaissance/runtime/trainer.h>
 
 #include <CLI/CLI.hpp>
 
@@ -34,5 +35,12 @@ void add_comm_timeout_option(CLI::App& cmd, double& seconds);
 
 /// --device cpu|cuda|auto → a backend; auto picks CUDA when this build has it and a device is visible.
 runtime::Backend pick_backend(const std::string& device);
+
+/// eval's and predict's --val-resize (default -1: the one the weights or checkpoint record, else 0).
+void add_val_resize_option(CLI::App& cmd, std::int64_t& val_resize);
+/// The short side eval and predict resize images of another size to: --val-resize when given, else the writer's run's
+/// (recorded in checkpoints and weights files), else 0 (size/0.875). The run validated with it: scoring with the
+/// default gave another top-1 than training reported for the same weights.
+std::int64_t scoring_val_resize(std::int64_t given, const runtime::InitialState& file);
 
 }  // namespace renaissance::app

@@ -5,6 +5,7 @@
 #include <renaissance/io/checkpoint.h>
 #include <renaissance/io/dataset.h>
 #include <renaissance/io/hdf5_util.h>
+#include <renaissance/io/importers.h>
 #include <renaissance/io/weights.h>
 
 #include <gtest/gtest.h>
@@ -300,4 +301,35 @@ TEST(FileConventions, FilesOfEarlierFormatsStillRead) {
     EXPECT_FALSE(c.tensors.empty()) << f;
     EXPECT_LT(c.state.val_top1, 0) << f;  // no validation metrics before issue 17
   }
+}
+
+// eval and predict score as the run validated: images of another size than the model's are resized to the run's
+// --val-resize (recorded in its weights and checkpoints) and centre-cropped. They scored with the default size/0.875,
+// another top-1 than training reported for the same weights; weights trained with crops on a raw store of another
+// size could not be scored at all. --val-resize on eval or predict overrides the recorded value.
+TEST(FileConventions, EvalAndPredictScoreWithTheRunsValidationResize) {
+  renaissance::io::make_synthetic((work_dir() / "s36.h5").string(), 192, 128, 36, 36, 1, 10, 4);
+  fs::remove_all(work_dir() / "ckr");
+  std::string out;
+  ASSERT_EQ(run("train --device cpu --data s36.h5 --epochs 2 --batch 32 --val-resize 48 --crop random-resized "
+                "--save w36.h5 --checkpoint-dir ckr --metrics m36.jsonl",
+                &out),
+            0)
+      << out;
+  std::ifstream m(work_dir() / "m36.jsonl");
+  std::string last;
+  for (std::string l; std::getline(m, l);) last = l;
+  const double trained = json_number(last, "val_top1");
+  ASSERT_GE(trained, 0.0) << last;
+  for (const std::string& file : {"--weights w36.h5", "--checkpoint ckr/latest.h5"}) {
+    ASSERT_EQ(run("eval --device cpu --data s36.h5 --json " + file, &out), 0) << out;
+    EXPECT_NE(out.find("images of 36x36 are resized (short side 48) and centre-cropped to 28x28"), std::string::npos)
+        << out;
+    const auto json = out.substr(out.find("{\"model\""));
+    EXPECT_EQ(json_number(json, "val_top1"), trained) << file << ": " << json;
+    ASSERT_EQ(run("eval --device cpu --data s36.h5 --json --val-resize 0 " + file, &out), 0) << out;
+    EXPECT_NE(out.find("(short side size/0.875, --val-resize 0)"), std::string::npos) << out;
+  }
+  ASSERT_EQ(run("predict --device cpu --data s36.h5 --weights w36.h5 --out p36.h5 --count 128", &out), 0) << out;
+  EXPECT_NE(out.find(fmt::format("top1 {:.4f}", trained)), std::string::npos) << out;
 }

@@ -97,15 +97,26 @@ Trainer::Trainer(const blueprint::BluePrint& model, TrainOptions opts, const Ini
                bp.name, bp.in_c);
   // A crop renders every image at the model's size; without one a raw store must have it. A JPEG store is cropped
   // (centre crops unless --crop random-resized).
-  const bool renders = opts.augmentation.crop != io::CropMode::none || probe.storage() == io::Storage::jpeg;
+  // Scoring (eval, predict) renders images of another size as training validated them: resized and centre-cropped
+  // (weights trained with crops on a raw store of another size could not be scored at all).
+  const bool renders =
+      opts.augmentation.crop != io::CropMode::none || probe.storage() == io::Storage::jpeg || opts.inference_only;
   if (!renders)
-    RN_CHECK_CTX(
-        bp.in_h == tr.height && bp.in_w == tr.width, opts.data_path,
-        "images are {}x{} but model '{}' expects {}x{} (hint: {})", tr.height, tr.width, bp.name, bp.in_h, bp.in_w,
-        opts.inference_only ? "score weights trained at the images' size (--resolution builds the model at another one)"
-                            : "--crop random-resized or --crop center renders them at the model's size");
-  if (probe.storage() == io::Storage::jpeg && opts.augmentation.crop == io::CropMode::none &&
-      (!opts.comm || opts.comm->rank() == 0))
+    RN_CHECK_CTX(bp.in_h == tr.height && bp.in_w == tr.width, opts.data_path,
+                 "images are {}x{} but model '{}' expects {}x{} (hint: --crop random-resized or --crop center renders "
+                 "them at the model's size)",
+                 tr.height, tr.width, bp.name, bp.in_h, bp.in_w);
+  const bool root = !opts.comm || opts.comm->rank() == 0;
+  const bool other_size = probe.storage() == io::Storage::jpeg || bp.in_h != va.height || bp.in_w != va.width;
+  if (root && opts.inference_only && other_size)
+    spdlog::info("{}: images {} are resized (short side {}) and centre-cropped to {}x{}, as training validated them",
+                 opts.data_path,
+                 probe.storage() == io::Storage::jpeg ? std::string("of a JPEG store")
+                                                      : fmt::format("of {}x{}", va.height, va.width),
+                 opts.augmentation.val_resize > 0 ? fmt::format("{}", opts.augmentation.val_resize)
+                                                  : std::string("size/0.875, --val-resize 0"),
+                 bp.in_h, bp.in_w);
+  else if (root && probe.storage() == io::Storage::jpeg && opts.augmentation.crop == io::CropMode::none)
     spdlog::info(
         "{}: a JPEG store: training images are resized and centre-cropped to {}x{} (--crop random-resized "
         "for random crops)",

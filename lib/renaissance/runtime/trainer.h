@@ -244,6 +244,9 @@ struct InitialState {
   bool checkpoint = true;     ///< false: a weights file (its tensors by name, not in the writer's plan order)
   /// The image channels the writer's model reads (its recorded arch plan's input_channels); 0: not recorded.
   std::int64_t input_channels = 0;
+  /// The writer's --val-resize (a checkpoint's run_config, a weights file's val_resize attribute); -1: not recorded.
+  /// eval and predict score with it, as the run validated (they scored with the default size/0.875).
+  std::int64_t val_resize = -1;
   static InitialState of_checkpoint(io::Checkpoint ck, std::string path, bool weights_only = false);
   static InitialState of_weights(io::WeightsFile wf, std::string path);
   const char* noun() const { return checkpoint ? "the checkpoint" : "the weights file"; }

@@ -507,6 +507,11 @@ InitialState InitialState::of_checkpoint(io::Checkpoint ck, std::string path, bo
   st.weights_only = weights_only;
   st.checkpoint = true;
   st.input_channels = recorded_input_channels(st.state.arch_plan);
+  std::map<std::string, std::string> was = recorded_options(st.state.run_config);
+  if (was.count("val-resize")) {
+    const std::int64_t v = whole_number(was["val-resize"]);
+    if (v >= 0 && v <= 65535) st.val_resize = v;
+  }
   return st;
 }
 
@@ -516,6 +521,10 @@ InitialState InitialState::of_weights(io::WeightsFile wf, std::string path) {
   if (const auto it = wf.attributes.find("model"); it != wf.attributes.end()) st.state.model = it->second;
   if (const auto it = wf.attributes.find("arch_plan"); it != wf.attributes.end())
     st.input_channels = recorded_input_channels(it->second);
+  if (const auto it = wf.attributes.find("val_resize"); it != wf.attributes.end()) {
+    const std::int64_t v = whole_number(it->second);
+    if (v >= 0 && v <= 65535) st.val_resize = v;
+  }
   st.tensors = std::move(wf.tensors);
   st.path = std::move(path);
   st.weights_only = true;

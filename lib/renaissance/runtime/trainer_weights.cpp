@@ -23,7 +23,8 @@ void Trainer::save_weights(const std::string& path) const {
   meta.strings = {{"model", m_plan->arch.model_name},
                   {"arch_plan", m_plan->arch.to_yaml()},
                   {"plan_hash", fmt::format("{:016x}", m_plan->hash)}};
-  meta.ints = {{"step", m_step}};
+  // The validation transform's short side (--val-resize; 0: size/0.875): eval and predict score as the run did.
+  meta.ints = {{"step", m_step}, {"val_resize", m_impl->opt.augmentation.val_resize}};
   // The dataset's normalisation and class names travel with the weights (predict and other frameworks need them);
   // its path as an absolute one (provenance).
   const io::DatasetFile& data = m_impl->data;
