@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +62,10 @@ std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
     // A key like [a, b] or {a: 1} is valid YAML but no option name (found by tests/fuzz/fuzz_run_config).
     RN_CHECK_CTX(kv.first.IsScalar(), where, "option names must be plain words, not a list or a map");
     const std::string key = kv.first.Scalar();
+    // A NUL ("\0" in a quoted key) cut the name short in messages, and escape sequences reached the terminal.
+    RN_CHECK_CTX(std::none_of(key.begin(), key.end(),
+                              [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == '\x7f'; }),
+                 where, "option names must be plain words, got '{}'", blueprint::printable(key));
     const auto seen = line_of.find(key);
     RN_CHECK_CTX(seen == line_of.end(), where, "option '{}' is set twice (lines {} and {})", key,
                  seen == line_of.end() ? 0 : seen->second, line);
@@ -91,14 +96,19 @@ std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
     CLI::Option* opt = cmd.get_option_no_throw("--" + key);
     if (opt->count() > 0 || overridden[key]) continue;  // the command line wins
     RN_CHECK_CTX(value.IsScalar(), where, "option '{}' needs a single value", key);
+    // A NUL ("\0" in a quoted value) cut every path at it without a word (`save: "w.h5\0.bak"` replaced w.h5).
+    RN_CHECK_CTX(value.Scalar().find('\0') == std::string::npos, where,
+                 "option '{}': the value '{}' holds a NUL character, which no option takes", key,
+                 blueprint::printable(value.Scalar()));
     // A flag: CLI11 would read -1 as off and 5 as on without a word.
     RN_CHECK_CTX(opt->get_expected_max() != 0 || is_flag_word(value.Scalar(), /*digits=*/false), where,
-                 "option '{}' is a flag: true or false (yes/no, on/off, y/n), got '{}'", key, value.Scalar());
+                 "option '{}' is a flag: true or false (yes/no, on/off, y/n), got '{}'", key,
+                 blueprint::printable(value.Scalar()));
     try {
       opt->add_result(key == "model-file" ? model_file_beside(path, value.Scalar()) : value.Scalar());
       opt->run_callback();
     } catch (const CLI::Error& e) {
-      RN_FAIL_CTX(where, "option '{}': {}", key, e.what());
+      RN_FAIL_CTX(where, "option '{}': {}", key, blueprint::printable(e.what()));
     }
     applied.insert(key);
   }

@@ -32,6 +32,26 @@ TEST(HardeningConfig, TheCommandLineWinsForEveryKeyIncludingTheModelPair) {
   EXPECT_NE(r.out.find("lr 0.5 "), std::string::npos) << r.out;
 }
 
+// A NUL in a quoted value ("w.h5\0.bak") cut every path at it without a word (`save:` then replaced w.h5), and in a
+// key it cut the error message short; control characters in keys and values reached the terminal raw.
+TEST(HardeningConfig, NulAndControlCharactersAreRefusedNamingTheLine) {
+  const fs::path d = temp_dir();
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --config ";
+  write_text(d / "victim.h5", "keep me");
+  write_text(d / "nul.yaml", "epochs: 1\nsave: \"" + (d / "victim.h5").string() + "\\0.bak\"\n");
+  CliResult r = run(train + (d / "nul.yaml").string());
+  EXPECT_CLEAN_ERROR(r, (d / "nul.yaml").string() + ":2", "option 'save': the value '", "\\x00.bak' holds a NUL");
+  EXPECT_EQ(read_text(d / "victim.h5"), "keep me");
+  write_text(d / "key.yaml", "\"ep\\e[31mochs\\0x\": 1\n");
+  r = run(train + (d / "key.yaml").string());
+  EXPECT_CLEAN_ERROR(r, (d / "key.yaml").string() + ":1",
+                     "option names must be plain words, got 'ep\\x1b[31mochs\\x00x'");
+  write_text(d / "esc.yaml", "optimizer: \"\\e[2Jadam\"\n");
+  r = run(train + (d / "esc.yaml").string());
+  EXPECT_CLEAN_ERROR(r, (d / "esc.yaml").string() + ":1", "\\x1b[2Jadam");
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+}
+
 TEST(HardeningConfig, ModelAndModelFileTogetherOrAKeySetTwiceAreErrorsNamingTheLines) {
   const fs::path d = temp_dir();
   const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --config ";
