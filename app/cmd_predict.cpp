@@ -94,9 +94,12 @@ void run_predict(const PredictCli& c) {
     RN_CHECK_CTX(!io::is_checkpoint_file_name(name) && name != io::kCheckpointLock, c.out,
                  "--out would replace a checkpoint ({}): write the logits to a file of their own", p);
   }
-  // A checkpoint or weights file under another name.
-  RN_CHECK_CTX(!io::holds_tensor_table(target), c.out,
-               "--out would replace {}, a checkpoint or weights file: write the logits to a file of their own", target);
+  // A checkpoint or weights file under another name, or a dataset (any HDF5 file: the logits files of predict start
+  // with a checksum header); a previous logits file may be replaced.
+  const std::string kind = io::data_file_kind(target);
+  RN_CHECK_CTX(kind.empty() || kind == "a file with a checksum header", c.out,
+               "--out would replace {}, {}{}: write the logits to a file of their own", target, kind,
+               kind == "an HDF5 file" ? " (a dataset?)" : "");
   const io::DatasetFile data(c.data);  // its size now; its labels, normalisation and class names for the output
   const std::int64_t n = data.size(split);
   data.validate_labels(split);  // before any inference (a label out of range stopped it after the whole pass)

@@ -4,6 +4,7 @@
 #include <renaissance/core/hash.h>
 #include <renaissance/core/paths.h>
 #include <renaissance/io/dataset.h>
+#include <renaissance/io/hdf5_util.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 namespace renaissance::app {
@@ -212,6 +214,17 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
     require_distinct_files(
         {{"--data", f.data}, {"--resume", resume_file}, {"--model-file", f.model_file}, {"--config", f.config}},
         {{"--save", f.save}, {"--metrics", log(f.metrics)}, {"--loss-log", log(f.loss_log)}});
+    // Files of data under other names than the inputs': a dataset replaced by the weights (--save data2.h5), a
+    // checkpoint or dataset by a JSON log (--metrics ck.h5), without a word. --save may replace weights (a rerun).
+    for (const auto& [option, path, text] : {std::tuple<const char*, std::string, bool>{"--save", f.save, false},
+                                             {"--metrics", log(f.metrics), true},
+                                             {"--loss-log", log(f.loss_log), true}}) {
+      if (path.empty()) continue;
+      const std::string kind = io::data_file_kind(path);
+      RN_CHECK_CTX(kind.empty() || (!text && kind != "an HDF5 file"), path,
+                   "{} would replace {}{}: write it to a file of its own (or remove that file first)", option, kind,
+                   kind == "an HDF5 file" ? " (a dataset?)" : "");
+    }
     if (!f.checkpoint_dir.empty()) {
       require_writable_dir(f.checkpoint_dir, "--checkpoint-dir");
       // An output onto one of the directory's own files (the checkpoint --resume auto will load, say) would destroy

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <tuple>
 
 namespace {
 
@@ -393,7 +394,7 @@ TEST(HardeningOutputs, ADivergedAmpRunIsAnErrorAndKeepsItsLastGoodCheckpoint) {
 }
 
 // predict --out through latest.h5 replaced the newest checkpoint with logits (the next --resume auto started afresh).
-TEST(HardeningOutputs, PredictNeverReplacesACheckpoint) {
+TEST(HardeningOutputs, PredictNeverReplacesACheckpointNorTrainsOutputsAFileOfData) {
   const fs::path d = temp_dir();
   const std::string ck = (d / "ck").string();
   ASSERT_EQ(run("train --data " + tiny_data() + " --epochs 1 --max-steps 2 --batch 32 --checkpoint-dir " + ck +
@@ -413,16 +414,35 @@ TEST(HardeningOutputs, PredictNeverReplacesACheckpoint) {
              "name: m\nlayers:\n  - cbr: {out: 4, k: 3, pad: 1}\n  - gap: {}\n  - fc: {out: 10}\n  - softmax_ce: {}\n");
   fs::copy_file(fs::path(ck) / "ckpt-step00000002.h5", d / "old.h5");
   fs::copy_file(d / "w.h5", d / "w_copy.h5");
+  fs::copy_file(tiny_data(), d / "data_copy.h5");  // a dataset under another name (replaced by the logits, exit 0)
   for (const auto& [out, must] :
        std::vector<std::pair<std::string, std::string>>{{yaml, "--out is the same file as --model-file"},
                                                         {ck + "/.renaissance-lock", "--out would replace a checkpoint"},
                                                         {(d / "old.h5").string(), "a checkpoint or weights file"},
-                                                        {(d / "w_copy.h5").string(), "a checkpoint or weights file"}}) {
+                                                        {(d / "w_copy.h5").string(), "a checkpoint or weights file"},
+                                                        {(d / "data_copy.h5").string(), "an HDF5 file (a dataset?)"}}) {
     const std::string before_out = read_text(out);
     const std::string model = out == yaml ? " --model-file " + yaml : "";
     const CliResult r =
         run("predict --data " + tiny_data() + " --weights " + (d / "w.h5").string() + model + " --out " + out);
     EXPECT_CLEAN_ERROR(r, must);
     EXPECT_EQ(read_text(out), before_out) << out;
+  }
+  // A previous logits file is replaced (a rerun); train's outputs: --save never replaces a dataset (a rerun may
+  // replace its weights), --metrics and --loss-log no file of data at all (a checkpoint became JSON lines, exit 0).
+  const std::string logits = (d / "logits.h5").string();
+  const std::string predict = "predict --data " + tiny_data() + " --weights " + (d / "w.h5").string() + " --out ";
+  ASSERT_EQ(run(predict + logits).code, 0);
+  EXPECT_EQ(run(predict + logits).code, 0) << "a logits file is replaced by the next one";
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 ";
+  EXPECT_EQ(run(train + "--save " + (d / "w_copy.h5").string()).code, 0) << "weights are replaced by a rerun's";
+  for (const auto& [option, out, must] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--save", (d / "data_copy.h5").string(), "--save would replace an HDF5 file (a dataset?)"},
+           {"--metrics", (d / "old.h5").string(), "--metrics would replace a checkpoint or weights file"},
+           {"--loss-log", (d / "data_copy.h5").string(), "--loss-log would replace an HDF5 file"},
+           {"--metrics", logits, "--metrics would replace a file with a checksum header"}}) {
+    const std::string before_out = read_text(out);
+    EXPECT_CLEAN_ERROR(run(train + option + " " + out), must);
+    EXPECT_EQ(read_text(out), before_out) << option << " " << out;
   }
 }

@@ -436,6 +436,21 @@ bool holds_tensor_table(const std::string& path) {
          get_le<std::uint32_t>(head + 12) > 0;
 }
 
+std::string data_file_kind(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return {};
+  struct stat st {};
+  std::uint8_t head[16] = {0};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const ssize_t got = regular ? ::pread(fd, head, sizeof head, 0) : -1;
+  ::close(fd);
+  if (got != static_cast<ssize_t>(sizeof head)) return {};
+  static constexpr std::uint8_t kHdf5Signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  if (std::memcmp(head, kHdf5Signature, 8) == 0) return "an HDF5 file";
+  if (std::memcmp(head, kChecksumMagic, 8) != 0) return {};
+  return get_le<std::uint32_t>(head + 12) > 0 ? "a checkpoint or weights file" : "a file with a checksum header";
+}
+
 VerifiedFile read_verified_file(const std::string& path, std::vector<ChecksumEntry>* entries) {
   VerifiedFile v;
   require_input_file(path, "file");

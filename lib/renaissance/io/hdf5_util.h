@@ -181,6 +181,10 @@ VerifiedFile read_verified_file(const std::string& path, std::vector<ChecksumEnt
 /// logits file of `predict` has none). Only the header's first bytes are read, never parsed by HDF5; false for
 /// anything else, a file that cannot be read included.
 bool holds_tensor_table(const std::string& path);
+/// What an existing file of data is, from its first bytes (never parsed): "an HDF5 file" (a dataset, or another
+/// tool's), "a checkpoint or weights file" (holds_tensor_table), "a file with a checksum header" (predict's logits);
+/// empty for anything else (text, a missing or unreadable file). Outputs check it before they replace a file.
+std::string data_file_kind(const std::string& path);
 
 /// Runs `fn` in a child process (fork) and returns what it returned; an Error it throws comes back as an Error with
 /// the same text. For files HDF5 must parse without our checksums (format 1 checkpoints and weights): HDF5 1.10
