@@ -492,6 +492,7 @@ struct EvalCli {
   std::string device = "auto";
   std::string tta = "off";
   std::int64_t val_resize = -1;  ///< -1: the file's recorded one (else 0, size/0.875)
+  double comm_timeout = 0;       ///< --comm-timeout (its timeout message named the option, which eval refused)
 };
 
 void run_eval(const EvalCli& c) {
@@ -499,8 +500,7 @@ void run_eval(const EvalCli& c) {
   t.data_path = c.data;
   t.backend = pick_backend(c.device);
   // Under mpirun/srun the val batches are dealt over the ranks and the sums all-reduced; rank 0 prints.
-  const std::unique_ptr<runtime::Communicator> comm =
-      comm::open_communicator(t.backend, comm::comm_timeout_from_env(comm::kDefaultCommTimeout));
+  const std::unique_ptr<runtime::Communicator> comm = comm::open_communicator(t.backend, c.comm_timeout);
   t.comm = comm.get();
   t.batch = c.batch;
   // The default batch over ranks that do not divide it (`mpirun -np 3 renaissance eval`): the nearest multiple below,
@@ -511,6 +511,8 @@ void run_eval(const EvalCli& c) {
   t.ema = c.ema;
   t.epochs = 1;
   t.inference_only = true;
+  // In the options the ranks compare (--tta flip given to one rank only ran its passes there, unreported).
+  t.tta_flip = c.tta == "flip";
   RN_CHECK(c.weights.empty() != c.checkpoint.empty(), "eval needs exactly one of --weights and --checkpoint");
   // The checkpoint's recorded model: --resolution and --classes apply to --model/--model-file only (they were
   // ignored without a word here).
@@ -766,6 +768,7 @@ void register_eval_command(CLI::App& app) {
   cmd->add_flag("--ema", c->ema, "Evaluate the EMA weights");
   cmd->add_flag("--json", c->json, "Print the result as JSON");
   add_val_resize_option(*cmd, c->val_resize);
+  add_comm_timeout_option(*cmd, c->comm_timeout);
   cmd->add_option("--tta", c->tta, "flip: also score each image by the mean of its logits and its mirror image's")
       ->check(CLI::IsMember({"off", "flip"}))
       ->capture_default_str();

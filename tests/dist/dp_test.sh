@@ -380,6 +380,9 @@ PYEOF
     EVAL=(eval --model-file "$MODEL" --data ds.h5 --weights w.h5 --batch 8 "${DEV[@]}" --json)
     rank1_differs --data ds_other.h5 "the dataset's content" "${EVAL[@]}"
     rank1_differs --weights w_other.h5 "the content of the weights" "${EVAL[@]}"
+    # --tta flip on rank 1 only: its two more passes ran there, and rank 0 reported no TTA score, exit 0.
+    rank1_fails --tta flip "the configuration of rank 1 differs from rank 0's: .*tta flip is false on rank 0 but true on rank 1" \
+      "${EVAL[@]}" --tta off
     one=$("$CLI" "${EVAL[@]}" 2>/dev/null) || fail "eval on one process"
     two=$(launch2 "$CLI" "${EVAL[@]}" 2>/dev/null) || fail "eval on 2 ranks"
     echo "1 process: $one"
