@@ -214,17 +214,6 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
     require_distinct_files(
         {{"--data", f.data}, {"--resume", resume_file}, {"--model-file", f.model_file}, {"--config", f.config}},
         {{"--save", f.save}, {"--metrics", log(f.metrics)}, {"--loss-log", log(f.loss_log)}});
-    // Files of data under other names than the inputs': a dataset replaced by the weights (--save data2.h5), a
-    // checkpoint or dataset by a JSON log (--metrics ck.h5), without a word. --save may replace weights (a rerun).
-    for (const auto& [option, path, text] : {std::tuple<const char*, std::string, bool>{"--save", f.save, false},
-                                             {"--metrics", log(f.metrics), true},
-                                             {"--loss-log", log(f.loss_log), true}}) {
-      if (path.empty()) continue;
-      const std::string kind = io::data_file_kind(path);
-      RN_CHECK_CTX(kind.empty() || (!text && kind != "an HDF5 file"), path,
-                   "{} would replace {}{}: write it to a file of its own (or remove that file first)", option, kind,
-                   kind == "an HDF5 file" ? " (a dataset?)" : "");
-    }
     if (!f.checkpoint_dir.empty()) {
       require_writable_dir(f.checkpoint_dir, "--checkpoint-dir");
       // An output onto one of the directory's own files (the checkpoint --resume auto will load, say) would destroy
@@ -265,6 +254,17 @@ TrainPreflight preflight_train(const TrainFiles& f, const runtime::TrainOptions&
                        "--checkpoint-dir, or --resume auto to continue the directory's own run)",
                        found, f.resume);
       }
+    }
+    // Files of data under other names than the inputs': a dataset replaced by the weights (--save data2.h5), a
+    // checkpoint or dataset by a JSON log (--metrics ck.h5), without a word. --save may replace weights (a rerun).
+    for (const auto& [option, path, text] : {std::tuple<const char*, std::string, bool>{"--save", f.save, false},
+                                             {"--metrics", log(f.metrics), true},
+                                             {"--loss-log", log(f.loss_log), true}}) {
+      if (path.empty()) continue;
+      const std::string kind = io::data_file_kind(path);
+      RN_CHECK_CTX(kind.empty() || (!text && kind != "an HDF5 file"), path,
+                   "{} would replace {}{}: write it to a file of its own (or remove that file first)", option, kind,
+                   kind == "an HDF5 file" ? " (a dataset?)" : "");
     }
   }
   // The dataset, on every rank (each reads its own copy of the path).
