@@ -86,9 +86,12 @@ void check_environment() {
 }
 
 std::string cpu_kernel_env_settings() {
-  std::string lines;
-  for (const auto& [name, label] : {std::pair<const char*, const char*>{"RENAISSANCE_GEMM", "cpu gemm"},
-                                    {"RENAISSANCE_CPU_ISA", "cpu isa cap"},
+  // The GEMM as it is picked (cpu::default_backend: OpenBLAS only when asked for and present, else our own): unset
+  // on one rank and RENAISSANCE_GEMM=own on another, the same kernel, was refused as a difference.
+  const char* gemm = std::getenv("RENAISSANCE_GEMM");
+  const bool openblas = gemm && std::string(gemm) == "openblas" && runtime::cpu_openblas_available();
+  std::string lines = fmt::format("cpu gemm={}\n", openblas ? "openblas" : "own");
+  for (const auto& [name, label] : {std::pair<const char*, const char*>{"RENAISSANCE_CPU_ISA", "cpu isa cap"},
                                     {"RENAISSANCE_GEMM_ISA", "gemm isa cap"}}) {
     const char* value = std::getenv(name);
     lines += fmt::format("{}={}\n", label, value && *value ? value : "default");

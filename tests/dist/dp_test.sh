@@ -347,6 +347,12 @@ PYEOF
       both_reported $rc "RENAISSANCE_GEMM_ISA=generic on rank 0 only" \
         "the configuration of rank 1 differs from rank 0's: .*gemm isa cap is generic on rank 0 but default on rank 1"
     fi
+    # RENAISSANCE_GEMM=own on one rank and unset on the other is the same kernel: accepted (it was refused).
+    if [[ $DEVICE != cuda ]]; then
+      # shellcheck disable=SC2086
+      timeout 60 "$MPIEXEC" -n 1 env RENAISSANCE_GEMM=own "$CLI" $T : -n 1 env -u RENAISSANCE_GEMM "$CLI" $T \
+        >out.txt 2>&1 || { cat out.txt; fail "RENAISSANCE_GEMM=own on rank 0 only was refused"; }
+    fi
     # --tta flip on rank 1 only: its extra passes ran and their result was dropped (rank 0 reports).
     rank1_fails --tta flip "the configuration of rank 1 differs from rank 0's: .*tta flip is false on rank 0 but true on rank 1" \
       "${TRAIN[@]}" --tta off
