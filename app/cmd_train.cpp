@@ -55,7 +55,7 @@ struct TrainCli {
   std::string device = "auto";
   std::string metrics;
   std::string config;
-  std::set<std::string> from_config;  ///< the keys --config set (apply_run_config)
+  std::map<std::string, int> from_config;  ///< the keys --config set, with their lines (apply_run_config)
   std::string save;
   bool no_flip = false;
   std::string tta = "off";
@@ -745,7 +745,7 @@ void register_train_command(CLI::App& app) {
   cmd->callback([c, cmd] {
     if (!c->config.empty()) c->from_config = apply_run_config(*cmd, c->config);
     if (c->ckpt.dir.empty()) disarm_preemption_early();  // the options are read: no checkpoint directory
-    check_train_numbers(*cmd);
+    check_train_numbers(*cmd, c->config, c->from_config);
     warn_inapplicable_options(*cmd, *c);
     c->config_text = cmd->config_to_str(true, false);
     run_train(*c);

@@ -148,13 +148,19 @@ bool train_checks_as_written(const std::string& option) {
   return false;
 }
 
-void check_train_numbers(const CLI::App& cmd) {
+void check_train_numbers(const CLI::App& cmd, const std::string& config,
+                         const std::map<std::string, int>& from_config) {
   const std::vector<Rule>& rules = train_rules();
   for (const Rule& r : rules) {
     const CLI::Option* opt = cmd.get_option_no_throw(r.option);
     if (!opt || opt->count() == 0 || opt->results().empty()) continue;
     const std::string err = check_text(opt->results().back(), r);
-    RN_CHECK(err.empty(), "{}", err);
+    if (err.empty()) continue;
+    // A value of the run config: its file and line, as its parse errors say them (`lr: 1e400` gave no place).
+    const std::string key = std::string(r.option).substr(2);
+    if (const auto it = from_config.find(key); it != from_config.end())
+      RN_FAIL_CTX(fmt::format("{}:{}", config, it->second), "{}", err);
+    RN_FAIL("{}", err);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -27,7 +28,9 @@ bool is_own_stdio(const std::string& path);
 /// number > 0, 0 <= --label-smoothing < 1, 0 < --ema-decay < 1, --crop-padding >= 0, --epochs from 1 to 10^6, ...
 /// A value that overflowed its type is reported as written ("--epochs must be an integer from 1 to 1000000, got
 /// '99999999999999999999'").
-void check_train_numbers(const CLI::App& cmd);
+/// A value the run config `config` set (`from_config`: its keys and lines) is named by file:line.
+void check_train_numbers(const CLI::App& cmd, const std::string& config = {},
+                         const std::map<std::string, int>& from_config = {});
 /// Whether check_train_numbers checks `option` ("--epochs") as written (so the parse leaves an overflow to it).
 bool train_checks_as_written(const std::string& option);
 

@@ -37,7 +37,7 @@ std::string model_file_beside(const std::string& config, const std::string& valu
 
 }  // namespace
 
-std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
+std::map<std::string, int> apply_run_config(CLI::App& cmd, const std::string& path) {
   const std::string text = blueprint::read_yaml_file(path, "--config");
   blueprint::check_yaml_limits(text, path);
   YAML::Node root;
@@ -50,7 +50,7 @@ std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
   } catch (const YAML::ParserException& e) {
     RN_FAIL_CTX(fmt::format("{}:{}", path, e.mark.line + 1), "malformed YAML: {}", blueprint::printable(e.msg));
   }
-  std::set<std::string> applied;
+  std::map<std::string, int> applied;
   if (root.IsNull()) return applied;
   RN_CHECK_CTX(root.IsMap(), path, "a run configuration must be a YAML map of option: value");
   // Every key first: names, duplicates and exclusive pairs are errors before any value is applied.
@@ -110,7 +110,7 @@ std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path) {
     } catch (const CLI::Error& e) {
       RN_FAIL_CTX(where, "option '{}': {}", key, blueprint::printable(e.what()));
     }
-    applied.insert(key);
+    applied[key] = line_of[key];
   }
   return applied;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cctype>
+#include <map>
 #include <set>
 #include <string>
 
@@ -24,8 +25,9 @@ inline bool is_flag_word(const std::string& text, bool digits) {
 /// Sets each `key: value` of the YAML map in `path` on the option `--key` of `cmd`, unless the command line
 /// gave that option. A relative `model-file` is taken beside `path` where such a file is, else as written (relative
 /// to the current directory), like every other path. Unknown keys, non-scalar values and malformed YAML are errors
-/// naming the file and key. Returns the keys it set (a recipe's key that another --schedule or --optimizer on the
-/// command line leaves without effect is a warning, where the same option typed on the command line, or set beside that
+/// naming the file and key. Returns the keys it set, each with its line (a recipe's key that another --schedule or
+/// --optimizer on the command line leaves without effect is a warning, where the same option typed on the command line,
+/// or set beside that
 /// --schedule or --optimizer in the same file, is an error).
-std::set<std::string> apply_run_config(CLI::App& cmd, const std::string& path);
+std::map<std::string, int> apply_run_config(CLI::App& cmd, const std::string& path);
 }  // namespace renaissance::app

@@ -52,6 +52,19 @@ TEST(HardeningConfig, NulAndControlCharactersAreRefusedNamingTheLine) {
   EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
 }
 
+// A value of the file out of its range is named by file:line as its parse errors are (`lr: 1e400` said only
+// "--lr must be ..."); the same value on the command line names the option alone.
+TEST(HardeningConfig, AValueOutOfRangeInTheFileNamesItsLine) {
+  const fs::path d = temp_dir();
+  const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --config ";
+  write_text(d / "lr.yaml", "epochs: 1\nlr: 1e400\n");
+  EXPECT_CLEAN_ERROR(run(train + (d / "lr.yaml").string()),
+                     (d / "lr.yaml").string() + ":2: --lr must be a finite number > 0, got '1e400'");
+  const CliResult cli = run(train + (d / "lr.yaml").string() + " --lr -1");
+  EXPECT_CLEAN_ERROR(cli, "--lr must be a finite number > 0, got '-1'");
+  EXPECT_EQ(cli.out.find("lr.yaml:"), std::string::npos) << cli.out;
+}
+
 TEST(HardeningConfig, ModelAndModelFileTogetherOrAKeySetTwiceAreErrorsNamingTheLines) {
   const fs::path d = temp_dir();
   const std::string train = "train --data " + tiny_data() + " --epochs 1 --max-steps 1 --batch 32 --config ";
