@@ -55,16 +55,21 @@ mpi2 "${ARGS[@]}" --schedule constant --max-steps 16 --sync-bn --resume ck/lates
   { cat sbn.log; fail "the resume with --sync-bn"; }
 grep -q "written without --sync-bn, resumed with it" sbn.log || { cat sbn.log; fail "no --sync-bn warning"; }
 
+# start_slow NAME CKPT_DIR: a 2-rank run with a 100 ms step delay, mpirun itself in the background (in this shell,
+# not a subshell: PID is mpirun's, which forwards SIGUSR1 to the ranks); returns once 3 steps are logged (NAME.jsonl).
+start_slow() {
+  RENAISSANCE_TEST_STEP_DELAY_MS=100 "$MPIEXEC" "${FLAGS[@]}" -n 2 -x RENAISSANCE_TEST_STEP_DELAY_MS "$CLI" \
+    "${ARGS[@]}" --loss-log "$1.jsonl" --checkpoint-dir "$2" --resume auto >"$1.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 1 300); do
+    [[ -f $1.jsonl && $(wc -l <"$1.jsonl") -ge 3 ]] && break
+    sleep 0.1
+  done
+}
+
 # 2. Preemption: SIGUSR1 to mpirun mid-run (the default one-cycle schedule).
 mpi2 "${ARGS[@]}" --loss-log ref.jsonl >ref.log 2>&1 || { cat ref.log; fail "reference run"; }
-# mpirun itself in the background (not a function's subshell): it forwards SIGUSR1 to the ranks.
-RENAISSANCE_TEST_STEP_DELAY_MS=100 "$MPIEXEC" "${FLAGS[@]}" -n 2 -x RENAISSANCE_TEST_STEP_DELAY_MS "$CLI" \
-  "${ARGS[@]}" --loss-log pre.jsonl --checkpoint-dir pk --resume auto >pre.log 2>&1 &
-PID=$!
-for _ in $(seq 1 300); do
-  [[ -f pre.jsonl && $(wc -l <pre.jsonl) -ge 3 ]] && break
-  sleep 0.1
-done
+start_slow pre pk
 kill -USR1 "$PID"
 wait "$PID"
 RC=$?
@@ -75,13 +80,7 @@ grep -q "resumed from" post.log || fail "the rerun did not resume"
 cmp -s ref.jsonl pre.jsonl || { diff ref.jsonl pre.jsonl | head; fail "the preempted run's loss curve differs"; }
 
 # 3. The signal to one rank only (a node's own preemption notice): rank 0's report names no signal it never got.
-RENAISSANCE_TEST_STEP_DELAY_MS=100 "$MPIEXEC" "${FLAGS[@]}" -n 2 -x RENAISSANCE_TEST_STEP_DELAY_MS "$CLI" \
-  "${ARGS[@]}" --loss-log one.jsonl --checkpoint-dir ok --resume auto >one.log 2>&1 &
-PID=$!
-for _ in $(seq 1 300); do
-  [[ -f one.jsonl && $(wc -l <one.jsonl) -ge 3 ]] && break
-  sleep 0.1
-done
+start_slow one ok
 RANK1=""
 for p in $(pgrep -f -- "--loss-log one.jsonl"); do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && RANK1=$p
