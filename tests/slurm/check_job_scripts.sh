@@ -27,7 +27,7 @@ for f in "$dir"/*.sbatch; do
     grep -qE -- '--model "\$\{MODEL\}"' <(grep -vE '^[[:space:]]*(#|if )' "$f") &&
       miss "$name" "--model \"\${MODEL}\" outside MODEL_ARGS (it would exclude --model-file)"
   fi
-  grep -qE '^echo "job .*restart \$\{SLURM_RESTART_COUNT:-0\}' "$f" || miss "$name" "its first line has no restart count"
+  grep -qE '^echo "job .*restart \$\{(SLURM_RESTART_COUNT:-0|RESTARTS)\}' "$f" || miss "$name" "its first line has no restart count"
   # BATCH not a decimal integer: refused with exit 2 before any srun (bash arithmetic made it exit 0 untrained).
   for bad in 08 1.5 abc 0; do
     out=$(env -i PATH=/usr/bin:/bin BATCH=$bad bash "$f" 2>&1)
@@ -53,7 +53,9 @@ for f in "$dir"/*.sbatch; do
 printf "%%s\n" "$@" >"%s/srun.args"
 exit "${FAKE_RC:-0}"
 ' "$fake" >"$fake/bin/srun"
+    # `scontrol show job`: the restart count as Slurm keeps it (FAKE_RESTARTS, else SLURM_RESTART_COUNT), not recorded.
     printf '#!/bin/bash
+if [[ $1 == show ]]; then echo "   Requeue=1 Restarts=${FAKE_RESTARTS:-$SLURM_RESTART_COUNT} BatchFlag=1"; exit 0; fi
 echo "$@" >>"%s/scontrol.calls"
 exit "${FAKE_SCONTROL_RC:-0}"
 ' "$fake" >"$fake/bin/scontrol"
@@ -69,6 +71,10 @@ exit "${FAKE_SCONTROL_RC:-0}"
     rc=$?
     ((rc == 0)) && grep -qxF 'run?.jsonl' "$fake/srun.args" && ! grep -qxF runA.jsonl "$fake/srun.args" ||
       miss "$name" "EXTRA_ARGS with a pattern: exit $rc, srun got: $(tr '\n' ' ' <"$fake/srun.args")"
+    # The GPU scripts ask for the GPU (with auto, invisible GPUs trained on the CPU, exit 0) unless EXTRA_ARGS says.
+    if grep -q 'DEVICE_ARGS=(--device cuda)' "$f"; then
+      grep -qxF cuda "$fake/srun.args" || miss "$name" "srun without --device cuda: $(tr '\n' ' ' <"$fake/srun.args")"
+    fi
     job 0 75 0
     rc=$?
     ((rc == 0)) && grep -qx 'requeue 7' "$fake/scontrol.calls" || miss "$name" "a 75 was not requeued (exit $rc)"
@@ -85,8 +91,8 @@ exit "${FAKE_SCONTROL_RC:-0}"
     # "done"). Refused with exit 2 before srun; a requeued run (restart 1) and a CKPT_DIR of the user's own resume.
     # The requeue-limit message says how to go on: resubmit with CKPT_DIR set to the directory.
     ck="$fake/checkpoints/7"
-    grep -qF -- "CKPT_DIR=$ck jobs/$name" "$fake/out" ||
-      miss "$name" "the failed requeue does not say 'sbatch --export=ALL,CKPT_DIR=$ck jobs/$name': $(cat "$fake/out")"
+    grep -qF -- "CKPT_DIR=$ck sbatch jobs/$name" "$fake/out" ||
+      miss "$name" "the failed requeue does not say 'CKPT_DIR=$ck sbatch jobs/$name': $(cat "$fake/out")"
     mkdir -p "$ck" && touch "$ck/ckpt-step00000003.h5"
     job 0 0 0
     rc=$?
@@ -96,6 +102,11 @@ exit "${FAKE_SCONTROL_RC:-0}"
     job 1 0 0
     rc=$?
     ((rc == 0)) && grep -qxF "$ck" "$fake/srun.args" || miss "$name" "a requeued run did not go on in $ck (exit $rc)"
+    # SLURM_RESTART_COUNT=1 exported by the submitting shell into a first run (Slurm: Restarts=0): still refused.
+    job 1 0 0 FAKE_RESTARTS=0
+    rc=$?
+    ((rc == 2)) && [[ ! -e $fake/srun.args ]] ||
+      miss "$name" "a first run with SLURM_RESTART_COUNT=1 inherited: exit $rc, not 2: $(cat "$fake/out")"
     job 0 0 0 CKPT_DIR=checkpoints/7
     rc=$?
     ((rc == 0)) && grep -qxF "$ck" "$fake/srun.args" ||
