@@ -544,6 +544,28 @@ def listing_and_names(good):
     os.rename(os.path.join(root, "val", "n00000001"), os.path.join(os.fsencode(root), b"val", b"caf\xe9"))
     expect_error(["folder", root, "--out", out], os.fsdecode(bad), "a class folder named in Latin-1", out)
 
+    # File names that are not UTF-8: taken in the order Python sorts the names it decodes (surrogateescape: the byte
+    # 0xff is U+DCFF, before an emoji's U+1F600), as torchvision takes them; the bytes' order put them the other way.
+    root = fresh(os.path.join(base, "bytes_names"))
+    names = [b"\xf0\x9f\x98\x80.png", b"\xff.png", b"a.png"]
+    for split in ("train", "val"):
+        os.makedirs(os.path.join(root, split, "c0"))
+        for k, name in enumerate(names):
+            Image.fromarray(np.full((8, 8, 3), 40 * (k + 1), np.uint8)).save(
+                os.path.join(os.fsencode(root), split.encode(), b"c0", name), format="PNG")
+    r = imp("folder", root, "--out", out, "--store", "raw", "--size", "8")
+    if r.returncode:
+        fail(f"file names that are not UTF-8: exit {r.returncode}:\n{r.stdout}{r.stderr}")
+    else:
+        want = [40 * (names.index(os.fsencode(n)) + 1) for n in sorted(os.listdir(os.path.join(root, "train", "c0")))]
+        with h5py.File(out, "r") as f:
+            got = [int(v) for v in f["train/images"][:, 0, 0, 0]]
+        if got != want:
+            fail(f"file names that are not UTF-8: samples in the order {got}, Python's sorted() gives {want}")
+        else:
+            print(f"  file names that are not UTF-8: in Python's sorted() order ({got})")
+        os.remove(out)
+
     # --out inside a class folder reached through a link: the dataset became a file of that class.
     root = tree("linked_class")
     elsewhere = os.path.join(base, "elsewhere")

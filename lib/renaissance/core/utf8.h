@@ -33,6 +33,40 @@ inline bool valid_utf8(const std::string& s) {
   return true;
 }
 
+/// The code points Python gives a file name it reads as bytes (os.fsdecode: UTF-8 with surrogateescape, a byte that
+/// is no part of a well-formed sequence becoming U+DC00 + byte): the order Python's sorted() puts names in, which is
+/// the bytes' order for well-formed UTF-8 and not otherwise ("\xff" sorts before an emoji there, after it as bytes).
+inline std::u32string python_code_points(const std::string& s) {
+  std::u32string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = [&](std::size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(s[i + k])); };
+    switch (utf8_sequence(s, i)) {
+      case 1:
+        out.push_back(b(0));
+        i += 1;
+        break;
+      case 2:
+        out.push_back(((b(0) & 0x1f) << 6) | (b(1) & 0x3f));
+        i += 2;
+        break;
+      case 3:
+        out.push_back(((b(0) & 0x0f) << 12) | ((b(1) & 0x3f) << 6) | (b(2) & 0x3f));
+        i += 3;
+        break;
+      case 4:
+        out.push_back(((b(0) & 0x07) << 18) | ((b(1) & 0x3f) << 12) | ((b(2) & 0x3f) << 6) | (b(3) & 0x3f));
+        i += 4;
+        break;
+      default:
+        out.push_back(0xdc00 + b(0));
+        i += 1;
+        break;
+    }
+  }
+  return out;
+}
+
 /// `s` safe to print on a terminal: control characters (ESC sequences that clear the screen or retitle it, carriage
 /// returns, ...) other than newline and tab become \xNN. For names and attributes read from files.
 inline std::string terminal_text(const std::string& s) {

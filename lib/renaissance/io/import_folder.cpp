@@ -113,7 +113,17 @@ std::vector<ClassFile> class_files(const fs::path& dir, std::int64_t& other) {
   if (ec)
     RN_IO_FAIL(last_folder.string(), "check its permissions, or move it out of the class folder",
                "cannot list this folder of class folder {}: {}", dir.string(), ec.message());
-  std::sort(found.begin(), found.end());
+  // By (folder, name) as Python's sorted() orders str (code points, undecodable bytes as U+DC80..U+DCFF): the bytes'
+  // order put a name with an undecodable byte after one with an emoji, where torchvision puts it before.
+  std::vector<std::pair<std::pair<std::u32string, std::u32string>, std::size_t>> order;
+  order.reserve(found.size());
+  for (std::size_t i = 0; i < found.size(); ++i)
+    order.push_back({{python_code_points(std::get<0>(found[i])), python_code_points(std::get<1>(found[i]))}, i});
+  std::sort(order.begin(), order.end());
+  std::vector<std::tuple<std::string, std::string, bool>> sorted;
+  sorted.reserve(found.size());
+  for (const auto& o : order) sorted.push_back(std::move(found[o.second]));
+  found = std::move(sorted);
   std::vector<ClassFile> out;
   out.reserve(found.size());
   for (const auto& [folder, name, link] : found) out.push_back({(fs::path(folder) / name).string(), link});
