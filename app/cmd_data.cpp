@@ -2,6 +2,7 @@
 #include "cli_errors.h"
 #include "commands.h"
 #include "json_writer.h"
+#include "stdout_print.h"
 
 #include <renaissance/core/dtensor.h>
 #include <renaissance/core/error.h>
@@ -72,12 +73,12 @@ void print_summary(const std::string& path) {
   const io::DatasetFile f(path);
   const io::SplitInfo& t = f.info(io::Split::train);
   if (f.storage() == io::Storage::jpeg)
-    fmt::print("wrote {}: train {}, val {} JPEGs ({} channels, {}, {}), {} classes\n", path, t.count,
-               f.size(io::Split::val), t.channels, size_range(t),
-               human_bytes(t.encoded_bytes + f.info(io::Split::val).encoded_bytes), f.num_classes());
+    print_stdout("wrote {}: train {}, val {} JPEGs ({} channels, {}, {}), {} classes\n", path, t.count,
+                 f.size(io::Split::val), t.channels, size_range(t),
+                 human_bytes(t.encoded_bytes + f.info(io::Split::val).encoded_bytes), f.num_classes());
   else
-    fmt::print("wrote {}: train {}, val {} samples of {}x{}x{}, {} classes\n", path, t.count, f.size(io::Split::val),
-               t.height, t.width, t.channels, f.num_classes());
+    print_stdout("wrote {}: train {}, val {} samples of {}x{}x{}, {} classes\n", path, t.count, f.size(io::Split::val),
+                 t.height, t.width, t.channels, f.num_classes());
 }
 
 /// A progress bar on stderr when it is a terminal; one line per split otherwise (logs stay readable).
@@ -334,18 +335,18 @@ void register_data_command(CLI::App& app) {
     fargs->o.progress = [bar](const io::ImportProgress& p) { (*bar)(p); };
     const io::FolderImportSummary sum = io::import_folder(fargs->out, fargs->dir, fargs->o);
     print_summary(fargs->out);
-    if (!sum.has_val) fmt::print("note: {} has no val folder: the val split is empty\n", fargs->dir);
+    if (!sum.has_val) print_stdout("note: {} has no val folder: the val split is empty\n", fargs->dir);
     if (fargs->o.storage == io::Storage::jpeg)
-      fmt::print("jpeg: {} kept as they were, {} (re-)encoded at quality {}\n", sum.kept, sum.reencoded,
-                 fargs->o.quality);
+      print_stdout("jpeg: {} kept as they were, {} (re-)encoded at quality {}\n", sum.kept, sum.reencoded,
+                   fargs->o.quality);
     if (sum.bad > 0) {
-      fmt::print("skipped {} unreadable image(s) (--skip-bad):\n", sum.bad);
-      for (const std::string& e : sum.bad_examples) fmt::print("  {}\n", e);
+      print_stdout("skipped {} unreadable image(s) (--skip-bad):\n", sum.bad);
+      for (const std::string& e : sum.bad_examples) print_stdout("  {}\n", e);
       if (sum.bad > static_cast<std::int64_t>(sum.bad_examples.size()))
-        fmt::print("  ... and {} more\n", sum.bad - static_cast<std::int64_t>(sum.bad_examples.size()));
+        print_stdout("  ... and {} more\n", sum.bad - static_cast<std::int64_t>(sum.bad_examples.size()));
     }
     if (sum.other_files > 0)
-      fmt::print("skipped {} file(s) whose names do not end in .jpg, .jpeg or .png\n", sum.other_files);
+      print_stdout("skipped {} file(s) whose names do not end in .jpg, .jpeg or .png\n", sum.other_files);
   });
 
   // ---- CIFAR (issue 12) ---------------------------------------------------------------------------------------------

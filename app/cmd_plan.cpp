@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "json_writer.h"
 #include "model_options.h"
+#include "stdout_print.h"
 
 #include <renaissance/core/error.h>
 #include <renaissance/plan/compiler.h>
@@ -52,47 +53,47 @@ std::string human_bytes(std::int64_t b) {
 
 void print_text(const plan::CompiledPlan& p) {
   const plan::ArchPlan& a = p.arch;
-  fmt::print("Model {}: input {} ({} channels{}), {} classes, amp {}, fuse {}\n", a.model_name, a.input.str_hwc(),
-             a.input_channels, a.input.c != a.input_channels ? fmt::format(", padded to {}", a.input.c) : "",
-             a.num_classes, a.amp ? "on" : "off", a.fuse ? "on" : "off");
-  fmt::print("\n{:<4} {:<28} {:<22} {:<13}    {:<13} {:>12} {:>14}\n", "#", "layer", "kind", "input", "output",
-             "parameters", "MACs");
+  print_stdout("Model {}: input {} ({} channels{}), {} classes, amp {}, fuse {}\n", a.model_name, a.input.str_hwc(),
+               a.input_channels, a.input.c != a.input_channels ? fmt::format(", padded to {}", a.input.c) : "",
+               a.num_classes, a.amp ? "on" : "off", a.fuse ? "on" : "off");
+  print_stdout("\n{:<4} {:<28} {:<22} {:<13}    {:<13} {:>12} {:>14}\n", "#", "layer", "kind", "input", "output",
+               "parameters", "MACs");
   for (std::size_t i = 0; i < a.layers.size(); ++i) {
     const plan::ArchLayer& l = a.layers[i];
-    fmt::print("{:<4} {:<28} {:<22} {:<13} -> {:<13} {:>12} {:>14}{}\n", i, l.name, plan::layer_kind_name(l.kind),
-               l.in_shape.str_hwc(), l.out_shape.str_hwc(), plan::layer_parameter_count(l), plan::layer_forward_macs(l),
-               l.is_first_layer ? "  (first)" : "");
+    print_stdout("{:<4} {:<28} {:<22} {:<13} -> {:<13} {:>12} {:>14}{}\n", i, l.name, plan::layer_kind_name(l.kind),
+                 l.in_shape.str_hwc(), l.out_shape.str_hwc(), plan::layer_parameter_count(l),
+                 plan::layer_forward_macs(l), l.is_first_layer ? "  (first)" : "");
   }
-  fmt::print("\nRegion map (tensors, bytes per variant; empty regions omitted)\n{:<22} {:>7}", "region", "tensors");
-  for (const auto& m : p.memory) fmt::print(" {:>17}", m.variant());
-  fmt::print("\n");
+  print_stdout("\nRegion map (tensors, bytes per variant; empty regions omitted)\n{:<22} {:>7}", "region", "tensors");
+  for (const auto& m : p.memory) print_stdout(" {:>17}", m.variant());
+  print_stdout("\n");
   for (int r = 0; r < kNamedRegions; ++r) {
     const Region reg = region_at(r);
     if (p.memory[0].region_range(reg).bytes == 0 && p.memory[0].region_tensor_count(reg) == 0) continue;
-    fmt::print("{:<22} {:>7}", region_name(reg), p.memory[0].region_tensor_count(reg));
-    for (const auto& m : p.memory) fmt::print(" {:>17}", m.region_range(reg).bytes);
-    fmt::print("\n");
+    print_stdout("{:<22} {:>7}", region_name(reg), p.memory[0].region_tensor_count(reg));
+    for (const auto& m : p.memory) print_stdout(" {:>17}", m.region_range(reg).bytes);
+    print_stdout("\n");
   }
-  fmt::print("{:<22} {:>7}", "arena total", p.memory[0].tensors().size());
-  for (const auto& m : p.memory) fmt::print(" {:>17}", m.total_bytes());
-  fmt::print("\n\nParameters: {}   Forward: {:.3f} GMACs/image at {}x{}   Arena: {} ({} bytes, largest variant)\n",
-             a.parameter_count(), static_cast<double>(a.forward_macs()) / 1e9, a.input.h, a.input.w,
-             human_bytes(p.arena_bytes()), p.arena_bytes());
+  print_stdout("{:<22} {:>7}", "arena total", p.memory[0].tensors().size());
+  for (const auto& m : p.memory) print_stdout(" {:>17}", m.total_bytes());
+  print_stdout("\n\nParameters: {}   Forward: {:.3f} GMACs/image at {}x{}   Arena: {} ({} bytes, largest variant)\n",
+               a.parameter_count(), static_cast<double>(a.forward_macs()) / 1e9, a.input.h, a.input.w,
+               human_bytes(p.arena_bytes()), p.arena_bytes());
   const plan::MemoryPlan& m = p.memory[0];
-  fmt::print("Activation pool (F_*): {} ({} bytes); its tensors' slots sum to {}; most live at once {}; reuse {}\n",
-             human_bytes(m.pool_range().bytes), m.pool_range().bytes, human_bytes(m.pool_slot_bytes()),
-             human_bytes(m.pool_peak_live_bytes()), m.reuses_memory() ? "on" : "off");
+  print_stdout("Activation pool (F_*): {} ({} bytes); its tensors' slots sum to {}; most live at once {}; reuse {}\n",
+               human_bytes(m.pool_range().bytes), m.pool_range().bytes, human_bytes(m.pool_slot_bytes()),
+               human_bytes(m.pool_peak_live_bytes()), m.reuses_memory() ? "on" : "off");
   if (p.config.recompute_bn_relu)
-    fmt::print("Recomputed: {} BN -> ReLU outputs{}\n", p.config.recompute_limit,
-               p.config.recompute_budget_bytes > 0
-                   ? p.arena_bytes() <= p.config.recompute_budget_bytes
-                         ? fmt::format(" (the fewest that keep the arena within --recompute-budget {})",
-                                       human_bytes(p.config.recompute_budget_bytes))
-                         : fmt::format(" (all of them: the arena stays above --recompute-budget {})",
-                                       human_bytes(p.config.recompute_budget_bytes))
-                   : std::string());
-  fmt::print("Graphs: train {} nodes, inference {} nodes   Plan hash: {:016x}\n", p.train.node_count(),
-             p.inference.node_count(), p.hash);
+    print_stdout("Recomputed: {} BN -> ReLU outputs{}\n", p.config.recompute_limit,
+                 p.config.recompute_budget_bytes > 0
+                     ? p.arena_bytes() <= p.config.recompute_budget_bytes
+                           ? fmt::format(" (the fewest that keep the arena within --recompute-budget {})",
+                                         human_bytes(p.config.recompute_budget_bytes))
+                           : fmt::format(" (all of them: the arena stays above --recompute-budget {})",
+                                         human_bytes(p.config.recompute_budget_bytes))
+                     : std::string());
+  print_stdout("Graphs: train {} nodes, inference {} nodes   Plan hash: {:016x}\n", p.train.node_count(),
+               p.inference.node_count(), p.hash);
 }
 
 /// The activation pool tensor by tensor (largest first), and what is live where the most is live.
@@ -118,22 +119,22 @@ void print_pool(const plan::CompiledPlan& p) {
   std::int64_t most = -1;
   for (auto [q, b] : at)
     if (b > most) most = b, peak = q;
-  fmt::print("\nActivation pool: {} tensors owning bytes; the most live at once, {}, at program point {}\n",
-             owners.size(), human_bytes(std::max<std::int64_t>(most, 0)), peak);
-  fmt::print("{:<48} {:<17} {:>12} {:>14}  {:<5} {}\n", "tensor", "region", "bytes", "offset", "peak", "lifetime");
+  print_stdout("\nActivation pool: {} tensors owning bytes; the most live at once, {}, at program point {}\n",
+               owners.size(), human_bytes(std::max<std::int64_t>(most, 0)), peak);
+  print_stdout("{:<48} {:<17} {:>12} {:>14}  {:<5} {}\n", "tensor", "region", "bytes", "offset", "peak", "lifetime");
   for (const DTensor* t : owners) {
     bool live_at_peak = false;
     if (auto it = m.lifetimes().find(t->id); it != m.lifetimes().end())
       for (const plan::LiveInterval& i : it->second) live_at_peak |= i.first <= peak && peak <= i.last;
-    fmt::print("{:<48} {:<17} {:>12} {:>14}  {:<5} {}\n", t->name, region_name(t->region), t->slot_bytes, t->offset,
-               live_at_peak ? "yes" : "", life(t));
+    print_stdout("{:<48} {:<17} {:>12} {:>14}  {:<5} {}\n", t->name, region_name(t->region), t->slot_bytes, t->offset,
+                 live_at_peak ? "yes" : "", life(t));
   }
 }
 
 /// The step as the runtime replays it: the plan's step schedule phase by phase, each bucket's nodes in order with
 /// their tensors (name, region, byte offset, shape and dtype of the variant that replays it) and region ranges.
 void print_graph(const plan::CompiledPlan& p) {
-  fmt::print(
+  print_stdout(
       "\nStep schedule (plan/step_schedule.h): {} entries; tensors as name:region@offset[shape dtype] of "
       "train_base (train phases) or val_base (validation phases)\n",
       p.schedule.entries.size());
@@ -163,15 +164,15 @@ void print_graph(const plan::CompiledPlan& p) {
                                   ? p.arch.layers[static_cast<std::size_t>(n.layer_index)].name
                                   : std::string();
     if (n.type == plan::NodeType::RANGE) {
-      fmt::print("{}{} in {} -> out {}\n", indent, range_op_name(n.range_op), ranges(m, n.input_ranges),
-                 ranges(m, n.output_ranges));
+      print_stdout("{}{} in {} -> out {}\n", indent, range_op_name(n.range_op), ranges(m, n.input_ranges),
+                   ranges(m, n.output_ranges));
       return;
     }
     if (!n.sub.empty()) {  // a fused node: its parts carry the operands
-      fmt::print("{}{}{}: {} parts\n", indent, op_kind_name(n.op), layer.empty() ? "" : " " + layer, n.sub.size());
+      print_stdout("{}{}{}: {} parts\n", indent, op_kind_name(n.op), layer.empty() ? "" : " " + layer, n.sub.size());
     } else {
-      fmt::print("{}{}{}{} in {} -> out {}\n", indent, op_kind_name(n.op), layer.empty() ? "" : " " + layer,
-                 n.accumulate ? " (+=)" : "", tensors(m, n.inputs), tensors(m, n.outputs));
+      print_stdout("{}{}{}{} in {} -> out {}\n", indent, op_kind_name(n.op), layer.empty() ? "" : " " + layer,
+                   n.accumulate ? " (+=)" : "", tensors(m, n.inputs), tensors(m, n.outputs));
     }
     for (const plan::Node& s : n.sub) node(m, s, depth + 1);
   };
@@ -181,12 +182,12 @@ void print_graph(const plan::CompiledPlan& p) {
     const bool inference = plan::is_inference_phase(e.phase);
     const plan::MemoryPlan& m = p.plan(inference ? plan::Variant::VAL_BASE : plan::Variant::TRAIN_BASE);
     const std::vector<plan::Node>& bucket = (inference ? p.inference : p.train).bucket(e.graph);
-    if (e.phase != phase) fmt::print("\n[{}]\n", step_phase_name(e.phase));
+    if (e.phase != phase) print_stdout("\n[{}]\n", step_phase_name(e.phase));
     phase = e.phase;
-    fmt::print("  {} on the {} stream{}{}: {}\n", graph_id_name(e.graph), stream_name(e.stream),
-               e.slot < 0 ? "" : (e.slot == 0 ? ", input buffer A" : ", input buffer B"),
-               e.joins == plan::Stream::SIDE ? ", after joining the side stream" : "",
-               bucket.empty() ? std::string("empty") : fmt::format("{} node(s)", bucket.size()));
+    print_stdout("  {} on the {} stream{}{}: {}\n", graph_id_name(e.graph), stream_name(e.stream),
+                 e.slot < 0 ? "" : (e.slot == 0 ? ", input buffer A" : ", input buffer B"),
+                 e.joins == plan::Stream::SIDE ? ", after joining the side stream" : "",
+                 bucket.empty() ? std::string("empty") : fmt::format("{} node(s)", bucket.size()));
     for (const plan::Node& n : bucket) node(m, n, 0);
   }
 }
@@ -203,8 +204,8 @@ void print_nodes(const plan::CompiledPlan& p) {
   };
   std::map<ops::FusedKind, int> counts;
   int fused_nodes = 0, plain_parts = 0;
-  fmt::print("\nFused nodes (plan/fusion.cpp; --fused-kernels {}): each step as it runs\n",
-             p.config.fuse_kernels ? "on" : "off");
+  print_stdout("\nFused nodes (plan/fusion.cpp; --fused-kernels {}): each step as it runs\n",
+               p.config.fuse_kernels ? "on" : "off");
   for (bool inference : {false, true}) {
     const plan::ComputationGraph& g = inference ? p.inference : p.train;
     for (int gi = 0; gi < plan::kGraphIds; ++gi) {
@@ -215,15 +216,15 @@ void print_nodes(const plan::CompiledPlan& p) {
         const std::string layer = n.layer_index >= 0 && static_cast<std::size_t>(n.layer_index) < p.arch.layers.size()
                                       ? p.arch.layers[static_cast<std::size_t>(n.layer_index)].name
                                       : std::string("?");
-        fmt::print("  {} {} {} ({}): {} parts, {} fused passes\n", inference ? "inference" : "train",
-                   graph_id_name(gid), op_kind_name(n.op), layer, n.sub.size(), n.fusions.size());
+        print_stdout("  {} {} {} ({}): {} parts, {} fused passes\n", inference ? "inference" : "train",
+                     graph_id_name(gid), op_kind_name(n.op), layer, n.sub.size(), n.fusions.size());
         const std::vector<int> step = plan::fused_step_of(n);
         for (std::size_t k = 0; k < n.sub.size(); ++k) {
           if (step[k] == -2) continue;
           if (step[k] == -1) {
             const plan::Node& s = n.sub[k];
             ++plain_parts;
-            fmt::print(
+            print_stdout(
                 "    [{}] {}{} in {} -> out {}\n", k, op_kind_name(s.op), s.accumulate ? " (+=)" : "",
                 [&] {
                   std::string t;
@@ -241,17 +242,17 @@ void print_nodes(const plan::CompiledPlan& p) {
           ++counts[f.kind];
           std::string parts;
           for (std::int32_t q : f.parts) parts += fmt::format("{}{}", parts.empty() ? "" : ",", q);
-          fmt::print("    [{}] {} (parts {}) in {} -> out {}; saved {}{}\n", k, ops::fused_kind_name(f.kind), parts,
-                     operands(f.inputs), operands(f.outputs), operands(f.saved),
-                     f.fallback_only ? " (for the plain parts only: not run with the passes)" : "");
+          print_stdout("    [{}] {} (parts {}) in {} -> out {}; saved {}{}\n", k, ops::fused_kind_name(f.kind), parts,
+                       operands(f.inputs), operands(f.outputs), operands(f.saved),
+                       f.fallback_only ? " (for the plain parts only: not run with the passes)" : "");
         }
       }
     }
   }
   std::string summary;
   for (auto [k, c] : counts) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", c, ops::fused_kind_name(k));
-  fmt::print("Fused nodes: {}; fused passes: {}; plain parts kept: {}\n", fused_nodes,
-             summary.empty() ? std::string("none") : summary, plain_parts);
+  print_stdout("Fused nodes: {}; fused passes: {}; plain parts kept: {}\n", fused_nodes,
+               summary.empty() ? std::string("none") : summary, plain_parts);
 }
 
 void print_json(const plan::CompiledPlan& p, double build_s, double compile_s) {
@@ -383,7 +384,7 @@ void register_plan_command(CLI::App& app) {
     } else {
       print_text(compiled);
       // On the device `train` and `bench` add engine choice and capture to this (they report their own start-up).
-      fmt::print("Start-up on the host: ArchPlan {:.1f} ms, Compiler {:.1f} ms\n", 1e3 * build_s, 1e3 * compile_s);
+      print_stdout("Start-up on the host: ArchPlan {:.1f} ms, Compiler {:.1f} ms\n", 1e3 * build_s, 1e3 * compile_s);
     }
     if (opt->pool && !opt->json) print_pool(compiled);
     if (opt->graph && !opt->json) print_graph(compiled);

@@ -175,6 +175,7 @@ TEST(HardeningFaults, AFullDiskDuringADatasetWriteIsACleanError) {
 
 // A result printed to a file or device that cannot take it (a full disk) is lost: exit 1 saying so. It was exit 0
 // with an empty file and a warning about a broken pipe, so `eval --json > r.json && parse r.json` read nothing.
+// plan's and data's text (fmt::print, which throws) ended a closed pipe with exit 1 and "cannot write to file".
 TEST(HardeningFaults, AResultThatCannotBeWrittenToStdoutFailsTheCommand) {
   const fs::path d = temp_dir();
   const std::string w = (d / "w.h5").string(), ck = (d / "ck").string();
@@ -184,7 +185,8 @@ TEST(HardeningFaults, AResultThatCannotBeWrittenToStdoutFailsTheCommand) {
             0);
   for (const std::string& cmd :
        {"data inspect " + tiny_data(), "eval --data " + tiny_data() + " --weights " + w + " --json",
-        "checkpoint inspect --json " + ck + "/latest.h5"}) {
+        "checkpoint inspect --json " + ck + "/latest.h5", std::string("plan --model fmnist_cnn --graph"),
+        "data synthetic --out " + (d / "s.h5").string() + " --train 10 --val 5 --shape 8,8,1 --classes 2"}) {
     ASSERT_EQ(run_shell("exec " + cli() + " " + cmd + " >/dev/null").code, 0) << cmd;
     const CliResult r = run_shell("exec " + cli() + " " + cmd + " >/dev/full");
     SCOPED_TRACE(cmd);
