@@ -445,4 +445,12 @@ TEST(HardeningOutputs, PredictNeverReplacesACheckpointNorTrainsOutputsAFileOfDat
     EXPECT_CLEAN_ERROR(run(train + option + " " + out), must);
     EXPECT_EQ(read_text(out), before_out) << option << " " << out;
   }
+  // An import's --out: never a checkpoint, weights or logits file; a dataset may be imported again.
+  const std::string synthetic = "data synthetic --train 10 --val 5 --shape 8,8,1 --classes 2 --out ";
+  for (const std::string& out : {(d / "old.h5").string(), (d / "w_copy.h5").string(), logits}) {
+    const std::string before_out = read_text(out);
+    EXPECT_CLEAN_ERROR(run(synthetic + out), "--out would replace", "not a dataset");
+    EXPECT_EQ(read_text(out), before_out) << out;
+  }
+  EXPECT_EQ(run(synthetic + (d / "data_copy.h5").string()).code, 0) << "a dataset is replaced by a new import";
 }

@@ -415,6 +415,11 @@ void DatasetWriter::Impl::create(std::string target, int classes, DatasetWriterO
   // Same directory as the target so that the final rename is atomic (no cross-file-system copy). A symlink at the
   // target is followed (its file is replaced, the link stays); a device or directory there is refused.
   path = resolve_output_file(path, "--out");
+  // A checkpoint, weights or logits file under the name (a typo'd --out): replaced by the dataset without a word. A
+  // dataset there is replaced (an import run again).
+  if (const std::string kind = data_file_kind(path); !kind.empty() && kind != "an HDF5 file")
+    RN_IO_FAIL(path, "write the dataset to a file of its own, or remove that file first",
+               "--out would replace {}, not a dataset", kind);
   remove_stale_temporaries(path);
   tmp_path = temporary_name(path);
   interruptible = std::make_unique<InterruptibleTemporary>(tmp_path);
