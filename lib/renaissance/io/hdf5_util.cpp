@@ -426,16 +426,6 @@ std::vector<std::uint8_t> MemoryH5File::finish(const std::vector<std::string>& t
   return out;
 }
 
-bool holds_tensor_table(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // O_NONBLOCK: a FIFO never blocks here
-  if (fd < 0) return false;
-  std::uint8_t head[16] = {0};
-  const ssize_t got = ::pread(fd, head, sizeof head, 0);
-  ::close(fd);
-  return got == static_cast<ssize_t>(sizeof head) && std::memcmp(head, kChecksumMagic, 8) == 0 &&
-         get_le<std::uint32_t>(head + 12) > 0;
-}
-
 std::string data_file_kind(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {};

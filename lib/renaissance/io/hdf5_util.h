@@ -177,12 +177,9 @@ struct ChecksumEntry {
 };
 VerifiedFile read_verified_file(const std::string& path, std::vector<ChecksumEntry>* entries = nullptr);
 
-/// Whether `path` starts with the checksum header and its table names tensors (a checkpoint or weights file; a
-/// logits file of `predict` has none). Only the header's first bytes are read, never parsed by HDF5; false for
-/// anything else, a file that cannot be read included.
-bool holds_tensor_table(const std::string& path);
-/// What an existing file of data is, from its first bytes (never parsed): "an HDF5 file" (a dataset, or another
-/// tool's), "a checkpoint or weights file" (holds_tensor_table), "a file with a checksum header" (predict's logits);
+/// What an existing file of data is, from its first bytes (never parsed by HDF5): "an HDF5 file" (a dataset, or
+/// another tool's), "a checkpoint or weights file" (the checksum header with a tensor table), "a file with a checksum
+/// header" (predict's logits, whose table is empty);
 /// empty for anything else (text, a missing or unreadable file). Outputs check it before they replace a file.
 std::string data_file_kind(const std::string& path);
 

@@ -98,6 +98,11 @@ std::string yaml_unquoted(const std::string& q) {
   return v;
 }
 
+/// The CPU's Winograd convolutions as they run: "on", "off", or "n/a" on a GPU.
+const char* cpu_winograd_name(const TrainOptions& o) {
+  return o.backend != Backend::CPU ? "n/a" : cpu_winograd() ? "on" : "off";
+}
+
 /// The training options as YAML (keys named like the `train` options), recorded in checkpoints.
 std::string options_yaml(const TrainOptions& o) {
   std::string y;
@@ -148,7 +153,7 @@ std::string options_yaml(const TrainOptions& o) {
   kv("recompute", std::string(o.recompute_bn_relu ? "bn-relu" : "off"));
   kv("sync-bn", o.sync_bn);
   // The CPU convolutions as they run (Winograd rounds otherwise: resumed with it off, a run changed without a word).
-  kv("cpu-winograd", std::string(o.backend != Backend::CPU ? "n/a" : cpu_winograd() ? "on" : "off"));
+  kv("cpu-winograd", std::string(cpu_winograd_name(o)));
   kv("checkpoint-every", o.checkpoint_every);
   kv("checkpoint-each-epoch", o.checkpoint_each_epoch);
   kv("keep", o.checkpoint_keep);
@@ -485,6 +490,12 @@ std::int64_t whole_number(const std::string& v) {
   return !v.empty() && end && *end == '\0' ? static_cast<std::int64_t>(x) : -1;
 }
 
+/// A recorded --val-resize (a run_config line's or a weights file's attribute), -1 when it is not one.
+std::int64_t recorded_val_resize(const std::string& v) {
+  const std::int64_t x = whole_number(v);
+  return x >= 0 && x <= 65535 ? x : -1;
+}
+
 /// The top-level `input_channels: N` of a recorded arch plan (ArchPlan::to_yaml), read by line rather than parsed:
 /// the attribute is the writer's, checked elsewhere. 0 where it has none.
 std::int64_t recorded_input_channels(const std::string& arch_plan) {
@@ -508,10 +519,7 @@ InitialState InitialState::of_checkpoint(io::Checkpoint ck, std::string path, bo
   st.checkpoint = true;
   st.input_channels = recorded_input_channels(st.state.arch_plan);
   std::map<std::string, std::string> was = recorded_options(st.state.run_config);
-  if (was.count("val-resize")) {
-    const std::int64_t v = whole_number(was["val-resize"]);
-    if (v >= 0 && v <= 65535) st.val_resize = v;
-  }
+  if (was.count("val-resize")) st.val_resize = recorded_val_resize(was["val-resize"]);
   return st;
 }
 
@@ -521,10 +529,8 @@ InitialState InitialState::of_weights(io::WeightsFile wf, std::string path) {
   if (const auto it = wf.attributes.find("model"); it != wf.attributes.end()) st.state.model = it->second;
   if (const auto it = wf.attributes.find("arch_plan"); it != wf.attributes.end())
     st.input_channels = recorded_input_channels(it->second);
-  if (const auto it = wf.attributes.find("val_resize"); it != wf.attributes.end()) {
-    const std::int64_t v = whole_number(it->second);
-    if (v >= 0 && v <= 65535) st.val_resize = v;
-  }
+  if (const auto it = wf.attributes.find("val_resize"); it != wf.attributes.end())
+    st.val_resize = recorded_val_resize(it->second);
   st.tensors = std::move(wf.tensors);
   st.path = std::move(path);
   st.weights_only = true;
@@ -705,15 +711,12 @@ std::vector<std::string> Trainer::load_state(const InitialState& st) {
       warn(fmt::format("written with --conv-stats {}, resumed with --conv-stats {}: the batch-norm statistics are "
                        "summed otherwise, so the resumed steps are not bit-identical to an uninterrupted run",
                        was["conv-stats"], conv_stats_name(o)));
-    if (differs("cpu-winograd", o.backend != Backend::CPU ? "n/a"
-                                : cpu_winograd()          ? "on"
-                                                          : "off") &&
-        was["cpu-winograd"] != "n/a" && o.backend == Backend::CPU)
+    if (differs("cpu-winograd", cpu_winograd_name(o)) && was["cpu-winograd"] != "n/a" && o.backend == Backend::CPU)
       warn(
           fmt::format("written with the CPU's Winograd convolutions {}, resumed with them {} (--cpu-winograd, "
                       "RENAISSANCE_CPU_WINOGRAD): they round otherwise, so the resumed steps are not bit-identical "
                       "to an uninterrupted run",
-                      was["cpu-winograd"], cpu_winograd() ? "on" : "off"));
+                      was["cpu-winograd"], cpu_winograd_name(o)));
     if (differs("sync-bn", fmt::format("{}", o.sync_bn)) && (s.world_size > 1 || I.comm_world() > 1))
       warn(
           fmt::format("written {} --sync-bn, resumed {}: the batch-norm statistics are now taken over {}, so the "
